@@ -1,0 +1,2 @@
+//! Benchmarks of the atomic writer (filled in with the writer).
+fn main() {}

@@ -1,0 +1,1 @@
+//! The kubelet's ConfigMap/Secret managers (work in progress).
