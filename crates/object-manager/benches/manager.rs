@@ -1,0 +1,2 @@
+//! Benchmarks (placeholder until written).
+fn main() {}

@@ -1,0 +1,152 @@
+//! Configuration: [`Strategy`], [`ManagerConfig`] and [`ObjectKey`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::Error;
+
+/// How a manager keeps objects fresh: the kubelet's `configMapAndSecretChangeDetectionStrategy`
+/// (spec OM-5). See the crate docs for freshness and API cost of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Strategy {
+    /// One per-object list/watch while the object is referenced (the default).
+    #[default]
+    Watch,
+    /// A TTL cache in front of GETs; TTL from the node's `node.alpha.kubernetes.io/ttl`.
+    Cache,
+    /// A live GET on every `get`.
+    Get,
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+
+    /// Parses the kubelet's strings `Watch`, `Cache`, `Get` (case-sensitive, as the kubelet).
+    ///
+    /// # Errors
+    /// [`Error::UnknownStrategy`]: `unknown configmap and secret manager mode: <s>`.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "Watch" => Ok(Strategy::Watch),
+            "Cache" => Ok(Strategy::Cache),
+            "Get" => Ok(Strategy::Get),
+            other => Err(Error::UnknownStrategy {
+                mode: other.to_owned(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::Watch => "Watch",
+            Strategy::Cache => "Cache",
+            Strategy::Get => "Get",
+        })
+    }
+}
+
+/// Options of a [`Manager`](crate::Manager). Start from `ManagerConfig::default()` and set
+/// fields; every default is the kubelet's.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ManagerConfig {
+    /// Which strategy serves `get` (default [`Strategy::Watch`]).
+    pub strategy: Strategy,
+    /// The kubelet's `syncFrequency` (default 60 s). Watch: an unread watch stops after
+    /// `max(5 × resync_interval, 1 min)` (OM-19).
+    pub resync_interval: Duration,
+    /// The agent's Node. Cache: its `node.alpha.kubernetes.io/ttl` annotation sets the TTL
+    /// (OM-12). `None`: always [`default_ttl`](Self::default_ttl).
+    pub node_name: Option<String>,
+    /// Cache: TTL when the node has no (valid) annotation (default 60 s, OM-12).
+    pub default_ttl: Duration,
+    /// Watch: how long `get` waits for a reflector's first list (default 1 s, OM-18).
+    pub sync_timeout: Duration,
+    /// Watch: how often idle reflectors are looked for (default 60 s, OM-19).
+    pub idle_check_interval: Duration,
+    /// Reflector reconnect back-off: first delay (default 800 ms, doubled per failure, with
+    /// up to 100 % jitter).
+    pub initial_backoff: Duration,
+    /// Reflector reconnect back-off: largest delay (default 30 s).
+    pub max_backoff: Duration,
+    /// Capacity of the change-notification channel (default 1024); a subscriber that falls
+    /// further behind gets `RecvError::Lagged` and should resync everything.
+    pub notify_capacity: usize,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            strategy: Strategy::Watch,
+            resync_interval: Duration::from_secs(60),
+            node_name: None,
+            default_ttl: Duration::from_secs(60),
+            sync_timeout: Duration::from_secs(1),
+            idle_check_interval: Duration::from_secs(60),
+            initial_backoff: Duration::from_millis(800),
+            max_backoff: Duration::from_secs(30),
+            notify_capacity: 1024,
+        }
+    }
+}
+
+impl ManagerConfig {
+    /// Watch: how long a reflector may go unread before it stops: `max(5 × resync, 1 min)`.
+    pub fn max_idle_time(&self) -> Duration {
+        (self.resync_interval * 5).max(Duration::from_secs(60))
+    }
+}
+
+/// Namespace and name of one ConfigMap or Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The object's namespace.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// `namespace/name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_parses_the_kubelet_strings_and_rejects_others_with_its_text() {
+        assert_eq!("Watch".parse::<Strategy>().ok(), Some(Strategy::Watch));
+        assert_eq!("Cache".parse::<Strategy>().ok(), Some(Strategy::Cache));
+        assert_eq!("Get".parse::<Strategy>().ok(), Some(Strategy::Get));
+        let err = "watch".parse::<Strategy>().err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("unknown configmap and secret manager mode: watch")
+        );
+        assert_eq!(Strategy::default(), Strategy::Watch);
+    }
+
+    #[test]
+    fn max_idle_time_is_five_resyncs_but_at_least_a_minute() {
+        let mut c = ManagerConfig::default();
+        assert_eq!(c.max_idle_time(), Duration::from_secs(300));
+        c.resync_interval = Duration::from_secs(1);
+        assert_eq!(c.max_idle_time(), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,346 @@
+//! [`Manager`]: registration bookkeeping (spec OM-7 … OM-9) and dispatch to the strategy's
+//! store; the public face of the crate.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use tokio::runtime::Handle;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::kind::ManagedObject;
+use crate::reflector::BackoffConfig;
+use crate::source::{KubeSource, ObjectSource, ReadFrom};
+use crate::ttl::{NodeTtl, TtlStore};
+use crate::watch::{WatchOptions, WatchStore};
+use crate::{Error, ManagerConfig, ObjectKey, Strategy};
+
+/// The ConfigMap manager the volume plugins and env-var resolution share.
+pub type ConfigMapManager = Manager<ConfigMap>;
+/// The Secret manager the volume plugins, env-var resolution and pull secrets share.
+pub type SecretManager = Manager<Secret>;
+
+/// The kubelet's ConfigMap or Secret manager (spec OM-1) for one strategy.
+///
+/// Cheap to clone (an `Arc`); every clone is the same manager. Background tasks (reflectors,
+/// the idle sweeper, the node-TTL watch) stop on [`shutdown`](Self::shutdown) or when the last
+/// clone is dropped.
+pub struct Manager<K: ManagedObject> {
+    shared: Arc<Shared<K>>,
+}
+
+/// Counters for metrics, health endpoints and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ManagerStats {
+    /// Pods currently registered (always 0 for [`Strategy::Get`]).
+    pub registered_pods: usize,
+    /// Objects referenced by at least one registered pod.
+    pub referenced_objects: usize,
+    /// Watch: reflectors that are running (referenced objects minus idle-stopped and
+    /// immutable ones).
+    pub running_watches: usize,
+    /// Background tasks alive right now (reflectors, including ones still winding down, the
+    /// idle sweeper and the node-TTL watch).
+    pub background_tasks: usize,
+}
+
+/// The runtime, task tracker and root cancellation token every background task hangs off.
+#[derive(Clone)]
+pub(crate) struct Tasks {
+    handle: Handle,
+    tracker: TaskTracker,
+    pub(crate) root: CancellationToken,
+}
+
+impl Tasks {
+    pub(crate) fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tracker.spawn_on(task, &self.handle);
+    }
+}
+
+struct Shared<K> {
+    strategy: Strategy,
+    source: Arc<dyn ObjectSource<K>>,
+    backend: Backend<K>,
+    /// (namespace, name, uid) → names the stored pod references (OM-7).
+    pods: Mutex<HashMap<PodKey, Vec<String>>>,
+    notify: broadcast::Sender<ObjectKey>,
+    tasks: Tasks,
+}
+
+enum Backend<K> {
+    Get,
+    Cache(TtlStore<K>),
+    Watch(WatchStore<K>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PodKey {
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl PodKey {
+    fn of(pod: &Pod) -> Self {
+        let m = &pod.metadata;
+        PodKey {
+            namespace: m.namespace.clone().unwrap_or_default(),
+            name: m.name.clone().unwrap_or_default(),
+            uid: m.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl<K> Drop for Shared<K> {
+    fn drop(&mut self) {
+        self.tasks.root.cancel();
+    }
+}
+
+impl<K: ManagedObject> Clone for Manager<K> {
+    fn clone(&self) -> Self {
+        Manager {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K: ManagedObject> fmt::Debug for Manager<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Counters only: never an object (Secret payloads print raw bytes).
+        f.debug_struct("Manager")
+            .field("kind", &K::SINGULAR)
+            .field("strategy", &self.shared.strategy)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl<K: ManagedObject> Manager<K> {
+    /// A manager reading through `client`; for [`Strategy::Cache`] with a `node_name` it also
+    /// watches that Node for the TTL annotation.
+    ///
+    /// # Errors
+    /// [`Error::NoRuntime`] outside a tokio runtime.
+    pub fn new(client: kube::Client, config: ManagerConfig) -> Result<Self, Error> {
+        let source: Arc<dyn ObjectSource<K>> =
+            Arc::new(KubeSource::<K>::namespaced(client.clone()));
+        let nodes: Option<Arc<dyn ObjectSource<Node>>> = match config.node_name {
+            Some(_) => Some(Arc::new(KubeSource::<Node>::cluster(client))),
+            None => None,
+        };
+        Self::with_sources(source, nodes, config)
+    }
+
+    /// A manager over any [`ObjectSource`] (a fake in tests); `nodes` serves the Node whose TTL
+    /// annotation the Cache strategy reads (ignored without `config.node_name`).
+    ///
+    /// # Errors
+    /// [`Error::NoRuntime`] outside a tokio runtime.
+    pub fn with_sources(
+        source: Arc<dyn ObjectSource<K>>,
+        nodes: Option<Arc<dyn ObjectSource<Node>>>,
+        config: ManagerConfig,
+    ) -> Result<Self, Error> {
+        let handle = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let tasks = Tasks {
+            handle,
+            tracker: TaskTracker::new(),
+            root: CancellationToken::new(),
+        };
+        let (notify, _) = broadcast::channel(config.notify_capacity.max(1));
+        let backoff = BackoffConfig {
+            initial: config.initial_backoff,
+            max: config.max_backoff,
+        };
+        let backend = match config.strategy {
+            Strategy::Get => Backend::Get,
+            Strategy::Cache => {
+                let ttl = match (nodes, &config.node_name) {
+                    (Some(nodes), Some(node)) => Some(NodeTtl::start(nodes, node, backoff, &tasks)),
+                    _ => None,
+                };
+                Backend::Cache(TtlStore::new(
+                    source.clone(),
+                    ttl,
+                    config.default_ttl,
+                    notify.clone(),
+                ))
+            }
+            Strategy::Watch => {
+                let options = WatchOptions {
+                    sync_timeout: config.sync_timeout,
+                    max_idle: config.max_idle_time(),
+                    idle_check_interval: config.idle_check_interval,
+                    backoff,
+                };
+                Backend::Watch(WatchStore::new(
+                    source.clone(),
+                    options,
+                    tasks.clone(),
+                    notify.clone(),
+                ))
+            }
+        };
+        let shared = Shared {
+            strategy: config.strategy,
+            source,
+            backend,
+            pods: Mutex::default(),
+            notify,
+            tasks,
+        };
+        Ok(Manager {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The strategy this manager runs.
+    pub fn strategy(&self) -> Strategy {
+        self.shared.strategy
+    }
+
+    /// The object `namespace/name`, as fresh as the strategy makes it (see the crate docs).
+    ///
+    /// Watch waits up to `sync_timeout` (1 s) for a reflector's first list; Cache may issue one
+    /// GET; Get always issues one GET.
+    ///
+    /// # Errors
+    /// * [`Error::NotRegistered`] (Watch, Cache) when no registered pod references the object;
+    /// * [`Error::NotFound`] when it does not exist ([`Error::is_not_found`]);
+    /// * [`Error::SyncTimeout`] (Watch) when the first list did not complete in time;
+    /// * [`Error::Api`] / [`Error::Request`] (Get, Cache) for other API failures — Cache serves
+    ///   a stale cached object instead when it has one;
+    /// * [`Error::ShutDown`] (Watch) after [`shutdown`](Self::shutdown).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future leaves the cache consistent (an in-flight GET's result
+    /// is discarded).
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<Arc<K>, Error> {
+        match &self.shared.backend {
+            Backend::Get => match self
+                .shared
+                .source
+                .get(namespace, name, ReadFrom::Quorum)
+                .await
+            {
+                Ok(object) => Ok(Arc::new(object)),
+                Err(err) => Err(Error::from_source(err, K::PLURAL, namespace, name)),
+            },
+            Backend::Cache(store) => store.get(&ObjectKey::new(namespace, name)).await,
+            Backend::Watch(store) => store.get(&ObjectKey::new(namespace, name)).await,
+        }
+    }
+
+    /// Record that `pod` references the objects named in its spec (OM-3/OM-4, OM-8).
+    ///
+    /// Never blocks on the network; idempotent. Re-registering a pod (same namespace, name and
+    /// UID) adds references only for new names and drops those that disappeared; unchanged
+    /// names keep their cache entries. A no-op for [`Strategy::Get`].
+    pub fn register_pod(&self, pod: &Pod) {
+        if matches!(self.shared.backend, Backend::Get) {
+            return;
+        }
+        let key = PodKey::of(pod);
+        let names = K::referenced_names(pod);
+        let mut pods = self.lock_pods();
+        let old = pods.insert(key.clone(), names.clone()).unwrap_or_default();
+        for name in names.iter().filter(|n| !old.contains(n)) {
+            self.add_reference(&key, name);
+        }
+        for name in old.iter().filter(|n| !names.contains(n)) {
+            self.delete_reference(&key, name);
+        }
+    }
+
+    /// Forget `pod`'s references: those of the pod as last registered, not of the argument
+    /// (OM-9). Never blocks on the network; unknown pods are a no-op.
+    pub fn unregister_pod(&self, pod: &Pod) {
+        if matches!(self.shared.backend, Backend::Get) {
+            return;
+        }
+        let key = PodKey::of(pod);
+        let mut pods = self.lock_pods();
+        if let Some(names) = pods.remove(&key) {
+            for name in &names {
+                self.delete_reference(&key, name);
+            }
+        }
+    }
+
+    /// Change notifications: the key of every object whose content changed — a new
+    /// resourceVersion seen by a watch or a TTL refresh, a deletion, or the creation of a
+    /// referenced object that was missing. Not sent for an object's first load. Nothing is
+    /// sent with [`Strategy::Get`] (it keeps no state).
+    pub fn subscribe(&self) -> broadcast::Receiver<ObjectKey> {
+        self.shared.notify.subscribe()
+    }
+
+    /// Whether a reflector runs for `namespace/name` right now (Watch only).
+    pub fn is_watching(&self, namespace: &str, name: &str) -> bool {
+        match &self.shared.backend {
+            Backend::Watch(store) => store.is_watching(&ObjectKey::new(namespace, name)),
+            _ => false,
+        }
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ManagerStats {
+        let registered_pods = self.lock_pods().len();
+        let (referenced_objects, running_watches) = match &self.shared.backend {
+            Backend::Get => (0, 0),
+            Backend::Cache(store) => (store.referenced(), 0),
+            Backend::Watch(store) => store.counts(),
+        };
+        ManagerStats {
+            registered_pods,
+            referenced_objects,
+            running_watches,
+            background_tasks: self.shared.tasks.tracker.len(),
+        }
+    }
+
+    /// Stop every background task and wait until all have ended (OM-21). Afterwards Watch
+    /// `get`s fail with [`Error::ShutDown`] except for immutable objects already in memory;
+    /// Get and Cache keep working (they need no task). Idempotent.
+    pub async fn shutdown(&self) {
+        let tasks = &self.shared.tasks;
+        tasks.root.cancel();
+        if let Backend::Watch(store) = &self.shared.backend {
+            store.stop_all();
+        }
+        tasks.tracker.close();
+        tasks.tracker.wait().await;
+    }
+
+    fn lock_pods(&self) -> MutexGuard<'_, HashMap<PodKey, Vec<String>>> {
+        self.shared.pods.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add_reference(&self, pod: &PodKey, name: &str) {
+        let key = ObjectKey::new(pod.namespace.clone(), name);
+        match &self.shared.backend {
+            Backend::Get => {}
+            Backend::Cache(store) => store.add_reference(&key),
+            Backend::Watch(store) => store.add_reference(&key, &pod.uid),
+        }
+    }
+
+    fn delete_reference(&self, pod: &PodKey, name: &str) {
+        let key = ObjectKey::new(pod.namespace.clone(), name);
+        match &self.shared.backend {
+            Backend::Get => {}
+            Backend::Cache(store) => store.delete_reference(&key),
+            Backend::Watch(store) => store.delete_reference(&key, &pod.uid),
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The per-object reflector: list, then watch from the list's resourceVersion, forever.
+//!
+//! Algorithm (markers `// (n)` below):
+//! 1. LIST `fieldSelector=metadata.name=<name>`; on error back off and list again.
+//! 2. Replace the cell's content with the listed object (or its absence); mark it synced.
+//! 3. WATCH from the last seen resourceVersion; apply each event to the cell.
+//! 4. `410 Gone` (as the answer or as an error event) → back to (1): relist.
+//! 5. Other errors, or a watch that ended within a second without any event → back off, then
+//!    watch again from the last resourceVersion (no relist: nothing is missed).
+//! 6. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
+//!    newer run wrote, so there is never more than one effective run per object.
+//!
+//! The task holds only a `Weak` reference to its cell and ends when the cell is dropped or its
+//! cancellation token fires.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Resource;
+use rand::Rng;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::ObjectKey;
+use crate::source::{ObjectSource, WatchEvent};
+
+/// What a reflector has seen of its object.
+pub(crate) struct CellState<K> {
+    /// Bumped whenever a reflector run is started or stopped; writes of older runs are dropped.
+    pub(crate) epoch: u64,
+    /// A full list completed since the current run started (or the item is immutable).
+    pub(crate) synced: bool,
+    /// The object, or `None` when it does not exist.
+    pub(crate) object: Option<Arc<K>>,
+    /// At least one list completed at some point: content changes are notifiable.
+    pub(crate) listed_once: bool,
+}
+
+/// One object's shared state: written by its reflector, read by `get`.
+pub(crate) struct Cell<K> {
+    pub(crate) state: watch::Sender<CellState<K>>,
+}
+
+impl<K> Cell<K> {
+    pub(crate) fn new() -> Arc<Self> {
+        let (state, _) = watch::channel(CellState {
+            epoch: 0,
+            synced: false,
+            object: None,
+            listed_once: false,
+        });
+        Arc::new(Cell { state })
+    }
+}
+
+/// Reconnect back-off: exponential, capped, with up to 100 % jitter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BackoffConfig {
+    pub(crate) initial: Duration,
+    pub(crate) max: Duration,
+}
+
+struct Backoff {
+    config: BackoffConfig,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(config: BackoffConfig) -> Self {
+        Backoff {
+            config,
+            next: config.initial,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.config.initial;
+    }
+
+    /// The next delay: the current step plus up to 100 % jitter, capped at `max`.
+    fn next_delay(&mut self) -> Duration {
+        let base = self.next;
+        self.next = (self.next * 2).min(self.config.max);
+        let jitter = base.mul_f64(rand::rng().random_range(0.0..1.0));
+        (base + jitter).min(self.config.max)
+    }
+}
+
+/// Everything one reflector run needs.
+pub(crate) struct Reflector<K> {
+    pub(crate) source: Arc<dyn ObjectSource<K>>,
+    pub(crate) key: ObjectKey,
+    pub(crate) kind: &'static str,
+    pub(crate) cell: Weak<Cell<K>>,
+    pub(crate) epoch: u64,
+    pub(crate) backoff: BackoffConfig,
+    pub(crate) notify: Option<broadcast::Sender<ObjectKey>>,
+}
+
+/// The reflector's exit reason.
+enum Stop {
+    /// The cell was dropped or a newer run owns it.
+    Superseded,
+}
+
+/// A watch that ends sooner than this without any event counts as a failure (5).
+const SHORT_WATCH: Duration = Duration::from_secs(1);
+
+impl<K: Resource + Send + Sync + 'static> Reflector<K> {
+    /// Runs until `cancel` fires or the cell goes away.
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let span = tracing::debug_span!("reflector", object.ref = %self.key, kind = self.kind);
+        async move {
+            tracing::debug!("reflector started");
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {}
+                Stop::Superseded = self.list_and_watch() => {}
+            }
+            tracing::debug!("reflector stopped");
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn list_and_watch(&self) -> Stop {
+        let (namespace, name) = (&self.key.namespace, &self.key.name);
+        let mut backoff = Backoff::new(self.backoff);
+        'relist: loop {
+            // (1)
+            let listed = match self.source.list(namespace, name).await {
+                Ok(listed) => listed,
+                Err(error) => {
+                    tracing::debug!(%error, "list failed");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue 'relist;
+                }
+            };
+            // (2)
+            let object = listed.object.map(Arc::new);
+            if !self.update(|s| {
+                let changed = s.listed_once && rv(&s.object) != rv(&object);
+                s.object = object;
+                s.synced = true;
+                s.listed_once = true;
+                changed
+            }) {
+                return Stop::Superseded;
+            }
+            backoff.reset();
+            let mut resource_version = listed.resource_version;
+
+            loop {
+                // (3)
+                let started = Instant::now();
+                let mut stream = match self.source.watch(namespace, name, &resource_version).await {
+                    Ok(stream) => stream,
+                    Err(error) if error.is_gone() => {
+                        tracing::debug!("watch expired, relisting"); // (4)
+                        continue 'relist;
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "watch failed");
+                        tokio::time::sleep(backoff.next_delay()).await; // (5)
+                        continue;
+                    }
+                };
+                let mut saw_event = false;
+                let mut failed = false;
+                while let Some(item) = stream.next().await {
+                    let applied = match item {
+                        Ok(WatchEvent::Applied(obj)) => {
+                            resource_version = obj_rv(&obj).unwrap_or(resource_version);
+                            let obj = Arc::new(obj);
+                            self.update(|s| {
+                                let changed = rv(&s.object) != Some(rv_of(&obj));
+                                s.object = Some(obj);
+                                changed
+                            })
+                        }
+                        Ok(WatchEvent::Deleted(obj)) => {
+                            resource_version = obj_rv(&obj).unwrap_or(resource_version);
+                            self.update(|s| s.object.take().is_some())
+                        }
+                        Ok(WatchEvent::Bookmark {
+                            resource_version: bookmark,
+                        }) => {
+                            resource_version = bookmark;
+                            true
+                        }
+                        Err(error) if error.is_gone() => {
+                            tracing::debug!("watch expired, relisting"); // (4)
+                            continue 'relist;
+                        }
+                        Err(error) => {
+                            tracing::debug!(%error, "watch stream failed");
+                            failed = true;
+                            break;
+                        }
+                    };
+                    if !applied {
+                        return Stop::Superseded;
+                    }
+                    saw_event = true;
+                    backoff.reset();
+                }
+                if failed || (!saw_event && started.elapsed() < SHORT_WATCH) {
+                    tokio::time::sleep(backoff.next_delay()).await; // (5)
+                }
+            }
+        }
+    }
+
+    /// Applies `f` to the cell if this run still owns it (6); `f` says whether the object's
+    /// content changed, which is then announced. `false` when the run is superseded.
+    fn update(&self, f: impl FnOnce(&mut CellState<K>) -> bool) -> bool {
+        let Some(cell) = self.cell.upgrade() else {
+            return false;
+        };
+        let mut owned = true;
+        let mut changed = false;
+        cell.state.send_if_modified(|s| {
+            if s.epoch != self.epoch {
+                owned = false;
+                return false;
+            }
+            changed = f(s);
+            true
+        });
+        if owned && changed {
+            tracing::debug!("object changed");
+            if let Some(notify) = &self.notify {
+                // No subscriber is fine.
+                let _ = notify.send(self.key.clone());
+            }
+        }
+        owned
+    }
+}
+
+fn obj_rv<K: Resource>(obj: &K) -> Option<String> {
+    obj.meta().resource_version.clone()
+}
+
+fn rv_of<K: Resource>(obj: &Arc<K>) -> Option<&str> {
+    obj.meta().resource_version.as_deref()
+}
+
+/// The resourceVersion of an optional object; `None` for a missing one.
+fn rv<K: Resource>(obj: &Option<Arc<K>>) -> Option<Option<&str>> {
+    obj.as_ref().map(rv_of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_jitters_within_one_step() {
+        let mut b = Backoff::new(BackoffConfig {
+            initial: Duration::from_millis(800),
+            max: Duration::from_secs(30),
+        });
+        let first = b.next_delay();
+        assert!(first >= Duration::from_millis(800) && first < Duration::from_millis(1600));
+        let second = b.next_delay();
+        assert!(second >= Duration::from_millis(1600) && second < Duration::from_millis(3200));
+        for _ in 0..20 {
+            assert!(b.next_delay() <= Duration::from_secs(30));
+        }
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(1600));
+    }
+}

@@ -1,0 +1,139 @@
+//! The seam between the managers and the API server: [`ObjectSource`] and what it returns.
+//!
+//! Two implementations: [`KubeSource`] (a real `kube::Client`) and, with the `test-util`
+//! feature, [`FakeSource`] (in memory, with request counters and fault injection). The
+//! managers' TTL, registration, reference-count and idle logic is written against this trait
+//! only, so it is unit-testable on paused tokio time.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+
+mod kube;
+pub use self::kube::KubeSource;
+
+#[cfg(any(test, feature = "test-util"))]
+mod fake;
+#[cfg(any(test, feature = "test-util"))]
+pub use self::fake::{FakeSource, Verb};
+
+/// How a GET may be served (spec OM-11 step 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// A quorum-consistent read (the API's default).
+    Quorum,
+    /// `resourceVersion=0`: the API server may answer from its watch cache.
+    WatchCache,
+}
+
+/// The result of listing one object by name (`fieldSelector=metadata.name=<name>`).
+#[derive(Clone)]
+pub struct Listed<K> {
+    /// The object, if it exists.
+    pub object: Option<K>,
+    /// The list's resourceVersion: where the following watch starts.
+    pub resource_version: String,
+}
+
+/// One event of a per-object watch.
+#[derive(Clone)]
+pub enum WatchEvent<K> {
+    /// The object was created or modified.
+    Applied(K),
+    /// The object was deleted (the payload is its last state).
+    Deleted(K),
+    /// A bookmark: nothing changed, the stream is at `resource_version`.
+    Bookmark {
+        /// The resourceVersion the watch has reached.
+        resource_version: String,
+    },
+}
+
+/// A per-object watch: events until the server ends the watch (`None`) or an error item.
+pub type WatchStream<K> = BoxStream<'static, Result<WatchEvent<K>, SourceError>>;
+
+/// Why a source request failed.
+#[derive(Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The API server answered with an error status (404, 410 Gone, 403, 500, ...).
+    #[error("the API server answered {code} {reason}: {message}")]
+    Status {
+        /// HTTP status code.
+        code: u16,
+        /// `Status.reason`, e.g. `NotFound`, `Expired`.
+        reason: String,
+        /// `Status.message`.
+        message: String,
+    },
+    /// No usable answer: connection refused or reset, time-out, undecodable body.
+    #[error("the API server could not be reached")]
+    Transport {
+        /// The client's error.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl SourceError {
+    /// A status error with `code`, `reason` and `message`.
+    pub fn status(code: u16, reason: &str, message: &str) -> Self {
+        SourceError::Status {
+            code,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// `410 Gone`: the requested resourceVersion is too old; the reflector must relist.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, SourceError::Status { code: 410, .. })
+    }
+}
+
+impl fmt::Debug for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the payload: status errors carry only the server's message.
+        match self {
+            SourceError::Status {
+                code,
+                reason,
+                message,
+            } => f
+                .debug_struct("Status")
+                .field("code", code)
+                .field("reason", reason)
+                .field("message", message)
+                .finish(),
+            SourceError::Transport { source } => f
+                .debug_struct("Transport")
+                .field("source", &source.to_string())
+                .finish(),
+        }
+    }
+}
+
+/// Where the managers read objects of kind `K` from.
+///
+/// `namespace` is empty for cluster-scoped kinds (the Node whose TTL annotation the Cache
+/// strategy reads). Every request names exactly one object, the only shape the Node
+/// authorizer permits for a node identity.
+#[async_trait::async_trait]
+pub trait ObjectSource<K>: Send + Sync + 'static {
+    /// GET one object.
+    async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError>;
+
+    /// LIST with `fieldSelector=metadata.name=<name>`: the object if it exists, and the list's
+    /// resourceVersion.
+    async fn list(&self, namespace: &str, name: &str) -> Result<Listed<K>, SourceError>;
+
+    /// WATCH with `fieldSelector=metadata.name=<name>` from `resource_version`. A `410 Gone`
+    /// (as the request's answer or as an error item of the stream) means "relist".
+    async fn watch(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<WatchStream<K>, SourceError>;
+}
