@@ -1,1 +1,158 @@
-//! Atomic projection of a payload of files into a volume directory (work in progress).
+//! Atomic projection of a payload of files into a directory, the way the kubelet updates
+//! ConfigMap and Secret volumes, made crash-safe.
+//!
+//! A [`Payload`] maps relative paths to [`FileProjection`]s (bytes, mode, optional owner). An
+//! [`AtomicWriter`] owns one target directory and replaces its whole contents with each
+//! [`write`](AtomicWriter::write): a process that reads files through the directory sees either
+//! the complete old payload or the complete new one, never a mix, never a torn file. Watchers
+//! see one `..data` rename per real change. The crate is synchronous `std::fs` code, knows
+//! nothing of Kubernetes, and runs on Unix (Linux is what it is tested on).
+//!
+//! ```
+//! use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriteOutcome, WriterConfig};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let mut writer = AtomicWriter::new(dir.path(), WriterConfig::default())?;
+//!
+//! let mut payload = Payload::new();
+//! payload.insert("app.conf", FileProjection::new(b"port = 8080\n".to_vec(), 0o644));
+//! payload.insert("tls/key.pem", FileProjection::new(b"-----BEGIN...".to_vec(), 0o600));
+//! assert_eq!(writer.write(&payload, None)?, WriteOutcome::Written);
+//! assert_eq!(std::fs::read(dir.path().join("app.conf"))?, b"port = 8080\n");
+//!
+//! // The same payload again changes nothing.
+//! assert_eq!(writer.write(&payload, None)?, WriteOutcome::Unchanged);
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout on disk
+//!
+//! The files live in a hidden *data directory* named after the UTC time of the write plus a
+//! random number. `..data` points to the current one; each top-level payload name is a symlink
+//! through `..data` (AW-9, AW-11). Payload `{podName, user/labels}`:
+//!
+//! ```text
+//! target/
+//! ├── ..2024_01_31_12_00_05.84130917/    data directory, mode 0755
+//! │   ├── ..nodelet_manifest            requested modes/owners (this crate only, see below)
+//! │   ├── podName                       real file, mode = payload mode
+//! │   └── user/labels                   real directories (0755) and files
+//! ├── ..data    -> ..2024_01_31_12_00_05.84130917
+//! ├── podName   -> ..data/podName
+//! └── user      -> ..data/user
+//! ```
+//!
+//! An update writes a complete new data directory next to the old one, renames a `..data_tmp`
+//! symlink over `..data` (one atomic `rename(2)`), then fixes up the visible symlinks and removes
+//! the old directory. Names starting with `..` are reserved for the writer.
+//!
+//! # The write algorithm
+//!
+//! [`AtomicWriter::write`] runs these steps; the code carries the same `// (n)` markers.
+//! Spec rule numbers (AW-n) refer to the kubelet behaviour this crate reproduces.
+//!
+//! 1. **Validate and clean** every key (AW-3, AW-4; see [`validate_path`]). The first failure
+//!    aborts the write with the kubelet's error text; nothing on disk has been touched.
+//! 2. **Inspect the target.** Read `..data` (absent means a first write). Fail with
+//!    [`Error::ForeignData`] if `..data` is not a symlink to a data directory, or with
+//!    [`Error::VisibleNameOccupied`] if a visible name the payload needs holds anything but
+//!    our symlink. Remove a stale `..data_tmp` symlink left by a crash.
+//! 3. **Paths to remove** (AW-8): entries of the current data directory that are neither
+//!    payload paths nor their ancestors.
+//! 4. **Change detection** (AW-7): the payload differs if any file is missing, is not a regular
+//!    file, or has other bytes, mode or owner. If nothing differs and nothing is to be removed,
+//!    skip to step 10 ([`WriteOutcome::Unchanged`]).
+//! 5. **Create the new data directory**, mode exactly 0755.
+//! 6. **Write every file**: parent directories 0755, the bytes, `chown` to `fs_user` (gid
+//!    unchanged), the mode exactly (umask-independent), `fsync`; then the manifest.
+//! 7. **Call `set_perms`** with the new data directory's path, then `fsync` its directories.
+//! 8. **Create `..data_tmp`** pointing to the new data directory; `fsync` the target.
+//! 9. **Rename `..data_tmp` over `..data`** (the atomic switch); `fsync` the target.
+//! 10. **Create missing visible symlinks** `name -> ..data/name` (AW-9).
+//! 11. **Remove stale visible symlinks**: our symlinks whose name the payload no longer has
+//!     (AW-10); `fsync` the target if 10 or 11 changed anything.
+//! 12. **Remove old data directories**: the previous one and orphans of crashed writes.
+//!
+//! A failure in steps 5–9 removes the new data directory (and `..data_tmp`) before returning;
+//! `..data` still points to the old, complete data. A failure after step 9 leaves the new data
+//! in place; the next write finishes the job.
+//!
+//! # Where this crate goes beyond the kubelet
+//!
+//! Everything observable is the kubelet's (layout, validation order and texts, AW-1 … AW-11)
+//! except these deliberate differences:
+//!
+//! 1. **Durability.** With [`WriterConfig::fsync`] (the default), file contents, the new data
+//!    directory and the target directory are `fsync`ed before and after the `..data` swap, and
+//!    the old data directory is only deleted after the swap is durable. A power loss therefore
+//!    never exposes empty or torn files. The kubelet does not `fsync`. Turn it off for tmpfs.
+//! 2. **Recovery.** A stale `..data_tmp` (crash between steps 8 and 9) is removed instead of
+//!    failing every later changing write (upstream quirk); data directories not referenced by
+//!    `..data` are removed after every successful write; missing visible symlinks are recreated
+//!    even when the payload is unchanged; our visible symlinks left dangling by a crash are
+//!    removed.
+//! 3. **Mode and owner changes are applied.** The kubelet compares only contents (AW-7), so a
+//!    mode-only change never reaches an existing volume. Here a change of mode or `fs_user`
+//!    produces a new data directory, atomically, like a content change. To make this immune to a
+//!    `set_perms` hook that adjusts modes afterwards (fsGroup adds group bits), each data
+//!    directory holds a small manifest, `..nodelet_manifest`, with the requested mode and owner
+//!    of every file; without a manifest (a directory written by the kubelet) the modes on disk
+//!    are compared. A path that is a directory in the old data but a file in the payload is a
+//!    change, not an error (upstream fails non-deterministically).
+//! 4. **Hostile target contents.** If a visible name the payload needs is occupied by something
+//!    that is not our symlink, or `..data` / `..data_tmp` is not a symlink of ours, the write
+//!    fails with a clear error and changes nothing (the kubelet silently skips such names).
+//!    Stale-name removal touches only our own symlinks; old-directory removal only real
+//!    directories with the data directory name shape.
+//! 5. **Stricter validation**, reported before the disk is touched where the kubelet fails
+//!    half-way: a key that *cleans* to a reserved name (`./..data`) or to `.`, a key with a NUL
+//!    byte, a mode above `0o7777`, and a file that is also another path's parent directory
+//!    ([`Error::PathConflict`]). Two raw keys that clean to the same path are resolved
+//!    deterministically: the one greatest in byte order wins.
+//! 6. **Failed writes clean up** the new data directory immediately (the kubelet leaves it
+//!    behind after step 6 or 7 failures).
+//! 7. **`set_perms` receives the full path** of the new data directory, not its base name.
+//!
+//! # Contracts
+//!
+//! * **One writer per directory.** [`AtomicWriter::write`] takes `&mut self`: writes through
+//!   one writer are sequential by construction. Two writers (or processes) on one directory
+//!   are not supported and can remove each other's data directories.
+//! * **Blocking.** Plain `std::fs`; from async code use `tokio::task::spawn_blocking`.
+//! * **Idempotent.** Writing an unchanged payload touches nothing (except repairs, above).
+//! * **Secrets.** [`FileProjection`] and [`Payload`] redact file contents in `Debug`; tracing
+//!   events carry paths, counts and byte totals only.
+//! * **Ownership.** `fs_user` is applied with `chown` (uid only). Changing to another uid needs
+//!   `CAP_CHOWN`; tests use the current uid.
+//!
+//! # Reading
+//!
+//! [`read_visible`] returns what a container sees through the visible names (path → bytes and
+//! mode); it is the oracle of this crate's tests and handy in callers' tests.
+//!
+//! # Testing seam
+//!
+//! `WriterConfig::fault_hook` (hidden from the docs, not a stable API) lets crash tests fail
+//! or abort the writer at every disk mutation; see `tests/writer/crash.rs`.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+#![cfg(unix)]
+
+mod config;
+mod error;
+mod layout;
+mod payload;
+mod validate;
+mod writer;
+
+pub use config::WriterConfig;
+#[doc(hidden)]
+pub use config::fault;
+pub use error::{Error, InvalidPath};
+pub use layout::{DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, read_visible};
+pub use payload::{FileProjection, Payload};
+pub use validate::{MAX_FILE_NAME_LEN, MAX_MODE, MAX_PATH_LEN, clean_path, validate_path};
+pub use writer::{AtomicWriter, SetPerms, WriteOutcome};

@@ -1,0 +1,108 @@
+//! Writer options ([`WriterConfig`]) and the hidden fault-injection seam used by crash tests.
+
+use std::fmt;
+use std::io;
+
+/// Options of an [`AtomicWriter`](crate::AtomicWriter).
+///
+/// ```
+/// use nodelet_atomic_writer::WriterConfig;
+/// let config = WriterConfig::default().fsync(false);
+/// assert!(!config.fsync);
+/// let same = WriterConfig { fsync: false, ..WriterConfig::default() };
+/// assert_eq!(same.fsync, config.fsync);
+/// ```
+#[derive(Clone)]
+pub struct WriterConfig {
+    /// `fsync` file contents, the new data directory and the target directory before and after
+    /// the `..data` swap, so a power loss never exposes empty or torn files.
+    ///
+    /// Default: `true`. Turn it off for data that is rebuilt after a reboot anyway (tmpfs
+    /// volumes, tests), where it only costs latency.
+    pub fsync: bool,
+    /// Test-only seam, see [`fault`]. Not part of the stable API.
+    #[doc(hidden)]
+    pub fault_hook: Option<fault::FaultHook>,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        Self {
+            fsync: true,
+            fault_hook: None,
+        }
+    }
+}
+
+impl WriterConfig {
+    /// Sets [`WriterConfig::fsync`].
+    #[must_use]
+    pub fn fsync(mut self, enabled: bool) -> Self {
+        self.fsync = enabled;
+        self
+    }
+
+    /// Installs a fault hook (test-only seam, see [`fault`]).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn fault_hook(mut self, hook: fault::FaultHook) -> Self {
+        self.fault_hook = Some(hook);
+        self
+    }
+
+    pub(crate) fn inject(&self, point: fault::FaultPoint) -> io::Result<()> {
+        match &self.fault_hook {
+            Some(hook) => hook(point),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for WriterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterConfig")
+            .field("fsync", &self.fsync)
+            .field("fault_hook", &self.fault_hook.as_ref().map(|_| "<hook>"))
+            .finish()
+    }
+}
+
+/// Test-only seam for crash-consistency tests. **Not part of the stable API**: it may change in
+/// any release.
+///
+/// The writer calls the hook right before each disk mutation of the algorithm, naming the
+/// point. A hook that returns `Err` makes that mutation fail as a real I/O error would (the
+/// writer's own error handling runs); a hook that panics stops the writer on the spot, like a
+/// crash (tests catch the unwind and inspect the directory).
+#[doc(hidden)]
+pub mod fault {
+    use std::io;
+    use std::sync::Arc;
+
+    /// The hook: called with each [`FaultPoint`] as the writer reaches it.
+    pub type FaultHook = Arc<dyn Fn(FaultPoint) -> io::Result<()> + Send + Sync>;
+
+    /// Places where the writer calls the hook, named after the step (crate docs) they precede.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum FaultPoint {
+        /// (2) before removing a stale `..data_tmp`.
+        RemoveStaleDataTmp,
+        /// (5) before creating the new data directory.
+        CreateDataDir,
+        /// (6) before each payload file (and the manifest) is written.
+        WriteFile,
+        /// (7) before the durability `fsync` of the new data directory tree.
+        SyncDataDir,
+        /// (8) before creating `..data_tmp`.
+        CreateDataTmp,
+        /// (9) before renaming `..data_tmp` over `..data`.
+        SwapData,
+        /// (10) before each user-visible symlink is created.
+        CreateVisibleLink,
+        /// (11) before each stale user-visible symlink is removed.
+        RemoveVisibleLink,
+        /// (12) before each old data directory is removed.
+        RemoveOldDataDir,
+    }
+}

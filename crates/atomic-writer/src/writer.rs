@@ -1,0 +1,608 @@
+//! [`AtomicWriter`]: the write algorithm of the crate docs, steps (1)-(12).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::WriterConfig;
+use crate::config::fault::FaultPoint;
+use crate::error::Error;
+use crate::layout::{
+    self, DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, ManifestEntry, describe, is_data_dir_name,
+    is_our_visible_link, visible_link_target,
+};
+use crate::payload::{FileProjection, Payload};
+use crate::validate::validate_payload;
+
+/// Mode of data directories and of directories inside them (AW-5 step 5), umask-independent.
+const DIR_MODE: u32 = 0o755;
+/// How many names to try when a new data directory name is already taken.
+const CREATE_ATTEMPTS: usize = 16;
+
+/// Writes payloads into one target directory atomically (see the crate docs).
+///
+/// Holding the writer by `&mut` is what makes writes to its directory sequential: create one
+/// writer per directory and never let two processes or two writers share a directory.
+#[derive(Debug)]
+pub struct AtomicWriter {
+    target: PathBuf,
+    config: WriterConfig,
+}
+
+/// What [`AtomicWriter::write`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use]
+pub enum WriteOutcome {
+    /// A new data directory was written and swapped in (`..data` changed).
+    Written,
+    /// The payload equals the current data (content, mode and owner): `..data` was left alone.
+    /// Missing user-visible symlinks may still have been recreated.
+    Unchanged,
+}
+
+/// The callback [`AtomicWriter::write`] takes to adjust ownership or modes of the new data
+/// directory before it becomes visible (e.g. fsGroup).
+pub type SetPerms<'a> = &'a mut dyn FnMut(&Path) -> io::Result<()>;
+
+impl AtomicWriter {
+    /// A writer for `target_dir`, which must exist (AW-1). Only "does not exist" fails; other
+    /// `stat` errors are left for [`write`](Self::write) to report, as the kubelet does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TargetMissing`] if `target_dir` does not exist.
+    pub fn new(target_dir: &Path, config: WriterConfig) -> Result<Self, Error> {
+        if let Err(e) = fs::metadata(target_dir)
+            && e.kind() == io::ErrorKind::NotFound
+        {
+            return Err(Error::TargetMissing {
+                path: target_dir.to_path_buf(),
+            });
+        }
+        Ok(Self {
+            target: target_dir.to_path_buf(),
+            config,
+        })
+    }
+
+    /// The directory this writer projects into.
+    pub fn target_dir(&self) -> &Path {
+        &self.target
+    }
+
+    /// The writer's options.
+    pub fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
+    /// Projects `payload` into the target directory, atomically (steps (1)-(12) of the crate
+    /// docs).
+    ///
+    /// `set_perms`, if given, is called once with the **full path of the new data directory**
+    /// after every file is written and before anything becomes visible (step 7); it is not
+    /// called when the payload is unchanged. (The kubelet passes the directory's base name;
+    /// fsGroup hooks usually ignore the argument and walk the whole target directory.)
+    ///
+    /// Blocking: call it from `spawn_blocking` in async code. Idempotent: writing the same
+    /// payload again returns [`WriteOutcome::Unchanged`] and touches nothing but missing
+    /// visible symlinks and leftovers of a crash.
+    ///
+    /// # Errors
+    ///
+    /// Validation errors ([`Error::is_invalid_payload`]) before anything on disk changes;
+    /// [`Error::ForeignData`] / [`Error::VisibleNameOccupied`] if the target holds entries this
+    /// writer did not create (nothing changes either); otherwise the variant of the step that
+    /// failed. After any error, readers still see the complete old or the complete new payload
+    /// and the next write converges.
+    pub fn write(
+        &mut self,
+        payload: &Payload,
+        set_perms: Option<SetPerms<'_>>,
+    ) -> Result<WriteOutcome, Error> {
+        let span = tracing::debug_span!(
+            "atomic write",
+            target = %self.target.display(),
+            files = payload.len(),
+            bytes = payload.total_bytes(),
+        );
+        let _entered = span.enter();
+
+        // (1) Validate every key and clean it; nothing on disk is touched yet.
+        let files = validate_payload(payload)?;
+        let visible: BTreeSet<&str> = files.keys().map(|p| top_level(p)).collect();
+
+        // (2) Read `..data`, refuse foreign contents, drop a stale `..data_tmp`.
+        let old = self.current_data_dir()?;
+        self.check_visible_names(&visible)?;
+        self.remove_stale_data_tmp()?;
+
+        // (3) Paths of the current data that the payload no longer has.
+        // (4) Does the payload differ from the current data?
+        let changed = match &old {
+            None => true,
+            Some(name) => {
+                let old_dir = self.target.join(name);
+                let to_remove = layout::paths_to_remove(&old_dir, files.keys().map(String::as_str))
+                    .map_err(|cause| Error::ListCurrentData {
+                        path: old_dir.clone(),
+                        cause,
+                    })?;
+                !to_remove.is_empty() || differs(&old_dir, &files)?
+            }
+        };
+
+        let current = if changed {
+            // (5)-(9) Write a new data directory and swap it in.
+            self.swap_in(&files, set_perms)?
+        } else {
+            tracing::debug!("payload unchanged");
+            old.unwrap_or_default()
+        };
+
+        // (10) Create missing user-visible symlinks.
+        let mut touched = self.create_visible_links(&visible)?;
+        // (11) Remove user-visible symlinks the payload no longer has.
+        touched |= self.remove_stale_visible_links(&visible)?;
+        if touched && self.config.fsync {
+            sync_dir(&self.target)?;
+        }
+
+        // (12) Remove the old data directory and any orphan left by a crash.
+        self.remove_old_data_dirs(&current)?;
+
+        tracing::debug!(changed, "atomic write done");
+        Ok(if changed {
+            WriteOutcome::Written
+        } else {
+            WriteOutcome::Unchanged
+        })
+    }
+
+    /// (2) The name of the data directory `..data` points to, if any.
+    fn current_data_dir(&self) -> Result<Option<String>, Error> {
+        let link = self.target.join(DATA_DIR_NAME);
+        let meta = match fs::symlink_metadata(&link) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(cause) => return Err(Error::ReadDataLink { path: link, cause }),
+        };
+        if !meta.file_type().is_symlink() {
+            let found = describe(&meta, &link);
+            return Err(Error::ForeignData { path: link, found });
+        }
+        let pointee = fs::read_link(&link).map_err(|cause| Error::ReadDataLink {
+            path: link.clone(),
+            cause,
+        })?;
+        match pointee.to_str() {
+            Some(name) if is_data_dir_name(name) => Ok(Some(name.to_owned())),
+            _ => Err(Error::ForeignData {
+                found: format!("a symlink to {}", pointee.display()),
+                path: link,
+            }),
+        }
+    }
+
+    /// (2) Every visible name the payload needs is free or already our symlink.
+    fn check_visible_names(&self, visible: &BTreeSet<&str>) -> Result<(), Error> {
+        for name in visible {
+            let path = self.target.join(name);
+            match fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(cause) => return Err(Error::CreateVisibleLink { path, cause }),
+                Ok(meta) => {
+                    if !is_our_visible_link(&path, name).unwrap_or(false) {
+                        let found = describe(&meta, &path);
+                        return Err(Error::VisibleNameOccupied { path, found });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// (2) Removes a `..data_tmp` symlink left by a crash between steps 8 and 9.
+    fn remove_stale_data_tmp(&self) -> Result<(), Error> {
+        let path = self.target.join(DATA_TMP_NAME);
+        match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(cause) => Err(Error::RemoveStaleDataTmp { path, cause }),
+            Ok(meta) if !meta.file_type().is_symlink() => {
+                let found = describe(&meta, &path);
+                Err(Error::ForeignData { path, found })
+            }
+            Ok(_) => {
+                tracing::debug!("removing stale ..data_tmp");
+                self.config
+                    .inject(FaultPoint::RemoveStaleDataTmp)
+                    .and_then(|()| fs::remove_file(&path))
+                    .map_err(|cause| Error::RemoveStaleDataTmp { path, cause })
+            }
+        }
+    }
+
+    /// (5)-(9) Writes a new data directory and makes `..data` point to it. Returns its name.
+    /// On failure, removes what it created; `..data` then still points to the old data.
+    fn swap_in(
+        &self,
+        files: &BTreeMap<String, &FileProjection>,
+        set_perms: Option<SetPerms<'_>>,
+    ) -> Result<String, Error> {
+        // (5) Create the new data directory, mode exactly 0755.
+        let (name, dir) = self.create_data_dir()?;
+        let result = self
+            .fill_data_dir(&dir, files, set_perms)
+            .and_then(|()| self.publish(&name));
+        match result {
+            Ok(()) => Ok(name),
+            Err(e) => {
+                // Best effort: a leftover is removed by step (12) of the next write.
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// (5) Creates `..<timestamp>.<random>` with mode 0755.
+    fn create_data_dir(&self) -> Result<(String, PathBuf), Error> {
+        let mut last = None;
+        for _ in 0..CREATE_ATTEMPTS {
+            let name = layout::new_data_dir_name();
+            let dir = self.target.join(&name);
+            let created = self
+                .config
+                .inject(FaultPoint::CreateDataDir)
+                .and_then(|()| DirBuilder::new().mode(DIR_MODE).create(&dir));
+            match created {
+                Ok(()) => {
+                    set_mode(&dir, DIR_MODE)?;
+                    return Ok((name, dir));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((dir, e)),
+                Err(cause) => return Err(Error::CreateDataDir { path: dir, cause }),
+            }
+        }
+        let (path, cause) = last.unwrap_or_else(|| {
+            (
+                self.target.clone(),
+                io::Error::from(io::ErrorKind::AlreadyExists),
+            )
+        });
+        Err(Error::CreateDataDir { path, cause })
+    }
+
+    /// (6) and (7): files, manifest, `set_perms`, then the durability syncs of the new tree.
+    fn fill_data_dir(
+        &self,
+        dir: &Path,
+        files: &BTreeMap<String, &FileProjection>,
+        set_perms: Option<SetPerms<'_>>,
+    ) -> Result<(), Error> {
+        // (6) Parent directories (0755), then each file with its exact mode and owner.
+        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        for (relative, file) in files {
+            let path = dir.join(relative);
+            if let Some(parent) = Path::new(relative).parent() {
+                let mut current = dir.to_path_buf();
+                for element in parent.components() {
+                    current.push(element);
+                    if dirs.insert(current.clone()) {
+                        create_dir(&current)?;
+                    }
+                }
+            }
+            self.config
+                .inject(FaultPoint::WriteFile)
+                .map_err(|cause| Error::WriteFile {
+                    path: path.clone(),
+                    cause,
+                })?;
+            write_file(&path, file, self.config.fsync)?;
+        }
+        let manifest = dir.join(MANIFEST_NAME);
+        self.config
+            .inject(FaultPoint::WriteFile)
+            .map_err(|cause| Error::WriteFile {
+                path: manifest.clone(),
+                cause,
+            })?;
+        let manifest_file = FileProjection::new(layout::encode_manifest(files), 0o644);
+        write_file(&manifest, &manifest_file, self.config.fsync)?;
+
+        // (7) The caller's permission hook, on the full path of the new data directory.
+        if let Some(hook) = set_perms {
+            hook(dir).map_err(|cause| Error::SetPerms {
+                path: dir.to_path_buf(),
+                cause,
+            })?;
+        }
+        if self.config.fsync {
+            self.config
+                .inject(FaultPoint::SyncDataDir)
+                .map_err(|cause| Error::Sync {
+                    path: dir.to_path_buf(),
+                    cause,
+                })?;
+            for sub in dirs.iter().rev() {
+                sync_dir(sub)?;
+            }
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// (8) and (9): `..data_tmp` → new dir, renamed over `..data`, both made durable.
+    fn publish(&self, name: &str) -> Result<(), Error> {
+        // (8) Point `..data_tmp` at the new data directory.
+        let tmp = self.target.join(DATA_TMP_NAME);
+        self.config
+            .inject(FaultPoint::CreateDataTmp)
+            .and_then(|()| std::os::unix::fs::symlink(name, &tmp))
+            .map_err(|cause| Error::CreateDataTmp {
+                path: tmp.clone(),
+                cause,
+            })?;
+        let swapped = (|| {
+            if self.config.fsync {
+                sync_dir(&self.target)?;
+            }
+            // (9) Atomically replace `..data`.
+            self.config
+                .inject(FaultPoint::SwapData)
+                .and_then(|()| fs::rename(&tmp, self.target.join(DATA_DIR_NAME)))
+                .map_err(|cause| Error::SwapData {
+                    path: tmp.clone(),
+                    cause,
+                })
+        })();
+        if let Err(e) = swapped {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if self.config.fsync {
+            sync_dir(&self.target)?;
+        }
+        Ok(())
+    }
+
+    /// (10) Creates `name -> ..data/name` for every top-level payload name that lacks it.
+    fn create_visible_links(&self, visible: &BTreeSet<&str>) -> Result<bool, Error> {
+        let mut touched = false;
+        for name in visible {
+            let path = self.target.join(name);
+            match fs::symlink_metadata(&path) {
+                Ok(meta) => {
+                    if !is_our_visible_link(&path, name).unwrap_or(false) {
+                        let found = describe(&meta, &path);
+                        return Err(Error::VisibleNameOccupied { path, found });
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.config
+                        .inject(FaultPoint::CreateVisibleLink)
+                        .and_then(|()| std::os::unix::fs::symlink(visible_link_target(name), &path))
+                        .map_err(|cause| Error::CreateVisibleLink { path, cause })?;
+                    touched = true;
+                }
+                Err(cause) => return Err(Error::CreateVisibleLink { path, cause }),
+            }
+        }
+        Ok(touched)
+    }
+
+    /// (11) Removes every top-level symlink of ours (`x -> ..data/x`) whose name the payload no
+    /// longer has. Other entries are never touched. Continues past failures and returns the
+    /// last one (AW-10).
+    fn remove_stale_visible_links(&self, visible: &BTreeSet<&str>) -> Result<bool, Error> {
+        let mut touched = false;
+        let mut last_error = None;
+        let entries = fs::read_dir(&self.target).map_err(|cause| Error::RemoveVisibleLink {
+            path: self.target.clone(),
+            cause,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|cause| Error::RemoveVisibleLink {
+                path: self.target.clone(),
+                cause,
+            })?;
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str() else {
+                continue;
+            };
+            if name.starts_with("..") || visible.contains(name) {
+                continue;
+            }
+            let path = entry.path();
+            if !is_our_visible_link(&path, name).unwrap_or(false) {
+                continue;
+            }
+            let removed = self
+                .config
+                .inject(FaultPoint::RemoveVisibleLink)
+                .and_then(|()| fs::remove_file(&path));
+            match removed {
+                Ok(()) => touched = true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(cause) => last_error = Some(Error::RemoveVisibleLink { path, cause }),
+            }
+        }
+        last_error.map_or(Ok(touched), Err)
+    }
+
+    /// (12) Removes every data directory other than `current` (the old one and orphans of
+    /// crashed writes). Only real directories with the data directory name shape are removed.
+    fn remove_old_data_dirs(&self, current: &str) -> Result<(), Error> {
+        let mut first_error = None;
+        let entries = fs::read_dir(&self.target).map_err(|cause| Error::RemoveOldDataDir {
+            path: self.target.clone(),
+            cause,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|cause| Error::RemoveOldDataDir {
+                path: self.target.clone(),
+                cause,
+            })?;
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str() else {
+                continue;
+            };
+            if name == current || !is_data_dir_name(name) {
+                continue;
+            }
+            let path = entry.path();
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            tracing::debug!(dir = name, "removing old data directory");
+            let removed = self
+                .config
+                .inject(FaultPoint::RemoveOldDataDir)
+                .and_then(|()| fs::remove_dir_all(&path));
+            match removed {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(cause) => {
+                    first_error.get_or_insert(Error::RemoveOldDataDir { path, cause });
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The first element of a cleaned payload path.
+fn top_level(path: &str) -> &str {
+    path.split('/').next().unwrap_or(path)
+}
+
+/// (4) Whether any payload file is missing from `old_dir`, is not a regular file there, or has
+/// other bytes, mode or owner. Mode and owner are compared with the manifest when the old data
+/// directory has one (so `set_perms` changes do not count), else with the files on disk.
+fn differs(old_dir: &Path, files: &BTreeMap<String, &FileProjection>) -> Result<bool, Error> {
+    let manifest = layout::read_manifest(old_dir).map_err(|cause| Error::CompareCurrentData {
+        path: old_dir.join(MANIFEST_NAME),
+        cause,
+    })?;
+    for (relative, file) in files {
+        let path = old_dir.join(relative);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+            Err(cause) => return Err(Error::CompareCurrentData { path, cause }),
+        };
+        if !meta.is_file() || meta.len() != file.data.len() as u64 {
+            return Ok(true);
+        }
+        let recorded: Option<ManifestEntry> = match &manifest {
+            Some(entries) => match entries.get(relative) {
+                Some(entry) => Some(*entry),
+                None => return Ok(true),
+            },
+            None => None,
+        };
+        let (mode, owner_matches) = match recorded {
+            Some((mode, uid)) => (mode, uid == file.fs_user),
+            None => (
+                meta.permissions().mode() & 0o7777,
+                file.fs_user.is_none_or(|uid| uid == meta.uid()),
+            ),
+        };
+        if mode != file.mode || !owner_matches {
+            return Ok(true);
+        }
+        if !same_contents(&path, &file.data).map_err(|cause| Error::CompareCurrentData {
+            path: path.clone(),
+            cause,
+        })? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Compares a file with `expected` in chunks, stopping at the first difference.
+fn same_contents(path: &Path, expected: &[u8]) -> io::Result<bool> {
+    let mut file = File::open(path)?;
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut offset = 0;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            return Ok(offset == expected.len());
+        }
+        let Some(want) = expected.get(offset..offset + read) else {
+            return Ok(false);
+        };
+        if buffer.get(..read) != Some(want) {
+            return Ok(false);
+        }
+        offset += read;
+    }
+}
+
+/// (6) A parent directory inside the new data directory, mode exactly 0755.
+fn create_dir(path: &Path) -> Result<(), Error> {
+    match DirBuilder::new().mode(DIR_MODE).create(path) {
+        Ok(()) => set_mode(path, DIR_MODE),
+        Err(cause) => Err(Error::CreateDir {
+            path: path.to_path_buf(),
+            cause,
+        }),
+    }
+}
+
+/// (6) Creates `path` (which must not exist), writes the data, `chown`s to `fs_user` (gid
+/// unchanged), sets the mode exactly (umask independent; after `chown`, which may clear
+/// set-id bits), and syncs the inode if asked.
+fn write_file(path: &Path, file: &FileProjection, sync: bool) -> Result<(), Error> {
+    let wrap = |cause| Error::WriteFile {
+        path: path.to_path_buf(),
+        cause,
+    };
+    let mut handle = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(file.mode)
+        .open(path)
+        .map_err(wrap)?;
+    handle.write_all(&file.data).map_err(wrap)?;
+    if let Some(uid) = file.fs_user {
+        std::os::unix::fs::fchown(&handle, Some(uid), None).map_err(|cause| Error::Chown {
+            path: path.to_path_buf(),
+            uid,
+            cause,
+        })?;
+    }
+    handle
+        .set_permissions(fs::Permissions::from_mode(file.mode))
+        .map_err(|cause| Error::SetMode {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+    if sync {
+        handle.sync_all().map_err(|cause| Error::Sync {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+    }
+    Ok(())
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|cause| Error::SetMode {
+        path: path.to_path_buf(),
+        cause,
+    })
+}
+
+/// `fsync` of a directory, making its entries (creations, renames, removals) durable.
+fn sync_dir(path: &Path) -> Result<(), Error> {
+    File::open(path)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|cause| Error::Sync {
+            path: path.to_path_buf(),
+            cause,
+        })
+}
