@@ -15,6 +15,9 @@ pub mod source;
 mod ttl;
 mod watch;
 
+#[cfg(test)]
+mod testutil;
+
 pub use config::{ManagerConfig, ObjectKey, Strategy};
 pub use error::Error;
 pub use kind::ManagedObject;

@@ -58,6 +58,15 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Tasks {
+            handle: Handle::current(),
+            tracker: TaskTracker::new(),
+            root: CancellationToken::new(),
+        }
+    }
+
     pub(crate) fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
@@ -341,6 +350,165 @@ impl<K: ManagedObject> Manager<K> {
             Backend::Get => {}
             Backend::Cache(store) => store.delete_reference(&key),
             Backend::Watch(store) => store.delete_reference(&key, &pod.uid),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, HashMap};
+
+    use k8s_openapi::api::core::v1::Secret;
+    use proptest::prelude::{ProptestConfig, Strategy as _, prop_oneof, proptest};
+    use proptest::strategy::BoxedStrategy;
+
+    use super::*;
+    use crate::source::{FakeSource, Verb};
+    use crate::testutil::{manager, pod, secret, settle, value};
+
+    #[tokio::test(start_paused = true)]
+    async fn om6_get_strategy_issues_a_live_get_per_call_and_needs_no_registration() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let m = manager(Strategy::Get, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert_eq!(
+            m.get("ns", "s1").await.map(|s| value(&s)).ok().as_deref(),
+            Some("v1")
+        );
+        fake.apply("ns", secret("s1", "v2", false));
+        assert_eq!(
+            m.get("ns", "s1").await.map(|s| value(&s)).ok().as_deref(),
+            Some("v2")
+        );
+        let err = m.get("ns", "nope").await.err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some(r#"secrets "nope" not found"#));
+        assert_eq!(fake.total(Verb::Get), 3);
+        assert_eq!(fake.watch_cache_gets(), 0, "default (quorum) GETs");
+        assert_eq!(m.stats(), ManagerStats::default());
+    }
+
+    #[tokio::test]
+    async fn manager_debug_output_shows_counters_and_never_payloads() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "hunter2", false));
+        let m = manager(Strategy::Watch, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_ok());
+        let debug = format!("{m:?}");
+        assert!(debug.contains("registered_pods: 1"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("104, 117"),
+            "{debug}"
+        );
+        m.shutdown().await;
+    }
+
+    #[test]
+    fn building_a_manager_outside_a_runtime_is_an_error() {
+        let fake = FakeSource::<Secret>::new();
+        let r = SecretManager::with_sources(Arc::new(fake), None, ManagerConfig::default());
+        assert!(matches!(r, Err(Error::NoRuntime)));
+    }
+
+    const PODS: usize = 6;
+    const OBJECTS: usize = 5;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Register { pod: usize, names: BTreeSet<usize> },
+        Unregister { pod: usize },
+        Get { object: usize },
+    }
+
+    fn op() -> BoxedStrategy<Op> {
+        prop_oneof![
+            3 => (0..PODS, proptest::collection::btree_set(0..OBJECTS, 0..4))
+                .prop_map(|(pod, names)| Op::Register { pod, names }),
+            2 => (0..PODS).prop_map(|pod| Op::Unregister { pod }),
+            1 => (0..OBJECTS).prop_map(|object| Op::Get { object }),
+        ]
+        .boxed()
+    }
+
+    fn test_pod(i: usize, names: &BTreeSet<usize>) -> Pod {
+        let names: Vec<String> = names.iter().map(|n| format!("o{n}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        pod("ns", &format!("p{i}"), &format!("u{i}"), &refs)
+    }
+
+    /// Watch strategy against a `HashMap` model: a watch runs exactly while some registered
+    /// pod references the object, counts never go negative, no task outlives its watch.
+    async fn run_model(ops: Vec<Op>) {
+        let fake = FakeSource::new();
+        for o in (0..OBJECTS).step_by(2) {
+            fake.apply("ns", secret(&format!("o{o}"), "v", false));
+        }
+        let m = manager(Strategy::Watch, &fake, None);
+        let mut model: HashMap<usize, BTreeSet<usize>> = HashMap::new();
+        for op in ops {
+            match &op {
+                Op::Register { pod, names } => {
+                    m.register_pod(&test_pod(*pod, names));
+                    model.insert(*pod, names.clone());
+                }
+                Op::Unregister { pod } => {
+                    // The argument's spec is irrelevant (OM-9): pass an empty one.
+                    m.unregister_pod(&test_pod(*pod, &BTreeSet::new()));
+                    model.remove(pod);
+                }
+                Op::Get { object } => {
+                    let referenced = model.values().any(|n| n.contains(object));
+                    let got = m.get("ns", &format!("o{object}")).await;
+                    match (referenced, object % 2 == 0) {
+                        (false, _) => assert!(matches!(got, Err(Error::NotRegistered { .. }))),
+                        (true, true) => assert!(got.is_ok(), "{op:?}: {got:?}"),
+                        (true, false) => assert!(got.err().is_some_and(|e| e.is_not_found())),
+                    }
+                }
+            }
+            let referenced: BTreeSet<usize> = model.values().flatten().copied().collect();
+            for o in 0..OBJECTS {
+                let watching = m.is_watching("ns", &format!("o{o}"));
+                assert_eq!(
+                    watching,
+                    referenced.contains(&o),
+                    "object o{o} after {op:?}"
+                );
+            }
+            let stats = m.stats();
+            assert_eq!(stats.registered_pods, model.len());
+            assert_eq!(stats.referenced_objects, referenced.len());
+            settle().await;
+            let stats = m.stats();
+            assert_eq!(
+                stats.background_tasks,
+                stats.running_watches + 1,
+                "leak after {op:?}"
+            );
+            assert_eq!(fake.open_watches(), stats.running_watches);
+        }
+        for pod in 0..PODS {
+            m.unregister_pod(&test_pod(pod, &BTreeSet::new()));
+        }
+        assert_eq!(m.stats().referenced_objects, 0);
+        m.shutdown().await;
+        assert_eq!(m.stats().background_tasks, 0);
+        assert_eq!(fake.open_watches(), 0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn random_register_unregister_sequences_match_the_model(
+            ops in proptest::collection::vec(op(), 1..40)
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap_or_else(|e| panic!("runtime: {e}"));
+            rt.block_on(run_model(ops));
         }
     }
 }

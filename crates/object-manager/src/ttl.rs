@@ -265,7 +265,15 @@ impl NodeTtl {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use futures::future::join_all;
+    use k8s_openapi::api::core::v1::{Node, Secret};
+
     use super::*;
+    use crate::Strategy;
+    use crate::source::{FakeSource, SourceError, Verb};
+    use crate::testutil::{manager, node, pod, secret, settle, value};
 
     #[test]
     fn ttl_annotation_is_a_strict_base_10_integer_of_seconds() {
@@ -275,5 +283,237 @@ mod tests {
         assert_eq!(parse_ttl("bad"), None);
         assert_eq!(parse_ttl("60s"), None);
         assert_eq!(parse_ttl(""), None);
+    }
+
+    #[test]
+    fn an_older_resource_version_never_replaces_a_newer_one() {
+        let mut old = secret("s", "a", false);
+        old.metadata.resource_version = Some("10".into());
+        let mut new = secret("s", "b", false);
+        new.metadata.resource_version = Some("9".into());
+        assert!(is_older(&new, Some(&old)));
+        assert!(!is_older(&old, Some(&new)));
+        assert!(!is_older(&new, None));
+    }
+
+    /// 10 secrets referenced by one pod each.
+    fn ten_secrets(fake: &FakeSource<Secret>, m: &crate::SecretManager) {
+        for i in 0..10 {
+            let name = format!("s{i}");
+            fake.apply("ns", secret(&name, "v", false));
+            m.register_pod(&pod("ns", &format!("p{i}"), &format!("u{i}"), &[&name]));
+        }
+    }
+
+    async fn hundred_concurrent_gets(m: &crate::SecretManager) {
+        let gets = (0..100).map(|i| {
+            let m = m.clone();
+            async move { m.get("ns", &format!("s{}", i % 10)).await }
+        });
+        for r in join_all(gets).await {
+            assert!(r.is_ok());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om13_ttl_zero_refetches_on_every_get() {
+        let (fake, nodes) = (FakeSource::new(), FakeSource::<Node>::new());
+        nodes.apply("", node("n1", Some("0")));
+        let m = manager(Strategy::Cache, &fake, Some(&nodes));
+        settle().await;
+        ten_secrets(&fake, &m);
+        hundred_concurrent_gets(&m).await;
+        assert_eq!(fake.total(Verb::Get), 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om13_a_one_minute_ttl_fetches_each_key_once() {
+        let (fake, nodes) = (FakeSource::new(), FakeSource::<Node>::new());
+        nodes.apply("", node("n1", Some("60")));
+        let m = manager(Strategy::Cache, &fake, Some(&nodes));
+        settle().await;
+        ten_secrets(&fake, &m);
+        hundred_concurrent_gets(&m).await;
+        assert_eq!(fake.total(Verb::Get), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om13_custom_ttl_then_default_after_the_annotation_disappears() {
+        let (fake, nodes) = (FakeSource::new(), FakeSource::<Node>::new());
+        nodes.apply("", node("n1", Some("300")));
+        fake.apply("ns", secret("s1", "v", false));
+        let m = manager(Strategy::Cache, &fake, Some(&nodes));
+        settle().await;
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        let gets = || fake.count(Verb::Get, "ns", "s1");
+
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(gets(), 1);
+        tokio::time::advance(Duration::from_secs(240)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(gets(), 1, "fresh at +4m");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(gets(), 2, "stale at +5m");
+
+        nodes.apply("", node("n1", None));
+        settle().await;
+        tokio::time::advance(Duration::from_secs(55)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(gets(), 2, "fresh at +55s under the 1m default");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(gets(), 3, "stale at +60s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om12_without_a_node_name_the_default_ttl_applies() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_ok());
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(fake.count(Verb::Get, "ns", "s1"), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(fake.count(Verb::Get, "ns", "s1"), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om8_re_registering_a_pod_keeps_the_cache_of_unchanged_names() {
+        let fake = FakeSource::new();
+        for s in ["s1", "s2", "s3"] {
+            fake.apply("ns", secret(s, "v", false));
+        }
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s2").await.is_ok());
+        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s2").await.is_ok());
+        assert_eq!(fake.total(Verb::Get), 2, "a resync re-fetches nothing");
+
+        m.register_pod(&pod("ns", "p", "u", &["s1", "s3"]));
+        assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s3").await.is_ok());
+        assert_eq!(fake.total(Verb::Get), 3, "only the new name is fetched");
+        let err = m.get("ns", "s2").await.err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some(r#"object "ns"/"s2" not registered"#));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om10_a_new_reference_from_another_pod_invalidates_the_entry() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p1", "u1", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_ok());
+        m.register_pod(&pod("ns", "p2", "u2", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(fake.count(Verb::Get, "ns", "s1"), 2);
+        m.unregister_pod(&pod("ns", "p1", "u1", &[]));
+        assert!(m.get("ns", "s1").await.is_ok(), "still referenced by p2");
+        m.unregister_pod(&pod("ns", "p2", "u2", &[]));
+        assert!(matches!(
+            m.get("ns", "s1").await,
+            Err(Error::NotRegistered { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om11_not_found_is_cached_with_the_api_text_and_refetched_on_every_get() {
+        let fake = FakeSource::<Secret>::new();
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["missing"]));
+        for _ in 0..3 {
+            let err = m.get("ns", "missing").await.err();
+            assert!(err.as_ref().is_some_and(Error::is_not_found));
+            assert_eq!(
+                err.map(|e| e.to_string()).as_deref(),
+                Some(r#"secrets "missing" not found"#)
+            );
+        }
+        assert_eq!(fake.count(Verb::Get, "ns", "missing"), 3);
+        assert_eq!(
+            fake.watch_cache_gets(),
+            0,
+            "after an error the GET is quorum-consistent"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om11_a_refresh_of_a_good_entry_reads_from_the_watch_cache() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(fake.watch_cache_gets(), 0, "first fetch is quorum");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(fake.watch_cache_gets(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om11_errors_serve_the_stale_entry_or_pass_through_when_nothing_is_cached() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "old", false));
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+
+        fake.fail_next(1, SourceError::status(500, "InternalError", "etcd is sad"));
+        let err = m.get("ns", "s2").await.err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("etcd is sad"),
+            "nothing cached: the error passes through"
+        );
+
+        assert!(m.get("ns", "s1").await.is_ok());
+        fake.apply("ns", secret("s1", "new", false));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        fake.fail_next(1, SourceError::status(500, "InternalError", "etcd is sad"));
+        let stale = m.get("ns", "s1").await.map(|s| value(&s));
+        assert_eq!(
+            stale.ok().as_deref(),
+            Some("old"),
+            "stale entry served on error"
+        );
+        let fresh = m.get("ns", "s1").await.map(|s| value(&s));
+        assert_eq!(
+            fresh.ok().as_deref(),
+            Some("new"),
+            "the failed refresh left it stale"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ttl_refresh_that_sees_new_content_notifies_subscribers() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "old", false));
+        let m = manager(Strategy::Cache, &fake, None);
+        let mut changes = m.subscribe();
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_ok());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert!(
+            changes.try_recv().is_err(),
+            "same resourceVersion: no notification"
+        );
+
+        fake.apply("ns", secret("s1", "new", false));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+
+        fake.delete("ns", "s1");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(m.get("ns", "s1").await.is_err());
+        assert_eq!(
+            changes.try_recv().ok(),
+            Some(ObjectKey::new("ns", "s1")),
+            "deletion"
+        );
     }
 }

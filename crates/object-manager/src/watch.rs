@@ -285,3 +285,427 @@ async fn idle_loop<K: ManagedObject>(
         inner.stop_idle();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Secret;
+
+    use super::*;
+    use crate::source::{FakeSource, SourceError, Verb};
+    use crate::testutil::{manager, manager_with, pod, secret, settle, value};
+    use crate::{ManagerConfig, Strategy};
+
+    fn watch(fake: &FakeSource<Secret>) -> crate::SecretManager {
+        manager(Strategy::Watch, fake, None)
+    }
+
+    async fn read(m: &crate::SecretManager, name: &str) -> Result<String, Error> {
+        m.get("ns", name).await.map(|s| value(&s))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om16_one_list_and_one_watch_for_21_adds_and_20_deletes() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = watch(&fake);
+        let pods: Vec<_> = (0..21)
+            .map(|i| pod("ns", &format!("p{i}"), &format!("u{i}"), &["s1"]))
+            .collect();
+        for p in &pods {
+            m.register_pod(p);
+        }
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v"));
+        for p in &pods[..20] {
+            m.unregister_pod(p);
+        }
+        assert!(read(&m, "s1").await.is_ok());
+        settle().await;
+        assert_eq!(fake.count(Verb::List, "ns", "s1"), 1);
+        assert_eq!(fake.count(Verb::Watch, "ns", "s1"), 1);
+        assert!(m.is_watching("ns", "s1"));
+
+        m.unregister_pod(&pods[20]);
+        assert!(!m.is_watching("ns", "s1"));
+        assert!(matches!(
+            m.get("ns", "s1").await,
+            Err(Error::NotRegistered { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om17_deleting_a_reference_never_affects_other_objects_or_other_pods() {
+        let fake = FakeSource::<Secret>::new();
+        let (tasks, notify) = (test_tasks(), broadcast::channel(8).0);
+        let store = WatchStore::new(Arc::new(fake.clone()), options(), tasks, notify);
+        let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
+        store.add_reference(&a, "u1");
+        store.add_reference(&a, "u1");
+        store.add_reference(&a, "u2");
+        store.add_reference(&b, "u1");
+
+        store.delete_reference(&a, "never-referenced");
+        store.delete_reference(&ObjectKey::new("ns", "unknown"), "u1");
+        assert_eq!(store.counts(), (2, 2));
+
+        store.delete_reference(&b, "u1");
+        assert!(store.is_watching(&a) && !store.is_watching(&b));
+        store.delete_reference(&a, "u1");
+        store.delete_reference(&a, "u2");
+        assert!(
+            store.is_watching(&a),
+            "u1 still holds one of its two references"
+        );
+        store.delete_reference(&a, "u2");
+        assert!(
+            store.is_watching(&a),
+            "u2 has no reference left to drop: no negative count"
+        );
+        store.delete_reference(&a, "u1");
+        assert_eq!(store.counts(), (0, 0));
+    }
+
+    fn test_tasks() -> Tasks {
+        crate::manager::Tasks::for_tests()
+    }
+
+    fn options() -> WatchOptions {
+        WatchOptions {
+            sync_timeout: Duration::from_secs(1),
+            max_idle: Duration::from_secs(60),
+            idle_check_interval: Duration::from_secs(60),
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(800),
+                max: Duration::from_secs(30),
+            },
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om17_a_pod_registered_twice_holds_one_reference() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = watch(&fake);
+        let p = pod("ns", "p", "u", &["s1"]);
+        m.register_pod(&p);
+        m.register_pod(&p);
+        m.unregister_pod(&p);
+        assert!(!m.is_watching("ns", "s1"));
+        m.unregister_pod(&p);
+        assert_eq!(m.stats().referenced_objects, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om17_a_pod_recreated_with_a_new_uid_is_a_separate_registration() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "old", &["s1"]));
+        m.register_pod(&pod("ns", "p", "new", &["s1"]));
+        m.unregister_pod(&pod("ns", "p", "old", &[]));
+        assert!(m.is_watching("ns", "s1"));
+        m.unregister_pod(&pod("ns", "p", "new", &[]));
+        assert!(!m.is_watching("ns", "s1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om18_a_missing_object_reads_as_the_singular_not_found() {
+        let fake = FakeSource::<Secret>::new();
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        let err = m.get("ns", "s1").await.err();
+        assert!(err.as_ref().is_some_and(Error::is_not_found));
+        assert_eq!(
+            err.map(|e| e.to_string()).as_deref(),
+            Some(r#"secret "s1" not found"#)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om18_get_fails_with_the_kubelet_text_when_the_first_list_is_slow() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        fake.hold_lists(true);
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        let err = m.get("ns", "s1").await.err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("failed to sync secret cache: timed out waiting for the condition")
+        );
+        fake.hold_lists(false);
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om19_an_idle_reflector_stops_and_the_next_get_restarts_it() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let config = ManagerConfig {
+            resync_interval: Duration::from_secs(1), // max idle clamps to 1 minute
+            idle_check_interval: Duration::from_secs(10), // the upstream test checks at +90 s
+            ..ManagerConfig::default()
+        };
+        let m = manager_with(config, &fake, None);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(read(&m, "s1").await.is_ok());
+
+        tokio::time::sleep(Duration::from_secs(90)).await;
+        assert!(
+            !m.is_watching("ns", "s1"),
+            "idle for 90 s with a 1 minute maximum"
+        );
+        fake.apply("ns", secret("s1", "v2", false));
+        assert_eq!(
+            read(&m, "s1").await.ok().as_deref(),
+            Some("v2"),
+            "fresh list after restart"
+        );
+        assert!(m.is_watching("ns", "s1"));
+        assert_eq!(fake.count(Verb::List, "ns", "s1"), 2);
+
+        for _ in 0..9 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            assert!(read(&m, "s1").await.is_ok());
+            assert!(
+                m.is_watching("ns", "s1"),
+                "a get every 20 s keeps it running"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om19_a_reflector_is_not_stopped_during_a_slow_initial_list() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        fake.hold_lists(true);
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(m.get("ns", "s1").await.is_err());
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(m.is_watching("ns", "s1"));
+        fake.hold_lists(false);
+        assert!(read(&m, "s1").await.is_ok());
+        assert_eq!(fake.count(Verb::List, "ns", "s1"), 1);
+    }
+
+    /// OM-20: (name, initial object, update) → reflector running after the last get.
+    #[tokio::test(start_paused = true)]
+    async fn om20_the_reflector_runs_after_a_get_exactly_when_the_object_is_absent_or_mutable() {
+        type Case = (&'static str, Option<bool>, Option<bool>, bool);
+        let cases: [Case; 5] = [
+            (
+                "secret doesn't exist, created as mutable",
+                None,
+                Some(false),
+                true,
+            ),
+            (
+                "secret doesn't exist, created as immutable",
+                None,
+                Some(true),
+                false,
+            ),
+            (
+                "mutable secret modified to mutable",
+                Some(false),
+                Some(false),
+                true,
+            ),
+            (
+                "mutable secret modified to immutable",
+                Some(false),
+                Some(true),
+                false,
+            ),
+            ("immutable secret", Some(true), None, false),
+        ];
+        for (case, initial, update, running) in cases {
+            let fake = FakeSource::new();
+            if let Some(immutable) = initial {
+                fake.apply("ns", secret("s", "v1", immutable));
+            }
+            let m = watch(&fake);
+            m.register_pod(&pod("ns", "p", "u", &["s"]));
+            let _ = m.get("ns", "s").await;
+            if let Some(immutable) = update {
+                assert!(
+                    m.is_watching("ns", "s"),
+                    "{case}: running before the update"
+                );
+                fake.apply("ns", secret("s", "v2", immutable));
+                settle().await;
+                assert!(m.get("ns", "s").await.is_ok(), "{case}");
+            }
+            assert_eq!(m.is_watching("ns", "s"), running, "{case}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om20_an_immutable_object_is_served_from_memory_forever() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s", "v1", true));
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s"]));
+        assert!(read(&m, "s").await.is_ok());
+        fake.delete("ns", "s");
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(read(&m, "s").await.ok().as_deref(), Some("v1"));
+        assert_eq!(fake.total(Verb::List), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om21_shutdown_stops_every_task_and_starts_none_afterwards() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        fake.apply("ns", secret("imm", "v", true));
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1", "s2", "imm"]));
+        assert!(read(&m, "s1").await.is_ok() && read(&m, "imm").await.is_ok());
+        assert_eq!(m.stats().running_watches, 2);
+
+        m.shutdown().await;
+        let stats = m.stats();
+        assert_eq!((stats.running_watches, stats.background_tasks), (0, 0));
+        assert_eq!(fake.open_watches(), 0);
+        assert!(matches!(
+            m.get("ns", "s1").await,
+            Err(Error::ShutDown { .. })
+        ));
+        assert_eq!(
+            read(&m, "imm").await.ok().as_deref(),
+            Some("v"),
+            "immutable: from memory"
+        );
+        m.register_pod(&pod("ns", "p2", "u2", &["s3"]));
+        assert!(!m.is_watching("ns", "s3"));
+        assert_eq!(m.stats().background_tasks, 0);
+        m.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_last_manager_clone_ends_every_reflector() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(read(&m, "s1").await.is_ok());
+        assert_eq!(fake.open_watches(), 1);
+        drop(m);
+        settle().await;
+        assert_eq!(fake.open_watches(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscribers_hear_of_updates_deletions_and_creations_but_not_first_loads() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let m = watch(&fake);
+        let mut changes = m.subscribe();
+        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        assert!(read(&m, "s1").await.is_ok() && read(&m, "s2").await.is_err());
+        settle().await;
+        assert!(changes.try_recv().is_err(), "first load");
+
+        let key = |n: &str| Some(ObjectKey::new("ns", n));
+        fake.apply("ns", secret("s1", "v2", false));
+        settle().await;
+        assert_eq!(changes.try_recv().ok(), key("s1"));
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
+        fake.apply("ns", secret("s2", "new", false));
+        settle().await;
+        assert_eq!(
+            changes.try_recv().ok(),
+            key("s2"),
+            "creation of a missing object"
+        );
+        fake.delete("ns", "s1");
+        settle().await;
+        assert_eq!(changes.try_recv().ok(), key("s1"), "deletion");
+        assert!(
+            m.get("ns", "s1")
+                .await
+                .err()
+                .is_some_and(|e| e.is_not_found())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_watch_is_resumed_without_missing_an_update() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let m = watch(&fake);
+        let mut changes = m.subscribe();
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(read(&m, "s1").await.is_ok());
+        settle().await;
+        fake.close_watches();
+        fake.apply("ns", secret("s1", "v2", false));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
+        assert_eq!(
+            fake.count(Verb::List, "ns", "s1"),
+            1,
+            "resumed from the resourceVersion"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_410_gone_relists_and_misses_no_update() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let m = watch(&fake);
+        let mut changes = m.subscribe();
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(read(&m, "s1").await.is_ok());
+        settle().await;
+        fake.close_watches();
+        fake.apply("ns", secret("s1", "v2", false));
+        fake.compact();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
+        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert_eq!(fake.count(Verb::List, "ns", "s1"), 2, "relisted after 410");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_objects_are_served_during_an_outage_and_updates_arrive_after_it() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let m = watch(&fake);
+        let mut changes = m.subscribe();
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(read(&m, "s1").await.is_ok());
+        settle().await;
+        fake.fail_next(5, SourceError::status(500, "InternalError", "down"));
+        fake.close_watches();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            read(&m, "s1").await.ok().as_deref(),
+            Some("v1"),
+            "served during the outage"
+        );
+        fake.apply("ns", secret("s1", "v2", false));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
+        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert!(
+            fake.count(Verb::Watch, "ns", "s1") > 2,
+            "retried with back-off"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_first_list_is_retried_with_back_off() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        fake.fail_next(3, SourceError::status(500, "InternalError", "down"));
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v1"));
+        assert_eq!(fake.count(Verb::List, "ns", "s1"), 4);
+    }
+}

@@ -43,6 +43,7 @@ struct State<K> {
     /// Watches from below this resourceVersion answer 410 Gone.
     compacted: u64,
     counts: HashMap<(Verb, String, String), usize>,
+    watch_cache_gets: usize,
     failures: VecDeque<SourceError>,
     watchers: Vec<(Key, EventSender<K>)>,
 }
@@ -79,6 +80,7 @@ impl<K> FakeSource<K> {
                 history: Vec::new(),
                 compacted: 0,
                 counts: HashMap::new(),
+                watch_cache_gets: 0,
                 failures: VecDeque::new(),
                 watchers: Vec::new(),
             })),
@@ -107,9 +109,16 @@ impl<K> FakeSource<K> {
             .sum()
     }
 
+    /// GETs that allowed an answer from the watch cache (`resourceVersion=0`, OM-11 step 4).
+    pub fn watch_cache_gets(&self) -> usize {
+        self.lock().watch_cache_gets
+    }
+
     /// Forget the request counts.
     pub fn reset_counts(&self) {
-        self.lock().counts.clear();
+        let mut s = self.lock();
+        s.counts.clear();
+        s.watch_cache_gets = 0;
     }
 
     /// The next `n` requests (any verb) fail with `err`.
@@ -218,7 +227,10 @@ impl<K> ObjectSource<K> for FakeSource<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
 {
-    async fn get(&self, namespace: &str, name: &str, _read: ReadFrom) -> Result<K, SourceError> {
+    async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError> {
+        if read == ReadFrom::WatchCache {
+            self.lock().watch_cache_gets += 1;
+        }
         self.record(Verb::Get, namespace, name)?;
         self.stored(namespace, name).ok_or_else(|| {
             SourceError::status(404, "NotFound", &format!("object {name:?} not found"))
