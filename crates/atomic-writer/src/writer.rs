@@ -33,7 +33,6 @@ pub struct AtomicWriter {
 
 /// What [`AtomicWriter::write`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[must_use]
 pub enum WriteOutcome {
     /// A new data directory was written and swapped in (`..data` changed).
     Written,
@@ -489,7 +488,15 @@ fn differs(old_dir: &Path, files: &BTreeMap<String, &FileProjection>) -> Result<
         let path = old_dir.join(relative);
         let meta = match fs::symlink_metadata(&path) {
             Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+            // Missing, or an old file sits where the payload now has a directory.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(true);
+            }
             Err(cause) => return Err(Error::CompareCurrentData { path, cause }),
         };
         if !meta.is_file() || meta.len() != file.data.len() as u64 {
