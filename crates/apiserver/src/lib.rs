@@ -1,1 +1,78 @@
-//! An in-memory Kubernetes API server for tests and offline mode (work in progress).
+//! An in-memory Kubernetes API server for the core/v1 subset a node agent uses, spoken to over
+//! real HTTP by the real kube client: nodelet's tests and its offline mode run against it.
+//!
+//! # Principal types
+//! - [`ApiServer`]: binds a loopback port and serves the API in background tasks; [`Config`]
+//!   holds the options (history size, bookmark interval, address, authn/authz seams).
+//! - [`TestHandle`]: a cloneable remote control — direct store access for seeding (create,
+//!   update, delete, get without HTTP), fault injection, latency, watch closing, history
+//!   compaction, listener stop/restart, and a record of every request ([`RequestRecord`]).
+//! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams; [`AllowAll`] today.
+//!
+//! # How a request flows
+//! 1. The listener accepts a connection and serves HTTP/1.1 or HTTP/2 on it.
+//! 2. The pipeline classifies the request (verb, group, resource, subresource, namespace, name),
+//!    applies injected latency, authenticates a [`User`], answers an injected fault if one is
+//!    queued, and asks the [`Authorizer`].
+//! 3. Resource requests go to the verb handlers over the store; watches stream from the event
+//!    history and a broadcast of new events.
+//! 4. The request is recorded with its final HTTP status.
+//!
+//! # Invariants
+//! - One global, strictly increasing resourceVersion (decimal string) across all resources.
+//! - The store keeps the last [`Config::history_limit`] events; watching or reading exactly from
+//!   an older resourceVersion answers `410 Expired` (`too old resource version: X (Y)`).
+//! - Objects are stored as JSON: fields this server does not know are preserved.
+//! - Error bodies are `Status` objects with upstream codes, reasons and message texts.
+//!
+//! # Example
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), nodelet_apiserver::Error> {
+//! use nodelet_apiserver::{ApiServer, Config};
+//! use serde_json::json;
+//!
+//! let server = ApiServer::start(Config::default()).await?;
+//! let handle = server.handle();
+//! handle.create(json!({
+//!     "apiVersion": "v1", "kind": "ConfigMap",
+//!     "metadata": {"name": "app", "namespace": "default"},
+//!     "data": {"key": "value"},
+//! }))?;
+//! let cm = handle.get("v1", "ConfigMap", Some("default"), "app");
+//! assert_eq!(cm.map(|c| c["data"]["key"].clone()), Some(json!("value")));
+//! assert!(server.url().starts_with("http://127.0.0.1:"));
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See the crate README for what is and is not implemented compared with a real API server.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod auth;
+#[cfg(feature = "client")]
+mod client;
+mod control;
+mod defaults;
+mod error;
+mod http;
+mod registry;
+mod resources;
+mod selectors;
+mod server;
+mod status;
+mod store;
+mod strategy;
+mod validation;
+
+pub use auth::{
+    AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
+};
+pub use control::{RequestRecord, TestHandle};
+pub use error::Error;
+pub use server::{ApiServer, Config};
+pub use status::{ApiError, Cause};

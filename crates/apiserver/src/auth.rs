@@ -1,0 +1,126 @@
+//! Authentication and authorization seams of the request pipeline.
+//!
+//! Every request is authenticated to a [`User`] and then checked by an [`Authorizer`]. Today the
+//! server ships [`AllowAll`] for both roles; token authentication and the Node authorizer plug in
+//! here by implementing the two traits and setting them in [`Config`](crate::Config).
+
+use std::fmt;
+
+/// The identity a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct User {
+    /// User name, e.g. `system:admin` or `system:node:dev-1`.
+    pub name: String,
+    /// Groups, e.g. `system:masters`, `system:nodes`, `system:authenticated`.
+    pub groups: Vec<String>,
+}
+
+impl User {
+    /// The identity every request gets from [`AllowAll`]: a cluster admin.
+    pub fn admin() -> Self {
+        User {
+            name: "system:admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        }
+    }
+}
+
+/// The request headers an authenticator sees.
+pub type Headers = http::HeaderMap;
+
+/// Why a request could not be authenticated (answered 401 `Unauthorized`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unauthenticated;
+
+/// Maps request credentials to a [`User`].
+pub trait Authenticator: Send + Sync + 'static {
+    /// Returns the user, or `Err` for a 401.
+    ///
+    /// # Errors
+    /// [`Unauthenticated`] when credentials are present but invalid, or required but missing.
+    fn authenticate(&self, headers: &Headers) -> Result<User, Unauthenticated>;
+}
+
+/// What is being attempted, as the upstream authorizer attributes describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributes {
+    /// The caller.
+    pub user: User,
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`; for
+    /// non-resource requests the lower-case HTTP method.
+    pub verb: String,
+    /// Whether the path names an API resource (else a non-resource path such as `/version`).
+    pub resource_request: bool,
+    /// API group (`""` for core).
+    pub api_group: String,
+    /// API version.
+    pub api_version: String,
+    /// Plural resource, e.g. `configmaps`.
+    pub resource: String,
+    /// Subresource, e.g. `status`.
+    pub subresource: Option<String>,
+    /// Namespace, if any.
+    pub namespace: Option<String>,
+    /// Object name, from the path or from a `metadata.name=` field selector on list/watch.
+    pub name: Option<String>,
+    /// The request path.
+    pub path: String,
+}
+
+/// An authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Go ahead.
+    Allow,
+    /// Answer 403; the string (may be empty) is appended to the upstream Forbidden message.
+    Deny(String),
+}
+
+/// Decides whether a request may proceed.
+pub trait Authorizer: Send + Sync + 'static {
+    /// Returns the decision for `attrs`.
+    fn authorize(&self, attrs: &Attributes) -> Decision;
+}
+
+/// Authenticates everyone as [`User::admin`] and allows everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Authenticator for AllowAll {
+    fn authenticate(&self, _headers: &Headers) -> Result<User, Unauthenticated> {
+        Ok(User::admin())
+    }
+}
+
+impl Authorizer for AllowAll {
+    fn authorize(&self, _attrs: &Attributes) -> Decision {
+        Decision::Allow
+    }
+}
+
+impl fmt::Display for Attributes {
+    /// The upstream Forbidden reason body:
+    /// `User "u" cannot get resource "configmaps" in API group "" in the namespace "default"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.resource_request {
+            return write!(
+                f,
+                "User {:?} cannot {} path {:?}",
+                self.user.name, self.verb, self.path
+            );
+        }
+        let resource = match &self.subresource {
+            Some(s) => format!("{}/{s}", self.resource),
+            None => self.resource.clone(),
+        };
+        write!(
+            f,
+            "User {:?} cannot {} resource {:?} in API group {:?}",
+            self.user.name, self.verb, resource, self.api_group
+        )?;
+        match &self.namespace {
+            Some(ns) => write!(f, " in the namespace {ns:?}"),
+            None => write!(f, " at the cluster scope"),
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The `client` feature: an admin `kube::Client` and `kube::Config` for a running server.
+
+use crate::error::Error;
+use crate::server::ApiServer;
+
+impl ApiServer {
+    /// A `kube::Config` pointing at this server (plain HTTP, default namespace `default`).
+    pub fn kube_config(&self) -> kube::Config {
+        let _ = self.shared();
+        kube::Config::new(http::Uri::from_maybe_shared(self.url()).unwrap_or_default())
+    }
+
+    /// An admin `kube::Client` for this server, or the error building it.
+    ///
+    /// # Errors
+    /// [`Error::Client`] if kube cannot build its HTTP stack (its TLS setup runs even for
+    /// plain HTTP).
+    pub fn try_client(&self) -> Result<kube::Client, Error> {
+        kube::Client::try_from(self.kube_config()).map_err(|e| Error::Client(Box::new(e)))
+    }
+
+    /// An admin `kube::Client` for this server.
+    ///
+    /// # Panics
+    /// If kube cannot build its HTTP stack at all (see [`ApiServer::try_client`]); a test
+    /// helper, so failing loudly is the useful behaviour.
+    #[allow(clippy::expect_used)] // Documented test-helper contract; `try_client` is the fallible form.
+    pub fn client(&self) -> kube::Client {
+        self.try_client()
+            .expect("building a kube client for nodelet-apiserver")
+    }
+}

@@ -1,0 +1,120 @@
+//! Non-resource endpoints: `/version`, health checks, and plain-JSON discovery (`/api`,
+//! `/api/v1`, `/apis`, `/apis/{group}`, `/apis/{group}/{version}`). Aggregated discovery is
+//! not served: clients asking for it get plain JSON (content type `application/json`) and fall
+//! back, as they do against older servers.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::response::{self, Body};
+use crate::resources::{self, RESOURCES};
+use crate::server::Shared;
+use crate::status::ApiError;
+
+/// The Kubernetes version this server reports (the API surface it imitates).
+const MAJOR: &str = "1";
+const MINOR: &str = "36";
+
+pub(crate) fn non_resource(
+    shared: &Arc<Shared>,
+    path: &str,
+) -> Result<http::Response<Body>, ApiError> {
+    let path = path.trim_end_matches('/');
+    let v = match path {
+        "/version" => json!({
+            "major": MAJOR, "minor": MINOR,
+            "emulationMajor": MAJOR, "emulationMinor": MINOR,
+            "minCompatibilityMajor": MAJOR, "minCompatibilityMinor": "35",
+            "gitVersion": format!("v{MAJOR}.{MINOR}.0-nodelet"),
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "none (nodelet-apiserver, Rust)",
+            "compiler": "rustc",
+            "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+        }),
+        "/healthz" | "/livez" | "/readyz" => return Ok(response::text(200, "ok")),
+        "/api" => json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}],
+        }),
+        "/apis" => {
+            let groups: Vec<Value> = resources::named_groups()
+                .into_iter()
+                .map(|(g, v)| group(g, v))
+                .collect();
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        }
+        "/api/v1" => resource_list("", "v1"),
+        p => {
+            let parts: Vec<&str> = p.trim_start_matches('/').split('/').collect();
+            match parts.as_slice() {
+                ["apis", g] => match resources::named_groups()
+                    .into_iter()
+                    .find(|(name, _)| name == g)
+                {
+                    Some((name, v)) => {
+                        let mut d = group(name, v);
+                        d["kind"] = json!("APIGroup");
+                        d["apiVersion"] = json!("v1");
+                        d
+                    }
+                    None => return Err(ApiError::page_not_found()),
+                },
+                ["apis", g, v] if RESOURCES.iter().any(|r| r.group == *g && r.version == *v) => {
+                    resource_list(g, v)
+                }
+                _ => return Err(ApiError::page_not_found()),
+            }
+        }
+    };
+    Ok(response::json(200, &v))
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+fn group(name: &str, version: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
+    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+fn resource_list(g: &str, v: &str) -> Value {
+    let mut list = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.group == g && r.version == v) {
+        let mut entry = json!({
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+            "kind": r.kind, "verbs": r.verbs(),
+        });
+        if !r.short_names.is_empty() {
+            entry["shortNames"] = json!(r.short_names);
+        }
+        list.push(entry);
+        for (sub, verbs) in r.subresources {
+            let kind = if *sub == "token" {
+                "TokenRequest"
+            } else {
+                r.kind
+            };
+            let mut e = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
+            if *sub == "token" {
+                e["group"] = json!("authentication.k8s.io");
+                e["version"] = json!("v1");
+            }
+            list.push(e);
+        }
+    }
+    let gv = if g.is_empty() {
+        v.to_string()
+    } else {
+        format!("{g}/{v}")
+    };
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list})
+}

@@ -1,0 +1,285 @@
+//! Resource handlers: maps a classified request to a registry verb, parsing query parameters
+//! and bodies, and routes subresources (`status`, `token`, ...).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::request_info::RequestInfo;
+use super::response::{self, Body};
+use super::watch;
+use crate::registry::{DeleteOptions, ListOptions, PatchKind, WriteOptions};
+use crate::resources::{self, ResourceId};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::server::Shared;
+use crate::status::{ApiError, FieldError};
+
+/// Largest request body accepted (as upstream: 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+pub(crate) async fn resource(
+    shared: &Arc<Shared>,
+    info: &RequestInfo,
+    req: http::Request<Incoming>,
+    token: CancellationToken,
+) -> Result<http::Response<Body>, ApiError> {
+    let res = resources::by_path(&info.api_group, &info.api_version, &info.resource)
+        .ok_or_else(ApiError::page_not_found)?;
+    let r = res.info();
+    // Scope checks: a namespaced resource needs a namespace except for cross-namespace list/watch.
+    let cross_ns = matches!(info.verb.as_str(), "list" | "watch");
+    if (r.namespaced && info.namespace.is_none() && !cross_ns)
+        || (!r.namespaced && info.namespace.is_some())
+    {
+        return Err(ApiError::page_not_found());
+    }
+    if let Some(sub) = info.subresource.as_deref() {
+        if !r.has_subresource(sub) {
+            return Err(ApiError::page_not_found());
+        }
+        return subresource(shared, info, res, sub, req).await;
+    }
+    let ns = info.namespace.clone().unwrap_or_default();
+    let name = info.name.clone().unwrap_or_default();
+    let reg = &shared.registry;
+    match (
+        info.verb.as_str(),
+        info.name.is_some() && info.verb != "list" && info.verb != "watch",
+    ) {
+        ("get", true) => Ok(response::json(200, &*reg.get(res, &ns, &name)?)),
+        ("list", false) => {
+            let opts = list_options(info, res)?;
+            Ok(response::json(
+                200,
+                &reg.list(res, info.namespace.as_deref(), &opts)?,
+            ))
+        }
+        ("watch", false) => watch::serve(shared, info, res, token),
+        ("create", false) => {
+            let opts = write_options(info)?;
+            let body = read_json(req).await?;
+            Ok(response::json(201, &reg.create(res, &ns, body, opts)?))
+        }
+        ("update", true) => {
+            let opts = write_options(info)?;
+            let body = read_json(req).await?;
+            let (v, created) = reg.update(res, &ns, &name, None, body, opts)?;
+            Ok(response::json(if created { 201 } else { 200 }, &v))
+        }
+        ("patch", true) => patch(shared, info, res, None, req).await,
+        ("delete", true) => {
+            let opts = delete_options(info, req).await?;
+            Ok(response::json(
+                200,
+                &reg.delete(res, &ns, &name, &opts)?.into_value(),
+            ))
+        }
+        ("deletecollection", false) if r.plural != "namespaces" => {
+            let list_opts = list_options(info, res)?;
+            let opts = delete_options(info, req).await?;
+            Ok(response::json(
+                200,
+                &reg.delete_collection(res, info.namespace.as_deref(), &list_opts, &opts)?,
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Subresource routing point. `status` is served here; `token` (TokenRequest) is not
+/// implemented yet and answers 404 NotFound like an unknown path.
+async fn subresource(
+    shared: &Arc<Shared>,
+    info: &RequestInfo,
+    res: ResourceId,
+    sub: &str,
+    req: http::Request<Incoming>,
+) -> Result<http::Response<Body>, ApiError> {
+    let ns = info.namespace.clone().unwrap_or_default();
+    let name = info.name.clone().unwrap_or_default();
+    let reg = &shared.registry;
+    match (sub, info.verb.as_str()) {
+        ("status", "get") => Ok(response::json(200, &*reg.get(res, &ns, &name)?)),
+        ("status" | "finalize", "update") => {
+            let opts = write_options(info)?;
+            let body = read_json(req).await?;
+            Ok(response::json(
+                200,
+                &reg.update(res, &ns, &name, Some(sub), body, opts)?.0,
+            ))
+        }
+        ("status", "patch") => patch(shared, info, res, Some(sub), req).await,
+        ("token", "create") => Err(ApiError::page_not_found()),
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+async fn patch(
+    shared: &Arc<Shared>,
+    info: &RequestInfo,
+    res: ResourceId,
+    sub: Option<&str>,
+    req: http::Request<Incoming>,
+) -> Result<http::Response<Body>, ApiError> {
+    let ct = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let kind = match ct.as_str() {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/json-patch+json" => PatchKind::Json,
+        "application/strategic-merge-patch+json" => PatchKind::Strategic,
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchKind::Apply,
+        other => return Err(ApiError::unsupported_patch_type(other)),
+    };
+    if kind == PatchKind::Apply && info.query.get("fieldManager").is_none_or(String::is_empty) {
+        return Err(ApiError::bad_request(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    let opts = write_options(info)?;
+    let bytes = read_body(req).await?;
+    let body: Value = if kind == PatchKind::Apply {
+        serde_json::from_slice(&bytes)
+            .or_else(|_| serde_yaml::from_slice(&bytes))
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+    } else {
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+    };
+    let ns = info.namespace.clone().unwrap_or_default();
+    let name = info.name.clone().unwrap_or_default();
+    let (v, created) = shared
+        .registry
+        .patch(res, &ns, &name, sub, kind, &body, opts)?;
+    Ok(response::json(if created { 201 } else { 200 }, &v))
+}
+
+async fn read_body(req: http::Request<Incoming>) -> Result<Bytes, ApiError> {
+    Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ApiError::too_large_body(MAX_BODY)
+            } else {
+                ApiError::bad_request(format!("reading the request body: {e}"))
+            }
+        })
+}
+
+async fn read_json(req: http::Request<Incoming>) -> Result<Value, ApiError> {
+    let bytes = read_body(req).await?;
+    serde_json::from_slice(&bytes)
+        .or_else(|_| serde_yaml::from_slice(&bytes))
+        .map_err(|e| {
+            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+        })
+}
+
+fn dry_run(info: &RequestInfo) -> Result<bool, ApiError> {
+    match info.query.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Invalid dryRun value {other:?}: supported values: \"All\""
+        ))),
+    }
+}
+
+fn write_options(info: &RequestInfo) -> Result<WriteOptions, ApiError> {
+    match info.query.get("fieldValidation").map(String::as_str) {
+        None | Some("" | "Ignore" | "Warn" | "Strict") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
+            )));
+        }
+    }
+    Ok(WriteOptions {
+        dry_run: dry_run(info)?,
+    })
+}
+
+pub(crate) fn list_options(info: &RequestInfo, res: ResourceId) -> Result<ListOptions, ApiError> {
+    let q = &info.query;
+    let limit = match q.get("limit").filter(|l| !l.is_empty()) {
+        Some(l) => Some(
+            l.parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        ),
+        None => None,
+    };
+    if q.get("sendInitialEvents").is_some_and(|v| v == "true") {
+        return Err(ApiError::invalid_list_options(&[FieldError::forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        )]));
+    }
+    Ok(ListOptions {
+        labels: LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))?,
+        fields: FieldSelector::parse(
+            q.get("fieldSelector").map_or("", String::as_str),
+            res.info(),
+        )?,
+        limit,
+        continue_token: q.get("continue").cloned(),
+        resource_version: q.get("resourceVersion").cloned(),
+        resource_version_match: q.get("resourceVersionMatch").cloned(),
+    })
+}
+
+async fn delete_options(
+    info: &RequestInfo,
+    req: http::Request<Incoming>,
+) -> Result<DeleteOptions, ApiError> {
+    let q = &info.query;
+    let mut opts = DeleteOptions {
+        dry_run: dry_run(info)?,
+        ..Default::default()
+    };
+    if let Some(g) = q.get("gracePeriodSeconds").filter(|g| !g.is_empty()) {
+        opts.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
+    }
+    let bytes = read_body(req).await?;
+    if !bytes.iter().all(u8::is_ascii_whitespace) {
+        let body: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+        })?;
+        if let Some(g) = body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            opts.grace_period_seconds = Some(g);
+        }
+        if let Some(p) = body.get("preconditions") {
+            opts.precondition_uid = p.get("uid").and_then(Value::as_str).map(String::from);
+            opts.precondition_rv = p
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .map(String::from);
+        }
+        if let Some(d) = body.get("dryRun").and_then(Value::as_array) {
+            opts.dry_run |= d.iter().any(|v| v == "All");
+        }
+        if let Some(p) = body.get("propagationPolicy").and_then(Value::as_str)
+            && !matches!(p, "Orphan" | "Background" | "Foreground")
+        {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {p:?}"
+            )));
+        }
+    }
+    Ok(opts)
+}

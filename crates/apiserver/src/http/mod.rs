@@ -1,0 +1,85 @@
+//! The HTTP side: binding, the accept loop and per-connection serving. Each connection runs
+//! until the client closes it or the listener's token is cancelled (stop/shutdown).
+//!
+//! TLS plugs in at [`serve_connection`]: wrap the accepted stream before serving it.
+
+mod discovery;
+mod handlers;
+mod pipeline;
+mod request_info;
+mod response;
+mod watch;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Weak;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::server::Shared;
+
+/// Binds `addr` with `SO_REUSEADDR`, so a restarted listener gets the same port back.
+pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
+    let err = |source| Error::Bind { addr, source };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(err)?;
+    socket.set_reuseaddr(true).map_err(err)?;
+    socket.bind(addr).map_err(err)?;
+    socket.listen(1024).map_err(err)
+}
+
+/// Accepts connections until `token` is cancelled; holds only a `Weak` to the shared state.
+pub(crate) fn spawn_listener(
+    shared: Weak<Shared>,
+    listener: TcpListener,
+    token: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = token.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let Ok((stream, _peer)) = accepted else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(serve_connection(shared.clone(), stream, token.clone()));
+        }
+    })
+}
+
+/// Serves HTTP/1.1 or HTTP/2 on one connection until it closes or `token` is cancelled.
+pub(crate) async fn serve_connection<IO>(shared: Weak<Shared>, io: IO, token: CancellationToken)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn_token = token.clone();
+    let svc = service_fn(move |req: hyper::Request<Incoming>| {
+        let shared = shared.upgrade();
+        let token = conn_token.clone();
+        async move {
+            Ok::<_, Infallible>(match shared {
+                Some(s) => pipeline::handle(s, req, token).await,
+                None => response::error(&crate::status::ApiError::injected(503)),
+            })
+        }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::select! {
+        _ = conn => {}
+        () = token.cancelled() => {}
+    }
+}

@@ -1,0 +1,166 @@
+//! The request pipeline: (1) classify, (2) injected latency, (3) authenticate, (4) injected
+//! fault, (5) authorize, (6) dispatch, (7) record.
+//!
+//! Admin endpoints under `/nodelet/` skip steps 2–5 and are not recorded.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use super::request_info::RequestInfo;
+use super::response::{self, Body};
+use super::{discovery, handlers};
+use crate::auth::{Attributes, Decision};
+use crate::control::RequestRecord;
+use crate::resources;
+use crate::server::Shared;
+use crate::status::ApiError;
+
+/// Handles one request end to end; never fails (errors become `Status` responses).
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    req: http::Request<Incoming>,
+    token: CancellationToken,
+) -> http::Response<Body> {
+    let path = req.uri().path().to_string();
+    if let Some(rest) = path.strip_prefix("/nodelet/") {
+        return admin(&shared, req.method(), rest).await;
+    }
+    // (1)
+    let info = RequestInfo::parse(req.method(), &path, req.uri().query());
+    let span = tracing::debug_span!("request", verb = %info.verb, resource = %info.resource, namespace = info.namespace.as_deref(), name = info.name.as_deref());
+    // (2)
+    let latency = shared.controls.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    // (3)
+    let user = shared.config.authenticator.authenticate(req.headers()).ok();
+    let resp = match &user {
+        None => response::error(&ApiError::unauthorized()),
+        Some(user) => {
+            if let Some(code) = shared.controls.take_fault() {
+                // (4)
+                response::error(&ApiError::injected(code))
+            } else {
+                // (5)
+                let attrs = Attributes {
+                    user: user.clone(),
+                    verb: info.verb.clone(),
+                    resource_request: info.resource_request,
+                    api_group: info.api_group.clone(),
+                    api_version: info.api_version.clone(),
+                    resource: info.resource.clone(),
+                    subresource: info.subresource.clone(),
+                    namespace: info.namespace.clone(),
+                    name: info.name.clone(),
+                    path: info.path.clone(),
+                };
+                match shared.config.authorizer.authorize(&attrs) {
+                    Decision::Deny(reason) => response::error(&forbidden(&info, &attrs, &reason)),
+                    // (6)
+                    Decision::Allow => {
+                        match dispatch(&shared, &info, req, token).instrument(span).await {
+                            Ok(r) => r,
+                            Err(e) => response::error(&e),
+                        }
+                    }
+                }
+            }
+        }
+    };
+    // (7)
+    shared.controls.record(RequestRecord {
+        verb: info.verb.clone(),
+        resource: info.resource.clone(),
+        subresource: info.subresource.clone(),
+        namespace: info.namespace.clone(),
+        name: info.name.clone(),
+        user: user.map(|u| u.name),
+        status: resp.status().as_u16(),
+        api_group: info.api_group.clone(),
+        path: info.path.clone(),
+    });
+    resp
+}
+
+fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
+    let why = if reason.is_empty() {
+        attrs.to_string()
+    } else {
+        format!("{attrs}: {reason}")
+    };
+    if !info.resource_request {
+        return ApiError::forbidden(None, "", &why);
+    }
+    let res =
+        resources::by_path(&info.api_group, &info.api_version, &info.resource).map(|r| r.info());
+    ApiError::forbidden(res, info.name.as_deref().unwrap_or(""), &why)
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    info: &RequestInfo,
+    req: http::Request<Incoming>,
+    token: CancellationToken,
+) -> Result<http::Response<Body>, ApiError> {
+    if info.resource_request {
+        return handlers::resource(shared, info, req, token).await;
+    }
+    if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+        return Err(ApiError::method_not_allowed());
+    }
+    discovery::non_resource(shared, &info.path)
+}
+
+/// `/nodelet/...` admin endpoints for tools without a `TestHandle` (curl, other processes).
+async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http::Response<Body> {
+    let handle = crate::control::TestHandle::new(shared.clone());
+    let ok = || response::json(200, &json!({"status": "ok"}));
+    match (method.as_str(), rest.trim_end_matches('/')) {
+        ("POST", "close-watches") => {
+            handle.close_watches();
+            ok()
+        }
+        ("POST", "compact") => {
+            handle.compact();
+            ok()
+        }
+        ("POST", "bookmark") => {
+            handle.bookmark_now();
+            ok()
+        }
+        ("GET", "requests") => {
+            let list: Vec<_> = handle
+                .requests()
+                .into_iter()
+                .map(|r| json!({"verb": r.verb, "resource": r.resource, "subresource": r.subresource, "namespace": r.namespace, "name": r.name, "user": r.user, "status": r.status}))
+                .collect();
+            response::json(200, &json!({"requests": list}))
+        }
+        ("DELETE", "requests") => {
+            handle.reset_requests();
+            ok()
+        }
+        (_, r) if r.starts_with("fail/") => {
+            // /nodelet/fail/{n}/{status}
+            let mut parts = r.trim_start_matches("fail/").split('/');
+            match (
+                parts.next().and_then(|n| n.parse().ok()),
+                parts.next().and_then(|s| s.parse().ok()),
+            ) {
+                (Some(n), Some(code)) if method == http::Method::POST => {
+                    handle.fail_next(n, code);
+                    ok()
+                }
+                _ => response::error(&ApiError::bad_request(
+                    "use POST /nodelet/fail/{n}/{status}",
+                )),
+            }
+        }
+        _ => response::error(&ApiError::page_not_found()),
+    }
+}

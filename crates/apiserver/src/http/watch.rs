@@ -1,0 +1,277 @@
+//! Watch streams: newline-delimited `{"type","object"}` events over a chunked response.
+//!
+//! Starting a watch, under the store lock:
+//! 1. `sendInitialEvents=true`: ADDED for every current object, then a BOOKMARK annotated
+//!    `k8s.io/initial-events-end`; else `resourceVersion` unset or `"0"`: ADDED for every
+//!    current object; else replay history after `resourceVersion`, or a single ERROR event
+//!    (410 `Expired`) when that part of history has been compacted.
+//! 2. Subscribe to the broadcast; later events with a resourceVersion already covered by (1)
+//!    are skipped, so nothing is missed or duplicated.
+//!
+//! The stream then forwards matching events (with selector transitions turned into ADDED /
+//! DELETED, as upstream does), sends bookmarks when asked, and ends on `timeoutSeconds`,
+//! `close_watches`, a lagging receiver, listener stop or shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use super::handlers::list_options;
+use super::request_info::RequestInfo;
+use super::response::Body;
+use crate::registry::{ListOptions, parse_rv};
+use crate::resources::ResourceId;
+use crate::server::Shared;
+use crate::status::{ApiError, FieldError};
+use crate::store::{Event, EventType, Notice};
+
+struct Filter {
+    res: ResourceId,
+    namespace: Option<String>,
+    opts: ListOptions,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.opts.labels.matches(obj) && self.opts.fields.matches(self.res.info(), obj)
+    }
+
+    /// The event this watch sees for a committed change, if any.
+    fn translate(&self, ev: &Event) -> Option<(EventType, Arc<Value>)> {
+        if ev.key.resource != self.res
+            || self
+                .namespace
+                .as_deref()
+                .is_some_and(|n| n != ev.key.namespace)
+        {
+            return None;
+        }
+        let now = self.matches(&ev.object);
+        let before = ev.prev.as_deref().is_some_and(|p| self.matches(p));
+        match ev.kind {
+            EventType::Added => now.then(|| (EventType::Added, ev.object.clone())),
+            EventType::Modified => match (before, now) {
+                (true, true) => Some((EventType::Modified, ev.object.clone())),
+                (false, true) => Some((EventType::Added, ev.object.clone())),
+                (true, false) => Some((EventType::Deleted, ev.object.clone())),
+                (false, false) => None,
+            },
+            EventType::Deleted => before.then(|| (EventType::Deleted, ev.object.clone())),
+        }
+    }
+}
+
+fn line(kind: &str, obj: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn bookmark(res: ResourceId, rv: u64, initial_end: bool) -> Bytes {
+    let info = res.info();
+    let mut meta = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}),
+    )
+}
+
+fn is_true(info: &RequestInfo, key: &str) -> bool {
+    info.query.get(key).is_some_and(|v| v == "true" || v == "1")
+}
+
+/// Starts a watch and answers with the streaming response.
+pub(crate) fn serve(
+    shared: &Arc<Shared>,
+    info: &RequestInfo,
+    res: ResourceId,
+    token: CancellationToken,
+) -> Result<http::Response<Body>, ApiError> {
+    let mut list_info = info.clone();
+    let send_initial = info
+        .query
+        .get("sendInitialEvents")
+        .is_some_and(|v| v == "true");
+    list_info.query.remove("sendInitialEvents");
+    list_info.query.remove("resourceVersionMatch");
+    let opts = list_options(&list_info, res)?;
+    let bookmarks = is_true(info, "allowWatchBookmarks");
+    let rv_match = info
+        .query
+        .get("resourceVersionMatch")
+        .filter(|m| !m.is_empty());
+    if send_initial {
+        let mut errs = Vec::new();
+        if rv_match.map(String::as_str) != Some("NotOlderThan") {
+            errs.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !bookmarks {
+            errs.push(FieldError::forbidden(
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid_list_options(&errs));
+        }
+    } else if rv_match.is_some() {
+        return Err(ApiError::invalid_list_options(&[FieldError::forbidden(
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        )]));
+    }
+    let timeout = match info.query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
+        None => shared.config.default_watch_timeout,
+    };
+    let rv = info
+        .query
+        .get("resourceVersion")
+        .filter(|r| !r.is_empty() && *r != "0")
+        .map(|r| parse_rv(r))
+        .transpose()?;
+    let filter = Filter {
+        res,
+        namespace: info.namespace.clone(),
+        opts,
+    };
+
+    let mut initial: Vec<Bytes> = Vec::new();
+    let (rx, last_rv, gone) = {
+        let s = shared.registry.store.lock();
+        let rx = s.subscribe();
+        let mut gone = false;
+        match rv {
+            Some(from) if !send_initial => {
+                if from < s.history_start {
+                    initial.push(line(
+                        "ERROR",
+                        &ApiError::too_old(from, s.history_start).to_status(),
+                    ));
+                    gone = true;
+                } else {
+                    for ev in s.history.iter().filter(|e| e.rv > from) {
+                        if let Some((kind, obj)) = filter.translate(ev) {
+                            initial.push(line(kind.as_str(), &obj));
+                        }
+                    }
+                }
+            }
+            _ => {
+                for (_, obj) in s.snapshot(res, filter.namespace.as_deref(), s.rv) {
+                    if filter.matches(&obj) {
+                        initial.push(line("ADDED", &obj));
+                    }
+                }
+                if send_initial {
+                    initial.push(bookmark(res, s.rv, true));
+                }
+            }
+        }
+        (rx, s.rv, gone)
+    };
+
+    let (tx, out) = mpsc::channel::<Bytes>(64);
+    let stop = token.clone();
+    tokio::spawn(pump(PumpArgs {
+        tx,
+        rx,
+        filter,
+        initial,
+        last_rv,
+        gone,
+        bookmarks,
+        timeout,
+        stop,
+    }));
+    let stream = ReceiverStream::new(out).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
+    let mut resp = http::Response::new(StreamBody::new(stream).boxed_unsync());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
+
+struct PumpArgs {
+    tx: mpsc::Sender<Bytes>,
+    rx: broadcast::Receiver<Notice>,
+    filter: Filter,
+    initial: Vec<Bytes>,
+    last_rv: u64,
+    gone: bool,
+    bookmarks: bool,
+    timeout: Duration,
+    stop: CancellationToken,
+}
+
+async fn pump(mut a: PumpArgs) {
+    let deadline = tokio::time::sleep(a.timeout);
+    tokio::pin!(deadline);
+    for b in std::mem::take(&mut a.initial) {
+        tokio::select! {
+            r = a.tx.send(b) => if r.is_err() { return },
+            () = a.stop.cancelled() => return,
+            () = &mut deadline => return,
+        }
+    }
+    if a.gone {
+        return;
+    }
+    let mut last_rv = a.last_rv;
+    loop {
+        let notice = tokio::select! {
+            () = a.tx.closed() => return,
+            () = a.stop.cancelled() => return,
+            () = &mut deadline => return,
+            n = a.rx.recv() => n,
+        };
+        let out = match notice {
+            Ok(Notice::Event(ev)) => {
+                if ev.rv <= last_rv {
+                    continue;
+                }
+                last_rv = ev.rv;
+                match a.filter.translate(&ev) {
+                    Some((kind, obj)) => line(kind.as_str(), &obj),
+                    None => continue,
+                }
+            }
+            Ok(Notice::Bookmark(rv)) => {
+                if !a.bookmarks {
+                    continue;
+                }
+                last_rv = last_rv.max(rv);
+                bookmark(a.filter.res, last_rv, false)
+            }
+            // A lagging watcher is closed, as upstream closes slow watchers; clients resume.
+            Ok(Notice::CloseWatches) | Err(_) => return,
+        };
+        tokio::select! {
+            r = a.tx.send(out) => if r.is_err() { return },
+            () = a.stop.cancelled() => return,
+            () = &mut deadline => return,
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The object store: current objects, the global resourceVersion counter, a bounded event history
+//! and the broadcast that feeds watches.
+//!
+//! # Invariants
+//! 1. `rv` only grows; every write gets `rv + 1`, stamped into `metadata.resourceVersion`.
+//! 2. `history` holds every event with `rv > history_start`, oldest first; a watch or an exact
+//!    read from `X < history_start` is answered `410 Expired`.
+//! 3. Writes and broadcasts happen under one lock, so a watch that subscribes under the lock and
+//!    replays history sees every event exactly once.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::resources::ResourceId;
+
+/// Identifies one stored object: resource, namespace (`""` for cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Key {
+    pub(crate) resource: ResourceId,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+}
+
+impl Key {
+    pub(crate) fn new(resource: ResourceId, namespace: &str, name: &str) -> Self {
+        Key {
+            resource,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// Watch event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change.
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) rv: u64,
+    pub(crate) kind: EventType,
+    pub(crate) key: Key,
+    /// The object after the change (for `Deleted`: its last state, stamped with the delete's rv).
+    pub(crate) object: Arc<Value>,
+    /// The object before the change (`None` for `Added`); lets a list rebuild an older snapshot.
+    pub(crate) prev: Option<Arc<Value>>,
+}
+
+/// What watches receive.
+#[derive(Debug, Clone)]
+pub(crate) enum Notice {
+    Event(Arc<Event>),
+    /// Send a bookmark at this resourceVersion to watches that allow bookmarks.
+    Bookmark(u64),
+    /// End every open watch (cleanly, as when a real server closes the stream).
+    CloseWatches,
+}
+
+pub(crate) struct Inner {
+    pub(crate) rv: u64,
+    pub(crate) objects: BTreeMap<Key, Arc<Value>>,
+    pub(crate) history: VecDeque<Arc<Event>>,
+    pub(crate) history_start: u64,
+    history_limit: usize,
+    tx: broadcast::Sender<Notice>,
+}
+
+/// The shared store. Cheap to lock; never held across `.await`.
+pub(crate) struct Store {
+    inner: Mutex<Inner>,
+}
+
+impl Store {
+    pub(crate) fn new(history_limit: usize, broadcast_capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(broadcast_capacity.max(16));
+        Store {
+            inner: Mutex::new(Inner {
+                rv: 0,
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                history_start: 0,
+                history_limit: history_limit.max(1),
+                tx,
+            }),
+        }
+    }
+
+    /// Locks the store. A poisoned lock is recovered: the data is plain values and every
+    /// mutation is completed before anything can panic.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+pub(crate) fn set_rv(obj: &mut Value, rv: u64) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+impl Inner {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.tx.subscribe()
+    }
+
+    pub(crate) fn get(&self, key: &Key) -> Option<&Arc<Value>> {
+        self.objects.get(key)
+    }
+
+    /// Stores `obj` under `key` with a new resourceVersion and records the event.
+    pub(crate) fn put(&mut self, key: Key, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        set_rv(&mut obj, self.rv);
+        let obj = Arc::new(obj);
+        let prev = self.objects.insert(key.clone(), obj.clone());
+        let kind = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.record(Event {
+            rv: self.rv,
+            kind,
+            key,
+            object: obj.clone(),
+            prev,
+        });
+        obj
+    }
+
+    /// Removes `key`; the DELETED event carries the last state stamped with a new rv.
+    pub(crate) fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
+        let prev = self.objects.remove(key)?;
+        self.rv += 1;
+        let mut last = (*prev).clone();
+        set_rv(&mut last, self.rv);
+        let last = Arc::new(last);
+        self.record(Event {
+            rv: self.rv,
+            kind: EventType::Deleted,
+            key: key.clone(),
+            object: last.clone(),
+            prev: Some(prev),
+        });
+        Some(last)
+    }
+
+    fn record(&mut self, event: Event) {
+        let event = Arc::new(event);
+        self.history.push_back(event.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                self.history_start = old.rv;
+            }
+        }
+        // No receivers is fine.
+        let _ = self.tx.send(Notice::Event(event));
+    }
+
+    /// Drops all history: the next watch or exact read from an older rv gets 410. Advances the
+    /// rv by one so that every rv handed out so far is compacted.
+    pub(crate) fn compact(&mut self) {
+        self.rv += 1;
+        self.history.clear();
+        self.history_start = self.rv;
+    }
+
+    pub(crate) fn notify(&self, notice: Notice) {
+        let _ = self.tx.send(notice);
+    }
+
+    /// Objects of `resource` (optionally in one namespace) as they were at `rv`, sorted by
+    /// namespace and name. `rv` must be `>= history_start` and `<= self.rv`.
+    pub(crate) fn snapshot(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Vec<(Key, Arc<Value>)> {
+        let in_scope =
+            |k: &Key| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns);
+        let mut map: BTreeMap<Key, Arc<Value>> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| in_scope(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if rv < self.rv {
+            for ev in self.history.iter().rev() {
+                if ev.rv <= rv {
+                    break;
+                }
+                if !in_scope(&ev.key) {
+                    continue;
+                }
+                match &ev.prev {
+                    Some(p) => {
+                        map.insert(ev.key.clone(), p.clone());
+                    }
+                    None => {
+                        map.remove(&ev.key);
+                    }
+                }
+            }
+        }
+        map.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::CONFIGMAPS;
+    use serde_json::json;
+
+    fn cm(name: &str, v: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "d"}, "data": {"k": v}})
+    }
+
+    #[test]
+    fn snapshot_at_an_older_rv_undoes_later_changes() {
+        let store = Store::new(100, 16);
+        let mut s = store.lock();
+        let a = Key::new(CONFIGMAPS, "d", "a");
+        let b = Key::new(CONFIGMAPS, "d", "b");
+        s.put(a.clone(), cm("a", "1"));
+        s.put(b.clone(), cm("b", "1"));
+        let at2 = s.rv;
+        s.put(a.clone(), cm("a", "2"));
+        s.remove(&b);
+        s.put(Key::new(CONFIGMAPS, "d", "c"), cm("c", "1"));
+        let old = s.snapshot(CONFIGMAPS, Some("d"), at2);
+        let names: Vec<_> = old
+            .iter()
+            .map(|(k, v)| (k.name.clone(), v["data"]["k"].clone()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![("a".into(), json!("1")), ("b".into(), json!("1"))]
+        );
+        assert_eq!(s.snapshot(CONFIGMAPS, None, s.rv).len(), 2);
+    }
+
+    #[test]
+    fn history_beyond_the_limit_moves_the_compaction_point() {
+        let store = Store::new(2, 16);
+        let mut s = store.lock();
+        for i in 0..5 {
+            s.put(Key::new(CONFIGMAPS, "d", &format!("n{i}")), cm("x", "1"));
+        }
+        assert_eq!(s.history.len(), 2);
+        assert_eq!(s.history_start, 3);
+        s.compact();
+        assert_eq!(s.history_start, 6);
+        assert!(s.history.is_empty());
+    }
+}

@@ -1,0 +1,138 @@
+//! ConfigMap CRUD through `kube::Api`, with the real server's status codes and message texts.
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::{cm, cms, start, status};
+
+#[tokio::test]
+async fn a_created_configmap_can_be_read_listed_replaced_and_deleted() {
+    let (_server, client) = start().await;
+    let api = cms(&client);
+    let created = api
+        .create(&PostParams::default(), &cm("app", "k", "v1"))
+        .await
+        .expect("create");
+    let meta = &created.metadata;
+    assert_eq!(meta.namespace.as_deref(), Some("default"));
+    assert!(meta.uid.is_some() && meta.creation_timestamp.is_some());
+    assert_eq!(
+        meta.generation, None,
+        "configmaps have no generation in real k8s"
+    );
+    let rv1: u64 = meta
+        .resource_version
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .expect("decimal rv");
+
+    let got = api.get("app").await.expect("get");
+    assert_eq!(
+        got.data
+            .as_ref()
+            .and_then(|d| d.get("k"))
+            .map(String::as_str),
+        Some("v1")
+    );
+
+    let list = api.list(&ListParams::default()).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+    let list_rv: u64 = list
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .expect("list rv");
+    assert!(list_rv >= rv1);
+
+    let mut changed = got.clone();
+    changed.data = Some([("k".to_string(), "v2".to_string())].into());
+    let replaced = api
+        .replace("app", &PostParams::default(), &changed)
+        .await
+        .expect("replace");
+    let rv2: u64 = replaced
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .expect("rv");
+    assert!(rv2 > rv1);
+    assert_eq!(replaced.metadata.uid, created.metadata.uid);
+
+    let deleted = api
+        .delete("app", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let st = deleted.right().expect("configmap delete answers a Status");
+    assert_eq!(
+        st.details.map(|d| (d.name, d.kind)),
+        Some(("app".into(), "configmaps".into()))
+    );
+    assert!(api.get_opt("app").await.expect("get_opt").is_none());
+}
+
+#[tokio::test]
+async fn errors_carry_the_real_codes_reasons_and_messages() {
+    let (_server, client) = start().await;
+    let api = cms(&client);
+    let e = status(api.get("nope").await.expect_err("missing"));
+    assert_eq!(
+        (e.code, e.reason.as_str(), e.message.as_str()),
+        (404, "NotFound", "configmaps \"nope\" not found")
+    );
+
+    api.create(&PostParams::default(), &cm("x", "k", "v"))
+        .await
+        .expect("create");
+    let e = status(
+        api.create(&PostParams::default(), &cm("x", "k", "v"))
+            .await
+            .expect_err("duplicate"),
+    );
+    assert_eq!(
+        (e.code, e.reason.as_str(), e.message.as_str()),
+        (409, "AlreadyExists", "configmaps \"x\" already exists")
+    );
+
+    let mut stale = api.get("x").await.expect("get");
+    api.patch(
+        "x",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "w"}})),
+    )
+    .await
+    .expect("patch");
+    stale.data = Some([("k".to_string(), "stale".to_string())].into());
+    let e = status(
+        api.replace("x", &PostParams::default(), &stale)
+            .await
+            .expect_err("conflict"),
+    );
+    assert_eq!(e.code, 409);
+    assert_eq!(e.reason, "Conflict");
+    assert_eq!(
+        e.message,
+        "Operation cannot be fulfilled on configmaps \"x\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+
+    let e = status(
+        api.delete("nope", &DeleteParams::default())
+            .await
+            .expect_err("missing"),
+    );
+    assert_eq!(e.code, 404);
+
+    let other: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), "missing-ns");
+    let e = status(
+        other
+            .create(&PostParams::default(), &cm("x", "k", "v"))
+            .await
+            .expect_err("no namespace"),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (404, "namespaces \"missing-ns\" not found")
+    );
+}
