@@ -92,8 +92,10 @@ pub mod fault {
         CreateDataDir,
         /// (6) before each payload file (and the manifest) is written.
         WriteFile,
-        /// (7) before the durability `fsync` of the new data directory tree.
+        /// (7) before the durability `fsync`s of the new files and directories.
         SyncDataDir,
+        /// (8), (9), (11) before each `fsync` of the target directory.
+        SyncTarget,
         /// (8) before creating `..data_tmp`.
         CreateDataTmp,
         /// (9) before renaming `..data_tmp` over `..data`.

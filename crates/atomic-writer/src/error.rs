@@ -101,11 +101,12 @@ pub enum Error {
         /// Underlying error.
         cause: io::Error,
     },
-    /// Step (2): `..data` exists but is not a symlink to a data directory of this writer; the
-    /// target directory holds something we did not create, and nothing is changed.
-    #[error("{} is not a symlink to a timestamped data directory (found {found}); refusing to write", path.display())]
+    /// Step (2): `..data` is not a symlink to a timestamped data directory, or `..data_tmp` is
+    /// not a symlink: the target directory holds something this writer did not create, and
+    /// nothing is changed.
+    #[error("{} is not a symlink created by the atomic writer (found {found}); refusing to write", path.display())]
     ForeignData {
-        /// Path of `..data`.
+        /// Path of `..data` or `..data_tmp`.
         path: PathBuf,
         /// What was found instead.
         found: String,

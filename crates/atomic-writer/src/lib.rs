@@ -64,8 +64,9 @@
 //!    skip to step 10 ([`WriteOutcome::Unchanged`]).
 //! 5. **Create the new data directory**, mode exactly 0755.
 //! 6. **Write every file**: parent directories 0755, the bytes, `chown` to `fs_user` (gid
-//!    unchanged), the mode exactly (umask-independent), `fsync`; then the manifest.
-//! 7. **Call `set_perms`** with the new data directory's path, then `fsync` its directories.
+//!    unchanged), the mode exactly (umask-independent); then the manifest.
+//! 7. **Call `set_perms`** with the new data directory's path; then `fsync` every file, every
+//!    directory and the data directory (after all writes, so one journal commit covers most).
 //! 8. **Create `..data_tmp`** pointing to the new data directory; `fsync` the target.
 //! 9. **Rename `..data_tmp` over `..data`** (the atomic switch); `fsync` the target.
 //! 10. **Create missing visible symlinks** `name -> ..data/name` (AW-9).
@@ -113,6 +114,19 @@
 //!    behind after step 6 or 7 failures).
 //! 7. **`set_perms` receives the full path** of the new data directory, not its base name.
 //!
+//! # Guarantees
+//!
+//! * A reader that opens a visible name gets a file of the old payload or of the new one: both
+//!   resolve through `..data`, which switches in one `rename(2)`. Files are complete before the
+//!   switch (and durable, with fsync).
+//! * Between the switch (9) and steps 10–11 a top-level name *added* by the update is not there
+//!   yet and a *removed* one dangles (reads fail with "not found"), as in the kubelet, which
+//!   creates new names only after the data is in place (upstream #93686). A crash in that window
+//!   leaves exactly this state; the next write completes it.
+//! * If a write fails or the process dies before step 9, the visible tree is exactly the old one.
+//! * After any failure or crash, the next write (by a new writer, after a restart) converges to
+//!   exactly the payload, with one data directory and no `..data_tmp`.
+//!
 //! # Contracts
 //!
 //! * **One writer per directory.** [`AtomicWriter::write`] takes `&mut self`: writes through
@@ -120,6 +134,8 @@
 //!   are not supported and can remove each other's data directories.
 //! * **Blocking.** Plain `std::fs`; from async code use `tokio::task::spawn_blocking`.
 //! * **Idempotent.** Writing an unchanged payload touches nothing (except repairs, above).
+//! * **Interruption.** There is no cancellation of a synchronous call; if the thread or process
+//!   dies mid-write, see the guarantees above.
 //! * **Secrets.** [`FileProjection`] and [`Payload`] redact file contents in `Debug`; tracing
 //!   events carry paths, counts and byte totals only.
 //! * **Ownership.** `fs_user` is applied with `chown` (uid only). Changing to another uid needs

@@ -18,6 +18,8 @@ use crate::validate::validate_payload;
 
 /// Mode of data directories and of directories inside them (AW-5 step 5), umask-independent.
 const DIR_MODE: u32 = 0o755;
+/// How many written files are kept open, waiting for their `fsync`, at most.
+const SYNC_BATCH: usize = 128;
 /// How many names to try when a new data directory name is already taken.
 const CREATE_ATTEMPTS: usize = 16;
 
@@ -134,7 +136,11 @@ impl AtomicWriter {
 
         let current = if changed {
             // (5)-(9) Write a new data directory and swap it in.
-            self.swap_in(&files, set_perms)?
+            let name = self.swap_in(&files, set_perms)?;
+            // (9) The swap is made durable before anything old is removed. From here on a
+            // failure leaves the complete new data in place.
+            self.sync_target()?;
+            name
         } else {
             tracing::debug!("payload unchanged");
             old.unwrap_or_default()
@@ -144,8 +150,8 @@ impl AtomicWriter {
         let mut touched = self.create_visible_links(&visible)?;
         // (11) Remove user-visible symlinks the payload no longer has.
         touched |= self.remove_stale_visible_links(&visible)?;
-        if touched && self.config.fsync {
-            sync_dir(&self.target)?;
+        if touched {
+            self.sync_target()?;
         }
 
         // (12) Remove the old data directory and any orphan left by a crash.
@@ -279,8 +285,10 @@ impl AtomicWriter {
         files: &BTreeMap<String, &FileProjection>,
         set_perms: Option<SetPerms<'_>>,
     ) -> Result<(), Error> {
-        // (6) Parent directories (0755), then each file with its exact mode and owner.
+        // (6) Parent directories (0755), then each file with its exact mode and owner. The
+        // fsyncs come after all writes: one journal commit then covers most of them.
         let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut unsynced: Vec<(PathBuf, File)> = Vec::new();
         for (relative, file) in files {
             let path = dir.join(relative);
             if let Some(parent) = Path::new(relative).parent() {
@@ -298,7 +306,13 @@ impl AtomicWriter {
                     path: path.clone(),
                     cause,
                 })?;
-            write_file(&path, file, self.config.fsync)?;
+            let handle = write_file(&path, file)?;
+            if self.config.fsync {
+                unsynced.push((path, handle));
+                if unsynced.len() >= SYNC_BATCH {
+                    self.sync_files(&mut unsynced)?;
+                }
+            }
         }
         let manifest = dir.join(MANIFEST_NAME);
         self.config
@@ -308,9 +322,14 @@ impl AtomicWriter {
                 cause,
             })?;
         let manifest_file = FileProjection::new(layout::encode_manifest(files), 0o644);
-        write_file(&manifest, &manifest_file, self.config.fsync)?;
+        let handle = write_file(&manifest, &manifest_file)?;
+        if self.config.fsync {
+            unsynced.push((manifest, handle));
+        }
 
-        // (7) The caller's permission hook, on the full path of the new data directory.
+        // (7) The caller's permission hook, on the full path of the new data directory; then
+        // the files (with what the hook changed), the directories and the data directory
+        // itself are made durable.
         if let Some(hook) = set_perms {
             hook(dir).map_err(|cause| Error::SetPerms {
                 path: dir.to_path_buf(),
@@ -318,12 +337,7 @@ impl AtomicWriter {
             })?;
         }
         if self.config.fsync {
-            self.config
-                .inject(FaultPoint::SyncDataDir)
-                .map_err(|cause| Error::Sync {
-                    path: dir.to_path_buf(),
-                    cause,
-                })?;
+            self.sync_files(&mut unsynced)?;
             for sub in dirs.iter().rev() {
                 sync_dir(sub)?;
             }
@@ -344,9 +358,7 @@ impl AtomicWriter {
                 cause,
             })?;
         let swapped = (|| {
-            if self.config.fsync {
-                sync_dir(&self.target)?;
-            }
+            self.sync_target()?;
             // (9) Atomically replace `..data`.
             self.config
                 .inject(FaultPoint::SwapData)
@@ -356,14 +368,41 @@ impl AtomicWriter {
                     cause,
                 })
         })();
-        if let Err(e) = swapped {
+        if swapped.is_err() {
             let _ = fs::remove_file(&tmp);
-            return Err(e);
         }
-        if self.config.fsync {
-            sync_dir(&self.target)?;
+        swapped
+    }
+
+    /// `fsync` of written files (still open: modes like 0o000 cannot be reopened), emptying
+    /// `files`.
+    fn sync_files(&self, files: &mut Vec<(PathBuf, File)>) -> Result<(), Error> {
+        self.config
+            .inject(FaultPoint::SyncDataDir)
+            .map_err(|cause| Error::Sync {
+                path: files.first().map(|(p, _)| p.clone()).unwrap_or_default(),
+                cause,
+            })?;
+        for (path, handle) in files.drain(..) {
+            handle
+                .sync_all()
+                .map_err(|cause| Error::Sync { path, cause })?;
         }
         Ok(())
+    }
+
+    /// `fsync` of the target directory, if enabled.
+    fn sync_target(&self) -> Result<(), Error> {
+        if !self.config.fsync {
+            return Ok(());
+        }
+        self.config
+            .inject(FaultPoint::SyncTarget)
+            .map_err(|cause| Error::Sync {
+                path: self.target.clone(),
+                cause,
+            })?;
+        sync_dir(&self.target)
     }
 
     /// (10) Creates `name -> ..data/name` for every top-level payload name that lacks it.
@@ -561,9 +600,9 @@ fn create_dir(path: &Path) -> Result<(), Error> {
 }
 
 /// (6) Creates `path` (which must not exist), writes the data, `chown`s to `fs_user` (gid
-/// unchanged), sets the mode exactly (umask independent; after `chown`, which may clear
-/// set-id bits), and syncs the inode if asked.
-fn write_file(path: &Path, file: &FileProjection, sync: bool) -> Result<(), Error> {
+/// unchanged), then sets the mode exactly (umask independent; after `chown`, which may clear
+/// set-id bits). Returns the open file for a later `fsync`.
+fn write_file(path: &Path, file: &FileProjection) -> Result<File, Error> {
     let wrap = |cause| Error::WriteFile {
         path: path.to_path_buf(),
         cause,
@@ -588,13 +627,7 @@ fn write_file(path: &Path, file: &FileProjection, sync: bool) -> Result<(), Erro
             path: path.to_path_buf(),
             cause,
         })?;
-    if sync {
-        handle.sync_all().map_err(|cause| Error::Sync {
-            path: path.to_path_buf(),
-            cause,
-        })?;
-    }
-    Ok(())
+    Ok(handle)
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {

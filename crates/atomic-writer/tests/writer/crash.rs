@@ -197,6 +197,7 @@ fn every_fault_point_is_reached_by_some_write() {
         FaultPoint::CreateDataDir,
         FaultPoint::WriteFile,
         FaultPoint::SyncDataDir,
+        FaultPoint::SyncTarget,
         FaultPoint::CreateDataTmp,
         FaultPoint::SwapData,
         FaultPoint::CreateVisibleLink,
