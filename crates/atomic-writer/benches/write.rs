@@ -39,7 +39,7 @@ fn label(fsync: bool) -> &'static str {
 }
 
 fn first_write(c: &mut Criterion) {
-    let mut group = c.benchmark_group("first write 10 x 4 KiB");
+    let mut group = c.benchmark_group("first-write-10x4KiB");
     let p = payload(10, 4096, 0);
     for fsync in [true, false] {
         group.bench_function(BenchmarkId::from_parameter(label(fsync)), |b| {
@@ -83,7 +83,7 @@ fn updates(c: &mut Criterion, name: &str, a: &Payload, b_payload: &Payload) {
 fn update_small(c: &mut Criterion) {
     updates(
         c,
-        "update 10 x 4 KiB",
+        "update-10x4KiB",
         &payload(10, 4096, 0),
         &payload(10, 4096, 1),
     );
@@ -92,14 +92,14 @@ fn update_small(c: &mut Criterion) {
 fn update_large(c: &mut Criterion) {
     updates(
         c,
-        "update 1 x 1 MiB",
+        "update-1x1MiB",
         &payload(1, 1 << 20, 0),
         &payload(1, 1 << 20, 1),
     );
 }
 
 fn unchanged(c: &mut Criterion) {
-    let mut group = c.benchmark_group("unchanged 10 x 4 KiB");
+    let mut group = c.benchmark_group("unchanged-10x4KiB");
     let p = payload(10, 4096, 0);
     for fsync in [true, false] {
         let (_dir, mut writer) = fresh_writer(fsync);

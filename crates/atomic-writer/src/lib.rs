@@ -158,7 +158,9 @@
 #![cfg(unix)]
 
 mod config;
+mod detect;
 mod error;
+mod fsops;
 mod layout;
 mod payload;
 mod validate;

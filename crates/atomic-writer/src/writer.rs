@@ -1,23 +1,23 @@
 //! [`AtomicWriter`]: the write algorithm of the crate docs, steps (1)-(12).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, DirBuilder, File};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::WriterConfig;
 use crate::config::fault::FaultPoint;
+use crate::detect::differs;
 use crate::error::Error;
+use crate::fsops::{DIR_MODE, create_dir, set_mode, sync_dir, write_file};
 use crate::layout::{
-    self, DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, ManifestEntry, describe, is_data_dir_name,
+    self, DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, describe, is_data_dir_name,
     is_our_visible_link, visible_link_target,
 };
 use crate::payload::{FileProjection, Payload};
 use crate::validate::validate_payload;
 
-/// Mode of data directories and of directories inside them (AW-5 step 5), umask-independent.
-const DIR_MODE: u32 = 0o755;
 /// How many written files are kept open, waiting for their `fsync`, at most.
 const SYNC_BATCH: usize = 128;
 /// How many names to try when a new data directory name is already taken.
@@ -515,134 +515,21 @@ fn top_level(path: &str) -> &str {
     path.split('/').next().unwrap_or(path)
 }
 
-/// (4) Whether any payload file is missing from `old_dir`, is not a regular file there, or has
-/// other bytes, mode or owner. Mode and owner are compared with the manifest when the old data
-/// directory has one (so `set_perms` changes do not count), else with the files on disk.
-fn differs(old_dir: &Path, files: &BTreeMap<String, &FileProjection>) -> Result<bool, Error> {
-    let manifest = layout::read_manifest(old_dir).map_err(|cause| Error::CompareCurrentData {
-        path: old_dir.join(MANIFEST_NAME),
-        cause,
-    })?;
-    for (relative, file) in files {
-        let path = old_dir.join(relative);
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
-            // Missing, or an old file sits where the payload now has a directory.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(true);
-            }
-            Err(cause) => return Err(Error::CompareCurrentData { path, cause }),
-        };
-        if !meta.is_file() || meta.len() != file.data.len() as u64 {
-            return Ok(true);
-        }
-        let recorded: Option<ManifestEntry> = match &manifest {
-            Some(entries) => match entries.get(relative) {
-                Some(entry) => Some(*entry),
-                None => return Ok(true),
-            },
-            None => None,
-        };
-        let (mode, owner_matches) = match recorded {
-            Some((mode, uid)) => (mode, uid == file.fs_user),
-            None => (
-                meta.permissions().mode() & 0o7777,
-                file.fs_user.is_none_or(|uid| uid == meta.uid()),
-            ),
-        };
-        if mode != file.mode || !owner_matches {
-            return Ok(true);
-        }
-        if !same_contents(&path, &file.data).map_err(|cause| Error::CompareCurrentData {
-            path: path.clone(),
-            cause,
-        })? {
-            return Ok(true);
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_can_move_to_a_blocking_thread() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<AtomicWriter>();
+        assert_send_sync::<Payload>();
+        assert_send_sync::<Error>();
     }
-    Ok(false)
-}
 
-/// Compares a file with `expected` in chunks, stopping at the first difference.
-fn same_contents(path: &Path, expected: &[u8]) -> io::Result<bool> {
-    let mut file = File::open(path)?;
-    let mut buffer = vec![0u8; 64 * 1024];
-    let mut offset = 0;
-    loop {
-        let read = file.read(&mut buffer)?;
-        if read == 0 {
-            return Ok(offset == expected.len());
-        }
-        let Some(want) = expected.get(offset..offset + read) else {
-            return Ok(false);
-        };
-        if buffer.get(..read) != Some(want) {
-            return Ok(false);
-        }
-        offset += read;
+    #[test]
+    fn top_level_is_the_first_element() {
+        assert_eq!(top_level("a/b/c"), "a");
+        assert_eq!(top_level("a"), "a");
     }
-}
-
-/// (6) A parent directory inside the new data directory, mode exactly 0755.
-fn create_dir(path: &Path) -> Result<(), Error> {
-    match DirBuilder::new().mode(DIR_MODE).create(path) {
-        Ok(()) => set_mode(path, DIR_MODE),
-        Err(cause) => Err(Error::CreateDir {
-            path: path.to_path_buf(),
-            cause,
-        }),
-    }
-}
-
-/// (6) Creates `path` (which must not exist), writes the data, `chown`s to `fs_user` (gid
-/// unchanged), then sets the mode exactly (umask independent; after `chown`, which may clear
-/// set-id bits). Returns the open file for a later `fsync`.
-fn write_file(path: &Path, file: &FileProjection) -> Result<File, Error> {
-    let wrap = |cause| Error::WriteFile {
-        path: path.to_path_buf(),
-        cause,
-    };
-    let mut handle = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(file.mode)
-        .open(path)
-        .map_err(wrap)?;
-    handle.write_all(&file.data).map_err(wrap)?;
-    if let Some(uid) = file.fs_user {
-        std::os::unix::fs::fchown(&handle, Some(uid), None).map_err(|cause| Error::Chown {
-            path: path.to_path_buf(),
-            uid,
-            cause,
-        })?;
-    }
-    handle
-        .set_permissions(fs::Permissions::from_mode(file.mode))
-        .map_err(|cause| Error::SetMode {
-            path: path.to_path_buf(),
-            cause,
-        })?;
-    Ok(handle)
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|cause| Error::SetMode {
-        path: path.to_path_buf(),
-        cause,
-    })
-}
-
-/// `fsync` of a directory, making its entries (creations, renames, removals) durable.
-fn sync_dir(path: &Path) -> Result<(), Error> {
-    File::open(path)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|cause| Error::Sync {
-            path: path.to_path_buf(),
-            cause,
-        })
 }

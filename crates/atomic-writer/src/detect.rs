@@ -1,0 +1,87 @@
+//! Step (4): change detection against the current data directory (AW-7, plus modes/owners).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use crate::error::Error;
+use crate::layout::{self, MANIFEST_NAME, ManifestEntry};
+use crate::payload::FileProjection;
+
+/// (4) Whether any payload file is missing from `old_dir`, is not a regular file there, or has
+/// other bytes, mode or owner. Mode and owner are compared with the manifest when the old data
+/// directory has one (so `set_perms` changes do not count), else with the files on disk.
+pub(crate) fn differs(
+    old_dir: &Path,
+    files: &BTreeMap<String, &FileProjection>,
+) -> Result<bool, Error> {
+    let manifest = layout::read_manifest(old_dir).map_err(|cause| Error::CompareCurrentData {
+        path: old_dir.join(MANIFEST_NAME),
+        cause,
+    })?;
+    for (relative, file) in files {
+        let path = old_dir.join(relative);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            // Missing, or an old file sits where the payload now has a directory.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(true);
+            }
+            Err(cause) => return Err(Error::CompareCurrentData { path, cause }),
+        };
+        if !meta.is_file() || meta.len() != file.data.len() as u64 {
+            return Ok(true);
+        }
+        let recorded: Option<ManifestEntry> = match &manifest {
+            Some(entries) => match entries.get(relative) {
+                Some(entry) => Some(*entry),
+                None => return Ok(true),
+            },
+            None => None,
+        };
+        let (mode, owner_matches) = match recorded {
+            Some((mode, uid)) => (mode, uid == file.fs_user),
+            None => (
+                meta.permissions().mode() & 0o7777,
+                file.fs_user.is_none_or(|uid| uid == meta.uid()),
+            ),
+        };
+        if mode != file.mode || !owner_matches {
+            return Ok(true);
+        }
+        if !same_contents(&path, &file.data).map_err(|cause| Error::CompareCurrentData {
+            path: path.clone(),
+            cause,
+        })? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Compares a file with `expected` in chunks, stopping at the first difference.
+fn same_contents(path: &Path, expected: &[u8]) -> io::Result<bool> {
+    let mut file = File::open(path)?;
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut offset = 0;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            return Ok(offset == expected.len());
+        }
+        let Some(want) = expected.get(offset..offset + read) else {
+            return Ok(false);
+        };
+        if buffer.get(..read) != Some(want) {
+            return Ok(false);
+        }
+        offset += read;
+    }
+}
