@@ -94,6 +94,28 @@ impl Default for ManagerConfig {
 }
 
 impl ManagerConfig {
+    /// The kubelet's defaults with `strategy`.
+    pub fn new(strategy: Strategy) -> Self {
+        ManagerConfig {
+            strategy,
+            ..ManagerConfig::default()
+        }
+    }
+
+    /// Sets [`node_name`](Self::node_name).
+    #[must_use]
+    pub fn with_node_name(mut self, node_name: impl Into<String>) -> Self {
+        self.node_name = Some(node_name.into());
+        self
+    }
+
+    /// Sets [`resync_interval`](Self::resync_interval).
+    #[must_use]
+    pub fn with_resync_interval(mut self, resync_interval: Duration) -> Self {
+        self.resync_interval = resync_interval;
+        self
+    }
+
     /// Watch: how long a reflector may go unread before it stops: `max(5 × resync, 1 min)`.
     pub fn max_idle_time(&self) -> Duration {
         (self.resync_interval * 5).max(Duration::from_secs(60))
