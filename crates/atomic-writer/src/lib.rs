@@ -51,10 +51,11 @@
 //! [`AtomicWriter::write`] runs these steps; the code carries the same `// (n)` markers.
 //! Spec rule numbers (AW-n) refer to the kubelet behaviour this crate reproduces.
 //!
-//! 1. **Validate and clean** every key (AW-3, AW-4; see [`validate_path`]). The first failure
-//!    aborts the write with the kubelet's error text; nothing on disk has been touched.
+//! 1. **Validate and clean** every key (AW-3, AW-4; see [`validate_path`]), in byte order of
+//!    the keys. The first failure aborts the write with the kubelet's error text; nothing on
+//!    disk has been touched.
 //! 2. **Inspect the target.** Read `..data` (absent means a first write). Fail with
-//!    [`Error::ForeignData`] if `..data` is not a symlink to a data directory, or with
+//!    [`Error::ForeignData`] if `..data` is not a symlink to a real data directory, or with
 //!    [`Error::VisibleNameOccupied`] if a visible name the payload needs holds anything but
 //!    our symlink. Remove a stale `..data_tmp` symlink left by a crash.
 //! 3. **Paths to remove** (AW-8): entries of the current data directory that are neither
@@ -174,3 +175,8 @@ pub use layout::{DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, read_visible};
 pub use payload::{FileProjection, Payload};
 pub use validate::{MAX_FILE_NAME_LEN, MAX_MODE, MAX_PATH_LEN, clean_path, validate_path};
 pub use writer::{AtomicWriter, SetPerms, WriteOutcome};
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -181,12 +181,26 @@ impl AtomicWriter {
             path: link.clone(),
             cause,
         })?;
-        match pointee.to_str() {
-            Some(name) if is_data_dir_name(name) => Ok(Some(name.to_owned())),
-            _ => Err(Error::ForeignData {
-                found: format!("a symlink to {}", pointee.display()),
+        let name = match pointee.to_str() {
+            Some(name) if is_data_dir_name(name) => name.to_owned(),
+            _ => {
+                return Err(Error::ForeignData {
+                    found: format!("a symlink to {}", pointee.display()),
+                    path: link,
+                });
+            }
+        };
+        // The data directory may have vanished (then everything is rewritten), but if it
+        // exists it must be a real directory, not a symlink leading elsewhere.
+        match fs::symlink_metadata(self.target.join(&name)) {
+            Ok(meta) if !meta.is_dir() => Err(Error::ForeignData {
+                found: format!(
+                    "a symlink to {name}, which is {}",
+                    describe(&meta, &self.target.join(&name))
+                ),
                 path: link,
             }),
+            _ => Ok(Some(name)),
         }
     }
 

@@ -306,6 +306,18 @@ fn a_data_link_pointing_outside_is_refused() {
 }
 
 #[test]
+fn a_data_link_to_a_data_directory_name_that_is_a_symlink_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    symlink("/etc", dir.path().join("..2024_01_01_00_00_00.1")).unwrap();
+    symlink("..2024_01_01_00_00_00.1", dir.path().join("..data")).unwrap();
+    assert_refused(
+        dir.path(),
+        &text(&[("passwd", "x")]),
+        |e| matches!(e, Error::ForeignData { found, .. } if found.ends_with("which is a symlink to /etc")),
+    );
+}
+
+#[test]
 fn a_data_tmp_that_is_not_a_symlink_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir(dir.path().join("..data_tmp")).unwrap();

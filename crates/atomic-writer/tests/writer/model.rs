@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome, clean_path};
 use proptest::prelude::*;
 
-use crate::support::{assert_layout, expected, writer};
+use crate::support::{assert_layout, data_link, expected, writer};
 
 /// A raw key: 1-4 elements from a small alphabet (so sequences overlap), sometimes unclean.
 fn key() -> impl Strategy<Value = String> {
@@ -113,7 +113,10 @@ proptest! {
         let mut previous: Option<Payload> = None;
         for step in std::iter::once(Step::Fresh(first)).chain(steps) {
             let p = apply(previous.as_ref().unwrap_or(&Payload::new()), step);
+            let before = data_link(dir.path());
             let outcome = w.write(&p, None).unwrap();
+            // `..data` changes exactly once per real update (AW-6).
+            prop_assert_eq!(data_link(dir.path()) != before, outcome == WriteOutcome::Written);
             // Written exactly when the visible tree (bytes and modes) changes, or on first write.
             let unchanged = previous.as_ref().is_some_and(|old| expected(old) == expected(&p));
             let want = if unchanged { WriteOutcome::Unchanged } else { WriteOutcome::Written };
