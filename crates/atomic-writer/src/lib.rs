@@ -3,10 +3,11 @@
 //!
 //! A [`Payload`] maps relative paths to [`FileProjection`]s (bytes, mode, optional owner). An
 //! [`AtomicWriter`] owns one target directory and replaces its whole contents with each
-//! [`write`](AtomicWriter::write): a process that reads files through the directory sees either
-//! the complete old payload or the complete new one, never a mix, never a torn file. Watchers
-//! see one `..data` rename per real change. The crate is synchronous `std::fs` code, knows
-//! nothing of Kubernetes, and runs on Unix (Linux is what it is tested on).
+//! [`write`](AtomicWriter::write): every file a reader opens is complete and belongs to either
+//! the old or the new payload, never a torn or half-written file; a reader that resolves
+//! `..data` once sees one complete payload. Watchers see one `..data` rename per real change.
+//! The crate is synchronous `std::fs` code, knows nothing of Kubernetes, and runs on Unix
+//! (Linux is what it is tested on).
 //!
 //! ```
 //! use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriteOutcome, WriterConfig};
@@ -49,7 +50,9 @@
 //! # The write algorithm
 //!
 //! [`AtomicWriter::write`] runs these steps; the code carries the same `// (n)` markers.
-//! Spec rule numbers (AW-n) refer to the kubelet behaviour this crate reproduces.
+//! Rule numbers (AW-n) refer to the atomic-writer section of the kubelet behaviour
+//! specification in the nodelet repository (`spec/kubelet-behavior.md`), which describes the
+//! upstream `pkg/volume/util/atomic_writer.go`.
 //!
 //! 1. **Validate and clean** every key (AW-3, AW-4; see [`validate_path`]), in byte order of
 //!    the keys. The first failure aborts the write with the kubelet's error text; nothing on

@@ -90,6 +90,26 @@ impl AtomicWriter {
     /// payload again returns [`WriteOutcome::Unchanged`] and touches nothing but missing
     /// visible symlinks and leftovers of a crash.
     ///
+    /// ```
+    /// use std::os::unix::fs::PermissionsExt;
+    /// use std::path::Path;
+    /// use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriteOutcome, WriterConfig};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let mut writer = AtomicWriter::new(dir.path(), WriterConfig::default())?;
+    /// let payload: Payload = [("token", FileProjection::new("t0k3n", 0o600))].into_iter().collect();
+    ///
+    /// // Let the group read the token before it becomes visible (what fsGroup does).
+    /// let mut group_read = |data_dir: &Path| -> std::io::Result<()> {
+    ///     std::fs::set_permissions(data_dir.join("token"), std::fs::Permissions::from_mode(0o640))
+    /// };
+    /// assert_eq!(writer.write(&payload, Some(&mut group_read))?, WriteOutcome::Written);
+    ///
+    /// // Modes changed by the hook are not a difference: the next sync rewrites nothing.
+    /// assert_eq!(writer.write(&payload, Some(&mut group_read))?, WriteOutcome::Unchanged);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// Validation errors ([`Error::is_invalid_payload`]) before anything on disk changes;
