@@ -7,7 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::Error;
-use crate::layout::{self, MANIFEST_NAME, ManifestEntry};
+use crate::layout::{self, ManifestEntry};
 use crate::payload::FileProjection;
 
 /// (4) Whether any payload file is missing from `old_dir`, is not a regular file there, or has
@@ -17,10 +17,8 @@ pub(crate) fn differs(
     old_dir: &Path,
     files: &BTreeMap<String, &FileProjection>,
 ) -> Result<bool, Error> {
-    let manifest = layout::read_manifest(old_dir).map_err(|cause| Error::CompareCurrentData {
-        path: old_dir.join(MANIFEST_NAME),
-        cause,
-    })?;
+    // An unreadable manifest is treated like a missing one: compare with the disk.
+    let manifest = layout::read_manifest(old_dir).ok().flatten();
     for (relative, file) in files {
         let path = old_dir.join(relative);
         let meta = match fs::symlink_metadata(&path) {
@@ -56,11 +54,13 @@ pub(crate) fn differs(
         if mode != file.mode || !owner_matches {
             return Ok(true);
         }
-        if !same_contents(&path, &file.data).map_err(|cause| Error::CompareCurrentData {
-            path: path.clone(),
-            cause,
-        })? {
-            return Ok(true);
+        match same_contents(&path, &file.data) {
+            Ok(true) => {}
+            Ok(false) => return Ok(true),
+            // A file we may not read (mode 0o200, or chowned away, when not running as root)
+            // is simply rewritten.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok(true),
+            Err(cause) => return Err(Error::CompareCurrentData { path, cause }),
         }
     }
     Ok(false)

@@ -221,6 +221,23 @@ fn a_directory_written_without_a_manifest_is_compared_by_the_modes_on_disk() {
 }
 
 #[test]
+fn a_damaged_manifest_falls_back_to_the_modes_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = payload(&[("a", b"1", 0o600)]);
+    let mut w = written(dir.path(), &p);
+    let manifest = dir
+        .path()
+        .join("..data")
+        .join(nodelet_atomic_writer::MANIFEST_NAME);
+    fs::set_permissions(&manifest, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&manifest, b"not a manifest").unwrap();
+    assert_eq!(w.write(&p, None).unwrap(), WriteOutcome::Unchanged);
+    let loosened = payload(&[("a", b"1", 0o644)]);
+    assert_eq!(w.write(&loosened, None).unwrap(), WriteOutcome::Written);
+    assert_layout(dir.path(), &loosened);
+}
+
+#[test]
 fn a_file_replacing_a_directory_is_a_change_not_an_error() {
     // Upstream quirk 7.7: reading the old directory as a file failed the write.
     let dir = tempfile::tempdir().unwrap();
