@@ -284,3 +284,40 @@ impl Error {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_variants_show_the_cause_once_in_display_and_not_as_source() {
+        let err = Error::WriteFile {
+            path: PathBuf::from("/v/..2024_01_01_00_00_00.1/key"),
+            cause: io::Error::from(io::ErrorKind::StorageFull),
+        };
+        let text = err.to_string();
+        assert!(
+            text.starts_with("write file /v/..2024_01_01_00_00_00.1/key: "),
+            "{text}"
+        );
+        assert!(std::error::Error::source(&err).is_none());
+        assert_eq!(
+            err.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::StorageFull)
+        );
+        assert!(!err.is_invalid_payload());
+    }
+
+    #[test]
+    fn validation_variants_display_exactly_the_kubelet_text() {
+        let err = Error::from(InvalidPath::Absolute {
+            path: "/etc/passwd".into(),
+        });
+        assert_eq!(
+            err.to_string(),
+            "invalid path: must be relative path: /etc/passwd"
+        );
+        assert!(err.is_invalid_payload());
+        assert!(err.io_error().is_none());
+    }
+}
