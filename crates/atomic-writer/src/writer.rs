@@ -464,30 +464,36 @@ impl AtomicWriter {
         Ok(touched)
     }
 
+    /// The entries of the target directory whose names are UTF-8 (no other name is ours).
+    fn target_entries(&self) -> io::Result<Vec<(String, fs::DirEntry)>> {
+        let mut entries = Vec::new();
+        for entry in fs::read_dir(&self.target)? {
+            let entry = entry?;
+            if let Ok(name) = entry.file_name().into_string() {
+                entries.push((name, entry));
+            }
+        }
+        Ok(entries)
+    }
+
     /// (11) Removes every top-level symlink of ours (`x -> ..data/x`) whose name the payload no
     /// longer has. Other entries are never touched. Continues past failures and returns the
     /// last one (AW-10).
     fn remove_stale_visible_links(&self, visible: &BTreeSet<&str>) -> Result<bool, Error> {
         let mut touched = false;
         let mut last_error = None;
-        let entries = fs::read_dir(&self.target).map_err(|cause| Error::RemoveVisibleLink {
-            path: self.target.clone(),
-            cause,
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|cause| Error::RemoveVisibleLink {
+        let entries = self
+            .target_entries()
+            .map_err(|cause| Error::RemoveVisibleLink {
                 path: self.target.clone(),
                 cause,
             })?;
-            let file_name = entry.file_name();
-            let Some(name) = file_name.to_str() else {
-                continue;
-            };
-            if name.starts_with("..") || visible.contains(name) {
+        for (name, entry) in entries {
+            if name.starts_with("..") || visible.contains(name.as_str()) {
                 continue;
             }
             let path = entry.path();
-            if !is_our_visible_link(&path, name).unwrap_or(false) {
+            if !is_our_visible_link(&path, &name).unwrap_or(false) {
                 continue;
             }
             let removed = self
@@ -507,27 +513,21 @@ impl AtomicWriter {
     /// crashed writes). Only real directories with the data directory name shape are removed.
     fn remove_old_data_dirs(&self, current: &str) -> Result<(), Error> {
         let mut first_error = None;
-        let entries = fs::read_dir(&self.target).map_err(|cause| Error::RemoveOldDataDir {
-            path: self.target.clone(),
-            cause,
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|cause| Error::RemoveOldDataDir {
+        let entries = self
+            .target_entries()
+            .map_err(|cause| Error::RemoveOldDataDir {
                 path: self.target.clone(),
                 cause,
             })?;
-            let file_name = entry.file_name();
-            let Some(name) = file_name.to_str() else {
-                continue;
-            };
-            if name == current || !is_data_dir_name(name) {
+        for (name, entry) in entries {
+            if name == current || !is_data_dir_name(&name) {
                 continue;
             }
             let path = entry.path();
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            tracing::debug!(dir = name, "removing old data directory");
+            tracing::debug!(dir = %name, "removing old data directory");
             let removed = self
                 .config
                 .inject(FaultPoint::RemoveOldDataDir)

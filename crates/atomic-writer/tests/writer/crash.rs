@@ -39,18 +39,23 @@ fn prepared(old: Option<&Payload>, fsync: bool) -> tempfile::TempDir {
     dir
 }
 
-/// The fault points a clean `old -> new` write passes, in order.
-fn fault_points(old: Option<&Payload>, new: &Payload, fsync: bool) -> Vec<FaultPoint> {
-    let dir = prepared(old, fsync);
+/// The fault points a clean write of `new` into `dir` passes, in order.
+fn recorded_points(dir: &Path, new: &Payload, fsync: bool) -> Vec<FaultPoint> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = Arc::clone(&seen);
     let hook = Arc::new(move |point| {
         record.lock().unwrap().push(point);
         Ok(())
     });
-    let mut w = AtomicWriter::new(dir.path(), config(fsync).fault_hook(hook)).unwrap();
+    let mut w = AtomicWriter::new(dir, config(fsync).fault_hook(hook)).unwrap();
     w.write(new, None).unwrap();
     seen.lock().unwrap().clone()
+}
+
+/// The fault points a clean `old -> new` write passes, in order.
+fn fault_points(old: Option<&Payload>, new: &Payload, fsync: bool) -> Vec<FaultPoint> {
+    let dir = prepared(old, fsync);
+    recorded_points(dir.path(), new, fsync)
 }
 
 /// Injects `fault` at the `nth` fault point of an `old -> new` write and checks the outcome.
@@ -181,17 +186,7 @@ fn every_fault_point_is_reached_by_some_write() {
     // The stale `..data_tmp` point only occurs with one planted.
     let dir = prepared(Some(&old_payload()), false);
     std::os::unix::fs::symlink("..2020_01_01_00_00_00.1", dir.path().join("..data_tmp")).unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = Arc::clone(&seen);
-    let hook = Arc::new(move |point| {
-        record.lock().unwrap().push(point);
-        Ok(())
-    });
-    AtomicWriter::new(dir.path(), config(false).fault_hook(hook))
-        .unwrap()
-        .write(&new_payload(), None)
-        .unwrap();
-    points.extend(seen.lock().unwrap().iter().copied());
+    points.extend(recorded_points(dir.path(), &new_payload(), false));
     for point in [
         FaultPoint::RemoveStaleDataTmp,
         FaultPoint::CreateDataDir,
