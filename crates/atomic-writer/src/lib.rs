@@ -106,7 +106,9 @@
 //!    change, not an error (upstream fails non-deterministically).
 //! 4. **Hostile target contents.** If a visible name the payload needs is occupied by something
 //!    that is not our symlink, or `..data` / `..data_tmp` is not a symlink of ours, the write
-//!    fails with a clear error and changes nothing (the kubelet silently skips such names).
+//!    fails with a clear error and changes nothing (the kubelet silently skips such names, so
+//!    the file never becomes visible). This includes a real directory created beside the data
+//!    for a nested mount point (PL-12) when a payload key uses the same top-level name.
 //!    Stale-name removal touches only our own symlinks; old-directory removal only real
 //!    directories with the data directory name shape.
 //! 5. **Stricter validation**, reported before the disk is touched where the kubelet fails
@@ -149,6 +151,12 @@
 //!
 //! [`read_visible`] returns what a container sees through the visible names (path → bytes and
 //! mode); it is the oracle of this crate's tests and handy in callers' tests.
+//!
+//! # Command line
+//!
+//! The `atomic-write` example replaces a directory's contents from a JSON payload on stdin, for
+//! scripts: `cargo run -p nodelet-atomic-writer --example atomic-write -- DIR [--no-fsync]`
+//! (see the README for the format).
 //!
 //! # Testing seam
 //!
