@@ -15,7 +15,8 @@ fn example() -> PathBuf {
     let path = profile_dir.join("examples").join("atomic-write");
     assert!(
         path.is_file(),
-        "example not built at {}; run `cargo test` (it builds examples)",
+        "example not built at {}: run `cargo test -p nodelet-atomic-writer` without a target \
+         filter (it builds examples) or `cargo build -p nodelet-atomic-writer --example atomic-write`",
         path.display()
     );
     path
