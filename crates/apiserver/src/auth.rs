@@ -63,6 +63,9 @@ pub struct Attributes {
     pub namespace: Option<String>,
     /// Object name, from the path or from a `metadata.name=` field selector on list/watch.
     pub name: Option<String>,
+    /// The raw `fieldSelector` of a list/watch (the Node authorizer allows pod list/watch only
+    /// with `spec.nodeName=<its node>`).
+    pub field_selector: Option<String>,
     /// The request path.
     pub path: String,
 }

@@ -4,10 +4,13 @@ use crate::error::Error;
 use crate::server::ApiServer;
 
 impl ApiServer {
-    /// A `kube::Config` pointing at this server (plain HTTP, default namespace `default`).
+    /// A `kube::Config` pointing at this server as `system:admin` (default namespace `default`;
+    /// with [`Config::tls`](crate::Config::tls) the generated CA, with
+    /// [`Config::auth`](crate::Config::auth) an admin bearer token).
     pub fn kube_config(&self) -> kube::Config {
-        let _ = self.shared();
-        kube::Config::new(http::Uri::from_maybe_shared(self.url()).unwrap_or_default())
+        let config =
+            kube::Config::new(http::Uri::from_maybe_shared(self.url()).unwrap_or_default());
+        crate::extras::admin_kube_config(self.shared(), config)
     }
 
     /// An admin `kube::Client` for this server, or the error building it.

@@ -127,9 +127,13 @@ impl TestHandle {
         TestHandle { shared }
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://...` with [`Config::tls`](crate::Config::tls).
     pub fn url(&self) -> String {
-        format!("http://{}", self.shared.addr)
+        self.shared.url()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// Every request served since start or the last [`TestHandle::reset_requests`].

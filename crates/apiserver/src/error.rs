@@ -31,6 +31,24 @@ pub enum Error {
     /// The store refused the operation, exactly as the HTTP API would (`NotFound`, `Invalid`, ...).
     #[error("request rejected: {0}")]
     Rejected(ApiError),
+    /// Generating a key or certificate at start failed (token signer, TLS).
+    #[error("generating the {what}")]
+    Keygen {
+        /// What was being generated.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Writing a kubeconfig file failed.
+    #[error("writing the kubeconfig {path}")]
+    WriteKubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// Building a kube client for the server failed (`client` feature).
     #[cfg(feature = "client")]
     #[error("building a kube client for the API server")]

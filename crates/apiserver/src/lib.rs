@@ -59,7 +59,11 @@ mod client;
 mod control;
 mod defaults;
 mod error;
+mod extras;
 mod http;
+mod kubeconfig;
+mod manifests;
+mod node_authorizer;
 mod registry;
 mod resources;
 mod selectors;
@@ -67,6 +71,9 @@ mod server;
 mod status;
 mod store;
 mod strategy;
+mod tls;
+mod token_auth;
+mod token_request;
 mod validation;
 
 pub use auth::{
@@ -74,5 +81,8 @@ pub use auth::{
 };
 pub use control::{RequestRecord, TestHandle};
 pub use error::Error;
+pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
+pub use node_authorizer::NodeAuthorizer;
 pub use server::{ApiServer, Config};
 pub use status::{ApiError, Cause};
+pub use token_auth::TokenAuthenticator;

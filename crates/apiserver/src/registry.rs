@@ -78,6 +78,8 @@ pub(crate) enum PatchKind {
 /// The object verbs over a store.
 pub(crate) struct Registry {
     pub(crate) store: Store,
+    /// Create the `default` ServiceAccount with each namespace (`Config::auto_service_accounts`).
+    pub(crate) auto_service_accounts: bool,
 }
 
 pub(crate) fn now() -> String {
@@ -172,7 +174,10 @@ fn without_rv(v: &Value) -> Value {
 
 impl Registry {
     pub(crate) fn new(store: Store) -> Self {
-        Registry { store }
+        Registry {
+            store,
+            auto_service_accounts: true,
+        }
     }
 
     /// GET one object.
@@ -262,7 +267,7 @@ impl Registry {
         }
         // (6) commit
         let stored = s.put(key, body);
-        if res == NAMESPACES {
+        if res == NAMESPACES && self.auto_service_accounts {
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
             // The serviceaccount controller's job; failure here cannot happen for a fresh namespace.
             let _ = self.create_locked(s, SERVICEACCOUNTS, &name, sa, WriteOptions::default());

@@ -38,6 +38,18 @@ pub struct Config {
     pub authenticator: Arc<dyn Authenticator>,
     /// What a user may do. Default [`AllowAll`].
     pub authorizer: Arc<dyn Authorizer>,
+    /// Bearer-token authentication and the Node authorizer (see [`Config::with_auth`]); when
+    /// on, it replaces [`Config::authenticator`] and [`Config::authorizer`]. Default off.
+    pub auth: bool,
+    /// Serve HTTPS with a CA and server certificate generated at start (see
+    /// [`Config::with_tls`]). Default off (plain HTTP).
+    pub tls: bool,
+    /// Create the `default` ServiceAccount in every new namespace, as the controller manager
+    /// does. Default on.
+    pub auto_service_accounts: bool,
+    /// `iss` of service account tokens and the OIDC discovery issuer. Default
+    /// `https://kubernetes.default.svc`.
+    pub service_account_issuer: String,
 }
 
 impl Default for Config {
@@ -52,6 +64,10 @@ impl Default for Config {
                 .to_vec(),
             authenticator: Arc::new(AllowAll),
             authorizer: Arc::new(AllowAll),
+            auth: false,
+            tls: false,
+            auto_service_accounts: true,
+            service_account_issuer: "https://kubernetes.default.svc".into(),
         }
     }
 }
@@ -121,6 +137,8 @@ pub(crate) struct Shared {
     pub(crate) listener: AsyncMutex<Listener>,
     /// Cancelled on shutdown: ends the listener, connections, watches and the bookmark ticker.
     pub(crate) shutdown: CancellationToken,
+    /// Tokens, the service-account token signer and TLS material (`extras.rs`).
+    pub(crate) extras: crate::extras::Extras,
 }
 
 /// A running in-memory API server. Dropping it stops every background task.
@@ -141,7 +159,8 @@ impl ApiServer {
     ///
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound.
-    pub async fn start(config: Config) -> Result<ApiServer, Error> {
+    pub async fn start(mut config: Config) -> Result<ApiServer, Error> {
+        let extras = crate::extras::Extras::prepare(&mut config)?;
         let listener = crate::http::bind(config.listen)?;
         let addr = listener.local_addr().map_err(|source| Error::Bind {
             addr: config.listen,
@@ -151,7 +170,8 @@ impl ApiServer {
             config.history_limit,
             config.history_limit.clamp(1024, 65_536),
         );
-        let registry = Registry::new(store);
+        let mut registry = Registry::new(store);
+        registry.auto_service_accounts = config.auto_service_accounts;
         for ns in &config.initial_namespaces {
             registry
                 .create(
@@ -174,7 +194,9 @@ impl ApiServer {
                 task: None,
             }),
             shutdown,
+            extras,
         });
+        crate::extras::started(&shared);
         let task = crate::http::spawn_listener(Arc::downgrade(&shared), listener, token);
         shared.listener.lock().await.task = Some(task);
         spawn_bookmark_ticker(Arc::downgrade(&shared));
@@ -182,9 +204,9 @@ impl ApiServer {
         Ok(ApiServer { shared })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://...` with [`Config::tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.shared.addr)
+        self.shared.url()
     }
 
     /// The bound address.

@@ -90,8 +90,8 @@ pub(crate) async fn resource(
     }
 }
 
-/// Subresource routing point. `status` is served here; `token` (TokenRequest) is not
-/// implemented yet and answers 404 NotFound like an unknown path.
+/// Subresource routing point: `status` is served here, `token` (TokenRequest) by
+/// `token_request.rs`.
 async fn subresource(
     shared: &Arc<Shared>,
     info: &RequestInfo,
@@ -113,7 +113,10 @@ async fn subresource(
             ))
         }
         ("status", "patch") => patch(shared, info, res, Some(sub), req).await,
-        ("token", "create") => Err(ApiError::page_not_found()),
+        ("token", "create") => Ok(response::json(
+            201,
+            &crate::token_request::create(shared, &ns, &name, read_json(req).await?)?,
+        )),
         _ => Err(ApiError::method_not_allowed()),
     }
 }

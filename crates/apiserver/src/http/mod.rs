@@ -55,7 +55,7 @@ pub(crate) fn spawn_listener(
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            tokio::spawn(serve_connection(shared.clone(), stream, token.clone()));
+            tokio::spawn(crate::tls::serve(shared.clone(), stream, token.clone()));
         }
     })
 }

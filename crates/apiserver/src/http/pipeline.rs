@@ -57,6 +57,7 @@ pub(crate) async fn handle(
                     subresource: info.subresource.clone(),
                     namespace: info.namespace.clone(),
                     name: info.name.clone(),
+                    field_selector: info.query.get("fieldSelector").cloned(),
                     path: info.path.clone(),
                 };
                 match shared.config.authorizer.authorize(&attrs) {
@@ -112,6 +113,9 @@ async fn dispatch(
     }
     if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
         return Err(ApiError::method_not_allowed());
+    }
+    if let Some(v) = crate::extras::non_resource(shared, &info.path) {
+        return v.map(|v| response::json(200, &v));
     }
     discovery::non_resource(shared, &info.path)
 }

@@ -1,0 +1,440 @@
+//! Offline mode's object source: seeds the store from a directory of YAML manifests and keeps it
+//! in sync with edits, creations and deletions of those files ([`ManifestSync`]).
+//!
+//! # Sync algorithm (one pass; the first runs in [`ManifestSync::start`], later ones ~100 ms
+//! after the last file-system event of a burst)
+//! 1. List `*.yaml`, `*.yml` and `*.json` files under the directory (recursively, skipping
+//!    hidden entries) and read them.
+//! 2. Skip files whose bytes are unchanged since the last pass: objects edited through the API
+//!    (by kubectl, the agent, tests) are overwritten only when their file changes.
+//! 3. Parse each changed file: multi-document YAML (or JSON), `kind: List` expanded, every
+//!    document an object of a served kind with a name. A file that fails is reported with its
+//!    path and error ([`ManifestSync::errors`]) and keeps the objects it defined before.
+//! 4. Create the namespaces the objects reference but no file defines.
+//! 5. Create or replace (unconditionally) the objects of the changed files, namespaces first.
+//! 6. Delete the objects that a changed or removed file defined before and that no file defines
+//!    now (an object defined by two files survives the deletion of one).
+//!
+//! ```text
+//! manifests/
+//!   app.yaml        ConfigMap app + Pod web  (--- separated)
+//!   secrets/db.yaml Secret db
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize as _;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::control::TestHandle;
+use crate::registry::meta_str;
+use crate::resources;
+
+/// Quiet period after a file-system event before a pass runs (editors write in bursts).
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Errors of [`ManifestSync`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// Listing the manifest directory failed.
+    #[error("reading the manifest directory {path}")]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Starting the file-system watch failed.
+    #[error("watching the manifest directory {path}")]
+    Watch {
+        /// The directory.
+        path: PathBuf,
+        /// The notify error.
+        #[source]
+        source: notify::Error,
+    },
+}
+
+/// One malformed or rejected manifest file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileProblem {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong, e.g. `document 2: missing kind` or the API server's rejection.
+    pub error: String,
+}
+
+impl std::fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+/// What the last pass left: its number and the files it could not apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Passes completed since start (the initial load is pass 1).
+    pub passes: u64,
+    /// Files currently malformed or rejected.
+    pub problems: Vec<FileProblem>,
+}
+
+/// Keeps a server's store in sync with a manifest directory until dropped.
+#[derive(Debug)]
+pub struct ManifestSync {
+    report: watch::Receiver<SyncReport>,
+    stop: CancellationToken,
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// An object's identity: resource, namespace (`""` when cluster-scoped) and name.
+type ObjKey = (resources::ResourceId, String, String);
+
+/// What the last pass saw of one file.
+struct FileState {
+    bytes: Vec<u8>,
+    objects: Vec<ObjKey>,
+}
+
+struct Syncer {
+    handle: TestHandle,
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, FileState>,
+    problems: BTreeMap<PathBuf, String>,
+    passes: u64,
+}
+
+impl ManifestSync {
+    /// Loads `dir` into the server behind `handle` (the first pass completes before this
+    /// returns), then follows changes in a background task. Must be called inside a Tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// [`ManifestError::ReadDir`] if `dir` cannot be listed, [`ManifestError::Watch`] if it
+    /// cannot be watched. Malformed files are not errors: see [`ManifestSync::report`].
+    pub async fn start(handle: TestHandle, dir: &Path) -> Result<ManifestSync, ManifestError> {
+        let mut syncer = Syncer {
+            handle,
+            dir: dir.to_path_buf(),
+            files: BTreeMap::new(),
+            problems: BTreeMap::new(),
+            passes: 0,
+        };
+        std::fs::read_dir(dir).map_err(|source| ManifestError::ReadDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+        let mut watcher =
+            notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+                let _ = tx.send(());
+            })
+            .map_err(|source| ManifestError::Watch {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        notify::Watcher::watch(&mut watcher, dir, notify::RecursiveMode::Recursive).map_err(
+            |source| ManifestError::Watch {
+                path: dir.to_path_buf(),
+                source,
+            },
+        )?;
+        let (report_tx, report) = watch::channel(syncer.pass());
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    got = rx.recv() => if got.is_none() { break },
+                }
+                // Debounce: wait until the burst is over.
+                loop {
+                    tokio::select! {
+                        () = token.cancelled() => return,
+                        () = tokio::time::sleep(DEBOUNCE) => break,
+                        got = rx.recv() => if got.is_none() { return },
+                    }
+                }
+                let r = syncer.pass();
+                let _ = report_tx.send(r);
+            }
+        });
+        Ok(ManifestSync {
+            report,
+            stop,
+            _watcher: watcher,
+        })
+    }
+
+    /// The latest pass's report.
+    pub fn report(&self) -> SyncReport {
+        self.report.borrow().clone()
+    }
+
+    /// The files the latest pass could not apply.
+    pub fn errors(&self) -> Vec<FileProblem> {
+        self.report.borrow().problems.clone()
+    }
+
+    /// A receiver that changes after every pass (to await a sync instead of polling).
+    pub fn subscribe(&self) -> watch::Receiver<SyncReport> {
+        self.report.clone()
+    }
+}
+
+impl Drop for ManifestSync {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Syncer {
+    fn pass(&mut self) -> SyncReport {
+        let span = tracing::debug_span!("manifest sync", dir = %self.dir.display());
+        let _enter = span.enter();
+        // (1)
+        let mut now: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
+        list_files(&self.dir, &mut now);
+        // (2) + (3)
+        let mut changed: Vec<(PathBuf, Vec<Value>)> = Vec::new();
+        let mut removed: Vec<PathBuf> = Vec::new();
+        for path in self.files.keys() {
+            if !now.contains_key(path) {
+                removed.push(path.clone());
+            }
+        }
+        for (path, bytes) in &now {
+            if self.files.get(path).is_some_and(|f| &f.bytes == bytes) {
+                continue;
+            }
+            match parse(bytes) {
+                Ok(objs) => {
+                    self.problems.remove(path);
+                    changed.push((path.clone(), objs));
+                }
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "malformed manifest; keeping its objects");
+                    self.problems.insert(path.clone(), error);
+                }
+            }
+        }
+        for path in &removed {
+            self.problems.remove(path);
+        }
+        let old: HashMap<PathBuf, Vec<ObjKey>> = changed
+            .iter()
+            .map(|(p, _)| p)
+            .chain(removed.iter())
+            .filter_map(|p| self.files.get(p).map(|f| (p.clone(), f.objects.clone())))
+            .collect();
+        for p in &removed {
+            self.files.remove(p);
+        }
+        // (4) + (5)
+        for (path, objs) in &mut changed {
+            objs.sort_by_key(|o| o.get("kind").and_then(Value::as_str) != Some("Namespace"));
+            let mut keys = Vec::new();
+            let mut failure = None;
+            for obj in objs.iter() {
+                match self.apply(obj) {
+                    Ok(k) => keys.push(k),
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if let Some(error) = failure {
+                tracing::warn!(path = %path.display(), %error, "manifest rejected");
+                self.problems.insert(path.clone(), error);
+            }
+            let bytes = now.get(path.as_path()).cloned().unwrap_or_default();
+            self.files.insert(
+                path.clone(),
+                FileState {
+                    bytes,
+                    objects: keys,
+                },
+            );
+        }
+        // (6)
+        let defined: BTreeSet<&ObjKey> = self.files.values().flat_map(|f| &f.objects).collect();
+        let gone: BTreeSet<ObjKey> = old
+            .values()
+            .flatten()
+            .filter(|k| !defined.contains(k))
+            .cloned()
+            .collect();
+        for (res, ns, name) in gone {
+            let info = res.info();
+            let ns = (!ns.is_empty()).then_some(ns.as_str());
+            if let Err(error) = self
+                .handle
+                .delete(&info.api_version(), info.kind, ns, &name)
+            {
+                tracing::debug!(%error, name, "deleting an object whose manifest is gone");
+            }
+        }
+        self.passes += 1;
+        SyncReport {
+            passes: self.passes,
+            problems: self
+                .problems
+                .iter()
+                .map(|(p, e)| FileProblem {
+                    path: p.clone(),
+                    error: e.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Creates or replaces one object (creating its namespace if missing).
+    fn apply(&self, obj: &Value) -> Result<ObjKey, String> {
+        let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        let name = meta_str(obj, "name").unwrap_or("").to_string();
+        let res = resources::by_kind(av, kind).ok_or_else(|| {
+            format!("{kind} {name:?}: apiVersion {av:?} kind {kind:?} is not served")
+        })?;
+        let info = res.info();
+        let ns = if info.namespaced {
+            meta_str(obj, "namespace")
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        } else {
+            String::new()
+        };
+        if info.namespaced && self.handle.get("v1", "Namespace", None, &ns).is_none() {
+            let created = self
+                .handle
+                .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+            if let Err(e) = created
+                && self.handle.get("v1", "Namespace", None, &ns).is_none()
+            {
+                return Err(format!("creating namespace {ns:?}: {e}"));
+            }
+        }
+        let mut obj = obj.clone();
+        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            m.remove("uid");
+            if info.namespaced {
+                m.insert("namespace".into(), json!(ns));
+            }
+        }
+        let exists = self
+            .handle
+            .get(av, kind, Some(ns.as_str()), &name)
+            .is_some();
+        let result = if exists {
+            self.handle.update(obj)
+        } else {
+            self.handle.create(obj)
+        };
+        result.map_err(|e| match e.api_error() {
+            Some(api) => format!("{kind} {name:?}: {}", api.message()),
+            None => format!("{kind} {name:?}: {e}"),
+        })?;
+        Ok((res, ns, name))
+    }
+}
+
+/// (1) Manifest files under `dir`, recursively, hidden entries skipped; unreadable ones too.
+fn list_files(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let hidden = e.file_name().to_string_lossy().starts_with('.');
+        if hidden {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_dir() => list_files(&path, out),
+            Ok(_) => {
+                let ext = path.extension().and_then(|x| x.to_str()).unwrap_or("");
+                if matches!(ext, "yaml" | "yml" | "json")
+                    && let Ok(bytes) = std::fs::read(&path)
+                {
+                    out.insert(path, bytes);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// (3) The objects of one file, or why it is malformed.
+fn parse(bytes: &[u8]) -> Result<Vec<Value>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let n = i + 1;
+        let v = Value::deserialize(doc).map_err(|e| format!("document {n}: {e}"))?;
+        if v.is_null() {
+            continue;
+        }
+        let items = match v.get("kind").and_then(Value::as_str) {
+            Some("List") => v
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => vec![v],
+        };
+        for item in items {
+            if !item.is_object() {
+                return Err(format!("document {n}: not an object"));
+            }
+            for field in ["apiVersion", "kind"] {
+                if item
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    return Err(format!("document {n}: missing {field}"));
+                }
+            }
+            if meta_str(&item, "name").is_none_or(str::is_empty) {
+                return Err(format!("document {n}: missing metadata.name"));
+            }
+            out.push(item);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_multi_document_file_yields_every_object_and_expands_lists() {
+        let objs = parse(
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret, metadata: {name: s}}\n",
+        )
+        .unwrap();
+        assert_eq!(objs.len(), 2);
+        assert_eq!(objs[1]["kind"], "Secret");
+    }
+
+    #[test]
+    fn a_document_without_a_kind_or_name_makes_the_file_malformed() {
+        let e = parse(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nmetadata: {name: b}\n").unwrap_err();
+        assert_eq!(e, "document 2: missing kind");
+        let e = parse(b"apiVersion: v1\nkind: ConfigMap\n").unwrap_err();
+        assert_eq!(e, "document 1: missing metadata.name");
+        assert!(
+            parse(b"a: [unclosed")
+                .unwrap_err()
+                .starts_with("document 1:")
+        );
+    }
+}

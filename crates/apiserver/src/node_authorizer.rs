@@ -1,0 +1,400 @@
+//! The authorizer installed by [`Config::with_auth`](crate::Config::with_auth): admins may do
+//! everything, a kubelet (`system:node:<name>` in `system:nodes`) what the upstream Node
+//! authorizer plus the NodeRestriction admission plugin let it do, everyone else nothing.
+//!
+//! # What a node may do
+//! 1. Pods: `get` a pod bound to it; `list`/`watch` with `fieldSelector=spec.nodeName=<node>`
+//!    (or one pod bound to it by `metadata.name`); `update`/`patch` the `status` of, and
+//!    `delete`, pods bound to it.
+//! 2. Secrets and configmaps: `get`, and `list`/`watch` of a single object by `metadata.name`
+//!    field selector, of the objects a pod bound to it references — volumes (including
+//!    projected sources and CSI `nodePublishSecretRef`), `env`/`envFrom` of every container,
+//!    init and ephemeral container, and `imagePullSecrets`.
+//! 3. Service accounts: only `create` of `serviceaccounts/<sa>/token` for a service account a
+//!    pod bound to it runs as.
+//! 4. Nodes: `create`, `update`/`patch` (and the `status` of) its own Node; `get`, and
+//!    `list`/`watch` by `metadata.name`, of its own Node only.
+//! 5. Leases: `get`/`create`/`update`/`patch`/`delete` of its own Lease in `kube-node-lease`.
+//! 6. Events (`v1` and `events.k8s.io`): `create`/`update`/`patch`.
+//! 7. Non-resource `GET`s (discovery, `/version`, health, OIDC) — for every authenticated user.
+//!
+//! Denials are 403 with the upstream message and reason texts, e.g.
+//! `configmaps "x" is forbidden: User "system:node:n1" cannot get resource "configmaps" in API
+//! group "" in the namespace "ns": no relationship found between node 'n1' and this object`.
+//!
+//! # Differences from upstream
+//! - The relationship "node ← pod ← object" is recomputed from the store on every request, so
+//!   it is immediately consistent; the real authorizer keeps an eventually consistent graph fed
+//!   by informers, so a kubelet may briefly be denied just after a pod is bound.
+//! - The NodeRestriction checks that need only the stored object (deleting and updating the
+//!   status of other nodes' pods, modifying another Node) are made here and answered in the
+//!   authorizer's message shape; those that need the request body (the name of a created Node
+//!   or Lease, the pod a node's TokenRequest is bound to, mirror-pod creation) are not made,
+//!   and pod creation is denied.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::auth::{Attributes, Authorizer, Decision};
+use crate::extras::ServerLink;
+use crate::resources::PODS;
+use crate::server::Shared;
+use crate::store::Key;
+
+/// The Node authorizer (see the module docs). Only meaningful when installed by
+/// [`Config::with_auth`](crate::Config::with_auth), which links it to the server's store;
+/// unlinked it allows admins and denies everyone else.
+#[derive(Debug, Clone, Default)]
+pub struct NodeAuthorizer {
+    link: ServerLink,
+}
+
+/// What a node's request is checked against in the pod graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vertex {
+    Pod,
+    Secret,
+    ConfigMap,
+    ServiceAccount,
+}
+
+impl NodeAuthorizer {
+    pub(crate) fn linked(link: ServerLink) -> Self {
+        NodeAuthorizer { link }
+    }
+
+    fn shared(&self) -> Option<Arc<Shared>> {
+        self.link.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    fn node_request(&self, node: &str, a: &Attributes) -> Decision {
+        let sub = a.subresource.as_deref().unwrap_or("");
+        match (a.api_group.as_str(), a.resource.as_str()) {
+            ("", "secrets") => self.read_namespaced(node, Vertex::Secret, a),
+            ("", "configmaps") => self.read_namespaced(node, Vertex::ConfigMap, a),
+            ("", "serviceaccounts") => self.create_token(node, a),
+            ("coordination.k8s.io", "leases") => lease(node, a),
+            ("", "nodes") => self.node_object(node, a, sub),
+            ("", "pods") => self.pod(node, a, sub),
+            ("" | "events.k8s.io", "events")
+                if sub.is_empty() && matches!(a.verb.as_str(), "create" | "update" | "patch") =>
+            {
+                Decision::Allow
+            }
+            _ => Decision::Deny(String::new()),
+        }
+    }
+
+    fn read_namespaced(&self, node: &str, v: Vertex, a: &Attributes) -> Decision {
+        if !matches!(a.verb.as_str(), "get" | "list" | "watch") {
+            return deny("can only read resources of this type");
+        }
+        if a.subresource.is_some() {
+            return deny("cannot read subresource");
+        }
+        if a.namespace.as_deref().unwrap_or("").is_empty() {
+            return deny("can only read namespaced object of this type");
+        }
+        self.related(node, v, a)
+    }
+
+    /// The graph check: is there a path node ← pod (← object)?
+    fn related(&self, node: &str, v: Vertex, a: &Attributes) -> Decision {
+        let Some(name) = a.name.as_deref().filter(|n| !n.is_empty()) else {
+            return deny("No Object name found");
+        };
+        let ns = a.namespace.as_deref().unwrap_or("");
+        let found = self
+            .shared()
+            .is_some_and(|s| pods_on_node_reference(&s, node, ns, v, name));
+        if found {
+            Decision::Allow
+        } else {
+            Decision::Deny(format!(
+                "no relationship found between node '{node}' and this object"
+            ))
+        }
+    }
+
+    fn create_token(&self, node: &str, a: &Attributes) -> Decision {
+        if a.verb != "create" || a.name.as_deref().unwrap_or("").is_empty() {
+            return deny("can only create tokens for individual service accounts");
+        }
+        if a.subresource.as_deref() != Some("token") {
+            return deny("can only create token subresource of serviceaccount");
+        }
+        self.related(node, Vertex::ServiceAccount, a)
+    }
+
+    fn node_object(&self, node: &str, a: &Attributes, sub: &str) -> Decision {
+        let name = a.name.as_deref().unwrap_or("");
+        let modify_own = || {
+            if name.is_empty() || name == node {
+                Decision::Allow
+            } else {
+                Decision::Deny(format!(
+                    "node {node:?} is not allowed to modify node {name:?}"
+                ))
+            }
+        };
+        match (sub, a.verb.as_str()) {
+            ("", "create") => Decision::Allow,
+            ("" | "status", "update" | "patch") => modify_own(),
+            ("", "get" | "list" | "watch") => match name {
+                n if n == node => Decision::Allow,
+                "" => Decision::Deny(format!(
+                    "node '{node}' cannot read all nodes, only its own Node object"
+                )),
+                other => Decision::Deny(format!(
+                    "node '{node}' cannot read '{other}', only its own Node object"
+                )),
+            },
+            _ => Decision::Deny(String::new()),
+        }
+    }
+
+    fn pod(&self, node: &str, a: &Attributes, sub: &str) -> Decision {
+        match (sub, a.verb.as_str()) {
+            ("", "get") => self.related(node, Vertex::Pod, a),
+            ("", "list" | "watch") => {
+                if a
+                    .field_selector
+                    .as_deref()
+                    .is_some_and(|fs| selects_node(fs, node))
+                {
+                    return Decision::Allow;
+                }
+                if a.name.as_deref().is_some_and(|n| !n.is_empty()) {
+                    return self.related(node, Vertex::Pod, a);
+                }
+                deny("can only list/watch pods with spec.nodeName field selector")
+            }
+            ("", "delete") => self.own_pod_or(
+                node,
+                a,
+                format!("node {node:?} can only delete pods with spec.nodeName set to itself"),
+            ),
+            ("status", "update" | "patch") => self.own_pod_or(
+                node,
+                a,
+                format!(
+                    "node {node:?} can only update pod status for pods with spec.nodeName set to itself"
+                ),
+            ),
+            _ => Decision::Deny(String::new()),
+        }
+    }
+
+    /// NodeRestriction on an existing pod: allowed if it is bound to `node` (or gone, so the
+    /// handler answers 404), else denied with `why`.
+    fn own_pod_or(&self, node: &str, a: &Attributes, why: String) -> Decision {
+        let Some(shared) = self.shared() else {
+            return Decision::Deny(why);
+        };
+        let ns = a.namespace.as_deref().unwrap_or("");
+        let name = a.name.as_deref().unwrap_or("");
+        let s = shared.registry.store.lock();
+        match s.get(&Key::new(PODS, ns, name)) {
+            None => Decision::Allow,
+            Some(pod) if node_name(pod) == Some(node) => Decision::Allow,
+            Some(_) => Decision::Deny(why),
+        }
+    }
+}
+
+impl Authorizer for NodeAuthorizer {
+    fn authorize(&self, a: &Attributes) -> Decision {
+        if a.user.groups.iter().any(|g| g == "system:masters") {
+            return Decision::Allow;
+        }
+        if !a.resource_request {
+            // system:discovery, system:public-info-viewer, service-account-issuer-discovery.
+            return if matches!(a.verb.as_str(), "get" | "head") {
+                Decision::Allow
+            } else {
+                Decision::Deny(String::new())
+            };
+        }
+        match a.user.node_name() {
+            Some(node) if !node.is_empty() => self.node_request(node, a),
+            Some(_) => Decision::Deny(format!("unknown node for user {:?}", a.user.name)),
+            None => Decision::Deny(String::new()),
+        }
+    }
+}
+
+fn deny(why: &str) -> Decision {
+    Decision::Deny(why.to_string())
+}
+
+fn lease(node: &str, a: &Attributes) -> Decision {
+    let verb = a.verb.as_str();
+    if !matches!(verb, "get" | "create" | "update" | "patch" | "delete") {
+        return deny("can only get, create, update, patch, or delete a node lease");
+    }
+    if a.namespace.as_deref() != Some("kube-node-lease") {
+        return deny("can only access leases in the \"kube-node-lease\" system namespace");
+    }
+    if verb != "create" && a.name.as_deref() != Some(node) {
+        return deny("can only access node lease with the same name as the requesting node");
+    }
+    Decision::Allow
+}
+
+/// Whether a field selector contains `spec.nodeName=<node>` (or `==`).
+fn selects_node(fs: &str, node: &str) -> bool {
+    fs.split(',').any(|t| {
+        let t = t.trim();
+        t.strip_prefix("spec.nodeName==")
+            .or_else(|| t.strip_prefix("spec.nodeName="))
+            == Some(node)
+    })
+}
+
+fn node_name(pod: &Value) -> Option<&str> {
+    pod.pointer("/spec/nodeName").and_then(Value::as_str)
+}
+
+/// Whether a pod in `ns` bound to `node` is (for [`Vertex::Pod`]) or references the object.
+fn pods_on_node_reference(shared: &Shared, node: &str, ns: &str, v: Vertex, name: &str) -> bool {
+    let s = shared.registry.store.lock();
+    if v == Vertex::Pod {
+        return s
+            .get(&Key::new(PODS, ns, name))
+            .is_some_and(|p| node_name(p) == Some(node));
+    }
+    s.objects
+        .range(Key::new(PODS, ns, "")..)
+        .take_while(|(k, _)| k.resource == PODS && k.namespace == ns)
+        .filter(|(_, p)| node_name(p) == Some(node))
+        .any(|(_, p)| references(p, v, name))
+}
+
+/// Walks a pod spec for references of kind `v` named `name`.
+fn references(pod: &Value, v: Vertex, name: &str) -> bool {
+    let Some(spec) = pod.get("spec") else {
+        return false;
+    };
+    let is = |x: Option<&Value>| x.and_then(Value::as_str) == Some(name);
+    match v {
+        Vertex::Pod => false,
+        Vertex::ServiceAccount => {
+            let sa = spec
+                .get("serviceAccountName")
+                .or_else(|| spec.get("serviceAccount"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .unwrap_or("default");
+            sa == name
+        }
+        Vertex::Secret | Vertex::ConfigMap => {
+            let secret = v == Vertex::Secret;
+            let arr = |x: Option<&Value>| -> Vec<Value> {
+                x.and_then(Value::as_array).cloned().unwrap_or_default()
+            };
+            if secret
+                && arr(spec.get("imagePullSecrets"))
+                    .iter()
+                    .any(|r| is(r.get("name")))
+            {
+                return true;
+            }
+            for vol in arr(spec.get("volumes")) {
+                if volume_references(&vol, secret, name) {
+                    return true;
+                }
+            }
+            let (env_key, from_key) = if secret {
+                ("secretKeyRef", "secretRef")
+            } else {
+                ("configMapKeyRef", "configMapRef")
+            };
+            for list in ["containers", "initContainers", "ephemeralContainers"] {
+                for c in arr(spec.get(list)) {
+                    if arr(c.get("env"))
+                        .iter()
+                        .any(|e| is(e.pointer(&format!("/valueFrom/{env_key}/name"))))
+                        || arr(c.get("envFrom"))
+                            .iter()
+                            .any(|e| is(e.pointer(&format!("/{from_key}/name"))))
+                    {
+                        return true;
+                    }
+                }
+            }
+            false
+        }
+    }
+}
+
+fn volume_references(vol: &Value, secret: bool, name: &str) -> bool {
+    let is = |p: &str| vol.pointer(p).and_then(Value::as_str) == Some(name);
+    if !secret {
+        return is("/configMap/name")
+            || vol
+                .pointer("/projected/sources")
+                .and_then(Value::as_array)
+                .is_some_and(|s| {
+                    s.iter().any(|src| {
+                        src.pointer("/configMap/name").and_then(Value::as_str) == Some(name)
+                    })
+                });
+    }
+    const SECRET_PATHS: &[&str] = &[
+        "/secret/secretName",
+        "/csi/nodePublishSecretRef/name",
+        "/azureFile/secretName",
+        "/cephfs/secretRef/name",
+        "/cinder/secretRef/name",
+        "/flexVolume/secretRef/name",
+        "/iscsi/secretRef/name",
+        "/rbd/secretRef/name",
+        "/scaleIO/secretRef/name",
+        "/storageos/secretRef/name",
+    ];
+    SECRET_PATHS.iter().any(|p| is(p))
+        || vol
+            .pointer("/projected/sources")
+            .and_then(Value::as_array)
+            .is_some_and(|s| {
+                s.iter()
+                    .any(|src| src.pointer("/secret/name").and_then(Value::as_str) == Some(name))
+            })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pod_references_secrets_through_volumes_env_envfrom_and_pull_secrets() {
+        let pod = json!({"spec": {
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [
+                {"name": "a", "secret": {"secretName": "vol"}},
+                {"name": "b", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "pcm"}}]}},
+                {"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "csi"}}},
+            ],
+            "initContainers": [{"name": "i", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}}]}],
+            "containers": [{"name": "c", "envFrom": [{"secretRef": {"name": "from"}}, {"configMapRef": {"name": "cmfrom"}}]}],
+        }});
+        for s in ["pull", "vol", "proj", "csi", "env", "from"] {
+            assert!(references(&pod, Vertex::Secret, s), "{s}");
+        }
+        assert!(!references(&pod, Vertex::Secret, "pcm"));
+        assert!(references(&pod, Vertex::ConfigMap, "pcm"));
+        assert!(references(&pod, Vertex::ConfigMap, "cmfrom"));
+        assert!(!references(&pod, Vertex::ConfigMap, "vol"));
+        assert!(references(&pod, Vertex::ServiceAccount, "default"));
+    }
+
+    #[test]
+    fn only_a_spec_node_name_selector_for_the_node_itself_scopes_a_pod_list() {
+        assert!(selects_node("spec.nodeName=n1", "n1"));
+        assert!(selects_node("metadata.namespace=x,spec.nodeName==n1", "n1"));
+        assert!(!selects_node("spec.nodeName=n2", "n1"));
+        assert!(!selects_node("spec.nodeName!=n1", "n1"));
+    }
+}

@@ -1,0 +1,185 @@
+//! Bearer-token authentication: static tokens, tokens minted with [`ApiServer::token_for`],
+//! and service-account JWTs issued by this server's TokenRequest endpoint.
+//!
+//! A request without a token, or with one that matches nothing, is answered 401 (the server
+//! runs with anonymous authentication disabled).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::auth::{Authenticator, Headers, Unauthenticated, User};
+use crate::control::TestHandle;
+use crate::extras::ServerLink;
+use crate::resources::{PODS, SERVICEACCOUNTS};
+use crate::server::{ApiServer, Config};
+
+/// Maps `Authorization: Bearer <token>` to a [`User`].
+///
+/// Installed by [`Config::with_auth`], it also accepts tokens minted with
+/// [`ApiServer::token_for`] and service-account tokens from `serviceaccounts/{sa}/token`
+/// (while the service account, and the pod the token is bound to, still exist). Built with
+/// [`TokenAuthenticator::new`] and set through [`Config::authenticator`] it knows only its table.
+#[derive(Debug, Clone, Default)]
+pub struct TokenAuthenticator {
+    table: HashMap<String, User>,
+    link: ServerLink,
+}
+
+impl TokenAuthenticator {
+    /// An authenticator for a fixed token → user table.
+    pub fn new(table: HashMap<String, User>) -> Self {
+        TokenAuthenticator {
+            table,
+            link: ServerLink::default(),
+        }
+    }
+
+    pub(crate) fn linked(link: ServerLink) -> Self {
+        TokenAuthenticator {
+            table: HashMap::new(),
+            link,
+        }
+    }
+}
+
+impl Authenticator for TokenAuthenticator {
+    fn authenticate(&self, headers: &Headers) -> Result<User, Unauthenticated> {
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, rest) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })
+            .filter(|t| !t.is_empty())
+            .ok_or(Unauthenticated)?;
+        if let Some(user) = self.table.get(token) {
+            return Ok(user.clone());
+        }
+        let shared = self
+            .link
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .ok_or(Unauthenticated)?;
+        if let Some(user) = shared.extras.user_for_token(token) {
+            return Ok(user);
+        }
+        // A service-account token: valid signature, issuer, audience and lifetime, and the
+        // objects it names still exist with the uids it was issued for.
+        let claims = shared
+            .extras
+            .signer
+            .verify(token, &shared.config.service_account_issuer)
+            .ok_or(Unauthenticated)?;
+        let k = claims.get("kubernetes.io").ok_or(Unauthenticated)?;
+        let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        let ns = s(k, "/namespace").ok_or(Unauthenticated)?;
+        let sa = s(k, "/serviceaccount/name").ok_or(Unauthenticated)?;
+        let sa_uid = s(k, "/serviceaccount/uid");
+        let reg = &shared.registry;
+        let stored = reg
+            .get(SERVICEACCOUNTS, &ns, &sa)
+            .map_err(|_| Unauthenticated)?;
+        if s(&stored, "/metadata/uid") != sa_uid {
+            return Err(Unauthenticated);
+        }
+        if let Some(pod) = k.get("pod") {
+            let name = s(pod, "/name").ok_or(Unauthenticated)?;
+            let stored = reg.get(PODS, &ns, &name).map_err(|_| Unauthenticated)?;
+            if s(&stored, "/metadata/uid") != s(pod, "/uid")
+                || stored.pointer("/metadata/deletionTimestamp").is_some()
+            {
+                return Err(Unauthenticated);
+            }
+        }
+        Ok(User::service_account(&ns, &sa))
+    }
+}
+
+impl User {
+    /// A kubelet's identity: `system:node:<name>` in `system:nodes`.
+    pub fn node(name: &str) -> Self {
+        User {
+            name: format!("system:node:{name}"),
+            groups: vec!["system:nodes".into(), "system:authenticated".into()],
+        }
+    }
+
+    /// A service account's identity: `system:serviceaccount:<ns>:<name>`.
+    pub fn service_account(namespace: &str, name: &str) -> Self {
+        User {
+            name: format!("system:serviceaccount:{namespace}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ],
+        }
+    }
+
+    /// The node name of a `system:node:<name>` user in `system:nodes`.
+    pub fn node_name(&self) -> Option<&str> {
+        if !self.groups.iter().any(|g| g == "system:nodes") {
+            return None;
+        }
+        self.name.strip_prefix("system:node:")
+    }
+}
+
+impl Config {
+    /// Turns on bearer-token authentication ([`TokenAuthenticator`]) and the Node authorizer
+    /// ([`NodeAuthorizer`](crate::NodeAuthorizer)): `system:masters` may do everything,
+    /// `system:node:<name>` what a kubelet may, everyone else nothing. Sets [`Config::auth`].
+    #[must_use]
+    pub fn with_auth(mut self) -> Self {
+        self.auth = true;
+        self
+    }
+}
+
+impl ApiServer {
+    /// A bearer token that authenticates as `user` for this server's life (with
+    /// [`Config::auth`] off every request is admin anyway).
+    pub fn token_for(&self, user: &User) -> String {
+        self.handle().token_for(user)
+    }
+}
+
+impl TestHandle {
+    /// As [`ApiServer::token_for`].
+    pub fn token_for(&self, user: &User) -> String {
+        self.shared().mint_token(user)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(t: &str) -> Headers {
+        let mut h = Headers::new();
+        h.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(&format!("Bearer {t}")).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn a_table_token_authenticates_as_its_user_and_anything_else_is_rejected() {
+        let auth =
+            TokenAuthenticator::new([("t1".to_string(), User::node("n1"))].into_iter().collect());
+        assert_eq!(auth.authenticate(&bearer("t1")), Ok(User::node("n1")));
+        assert_eq!(auth.authenticate(&bearer("nope")), Err(Unauthenticated));
+        assert_eq!(auth.authenticate(&Headers::new()), Err(Unauthenticated));
+    }
+
+    #[test]
+    fn only_members_of_system_nodes_have_a_node_name() {
+        assert_eq!(User::node("n1").node_name(), Some("n1"));
+        let mut impostor = User::node("n1");
+        impostor.groups.clear();
+        assert_eq!(impostor.node_name(), None);
+    }
+}

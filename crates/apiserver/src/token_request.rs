@@ -1,0 +1,310 @@
+//! TokenRequest (`POST .../serviceaccounts/{sa}/token`): service-account JWTs signed with an
+//! ES256 key generated at start, their verification, and the OIDC discovery documents
+//! (`/.well-known/openid-configuration`, `/openid/v1/jwks`).
+//!
+//! # Token format
+//! Header `{"alg":"ES256","kid":<kid>}`; claims `iss`, `sub`
+//! (`system:serviceaccount:<ns>:<sa>`), `aud` (the requested audiences, default the issuer),
+//! `exp`, `iat`, `nbf`, `jti`, and `kubernetes.io` with `namespace`, `serviceaccount {name, uid}`
+//! and, for a token bound to a pod, `pod {name, uid}` (plus `node {name, uid}` when the pod is
+//! bound to an existing Node). The `kid` is the base64url SHA-256 of the public key point.
+//! Upstream signs with the key given on its command line (usually RS256); the format is the same.
+
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{self, EcdsaKeyPair, KeyPair as _};
+use serde_json::{Value, json};
+
+use crate::error::Error;
+use crate::registry::now;
+use crate::resources::{NODES, PODS, ResourceInfo, SECRETS, SERVICEACCOUNTS};
+use crate::server::Shared;
+use crate::status::{ApiError, FieldError};
+
+/// Default `spec.expirationSeconds`, as upstream.
+const DEFAULT_EXPIRATION: i64 = 3600;
+/// Shortest lifetime a TokenRequest may ask for (10 minutes).
+const MIN_EXPIRATION: i64 = 600;
+
+/// TokenRequest's type facts, for the upstream `Invalid` message shape.
+static TOKEN_REQUEST: ResourceInfo = ResourceInfo {
+    group: "authentication.k8s.io",
+    version: "v1",
+    plural: "tokenrequests",
+    singular: "tokenrequest",
+    kind: "TokenRequest",
+    namespaced: true,
+    short_names: &[],
+    subresources: &[],
+    create_on_update: false,
+    return_deleted_object: false,
+};
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The service-account token signing key of one server.
+pub(crate) struct Signer {
+    key: EcdsaKeyPair,
+    kid: String,
+    issuer: String,
+    rng: SystemRandom,
+}
+
+impl Signer {
+    /// Generates a P-256 key.
+    pub(crate) fn generate(issuer: &str) -> Result<Signer, Error> {
+        let rng = SystemRandom::new();
+        let alg = &signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, &rng).map_err(|e| Error::Keygen {
+            what: "service account signing key",
+            source: e.to_string().into(),
+        })?;
+        let key =
+            EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).map_err(|e| Error::Keygen {
+                what: "service account signing key",
+                source: e.to_string().into(),
+            })?;
+        let kid =
+            b64(ring::digest::digest(&ring::digest::SHA256, key.public_key().as_ref()).as_ref());
+        Ok(Signer {
+            key,
+            kid,
+            issuer: issuer.to_string(),
+            rng,
+        })
+    }
+
+    /// Signs `claims` as a compact JWS.
+    fn sign(&self, claims: &Value) -> Result<String, ApiError> {
+        let header = json!({"alg": "ES256", "kid": self.kid});
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let sig = self.key.sign(&self.rng, input.as_bytes()).map_err(|_| {
+            ApiError::new(
+                500,
+                "InternalError",
+                "Internal error occurred: failed to sign token",
+            )
+        })?;
+        Ok(format!("{input}.{}", b64(sig.as_ref())))
+    }
+
+    /// The claims of a token this signer issued for `issuer`, if its signature is valid, it is
+    /// within its lifetime and its audience includes the issuer (this server's API audience).
+    pub(crate) fn verify(&self, token: &str, issuer: &str) -> Option<Value> {
+        let mut parts = token.split('.');
+        let (h, c, s) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let dec = |p: &str| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p)
+                .ok()
+        };
+        let header: Value = serde_json::from_slice(&dec(h)?).ok()?;
+        if header.get("alg")? != "ES256" || header.get("kid")? != self.kid.as_str() {
+            return None;
+        }
+        signature::UnparsedPublicKey::new(
+            &signature::ECDSA_P256_SHA256_FIXED,
+            self.key.public_key().as_ref(),
+        )
+        .verify(format!("{h}.{c}").as_bytes(), &dec(s)?)
+        .ok()?;
+        let claims: Value = serde_json::from_slice(&dec(c)?).ok()?;
+        let now = chrono::Utc::now().timestamp();
+        let num = |k: &str| claims.get(k).and_then(Value::as_i64);
+        let aud_ok = match claims.get("aud")? {
+            Value::String(a) => a == issuer,
+            Value::Array(a) => a.iter().any(|x| x == issuer),
+            _ => false,
+        };
+        (claims.get("iss")? == issuer
+            && aud_ok
+            && num("exp")? > now
+            && num("nbf").unwrap_or(0) <= now)
+            .then_some(claims)
+    }
+
+    /// `/openid/v1/jwks`.
+    pub(crate) fn jwks(&self) -> Value {
+        let point = self.key.public_key().as_ref();
+        // Uncompressed point: 0x04 || X (32 bytes) || Y (32 bytes).
+        let (x, y) = point
+            .get(1..)
+            .unwrap_or_default()
+            .split_at(32.min(point.len().saturating_sub(1)));
+        json!({"keys": [{"use": "sig", "kty": "EC", "crv": "P-256", "kid": self.kid, "alg": "ES256", "x": b64(x), "y": b64(y)}]})
+    }
+
+    /// `/.well-known/openid-configuration`.
+    pub(crate) fn openid_configuration(&self) -> Value {
+        json!({
+            "issuer": self.issuer,
+            "jwks_uri": format!("{}/openid/v1/jwks", self.issuer),
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"],
+        })
+    }
+}
+
+/// Serves `POST /api/v1/namespaces/{ns}/serviceaccounts/{sa}/token`.
+pub(crate) fn create(shared: &Shared, ns: &str, sa: &str, body: Value) -> Result<Value, ApiError> {
+    // (1) the body is a TokenRequest
+    if let Some(k) = body.get("kind").and_then(Value::as_str)
+        && k != "TokenRequest"
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind (TokenRequest)"
+        )));
+    }
+    let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
+    // (2) validation
+    let expiration = spec
+        .get("expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_EXPIRATION);
+    let mut errs = Vec::new();
+    if expiration < MIN_EXPIRATION {
+        errs.push(FieldError::invalid_raw(
+            "spec.expirationSeconds",
+            expiration.to_string(),
+            "may not specify a duration less than 10 minutes",
+        ));
+    } else if expiration > 1 << 32 {
+        errs.push(FieldError::invalid_raw(
+            "spec.expirationSeconds",
+            expiration.to_string(),
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(&TOKEN_REQUEST, "", &errs));
+    }
+    // (3) the service account, and the bound object, exist
+    let reg = &shared.registry;
+    let account = reg.get(SERVICEACCOUNTS, ns, sa)?;
+    let uid = |v: &Value| v.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
+    let mut k8s = json!({
+        "namespace": ns,
+        "serviceaccount": {"name": sa, "uid": uid(&account)},
+    });
+    let bound = spec.get("boundObjectRef").filter(|b| !b.is_null());
+    if let Some(b) = bound {
+        let kind = b.get("kind").and_then(Value::as_str).unwrap_or("");
+        let name = b.get("name").and_then(Value::as_str).unwrap_or("");
+        let res = match kind {
+            "Pod" => PODS,
+            "Secret" => SECRETS,
+            "Node" => NODES,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount {sa:?} to object of kind {other:?}"
+                )));
+            }
+        };
+        let obj = reg.get(res, if kind == "Node" { "" } else { ns }, name)?;
+        if let Some(want) = b
+            .get("uid")
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty())
+            && Some(want) != obj.pointer("/metadata/uid").and_then(Value::as_str)
+        {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated"
+                ),
+            ));
+        }
+        let claim = json!({"name": name, "uid": uid(&obj)});
+        match kind {
+            "Pod" => {
+                let pod_sa = obj
+                    .pointer("/spec/serviceAccountName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                if pod_sa != sa {
+                    return Err(ApiError::bad_request(format!(
+                        "cannot bind token for serviceaccount {sa:?} to pod running with different serviceaccount name."
+                    )));
+                }
+                k8s["pod"] = claim;
+                if let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str)
+                    && let Ok(n) = reg.get(NODES, "", node)
+                {
+                    k8s["node"] = json!({"name": node, "uid": uid(&n)});
+                }
+            }
+            "Secret" => k8s["secret"] = claim,
+            _ => k8s["node"] = claim,
+        }
+    }
+    // (4) sign
+    let issuer = &shared.config.service_account_issuer;
+    let audiences = match spec.get("audiences").and_then(Value::as_array) {
+        Some(a) if !a.is_empty() => Value::Array(a.clone()),
+        _ => json!([issuer]),
+    };
+    let iat = chrono::Utc::now().timestamp();
+    let exp = iat + expiration;
+    let claims = json!({
+        "iss": issuer,
+        "sub": format!("system:serviceaccount:{ns}:{sa}"),
+        "aud": audiences,
+        "iat": iat, "nbf": iat, "exp": exp,
+        "jti": uuid::Uuid::new_v4().to_string(),
+        "kubernetes.io": k8s,
+    });
+    let token = shared.extras.signer.sign(&claims)?;
+    let expires = chrono::DateTime::from_timestamp(exp, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default();
+    let mut out_spec = json!({"audiences": audiences, "expirationSeconds": expiration});
+    if let Some(b) = bound {
+        out_spec["boundObjectRef"] = b.clone();
+    }
+    Ok(json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"name": sa, "namespace": ns, "creationTimestamp": now()},
+        "spec": out_spec,
+        "status": {"token": token, "expirationTimestamp": expires},
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_token_verifies_and_a_tampered_one_does_not() {
+        let s = Signer::generate("https://iss").unwrap();
+        let exp = chrono::Utc::now().timestamp() + 600;
+        let t = s
+            .sign(&json!({"iss": "https://iss", "aud": ["https://iss"], "exp": exp, "sub": "x"}))
+            .unwrap();
+        assert_eq!(s.verify(&t, "https://iss").unwrap()["sub"], "x");
+        assert!(s.verify(&t, "https://other").is_none());
+        let mut bad = t.clone();
+        bad.insert(bad.len() / 2, 'A');
+        assert!(s.verify(&bad, "https://iss").is_none());
+        let other = Signer::generate("https://iss").unwrap();
+        assert!(other.verify(&t, "https://iss").is_none());
+    }
+
+    #[test]
+    fn an_expired_token_does_not_verify() {
+        let s = Signer::generate("i").unwrap();
+        let t = s.sign(&json!({"iss": "i", "aud": "i", "exp": 1})).unwrap();
+        assert!(s.verify(&t, "i").is_none());
+    }
+}
