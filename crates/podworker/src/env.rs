@@ -1,0 +1,365 @@
+//! Environment variables of a container (spec PW-8 … PW-11): `envFrom`, `env` with
+//! `configMapKeyRef` / `secretKeyRef` / `fieldRef` / `resourceFieldRef`, and `$(VAR)` expansion.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVarSource, Pod, Secret};
+use nodelet_object_manager::{ConfigMapManager, SecretManager};
+
+use crate::downward::{field_ref_value, resource_field_ref_value};
+use crate::error::EnvError;
+use crate::expand::expand;
+
+/// How `envFrom` keys are checked as variable names (spec PW-9): three generations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum EnvFromNameCheck {
+    /// Current kubelets: every key is exported, nothing is checked (the default).
+    #[default]
+    None,
+    /// v1.30+ with `RelaxedEnvironmentVariableValidation`: printable ASCII except `=`.
+    Relaxed,
+    /// ≤ v1.29: `[-._a-zA-Z][-._a-zA-Z0-9]*`, not `.`, `..` or starting with `..`.
+    Legacy,
+}
+
+/// Options of environment resolution. Start from `EnvOptions::default()`.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct EnvOptions {
+    /// How `envFrom` keys are checked (default [`EnvFromNameCheck::None`]).
+    pub name_check: EnvFromNameCheck,
+    /// Node allocatable quantities by resource name (`cpu`, `memory`, `ephemeral-storage`):
+    /// the value of a `resourceFieldRef` to a limit the container does not set. Default: none
+    /// (such a reference resolves to `0`).
+    pub node_allocatable: BTreeMap<String, String>,
+}
+
+/// Where environment resolution reads ConfigMaps and Secrets: the node's shared managers
+/// (spec PW-13).
+#[derive(Debug, Clone)]
+pub struct EnvSources {
+    /// The ConfigMap manager.
+    pub configmaps: ConfigMapManager,
+    /// The Secret manager.
+    pub secrets: SecretManager,
+}
+
+/// One resolved variable. `Debug` shows the name and the value's length only: values may come
+/// from Secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EnvValue {
+    /// The variable name.
+    pub name: String,
+    /// The value's bytes (Secret values need not be UTF-8).
+    pub value: Vec<u8>,
+}
+
+impl fmt::Debug for EnvValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}=<{} bytes>", self.name, self.value.len())
+    }
+}
+
+/// A container's resolved environment plus warnings the caller publishes as events.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerEnv {
+    /// Variables sorted by name (upstream map order is unspecified, PW-11).
+    pub vars: Vec<EnvValue>,
+    /// `(reason, message)` of Warning events to record (legacy name checks, PW-9).
+    pub warnings: Vec<(String, String)>,
+}
+
+impl ContainerEnv {
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.vars
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.value.as_slice())
+    }
+}
+
+/// Event reason of skipped `envFrom` keys under the legacy and relaxed name checks (PW-9).
+pub const INVALID_ENV_NAMES: &str = "InvalidEnvironmentVariableNames";
+
+/// Resolves the environment of `container` (any of the pod's containers, init or regular) of
+/// `pod` (spec PW-8 … PW-11).
+///
+/// Steps, mirrored by `// (n)` in the code:
+/// 1. PW-8 preconditions. Service-link variables are not produced (nodelet has no service
+///    lister): the service variable set is empty.
+/// 2. PW-9 `envFrom` in order: every `data` key of the ConfigMap / Secret, with the prefix,
+///    into a name → value map; later sources overwrite earlier ones; a missing optional source
+///    is skipped.
+/// 3. PW-10 `env` in order: `value` with `$(VAR)` expansion against the map so far; `fieldRef`;
+///    `resourceFieldRef`; `configMapKeyRef` / `secretKeyRef` (missing optional object or key →
+///    the variable is not set at all).
+/// 4. PW-11 output, sorted by name.
+///
+/// Each ConfigMap / Secret is read once per call (memoised by name).
+///
+/// # Errors
+/// The first [`EnvError`]; its `Display` is the kubelet's text.
+///
+/// # Cancel safety
+/// Cancel-safe: it only reads.
+pub async fn resolve_env(
+    pod: &Pod,
+    container: &Container,
+    sources: &EnvSources,
+    options: &EnvOptions,
+) -> Result<ContainerEnv, EnvError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    // (1)
+    if spec.and_then(|s| s.enable_service_links).is_none() {
+        return Err(EnvError::NilEnableServiceLinks);
+    }
+    let mut fetch = Fetcher {
+        sources,
+        namespace,
+        configmaps: HashMap::new(),
+        secrets: HashMap::new(),
+    };
+    let mut vars: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut warnings = Vec::new();
+
+    // (2)
+    for source in container.env_from.iter().flatten() {
+        let prefix = source.prefix.as_deref().unwrap_or_default();
+        if let Some(r) = &source.config_map_ref {
+            let optional = r.optional.unwrap_or(false);
+            let Some(cm) = fetch.config_map(&r.name, optional).await? else {
+                continue;
+            };
+            let pairs = cm
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()));
+            let invalid = insert_checked(&mut vars, prefix, pairs, options.name_check);
+            if !invalid.is_empty() {
+                warnings.push(invalid_names_warning(
+                    &invalid,
+                    "configMap",
+                    namespace,
+                    &r.name,
+                ));
+            }
+        }
+        if let Some(r) = &source.secret_ref {
+            let optional = r.optional.unwrap_or(false);
+            let Some(secret) = fetch.secret(&r.name, optional).await? else {
+                continue;
+            };
+            let pairs = secret
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.0.clone()));
+            let invalid = insert_checked(&mut vars, prefix, pairs, options.name_check);
+            if !invalid.is_empty() {
+                warnings.push(invalid_names_warning(
+                    &invalid, "secret", namespace, &r.name,
+                ));
+            }
+        }
+    }
+
+    // (3)
+    for env in container.env.iter().flatten() {
+        let value = match (&env.value, &env.value_from) {
+            (Some(v), _) if !v.is_empty() => expand(v.as_bytes(), |name| vars.get(name).cloned()),
+            (_, Some(from)) => match value_from(pod, container, from, &mut fetch, options).await? {
+                Some(v) => v,
+                None => continue,
+            },
+            _ => Vec::new(),
+        };
+        vars.insert(env.name.clone(), value);
+    }
+
+    // (4)
+    Ok(ContainerEnv {
+        vars: vars
+            .into_iter()
+            .map(|(name, value)| EnvValue { name, value })
+            .collect(),
+        warnings,
+    })
+}
+
+/// PW-10 `valueFrom`; `None` = leave the variable unset.
+async fn value_from(
+    pod: &Pod,
+    container: &Container,
+    from: &EnvVarSource,
+    fetch: &mut Fetcher<'_>,
+    options: &EnvOptions,
+) -> Result<Option<Vec<u8>>, EnvError> {
+    if let Some(f) = &from.field_ref {
+        return field_ref_value(pod, &f.field_path).map(|v| Some(v.into_bytes()));
+    }
+    if let Some(r) = &from.resource_field_ref {
+        return resource_field_ref_value(pod, container, r, &options.node_allocatable)
+            .map(|v| Some(v.into_bytes()));
+    }
+    if let Some(r) = &from.config_map_key_ref {
+        let optional = r.optional.unwrap_or(false);
+        let Some(cm) = fetch.config_map(&r.name, optional).await? else {
+            return Ok(None);
+        };
+        return match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
+            Some(v) => Ok(Some(v.as_bytes().to_vec())),
+            None if optional => Ok(None),
+            None => Err(EnvError::ConfigMapKeyMissing {
+                key: r.key.clone(),
+                namespace: fetch.namespace.to_owned(),
+                name: r.name.clone(),
+            }),
+        };
+    }
+    if let Some(r) = &from.secret_key_ref {
+        let optional = r.optional.unwrap_or(false);
+        let Some(secret) = fetch.secret(&r.name, optional).await? else {
+            return Ok(None);
+        };
+        return match secret.data.as_ref().and_then(|d| d.get(&r.key)) {
+            Some(v) => Ok(Some(v.0.clone())),
+            None if optional => Ok(None),
+            None => Err(EnvError::SecretKeyMissing {
+                key: r.key.clone(),
+                namespace: fetch.namespace.to_owned(),
+                name: r.name.clone(),
+            }),
+        };
+    }
+    // An empty `valueFrom` (rejected by API validation): an empty value.
+    Ok(Some(Vec::new()))
+}
+
+/// Per-call memo of fetched objects; `None` = not found.
+struct Fetcher<'a> {
+    sources: &'a EnvSources,
+    namespace: &'a str,
+    configmaps: HashMap<String, Option<Arc<ConfigMap>>>,
+    secrets: HashMap<String, Option<Arc<Secret>>>,
+}
+
+impl Fetcher<'_> {
+    /// The ConfigMap, `None` when it is missing and `optional`.
+    async fn config_map(
+        &mut self,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Arc<ConfigMap>>, EnvError> {
+        let found = match self.configmaps.get(name) {
+            Some(found) => found.clone(),
+            None => {
+                let found = match self.sources.configmaps.get(self.namespace, name).await {
+                    Ok(cm) => Some(cm),
+                    Err(e) if e.is_not_found() && optional => None,
+                    Err(error) => {
+                        return Err(EnvError::GetConfigMap {
+                            namespace: self.namespace.to_owned(),
+                            name: name.to_owned(),
+                            error: Box::new(error),
+                        });
+                    }
+                };
+                self.configmaps.insert(name.to_owned(), found.clone());
+                found
+            }
+        };
+        Ok(found)
+    }
+
+    /// The Secret, `None` when it is missing and `optional`.
+    async fn secret(
+        &mut self,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Arc<Secret>>, EnvError> {
+        let found = match self.secrets.get(name) {
+            Some(found) => found.clone(),
+            None => {
+                let found = match self.sources.secrets.get(self.namespace, name).await {
+                    Ok(s) => Some(s),
+                    Err(e) if e.is_not_found() && optional => None,
+                    Err(error) => {
+                        return Err(EnvError::GetSecret {
+                            namespace: self.namespace.to_owned(),
+                            name: name.to_owned(),
+                            error: Box::new(error),
+                        });
+                    }
+                };
+                self.secrets.insert(name.to_owned(), found.clone());
+                found
+            }
+        };
+        Ok(found)
+    }
+}
+
+/// Inserts `prefix + key` for every pair that passes `check`; returns the rejected names,
+/// sorted.
+fn insert_checked(
+    vars: &mut BTreeMap<String, Vec<u8>>,
+    prefix: &str,
+    pairs: impl Iterator<Item = (String, Vec<u8>)>,
+    check: EnvFromNameCheck,
+) -> Vec<String> {
+    let mut invalid = Vec::new();
+    for (key, value) in pairs {
+        let name = format!("{prefix}{key}");
+        if is_valid_name(&name, check) {
+            vars.insert(name, value);
+        } else {
+            invalid.push(name);
+        }
+    }
+    invalid.sort();
+    invalid
+}
+
+fn is_valid_name(name: &str, check: EnvFromNameCheck) -> bool {
+    match check {
+        EnvFromNameCheck::None => true,
+        EnvFromNameCheck::Relaxed => {
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
+        }
+        EnvFromNameCheck::Legacy => {
+            let mut bytes = name.bytes();
+            let first_ok = bytes
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b"-._".contains(&b));
+            first_ok
+                && bytes.all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+                && name != "."
+                && name != ".."
+                && !name.starts_with("..")
+        }
+    }
+}
+
+fn invalid_names_warning(
+    invalid: &[String],
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> (String, String) {
+    (
+        INVALID_ENV_NAMES.to_owned(),
+        format!(
+            "Keys [{}] from the EnvFrom {kind} {namespace}/{name} were skipped since they are considered invalid environment variable names.",
+            invalid.join(", ")
+        ),
+    )
+}

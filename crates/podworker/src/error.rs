@@ -1,0 +1,265 @@
+//! The crate's errors: [`EnvError`] (texts of spec PW-8 … PW-10), [`SyncError`] (a failed
+//! pod sync, by step) and the seam errors [`VolumeError`] and [`RuntimeError`].
+
+use std::path::PathBuf;
+
+/// Why a container's environment could not be built (spec PW-8 … PW-10).
+///
+/// `Display` is the kubelet's text; the pod worker publishes it as the `Failed` event
+/// `Error: <text>` and the container waits with reason `CreateContainerConfigError` (PW-12).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvError {
+    /// PW-8: `spec.enableServiceLinks` unset (the API server defaults it to `true`).
+    #[error("nil pod.spec.enableServiceLinks encountered, cannot construct envvars")]
+    NilEnableServiceLinks,
+
+    /// Reading a ConfigMap failed (not found and not optional, not registered, API error).
+    /// `Display` is the manager's text, e.g. `configmap "cm" not found`.
+    #[error("{error}")]
+    GetConfigMap {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Name of the ConfigMap.
+        name: String,
+        /// The manager's error.
+        error: Box<nodelet_object_manager::Error>,
+    },
+
+    /// Reading a Secret failed; `Display` is the manager's text, e.g. `secret "s" not found`.
+    #[error("{error}")]
+    GetSecret {
+        /// Namespace of the Secret.
+        namespace: String,
+        /// Name of the Secret.
+        name: String,
+        /// The manager's error.
+        error: Box<nodelet_object_manager::Error>,
+    },
+
+    /// PW-10: a non-optional `configMapKeyRef` names a key absent from `data`.
+    #[error("couldn't find key {key} in ConfigMap {namespace}/{name}")]
+    ConfigMapKeyMissing {
+        /// The key.
+        key: String,
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Name of the ConfigMap.
+        name: String,
+    },
+
+    /// PW-10: a non-optional `secretKeyRef` names a key absent from `data`.
+    #[error("couldn't find key {key} in Secret {namespace}/{name}")]
+    SecretKeyMissing {
+        /// The key.
+        key: String,
+        /// Namespace of the Secret.
+        namespace: String,
+        /// Name of the Secret.
+        name: String,
+    },
+
+    /// A `fieldRef` names a field the downward API does not offer for env vars.
+    #[error("unsupported fieldPath: {field_path}")]
+    UnsupportedFieldPath {
+        /// The requested path.
+        field_path: String,
+    },
+
+    /// A `resourceFieldRef` names a resource the downward API does not offer.
+    #[error("unsupported container resource : {resource}")]
+    UnsupportedResource {
+        /// The requested resource.
+        resource: String,
+    },
+
+    /// A `resourceFieldRef` names a container the pod does not have.
+    #[error("container {container} not found")]
+    ResourceContainerNotFound {
+        /// The requested container name.
+        container: String,
+    },
+
+    /// A `resourceFieldRef` divisor or resource value is not a valid quantity (or zero).
+    #[error("invalid quantity {value:?} for resource {resource}")]
+    InvalidQuantity {
+        /// The resource.
+        resource: String,
+        /// The offending text.
+        value: String,
+    },
+}
+
+/// An error of the volume seam ([`Volumes`](crate::Volumes)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VolumeError {
+    /// The wait was interrupted (cancelled or timed out; spec PW-4: no summary event).
+    #[error("the wait for volumes was interrupted")]
+    Interrupted,
+    /// Volumes failed to mount or unmount; `Display` is the volume manager's text, e.g.
+    /// `unmounted volumes=[cfg]: ...`.
+    #[error("{message}")]
+    Failed {
+        /// The volume manager's message.
+        message: String,
+    },
+}
+
+/// An error of the runtime seam ([`RuntimeHook`](crate::RuntimeHook)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// Writing a container's environment failed.
+    #[error("writing the environment of container {container:?} to {path}")]
+    WriteEnv {
+        /// The container.
+        container: String,
+        /// The directory written to.
+        path: PathBuf,
+        /// What failed underneath.
+        #[source]
+        source: nodelet_atomic_writer::Error,
+    },
+    /// A filesystem step on a runtime directory failed.
+    #[error("{step} {path}")]
+    Io {
+        /// What was being done, e.g. `creating directory`.
+        step: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another runtime's failure.
+    #[error("{message}")]
+    Other {
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Why a pod sync failed; the pod worker logs it once, in its span, and retries (PW-3).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// The sync was cancelled by a termination request (PW-2).
+    #[error("the sync was interrupted")]
+    Interrupted,
+
+    /// PW-4: creating `pods/<uid>`, `volumes` or `plugins` failed.
+    #[error("making pod data directories {path}")]
+    MakePodDirectories {
+        /// The directory.
+        path: PathBuf,
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// PW-4: volumes did not mount.
+    #[error("Unable to attach or mount volumes: {error}")]
+    Mount {
+        /// The volume manager's error.
+        error: VolumeError,
+    },
+
+    /// PW-12: one or more containers could not be configured.
+    #[error("{}", containers_message(.failures))]
+    CreateContainerConfig {
+        /// `(container, error)` of each failure.
+        failures: Vec<(String, EnvError)>,
+    },
+
+    /// The runtime hook failed.
+    #[error("runtime hook failed")]
+    Runtime {
+        /// What failed.
+        #[source]
+        source: RuntimeError,
+    },
+
+    /// PW-6: volumes did not unmount.
+    #[error("waiting for volumes to unmount: {error}")]
+    Unmount {
+        /// The volume manager's error.
+        error: VolumeError,
+    },
+
+    /// Publishing the pod's status failed.
+    #[error("updating pod status: {message}")]
+    Status {
+        /// What failed.
+        message: String,
+    },
+}
+
+fn containers_message(failures: &[(String, EnvError)]) -> String {
+    let parts: Vec<String> = failures
+        .iter()
+        .map(|(name, err)| {
+            format!(
+                "failed to \"StartContainer\" for \"{name}\" with CreateContainerConfigError: \"{err}\""
+            )
+        })
+        .collect();
+    parts.join(", ")
+}
+
+impl SyncError {
+    /// Whether this is a cancellation rather than a failure (no event, no error log).
+    pub fn is_interrupted(&self) -> bool {
+        matches!(
+            self,
+            SyncError::Interrupted
+                | SyncError::Mount {
+                    error: VolumeError::Interrupted
+                }
+                | SyncError::Unmount {
+                    error: VolumeError::Interrupted
+                }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pw10_missing_key_texts_match_the_kubelet() {
+        let e = EnvError::ConfigMapKeyMissing {
+            key: "k".into(),
+            namespace: "ns".into(),
+            name: "cm".into(),
+        };
+        assert_eq!(e.to_string(), "couldn't find key k in ConfigMap ns/cm");
+        let e = EnvError::SecretKeyMissing {
+            key: "k".into(),
+            namespace: "ns".into(),
+            name: "s".into(),
+        };
+        assert_eq!(e.to_string(), "couldn't find key k in Secret ns/s");
+    }
+
+    #[test]
+    fn pw4_mount_failure_reads_like_the_kubelet_event() {
+        let e = SyncError::Mount {
+            error: VolumeError::Failed {
+                message: "unmounted volumes=[cfg]".into(),
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "Unable to attach or mount volumes: unmounted volumes=[cfg]"
+        );
+        assert!(!e.is_interrupted());
+        assert!(
+            SyncError::Mount {
+                error: VolumeError::Interrupted
+            }
+            .is_interrupted()
+        );
+    }
+}

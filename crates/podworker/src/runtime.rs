@@ -1,0 +1,355 @@
+//! The runtime hook ([`RuntimeHook`]) that receives configured containers, and its default,
+//! [`EnvFileRuntime`], which writes each container's resolved environment to disk.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriterConfig};
+
+use crate::env::ContainerEnv;
+use crate::error::RuntimeError;
+
+/// What runs containers. The config syncer hands it each container once, with its resolved
+/// environment (spec PW-4 last step); a container already created is never re-created, so its
+/// environment never changes (UP-3).
+#[async_trait]
+pub trait RuntimeHook: Send + Sync + 'static {
+    /// Names of `pod`'s containers that exist already (created by an earlier sync or an
+    /// earlier run of the agent).
+    ///
+    /// # Errors
+    /// [`RuntimeError`] when the runtime cannot tell.
+    async fn created_containers(&self, pod: &Pod) -> Result<BTreeSet<String>, RuntimeError>;
+
+    /// Create `container` of `pod` with environment `env`; `pull_secrets` are the image pull
+    /// secrets that could be read (PW-7).
+    ///
+    /// # Errors
+    /// [`RuntimeError`]; the syncer retries on the next sync.
+    async fn create_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        env: &ContainerEnv,
+        pull_secrets: &[Arc<Secret>],
+    ) -> Result<(), RuntimeError>;
+
+    /// Stop `pod`'s containers within `grace_period` (SyncTerminatingPod, PW-5).
+    ///
+    /// # Errors
+    /// [`RuntimeError`]; retried with back-off.
+    async fn kill_pod(&self, pod: &Pod, grace_period: Duration) -> Result<(), RuntimeError>;
+
+    /// Remove everything the runtime keeps for `pod` (SyncTerminatedPod).
+    ///
+    /// # Errors
+    /// [`RuntimeError`]; retried with back-off.
+    async fn remove_pod(&self, pod: &Pod) -> Result<(), RuntimeError>;
+}
+
+/// File name of the `NAME=value` environment file.
+pub const ENV_FILE: &str = "env";
+/// File name of the JSON environment file.
+pub const ENV_JSON_FILE: &str = "env.json";
+
+/// The default runtime: no processes; each container's resolved environment is written to
+/// `<root>/pods/<uid>/containers/<name>/env` and `env.json`.
+///
+/// ```text
+/// <root>/pods/<uid>/containers/          0700
+/// └── <name>/                            0700, an atomic-writer target
+///     ├── ..data -> ..2026_01_01_…       written atomically (nodelet-atomic-writer)
+///     ├── env      -> ..data/env         0600  NAME=value lines
+///     └── env.json -> ..data/env.json    0600  [{"name": …, "value": …}]
+/// ```
+///
+/// `env` holds one `NAME=value` line per variable, sorted by name. In the value, `\` is written
+/// `\\`, newline `\n`, carriage return `\r`, tab `\t`, and any other control byte (below 0x20
+/// and 0x7f) or byte that is not part of valid UTF-8 as `\xHH`; everything else is verbatim.
+/// `env.json` is an array of `{"name", "value"}` objects; a value that is not UTF-8 is given as
+/// `"valueBase64"` instead of `"value"`.
+///
+/// A container counts as created once its `env` file exists, so a restarted agent adopts the
+/// files without rewriting them. `kill_pod` has nothing to stop; `remove_pod` deletes the
+/// `containers` directory.
+#[derive(Debug, Clone)]
+pub struct EnvFileRuntime {
+    root_dir: PathBuf,
+    writer: WriterConfig,
+}
+
+impl EnvFileRuntime {
+    /// A runtime writing under `root_dir` (the agent's `--root-dir`).
+    pub fn new(root_dir: &Path) -> Self {
+        Self {
+            root_dir: root_dir.to_path_buf(),
+            writer: WriterConfig::default(),
+        }
+    }
+
+    /// `<root>/pods/<uid>/containers`.
+    pub fn containers_dir(&self, pod_uid: &str) -> PathBuf {
+        self.root_dir.join("pods").join(pod_uid).join("containers")
+    }
+
+    fn write(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        env: &ContainerEnv,
+    ) -> Result<(), RuntimeError> {
+        let containers = self.containers_dir(pod_uid);
+        let dir = containers.join(container);
+        private_dir(&containers)?;
+        private_dir(&dir)?;
+        let mut payload = Payload::new();
+        payload.insert(ENV_FILE, FileProjection::new(env_file(env), 0o600));
+        payload.insert(ENV_JSON_FILE, FileProjection::new(env_json(env), 0o600));
+        let write_err = |source| RuntimeError::WriteEnv {
+            container: container.to_owned(),
+            path: dir.clone(),
+            source,
+        };
+        let mut writer = AtomicWriter::new(&dir, self.writer.clone()).map_err(write_err)?;
+        writer.write(&payload, None).map_err(write_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RuntimeHook for EnvFileRuntime {
+    async fn created_containers(&self, pod: &Pod) -> Result<BTreeSet<String>, RuntimeError> {
+        let dir = self.containers_dir(&pod_uid(pod));
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
+            Err(source) => {
+                return Err(RuntimeError::Io {
+                    step: "reading directory",
+                    path: dir,
+                    source,
+                });
+            }
+        };
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join(ENV_FILE).exists())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        env: &ContainerEnv,
+        _pull_secrets: &[Arc<Secret>],
+    ) -> Result<(), RuntimeError> {
+        let uid = pod_uid(pod);
+        let name = container.name.clone();
+        let env = env.clone();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.write(&uid, &name, &env))
+            .await
+            .map_err(|e| RuntimeError::Other {
+                message: format!("env writer task failed: {e}"),
+            })?
+    }
+
+    async fn kill_pod(&self, _pod: &Pod, _grace_period: Duration) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    async fn remove_pod(&self, pod: &Pod) -> Result<(), RuntimeError> {
+        let dir = self.containers_dir(&pod_uid(pod));
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(RuntimeError::Io {
+                step: "removing directory",
+                path: dir,
+                source,
+            }),
+        }
+    }
+}
+
+fn pod_uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
+    let io_err = |step, source| RuntimeError::Io {
+        step,
+        path: dir.to_path_buf(),
+        source,
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| io_err("creating directory", e))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| io_err("setting mode of", e))
+}
+
+/// The `NAME=value` form (see [`EnvFileRuntime`] for the escaping).
+pub fn env_file(env: &ContainerEnv) -> Vec<u8> {
+    let mut out = Vec::new();
+    for var in &env.vars {
+        out.extend_from_slice(var.name.as_bytes());
+        out.push(b'=');
+        escape_into(&var.value, &mut out);
+        out.push(b'\n');
+    }
+    out
+}
+
+fn escape_into(value: &[u8], out: &mut Vec<u8>) {
+    let mut rest = value;
+    while !rest.is_empty() {
+        let (valid, invalid) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, &[][..]),
+            Err(e) => {
+                let (v, i) = rest.split_at(e.valid_up_to());
+                let bad = e.error_len().unwrap_or(i.len());
+                (std::str::from_utf8(v).unwrap_or_default(), &i[..bad])
+            }
+        };
+        for c in valid.chars() {
+            match c {
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                    out.extend_from_slice(format!("\\x{:02x}", c as u32).as_bytes());
+                }
+                c => {
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
+            }
+        }
+        for b in invalid {
+            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        }
+        rest = &rest[valid.len() + invalid.len()..];
+    }
+}
+
+/// The JSON form (see [`EnvFileRuntime`]).
+pub fn env_json(env: &ContainerEnv) -> Vec<u8> {
+    let items: Vec<serde_json::Value> = env
+        .vars
+        .iter()
+        .map(|v| match std::str::from_utf8(&v.value) {
+            Ok(s) => serde_json::json!({"name": v.name, "value": s}),
+            Err(_) => serde_json::json!({
+                "name": v.name,
+                "valueBase64": base64::engine::general_purpose::STANDARD.encode(&v.value),
+            }),
+        })
+        .collect();
+    let mut out = serde_json::to_vec_pretty(&items).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::env::EnvValue;
+
+    fn env(pairs: &[(&str, &[u8])]) -> ContainerEnv {
+        ContainerEnv {
+            vars: pairs
+                .iter()
+                .map(|(n, v)| EnvValue {
+                    name: (*n).to_owned(),
+                    value: v.to_vec(),
+                })
+                .collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn pod(uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            ..Container::default()
+        }
+    }
+
+    #[test]
+    fn env_file_escapes_backslashes_newlines_controls_and_invalid_utf8() {
+        let e = env(&[
+            ("A", b"plain value"),
+            ("B", b"line1\nline2\\x\t\r"),
+            ("C", b"\x01\x7f\xff\xfeok"),
+            ("D", "héllo".as_bytes()),
+            ("E", b""),
+        ]);
+        let text = String::from_utf8(env_file(&e)).unwrap_or_default();
+        assert_eq!(
+            text,
+            "A=plain value\nB=line1\\nline2\\\\x\\t\\r\nC=\\x01\\x7f\\xff\\xfeok\nD=héllo\nE=\n"
+        );
+    }
+
+    #[test]
+    fn env_json_gives_non_utf8_values_in_base64() {
+        let e = env(&[("A", b"v\n"), ("B", b"\xff")]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&env_json(&e)).unwrap_or(serde_json::Value::Null);
+        assert_eq!(v[0], serde_json::json!({"name": "A", "value": "v\n"}));
+        assert_eq!(
+            v[1],
+            serde_json::json!({"name": "B", "valueBase64": "/w=="})
+        );
+    }
+
+    #[tokio::test]
+    async fn env_files_are_0600_in_0700_directories_and_removed_with_the_pod() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let rt = EnvFileRuntime::new(root.path());
+        let p = pod("u1");
+        let created = rt.created_containers(&p).await.unwrap_or_default();
+        assert!(created.is_empty());
+        let r = rt
+            .create_container(&p, &container("c"), &env(&[("K", b"v")]), &[])
+            .await;
+        assert!(r.is_ok(), "{r:?}");
+        let dir = root.path().join("pods/u1/containers/c");
+        let mode = |p: &Path| fs::metadata(p).map(|m| m.mode() & 0o777).unwrap_or(0);
+        assert_eq!(mode(&root.path().join("pods/u1/containers")), 0o700);
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("env")), 0o600);
+        assert_eq!(mode(&dir.join("env.json")), 0o600);
+        assert_eq!(fs::read(dir.join("env")).unwrap_or_default(), b"K=v\n");
+        let created = rt.created_containers(&p).await.unwrap_or_default();
+        assert_eq!(
+            created.into_iter().collect::<Vec<_>>(),
+            vec!["c".to_owned()]
+        );
+        assert!(rt.remove_pod(&p).await.is_ok());
+        assert!(!root.path().join("pods/u1/containers").exists());
+        assert!(rt.remove_pod(&p).await.is_ok(), "idempotent");
+    }
+}

@@ -1,0 +1,339 @@
+//! The seams of the config syncer: [`Volumes`] (the volume manager), [`EventSink`] (Kubernetes
+//! Events), [`StatusSink`] (pod status) and the status types, with fakes for tests.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::error::VolumeError;
+
+/// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13).
+#[async_trait]
+pub trait Volumes: Send + Sync + 'static {
+    /// Put `pod` (its newest spec) in the desired state of the world. Idempotent, non-blocking.
+    fn add_pod(&self, pod: &Pod);
+
+    /// Termination of `pod` was requested and its containers are stopped: its volumes may be
+    /// torn down. Idempotent, non-blocking.
+    fn remove_pod(&self, pod: &Pod);
+
+    /// Wait until every volume `pod` uses is mounted (VM-11).
+    ///
+    /// # Errors
+    /// [`VolumeError::Failed`] with the volume manager's text, or
+    /// [`VolumeError::Interrupted`] (time-out or cancellation).
+    async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError>;
+
+    /// Wait until no volume of `pod` is mounted any more (VM-12).
+    ///
+    /// # Errors
+    /// As [`wait_for_attach_and_mount`](Self::wait_for_attach_and_mount).
+    async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), VolumeError>;
+}
+
+/// Kubernetes event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+/// Event reasons the config syncer emits, with the kubelet's spelling.
+pub mod reasons {
+    /// PW-4: `Unable to attach or mount volumes: <err>`.
+    pub const FAILED_MOUNT: &str = "FailedMount";
+    /// PW-4: creating the pod's data directories failed.
+    pub const FAILED_TO_MAKE_POD_DATA_DIRECTORIES: &str = "FailedToMakePodDataDirectories";
+    /// PW-7: some image pull secrets could not be read.
+    pub const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
+    /// PW-12: `Error: <text>` when a container's config could not be generated.
+    pub const FAILED: &str = "Failed";
+    /// A container was created (its environment written).
+    pub const CREATED: &str = "Created";
+    /// PW-12: the waiting reason of a container whose config failed.
+    pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+}
+
+/// Where pod events go. Implementations must not block (queue and return).
+pub trait EventSink: Send + Sync + 'static {
+    /// Record an event about `pod`.
+    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String);
+}
+
+/// An [`EventSink`] that drops every event.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn event(&self, _pod: &Pod, _type: EventType, _reason: &str, _message: String) {}
+}
+
+/// Whether one part of a pod's configuration is ready, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Readiness {
+    /// Ready.
+    pub ready: bool,
+    /// Why not (the error text), if not ready.
+    pub message: Option<String>,
+}
+
+/// The state of one container as far as configuration goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ContainerConfigState {
+    /// Not attempted yet (volumes not mounted).
+    Pending,
+    /// Configuration resolved and handed to the runtime hook.
+    Created,
+    /// Waiting with a reason (`CreateContainerConfigError`) and the error text.
+    Waiting {
+        /// The waiting reason.
+        reason: String,
+        /// The error text.
+        message: String,
+    },
+}
+
+/// One container's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerConfigStatus {
+    /// The container's name.
+    pub name: String,
+    /// Whether it is an init container.
+    pub init: bool,
+    /// Its state.
+    pub state: ContainerConfigState,
+}
+
+/// What the config syncer knows about a pod after a sync, for the pod's API status.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodConfigStatus {
+    /// Every volume is mounted (`PodReadyToStartContainers`).
+    pub volumes: Readiness,
+    /// Every container's environment and the pull secrets resolved.
+    pub config: Readiness,
+    /// Per container, init containers first.
+    pub containers: Vec<ContainerConfigStatus>,
+}
+
+/// Where pod statuses go (the agent patches the pod's status). Implementations must not block.
+pub trait StatusSink: Send + Sync + 'static {
+    /// The newest status of `pod`.
+    fn set_status(&self, pod: &Pod, status: &PodConfigStatus);
+
+    /// `pod` has finished terminating: volumes gone, references dropped. The agent deletes the
+    /// API object (grace period 0), as the kubelet's status manager does.
+    fn terminated(&self, pod: &Pod);
+}
+
+/// A [`StatusSink`] that drops everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoStatus;
+
+impl StatusSink for NoStatus {
+    fn set_status(&self, _pod: &Pod, _status: &PodConfigStatus) {}
+    fn terminated(&self, _pod: &Pod) {}
+}
+
+#[cfg(any(test, feature = "test-util"))]
+pub use fakes::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};
+
+#[cfg(any(test, feature = "test-util"))]
+mod fakes {
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use k8s_openapi::api::core::v1::Pod;
+    use tokio::sync::watch;
+
+    use super::{EventSink, EventType, PodConfigStatus, StatusSink, Volumes};
+    use crate::error::VolumeError;
+
+    fn uid(pod: &Pod) -> String {
+        pod.metadata.uid.clone().unwrap_or_default()
+    }
+
+    /// A [`Volumes`] fake: mounts succeed unless failures are queued; records calls.
+    #[derive(Debug, Clone, Default)]
+    pub struct FakeVolumes {
+        state: Arc<Mutex<FakeVolumesState>>,
+    }
+
+    #[derive(Debug, Default)]
+    struct FakeVolumesState {
+        desired: BTreeSet<String>,
+        mount_failures: VecDeque<String>,
+        calls: Vec<String>,
+    }
+
+    impl FakeVolumes {
+        /// A fake where every wait succeeds.
+        pub fn new() -> Self {
+            Self::default()
+        }
+        /// The next `wait_for_attach_and_mount` fails with `message`.
+        pub fn fail_next_mount(&self, message: &str) {
+            if let Ok(mut s) = self.state.lock() {
+                s.mount_failures.push_back(message.to_owned());
+            }
+        }
+        /// UIDs in the desired state.
+        pub fn desired(&self) -> BTreeSet<String> {
+            self.state
+                .lock()
+                .map(|s| s.desired.clone())
+                .unwrap_or_default()
+        }
+        /// Every call, as `"<method> <uid>"`, oldest first.
+        pub fn calls(&self) -> Vec<String> {
+            self.state
+                .lock()
+                .map(|s| s.calls.clone())
+                .unwrap_or_default()
+        }
+        fn record(&self, call: &str, pod: &Pod) {
+            if let Ok(mut s) = self.state.lock() {
+                s.calls.push(format!("{call} {}", uid(pod)));
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Volumes for FakeVolumes {
+        fn add_pod(&self, pod: &Pod) {
+            self.record("add", pod);
+            if let Ok(mut s) = self.state.lock() {
+                s.desired.insert(uid(pod));
+            }
+        }
+        fn remove_pod(&self, pod: &Pod) {
+            self.record("remove", pod);
+            if let Ok(mut s) = self.state.lock() {
+                s.desired.remove(&uid(pod));
+            }
+        }
+        async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError> {
+            self.record("mount", pod);
+            let failure = self
+                .state
+                .lock()
+                .ok()
+                .and_then(|mut s| s.mount_failures.pop_front());
+            match failure {
+                Some(message) => Err(VolumeError::Failed { message }),
+                None => Ok(()),
+            }
+        }
+        async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), VolumeError> {
+            self.record("unmount", pod);
+            Ok(())
+        }
+    }
+
+    /// One event seen by [`RecordingEvents`].
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RecordedEvent {
+        /// The pod's UID.
+        pub pod_uid: String,
+        /// Normal or Warning.
+        pub type_: EventType,
+        /// The reason.
+        pub reason: String,
+        /// The message.
+        pub message: String,
+    }
+
+    /// An [`EventSink`] that records events.
+    #[derive(Debug, Clone, Default)]
+    pub struct RecordingEvents {
+        events: Arc<Mutex<Vec<RecordedEvent>>>,
+    }
+
+    impl RecordingEvents {
+        /// An empty recorder.
+        pub fn new() -> Self {
+            Self::default()
+        }
+        /// Every event so far.
+        pub fn events(&self) -> Vec<RecordedEvent> {
+            self.events.lock().map(|e| e.clone()).unwrap_or_default()
+        }
+        /// `(reason, message)` of every event so far.
+        pub fn reasons_and_messages(&self) -> Vec<(String, String)> {
+            self.events()
+                .into_iter()
+                .map(|e| (e.reason, e.message))
+                .collect()
+        }
+    }
+
+    impl EventSink for RecordingEvents {
+        fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+            if let Ok(mut e) = self.events.lock() {
+                e.push(RecordedEvent {
+                    pod_uid: uid(pod),
+                    type_,
+                    reason: reason.to_owned(),
+                    message,
+                });
+            }
+        }
+    }
+
+    /// A [`StatusSink`] that keeps the newest status per pod UID and lets tests await changes.
+    #[derive(Debug, Clone)]
+    pub struct RecordingStatus {
+        statuses: Arc<Mutex<BTreeMap<String, PodConfigStatus>>>,
+        terminated: Arc<Mutex<Vec<String>>>,
+        changed: Arc<watch::Sender<u64>>,
+    }
+
+    impl Default for RecordingStatus {
+        fn default() -> Self {
+            Self {
+                statuses: Arc::default(),
+                terminated: Arc::default(),
+                changed: Arc::new(watch::channel(0).0),
+            }
+        }
+    }
+
+    impl RecordingStatus {
+        /// An empty recorder.
+        pub fn new() -> Self {
+            Self::default()
+        }
+        /// The newest status of pod `uid`.
+        pub fn status(&self, uid: &str) -> Option<PodConfigStatus> {
+            self.statuses.lock().ok().and_then(|s| s.get(uid).cloned())
+        }
+        /// UIDs reported terminated, in order.
+        pub fn terminated_pods(&self) -> Vec<String> {
+            self.terminated
+                .lock()
+                .map(|t| t.clone())
+                .unwrap_or_default()
+        }
+        /// A receiver that changes on every report.
+        pub fn changes(&self) -> watch::Receiver<u64> {
+            self.changed.subscribe()
+        }
+    }
+
+    impl StatusSink for RecordingStatus {
+        fn set_status(&self, pod: &Pod, status: &PodConfigStatus) {
+            if let Ok(mut s) = self.statuses.lock() {
+                s.insert(uid(pod), status.clone());
+            }
+            self.changed.send_modify(|n| *n += 1);
+        }
+        fn terminated(&self, pod: &Pod) {
+            if let Ok(mut t) = self.terminated.lock() {
+                t.push(uid(pod));
+            }
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Tests of the pod workers (PW-1 … PW-3) with a scripted syncer on paused time.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::Semaphore;
+
+use super::*;
+
+/// Records every callback as `"<phase> <uid> <generation>"`; sync_pod can be held on a gate,
+/// made to fail, or to report the pod terminal.
+#[derive(Default)]
+struct Script {
+    calls: Mutex<Vec<String>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    fail_sync: AtomicBool,
+    fail_terminating_once: AtomicBool,
+    terminal: AtomicBool,
+    /// When set, sync_pod waits for a permit.
+    gate: Mutex<Option<Arc<Semaphore>>>,
+}
+
+impl Script {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+    fn count(&self, prefix: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+    fn record(&self, what: &str, pod: &Pod) {
+        let generation = pod.metadata.generation.unwrap_or(0);
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Ok(mut c) = self.calls.lock() {
+            c.push(format!("{what} {uid} {generation}"));
+        }
+    }
+}
+
+impl PodSyncer for Script {
+    async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome, SyncError> {
+        let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(n, Ordering::SeqCst);
+        let gate = self.gate.lock().ok().and_then(|g| g.clone());
+        // Decrement even when the future is dropped (cancelled).
+        struct Guard<'a>(&'a AtomicUsize);
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _guard = Guard(&self.in_flight);
+        if let Some(gate) = gate {
+            let _permit = gate.acquire().await;
+        }
+        self.record("sync", pod);
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(SyncError::Status {
+                message: "scripted failure".into(),
+            });
+        }
+        if self.terminal.load(Ordering::SeqCst) {
+            return Ok(SyncOutcome::Terminal);
+        }
+        Ok(SyncOutcome::Running)
+    }
+
+    async fn sync_terminating_pod(&self, pod: &Pod, grace: Duration) -> Result<(), SyncError> {
+        self.record(&format!("terminating({}s)", grace.as_secs()), pod);
+        if self.fail_terminating_once.swap(false, Ordering::SeqCst) {
+            return Err(SyncError::Status {
+                message: "scripted failure".into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, pod: &Pod) -> Result<(), SyncError> {
+        self.record("terminated", pod);
+        Ok(())
+    }
+}
+
+fn pod(uid: &str, generation: i64) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.uid = Some(uid.into());
+    p.metadata.name = Some(format!("pod-{uid}"));
+    p.metadata.namespace = Some("ns".into());
+    p.metadata.generation = Some(generation);
+    p
+}
+
+fn workers(script: &Arc<Script>) -> PodWorkers<Script> {
+    PodWorkers::new(script.clone(), WorkerConfig::default())
+}
+
+async fn wait_phase(w: &PodWorkers<Script>, uid: &str, phase: WorkerPhase) {
+    w.wait_for(|_| w.phase(uid) == Some(phase)).await;
+}
+
+async fn wait_syncs(w: &PodWorkers<Script>, uid: &str, n: u64) {
+    w.wait_for(|s| s.iter().any(|x| x.uid == uid && x.syncs >= n))
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw1_each_pod_gets_one_worker_and_its_syncs_never_overlap() {
+    let script = Arc::new(Script::default());
+    let gate = Arc::new(Semaphore::new(0));
+    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    let w = workers(&script);
+    for g in 0..5 {
+        w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", g)));
+        w.update_pod(PodUpdate::new(UpdateType::Update, pod("b", g)));
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(100);
+    wait_syncs(&w, "a", 2).await;
+    wait_syncs(&w, "b", 2).await;
+    assert_eq!(w.snapshot().len(), 2);
+    // Two pods may sync at once, one pod never twice at once.
+    assert!(script.max_in_flight.load(Ordering::SeqCst) <= 2);
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw2_a_burst_of_updates_becomes_one_sync_with_the_newest_pod() {
+    let script = Arc::new(Script::default());
+    let gate = Arc::new(Semaphore::new(0));
+    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    // The first sync is held; meanwhile a burst arrives.
+    tokio::task::yield_now().await;
+    for g in 2..=9 {
+        w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", g)));
+    }
+    gate.add_permits(100);
+    wait_syncs(&w, "a", 2).await;
+    assert_eq!(script.calls(), vec!["sync a 1", "sync a 9"]);
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw2_a_termination_request_cancels_the_in_flight_sync() {
+    let script = Arc::new(Script::default());
+    let gate = Arc::new(Semaphore::new(0)); // never opened: sync_pod hangs
+    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    tokio::task::yield_now().await;
+    assert_eq!(script.in_flight.load(Ordering::SeqCst), 1);
+    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("a", 2)));
+    wait_phase(&w, "a", WorkerPhase::Finished).await;
+    assert_eq!(
+        script.in_flight.load(Ordering::SeqCst),
+        0,
+        "sync was dropped"
+    );
+    assert_eq!(
+        script.calls(),
+        vec!["terminating(30s) a 2", "terminated a 2"],
+        "no sync completed; terminating and terminated ran once, in order"
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw1_a_deletion_timestamp_requests_termination_with_the_pods_grace_period() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_syncs(&w, "a", 1).await;
+    let mut deleted = pod("a", 2);
+    deleted.metadata.deletion_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+    deleted.metadata.deletion_grace_period_seconds = Some(5);
+    w.update_pod(PodUpdate::new(UpdateType::Update, deleted));
+    wait_phase(&w, "a", WorkerPhase::Finished).await;
+    assert_eq!(
+        script.calls(),
+        vec!["sync a 1", "terminating(5s) a 2", "terminated a 2"]
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw3_a_successful_sync_is_repeated_after_one_to_one_and_a_half_resync_intervals() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_syncs(&w, "a", 1).await;
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert_eq!(script.count("sync"), 1, "no resync before 60 s");
+    wait_syncs(&w, "a", 2).await;
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(60) && waited < Duration::from_secs(90),
+        "{waited:?}"
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw3_a_failed_sync_is_retried_after_the_back_off_period_and_recorded() {
+    let script = Arc::new(Script::default());
+    script.fail_sync.store(true, Ordering::SeqCst);
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_syncs(&w, "a", 1).await;
+    let snap = w.snapshot();
+    assert_eq!(
+        snap[0].last_error.as_deref(),
+        Some("updating pod status: scripted failure")
+    );
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(script.count("sync"), 1, "no retry before 10 s");
+    script.fail_sync.store(false, Ordering::SeqCst);
+    wait_syncs(&w, "a", 2).await;
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(15),
+        "{waited:?}"
+    );
+    assert_eq!(w.snapshot()[0].last_error, None, "success clears the error");
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw3_a_pending_update_is_processed_at_once_not_after_the_resync_interval() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_syncs(&w, "a", 1).await;
+    let start = Instant::now();
+    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
+    wait_syncs(&w, "a", 2).await;
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(script.calls(), vec!["sync a 1", "sync a 2"]);
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw1_a_terminal_pod_terminates_and_a_failed_terminating_step_is_retried() {
+    let script = Arc::new(Script::default());
+    script.terminal.store(true, Ordering::SeqCst);
+    script.fail_terminating_once.store(true, Ordering::SeqCst);
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_phase(&w, "a", WorkerPhase::Finished).await;
+    assert_eq!(
+        script.calls(),
+        vec![
+            "sync a 1",
+            "terminating(30s) a 1",
+            "terminating(30s) a 1",
+            "terminated a 1"
+        ]
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw1_a_finished_pod_ignores_updates_until_its_worker_is_forgotten() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("a", 1)));
+    wait_phase(&w, "a", WorkerPhase::Finished).await;
+    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(script.count("sync"), 0);
+    // Still desired: kept.
+    let desired: HashSet<String> = ["a".to_owned()].into();
+    assert!(w.sync_known_pods(&desired).is_empty());
+    // No longer desired: forgotten, and a new pod with that UID starts afresh.
+    assert_eq!(w.sync_known_pods(&HashSet::new()), vec!["a".to_owned()]);
+    assert_eq!(w.phase("a"), None);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 3)));
+    wait_syncs(&w, "a", 1).await;
+    assert_eq!(script.count("sync"), 1);
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pw1_sync_known_pods_terminates_workers_of_pods_no_longer_desired() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("b", 1)));
+    wait_syncs(&w, "a", 1).await;
+    wait_syncs(&w, "b", 1).await;
+    let desired: HashSet<String> = ["a".to_owned()].into();
+    w.sync_known_pods(&desired);
+    wait_phase(&w, "b", WorkerPhase::Finished).await;
+    assert_eq!(w.phase("a"), Some(WorkerPhase::Syncing));
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_every_worker_and_later_updates_are_ignored() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_syncs(&w, "a", 1).await;
+    w.shutdown().await;
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("b", 1)));
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(script.calls(), vec!["sync a 1"]);
+}

@@ -1,0 +1,401 @@
+//! Environment resolution (spec PW-8 … PW-11; E2E-23, E2E-24, E2E-26, E2E-27).
+
+use nodelet_object_manager::Strategy;
+use nodelet_object_manager::source::Verb;
+use nodelet_podworker::{
+    ContainerEnv, EnvError, EnvFromNameCheck, EnvOptions, INVALID_ENV_NAMES, resolve_env,
+};
+use serde_json::{Value, json};
+
+use crate::support::{api, first_container, pod, pod_with};
+
+async fn resolve(strategy: Strategy, container: Value) -> Result<ContainerEnv, EnvError> {
+    resolve_with(strategy, container, &EnvOptions::default()).await
+}
+
+async fn resolve_with(
+    strategy: Strategy,
+    container: Value,
+    options: &EnvOptions,
+) -> Result<ContainerEnv, EnvError> {
+    let api = api(strategy).with_fixtures("ns");
+    let p = pod(container);
+    api.register(&p);
+    resolve_env(&p, &first_container(&p), &api.sources, options).await
+}
+
+fn text(env: &ContainerEnv, name: &str) -> Option<String> {
+    env.get(name)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+fn names(env: &ContainerEnv) -> Vec<&str> {
+    env.vars.iter().map(|v| v.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn e2e23_config_map_key_ref_is_consumable_via_an_environment_variable() {
+    let env = resolve(
+        Strategy::Watch,
+        json!({"env": [{"name": "CONFIG_DATA_1",
+            "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-1"}}}]}),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(text(&env, "CONFIG_DATA_1").as_deref(), Some("value-1"));
+}
+
+#[tokio::test]
+async fn e2e26_secret_key_ref_keeps_the_trailing_newline_of_the_secret_value() {
+    let env = resolve(
+        Strategy::Watch,
+        json!({"env": [{"name": "SECRET_DATA",
+            "valueFrom": {"secretKeyRef": {"name": "sec", "key": "data-1"}}}]}),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(text(&env, "SECRET_DATA").as_deref(), Some("value-1\n"));
+}
+
+#[tokio::test]
+async fn e2e24_e2e27_env_from_twice_with_a_prefix_exports_every_key() {
+    for source in ["configMapRef", "secretRef"] {
+        let name = if source == "configMapRef" {
+            "cm"
+        } else {
+            "sec"
+        };
+        let env = resolve(
+            Strategy::Watch,
+            json!({"envFrom": [{source: {"name": name}}, {source: {"name": name}, "prefix": "p-"}]}),
+        )
+        .await
+        .unwrap_or_default();
+        assert_eq!(
+            names(&env),
+            [
+                "data-1", "data-2", "data-3", "p-data-1", "p-data-2", "p-data-3"
+            ]
+        );
+        assert!(text(&env, "p-data-3").is_some_and(|v| v.starts_with("value-3")));
+    }
+}
+
+#[tokio::test]
+async fn pw9_later_env_from_sources_overwrite_earlier_ones_and_env_overrides_env_from() {
+    let api = api(Strategy::Watch).with_fixtures("ns");
+    api.configmap("ns", "other", json!({"data-1": "other-1"}));
+    let p = pod(json!({
+        "envFrom": [{"configMapRef": {"name": "cm"}}, {"configMapRef": {"name": "other"}}],
+        "env": [{"name": "data-2", "value": "from-env"}, {"name": "data-2", "value": "last-wins"}],
+    }));
+    api.register(&p);
+    let env = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(text(&env, "data-1").as_deref(), Some("other-1"));
+    assert_eq!(text(&env, "data-2").as_deref(), Some("last-wins"));
+}
+
+#[tokio::test]
+async fn pw9_env_from_ignores_binary_data_and_pw10_key_refs_do_not_consult_it() {
+    let api = api(Strategy::Watch);
+    api.configmap_json(
+        "ns",
+        json!({"metadata": {"name": "bin"}, "data": {"text": "t"}, "binaryData": {"blob": "3q2+7w=="}}),
+    );
+    let p = pod(json!({"envFrom": [{"configMapRef": {"name": "bin"}}]}));
+    api.register(&p);
+    let env = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(names(&env), ["text"]);
+
+    let p = pod(json!({"env": [{"name": "B",
+        "valueFrom": {"configMapKeyRef": {"name": "bin", "key": "blob"}}}]}));
+    api.register(&p);
+    let err = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some("couldn't find key blob in ConfigMap ns/bin")
+    );
+}
+
+#[tokio::test]
+async fn pw9_a_missing_optional_source_is_skipped_and_a_missing_required_one_is_an_error() {
+    let env = resolve(
+        Strategy::Watch,
+        json!({"envFrom": [{"configMapRef": {"name": "nope", "optional": true}},
+                           {"secretRef": {"name": "nope", "optional": true}},
+                           {"configMapRef": {"name": "cm"}}]}),
+    )
+    .await;
+    assert_eq!(env.map(|e| e.vars.len()).ok(), Some(3));
+    let err = resolve(
+        Strategy::Watch,
+        json!({"envFrom": [{"configMapRef": {"name": "nope"}}]}),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some(r#"configmap "nope" not found"#),
+        "the Watch store's singular text (spec §7 item 3)"
+    );
+    let err = resolve(
+        Strategy::Get,
+        json!({"envFrom": [{"secretRef": {"name": "nope"}}]}),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some(r#"secrets "nope" not found"#)
+    );
+}
+
+#[tokio::test]
+async fn pw10_missing_keys_are_errors_unless_optional_and_optional_ones_leave_the_variable_unset() {
+    let err = resolve(
+        Strategy::Watch,
+        json!({"env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4"}}}]}),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some("couldn't find key data-4 in ConfigMap ns/cm")
+    );
+    let err = resolve(
+        Strategy::Watch,
+        json!({"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "data_4"}}}]}),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some("couldn't find key data_4 in Secret ns/sec")
+    );
+    let env = resolve(
+        Strategy::Watch,
+        json!({"env": [
+            {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4", "optional": true}}},
+            {"name": "B", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": true}}},
+            {"name": "C", "value": ""},
+        ]}),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(
+        names(&env),
+        ["C"],
+        "optional misses are not set, not even empty"
+    );
+}
+
+#[tokio::test]
+async fn pw10_values_expand_references_to_earlier_variables_and_keep_unknown_ones() {
+    let env = resolve(
+        Strategy::Watch,
+        json!({
+            "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+            "env": [
+                {"name": "A", "value": "a"},
+                {"name": "B", "value": "$(A)-$(CM_data-1)-$(LATER)-$$(A)"},
+                {"name": "LATER", "value": "late"},
+            ],
+        }),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(text(&env, "B").as_deref(), Some("a-value-1-$(LATER)-$(A)"));
+}
+
+#[tokio::test]
+async fn pw10_field_refs_read_the_pod_and_unknown_paths_are_errors() {
+    let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let env = resolve(
+        Strategy::Watch,
+        json!({"env": [
+            field("NAME", "metadata.name"), field("NS", "metadata.namespace"),
+            field("UID", "metadata.uid"), field("NODE", "spec.nodeName"),
+            field("APP", "metadata.labels['app']"), field("NOTE", "metadata.annotations['note']"),
+            field("HOST", "status.hostIP"), field("IP", "status.podIP"),
+        ]}),
+    )
+    .await
+    .unwrap_or_default();
+    let got: Vec<String> = ["NAME", "NS", "UID", "NODE", "APP", "NOTE", "HOST", "IP"]
+        .iter()
+        .map(|n| text(&env, n).unwrap_or_default())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "web", "ns", "u1", "node-1", "web", "hi", "10.0.0.1", "10.1.0.5"
+        ]
+    );
+    let err = resolve(Strategy::Watch, json!({"env": [field("X", "spec.bogus")]})).await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some("unsupported fieldPath: spec.bogus")
+    );
+}
+
+#[tokio::test]
+async fn pw10_resource_field_refs_divide_and_round_up_and_unset_limits_use_node_allocatable() {
+    let res = |name: &str, resource: &str, divisor: Option<&str>| {
+        let mut r = json!({"resource": resource});
+        if let Some(d) = divisor {
+            r["divisor"] = json!(d);
+        }
+        json!({"name": name, "valueFrom": {"resourceFieldRef": r}})
+    };
+    let mut options = EnvOptions::default();
+    options.node_allocatable = [("memory".to_owned(), "8Gi".to_owned())].into();
+    let env = resolve_with(
+        Strategy::Watch,
+        json!({
+            "resources": {"limits": {"cpu": "250m"}, "requests": {"memory": "64Mi"}},
+            "env": [
+                res("CPU", "limits.cpu", None), res("CPU_M", "limits.cpu", Some("1m")),
+                res("MEM_REQ_MI", "requests.memory", Some("1Mi")),
+                res("MEM_LIMIT", "limits.memory", Some("1Gi")),
+            ],
+        }),
+        &options,
+    )
+    .await
+    .unwrap_or_default();
+    let got: Vec<String> = ["CPU", "CPU_M", "MEM_REQ_MI", "MEM_LIMIT"]
+        .iter()
+        .map(|n| text(&env, n).unwrap_or_default())
+        .collect();
+    assert_eq!(got, ["1", "250", "64", "8"]);
+    let err = resolve(
+        Strategy::Watch,
+        json!({"env": [res("X", "limits.gpu", None)]}),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some("unsupported container resource : limits.gpu")
+    );
+}
+
+#[tokio::test]
+async fn pw8_a_pod_without_enable_service_links_cannot_construct_envvars() {
+    let api = api(Strategy::Watch);
+    let mut p = pod(json!({}));
+    if let Some(s) = p.spec.as_mut() {
+        s.enable_service_links = None;
+    }
+    let err = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some("nil pod.spec.enableServiceLinks encountered, cannot construct envvars")
+    );
+}
+
+#[tokio::test]
+async fn pw13_resolving_for_an_unregistered_pod_fails_with_not_registered() {
+    let api = api(Strategy::Watch).with_fixtures("ns");
+    let p = pod(json!({"envFrom": [{"configMapRef": {"name": "cm"}}]}));
+    let err = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        err.err().map(|e| e.to_string()).as_deref(),
+        Some(r#"object "ns"/"cm" not registered"#)
+    );
+}
+
+#[tokio::test]
+async fn pw8_each_object_is_fetched_once_per_container_build() {
+    let api = api(Strategy::Get).with_fixtures("ns");
+    let p = pod(json!({
+        "envFrom": [{"configMapRef": {"name": "cm"}}],
+        "env": [
+            {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-1"}}},
+            {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-2"}}},
+        ],
+    }));
+    let env = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await;
+    assert!(env.is_ok());
+    assert_eq!(api.configmaps.count(Verb::Get, "ns", "cm"), 1);
+}
+
+#[tokio::test]
+async fn pw9_the_legacy_name_check_skips_invalid_keys_with_one_warning_per_source() {
+    let api = api(Strategy::Watch);
+    api.configmap(
+        "ns",
+        "keys",
+        json!({"1bad": "x", "good": "y", "..dots": "z"}),
+    );
+    let p = pod_with(
+        json!({}),
+        json!({"envFrom": [{"configMapRef": {"name": "keys"}}]}),
+    );
+    api.register(&p);
+    let mut options = EnvOptions::default();
+    options.name_check = EnvFromNameCheck::Legacy;
+    let env = resolve_env(&p, &first_container(&p), &api.sources, &options)
+        .await
+        .unwrap_or_default();
+    assert_eq!(names(&env), ["good"]);
+    assert_eq!(
+        env.warnings,
+        vec![(
+            INVALID_ENV_NAMES.to_owned(),
+            "Keys [..dots, 1bad] from the EnvFrom configMap ns/keys were skipped since they are considered invalid environment variable names.".to_owned()
+        )]
+    );
+    let current = resolve_env(
+        &p,
+        &first_container(&p),
+        &api.sources,
+        &EnvOptions::default(),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(current.vars.len(), 3, "current kubelets export every key");
+    assert!(current.warnings.is_empty());
+}
+
+#[test]
+fn env_values_never_show_in_debug_output() {
+    let env = nodelet_podworker::EnvValue {
+        name: "PASSWORD".into(),
+        value: b"hunter2".to_vec(),
+    };
+    assert_eq!(format!("{env:?}"), "PASSWORD=<7 bytes>");
+}

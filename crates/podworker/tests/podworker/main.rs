@@ -1,0 +1,8 @@
+//! Tests of the public API of nodelet-podworker against in-memory object sources.
+
+// Environment resolution (PW-8 … PW-11, E2E-23/24/26/27).
+mod env;
+// ConfigSyncer: SyncPod / SyncTerminatedPod order, events, status, env files (PW-4 … PW-14).
+mod sync;
+// Fixtures shared by the modules above.
+mod support;

@@ -1,0 +1,246 @@
+//! ConfigSyncer (spec PW-4 … PW-7, PW-12 … PW-14) with fake volumes, recorded events and
+//! status, the env-file runtime in a temporary root.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use nodelet_object_manager::Strategy;
+use nodelet_podworker::{
+    ConfigSyncer, ContainerConfigState, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
+    RecordingStatus, SyncOutcome, SyncerConfig, SyncerParts,
+};
+use serde_json::json;
+use tempfile::TempDir;
+
+use crate::support::{Api, api, pod, pod_with};
+
+struct Fixture {
+    root: TempDir,
+    api: Api,
+    volumes: FakeVolumes,
+    events: RecordingEvents,
+    status: RecordingStatus,
+    syncer: ConfigSyncer,
+}
+
+fn fixture() -> Fixture {
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let api = api(Strategy::Watch).with_fixtures("ns");
+    let volumes = FakeVolumes::new();
+    let events = RecordingEvents::new();
+    let status = RecordingStatus::new();
+    let syncer = ConfigSyncer::new(
+        SyncerConfig::new(root.path()),
+        SyncerParts {
+            sources: api.sources.clone(),
+            volumes: Arc::new(volumes.clone()),
+            runtime: Arc::new(EnvFileRuntime::new(root.path())),
+            events: Arc::new(events.clone()),
+            status: Arc::new(status.clone()),
+        },
+    );
+    Fixture {
+        root,
+        api,
+        volumes,
+        events,
+        status,
+        syncer,
+    }
+}
+
+fn env_pod() -> Pod {
+    pod(json!({"env": [{"name": "CONFIG_DATA_1",
+        "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-1"}}}]}))
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).map(|m| m.mode() & 0o777).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn pw4_sync_pod_registers_makes_directories_mounts_and_writes_the_env_file() {
+    let f = fixture();
+    let p = env_pod();
+    let r = f.syncer.sync_pod(&p).await;
+    assert_eq!(r.ok(), Some(SyncOutcome::Running));
+    assert_eq!(f.api.sources.configmaps.stats().registered_pods, 1);
+    assert_eq!(f.api.sources.secrets.stats().registered_pods, 1);
+    let pod_dir = f.root.path().join("pods/u1");
+    for d in ["", "volumes", "plugins"] {
+        assert_eq!(mode(&pod_dir.join(d)), 0o750, "{d}");
+    }
+    assert_eq!(f.volumes.calls(), ["add u1", "mount u1"]);
+    let env = std::fs::read_to_string(pod_dir.join("containers/c/env")).unwrap_or_default();
+    assert_eq!(env, "CONFIG_DATA_1=value-1\n");
+    let status = f.status.status("u1").unwrap_or_default();
+    assert!(status.volumes.ready && status.config.ready);
+    assert_eq!(status.containers[0].state, ContainerConfigState::Created);
+}
+
+#[tokio::test]
+async fn pw4_a_mount_failure_emits_failed_mount_and_creates_no_container() {
+    let f = fixture();
+    f.volumes
+        .fail_next_mount("unmounted volumes=[cfg]: timed out");
+    let p = env_pod();
+    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
+    let text = "Unable to attach or mount volumes: unmounted volumes=[cfg]: timed out";
+    assert_eq!(err.as_deref(), Some(text));
+    assert_eq!(
+        f.events.reasons_and_messages(),
+        [("FailedMount".to_owned(), text.to_owned())]
+    );
+    assert!(!f.root.path().join("pods/u1/containers").exists());
+    let status = f.status.status("u1").unwrap_or_default();
+    assert!(!status.volumes.ready);
+    assert_eq!(status.volumes.message.as_deref(), Some(text));
+    assert_eq!(status.containers[0].state, ContainerConfigState::Pending);
+}
+
+#[tokio::test]
+async fn pw7_missing_image_pull_secrets_give_one_event_and_do_not_stop_the_pod() {
+    let f = fixture();
+    let p = pod_with(
+        json!({"imagePullSecrets": [{"name": "sec"}, {"name": ""}, {"name": "gone-1"}, {"name": "gone-2"}]}),
+        json!({}),
+    );
+    let r = f.syncer.sync_pod(&p).await;
+    assert_eq!(r.ok(), Some(SyncOutcome::Running));
+    let events: Vec<_> = f
+        .events
+        .reasons_and_messages()
+        .into_iter()
+        .filter(|(r, _)| r != "Created")
+        .collect();
+    assert_eq!(
+        events,
+        [(
+            "FailedToRetrieveImagePullSecret".to_owned(),
+            "Unable to retrieve some image pull secrets (gone-1, gone-2); attempting to pull the image may not succeed.".to_owned()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_config_error() {
+    let f = fixture();
+    let p = pod(json!({"env": [{"name": "X",
+        "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4"}}}]}));
+    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some(
+            r#"failed to "StartContainer" for "c" with CreateContainerConfigError: "couldn't find key data-4 in ConfigMap ns/cm""#
+        )
+    );
+    assert_eq!(
+        f.events.reasons_and_messages(),
+        [(
+            "Failed".to_owned(),
+            "Error: couldn't find key data-4 in ConfigMap ns/cm".to_owned()
+        )]
+    );
+    let status = f.status.status("u1").unwrap_or_default();
+    assert!(status.volumes.ready && !status.config.ready);
+    assert_eq!(
+        status.containers[0].state,
+        ContainerConfigState::Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message: "couldn't find key data-4 in ConfigMap ns/cm".into(),
+        }
+    );
+    assert!(!f.root.path().join("pods/u1/containers/c/env").exists());
+
+    // PW-12: the next sync retries; once the key exists the container is created.
+    f.api.configmap(
+        "ns",
+        "cm",
+        json!({"data-1": "value-1", "data-4": "value-4"}),
+    );
+    let mut created = false;
+    for _ in 0..100 {
+        if f.syncer.sync_pod(&p).await.is_ok() {
+            created = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(created, "the watch delivers the new key");
+    let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
+    assert_eq!(env.ok().as_deref(), Some("X=value-4\n"));
+}
+
+#[tokio::test]
+async fn up3_a_created_container_keeps_its_environment_on_later_syncs() {
+    let f = fixture();
+    let p = env_pod();
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    f.api.configmap("ns", "cm", json!({"data-1": "changed"}));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
+    assert_eq!(env.ok().as_deref(), Some("CONFIG_DATA_1=value-1\n"));
+    let created = f
+        .events
+        .reasons_and_messages()
+        .into_iter()
+        .filter(|(r, _)| r == "Created")
+        .count();
+    assert_eq!(created, 1);
+}
+
+#[tokio::test]
+async fn pw4_a_terminal_pod_is_neither_registered_nor_mounted() {
+    let f = fixture();
+    let mut p = env_pod();
+    if let Some(s) = p.status.as_mut() {
+        s.phase = Some("Succeeded".into());
+    }
+    assert_eq!(
+        f.syncer.sync_pod(&p).await.ok(),
+        Some(SyncOutcome::Terminal)
+    );
+    assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
+    assert!(f.volumes.calls().is_empty());
+}
+
+#[tokio::test]
+async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_directory() {
+    let f = fixture();
+    let p = env_pod();
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    assert!(
+        f.syncer
+            .sync_terminating_pod(&p, Duration::from_secs(30))
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        f.api.sources.configmaps.stats().registered_pods,
+        1,
+        "still registered while terminating (PW-5)"
+    );
+    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
+    assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
+    assert_eq!(f.api.sources.secrets.stats().registered_pods, 0);
+    let calls = f.volumes.calls();
+    assert_eq!(calls[calls.len() - 2..], ["remove u1", "unmount u1"]);
+    assert!(!f.root.path().join("pods/u1").exists());
+    assert_eq!(f.status.terminated_pods(), ["u1"]);
+}
+
+#[tokio::test]
+async fn pw6_a_pod_directory_with_leftover_files_is_kept() {
+    let f = fixture();
+    let p = env_pod();
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    let stray = f.root.path().join("pods/u1/volumes/stray");
+    assert!(std::fs::write(&stray, b"x").is_ok());
+    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
+    assert!(stray.exists(), "never delete what is not known to be empty");
+    assert!(!f.root.path().join("pods/u1/containers").exists());
+}
