@@ -1,7 +1,8 @@
 //! `cargo xtask`: project automation for nodelet.
 //!
 //! One binary with subcommands; every task fails loudly, naming what is missing.
-//! Tasks are added by the issues that need them (`e2e`, `bench`).
+
+mod e2e;
 
 use std::process::ExitCode;
 
@@ -9,16 +10,28 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [args...]
 
 tasks:
+  e2e         run the end-to-end scenarios against kind (default), --kubeconfig PATH, or
+              --embedded; `cargo xtask e2e --help` for the options
   help        print this message
 ";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    match args.next().as_deref() {
+    let task = args.next();
+    let rest: Vec<String> = args.collect();
+    match task.as_deref() {
         None | Some("help" | "-h" | "--help") => {
             print!("{USAGE}");
             ExitCode::SUCCESS
         }
+        Some("e2e") => match e2e::main(rest) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(err) => {
+                eprintln!("xtask e2e: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
         Some(other) => {
             eprintln!("xtask: unknown task `{other}`\n\n{USAGE}");
             ExitCode::from(2)

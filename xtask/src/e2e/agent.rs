@@ -1,0 +1,167 @@
+//! The processes an e2e run starts on the host: the `nodelet` agent, and in `--embedded` mode the
+//! `nodelet-apiserver` binary. Both are stopped with SIGTERM (then SIGKILL) and their output goes
+//! to log files in the run's work directory.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// How long a stopped process may take to exit after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A child process that is stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct Managed {
+    name: &'static str,
+    child: Option<Child>,
+}
+
+impl Managed {
+    /// SIGTERM, wait up to [`STOP_GRACE`], then SIGKILL.
+    pub(crate) fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!(
+            "e2e: {} did not stop within {}s; killing it",
+            self.name,
+            STOP_GRACE.as_secs()
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Detaches the process so it outlives the run (`--keep`).
+    pub(crate) fn leave_running(&mut self) -> Option<u32> {
+        self.child.take().map(|c| c.id())
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Builds the binaries the run starts (`cargo build -p nodelet -p nodelet-apiserver`) and
+/// returns the target directory holding them.
+pub(crate) fn build_binaries() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "nodelet",
+            "-p",
+            "nodelet-apiserver",
+        ])
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build -p nodelet -p nodelet-apiserver failed ({status})");
+    }
+    let meta = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("running cargo metadata")?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&meta.stdout).context("parsing cargo metadata")?;
+    let target = meta["target_directory"]
+        .as_str()
+        .context("cargo metadata has no target_directory")?;
+    Ok(Path::new(target).join("debug"))
+}
+
+/// How to start the agent.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentSpec {
+    pub(crate) binary: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) node_name: String,
+    pub(crate) root_dir: PathBuf,
+    pub(crate) log: PathBuf,
+}
+
+/// Starts the agent; it registers its Node (a control plane garbage-collects pods bound to
+/// nodes that do not exist).
+pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
+    let log = open_log(&spec.log)?;
+    let child = Command::new(&spec.binary)
+        .arg("--kubeconfig")
+        .arg(&spec.kubeconfig)
+        .args(["--node-name", &spec.node_name, "--register-node"])
+        .arg("--root-dir")
+        .arg(&spec.root_dir)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", spec.binary.display()))?;
+    Ok(Managed {
+        name: "nodelet",
+        child: Some(child),
+    })
+}
+
+/// Starts `nodelet-apiserver` on a loopback port, waits for the line announcing its URL, and
+/// returns the process with the kubeconfig it wrote.
+pub(crate) fn start_embedded_apiserver(
+    target_dir: &Path,
+    work: &Path,
+) -> Result<(Managed, PathBuf)> {
+    let kubeconfig = work.join("embedded.kubeconfig");
+    let manifests = work.join("manifests");
+    std::fs::create_dir_all(&manifests)?;
+    let mut child = Command::new(target_dir.join("nodelet-apiserver"))
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--manifests")
+        .arg(&manifests)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(open_log(&work.join("apiserver.log"))?)
+        .spawn()
+        .context("starting nodelet-apiserver")?;
+    let stdout = child.stdout.take().context("apiserver stdout")?;
+    let mut managed = Managed {
+        name: "nodelet-apiserver",
+        child: Some(child),
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    match lines.next() {
+        Some(Ok(line)) if line.contains("127.0.0.1") => {
+            eprintln!("e2e: embedded API server: {}", line.trim());
+        }
+        other => {
+            managed.stop();
+            bail!("nodelet-apiserver did not announce its URL (first line: {other:?})");
+        }
+    }
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Ok((managed, kubeconfig))
+}
+
+fn open_log(path: &Path) -> Result<File> {
+    File::create(path).with_context(|| format!("creating {}", path.display()))
+}

@@ -1,0 +1,308 @@
+//! `cargo xtask e2e`: run the scenario suite (`nodelet-e2e`, the same one `cargo test` runs)
+//! against a kind cluster (default), any cluster (`--kubeconfig`), or the embedded API server
+//! (`--embedded`), with the real agent binary running on the host.
+//!
+//! Flow: check tools → cluster (create/reuse kind, or the given kubeconfig, or start
+//! `nodelet-apiserver`) → node identity (CSR on kind, `--node-kubeconfig`, else admin and the
+//! report says so) → build and start the agent → run the scenarios → report → teardown (agent,
+//! its Node, the kind cluster we created; skipped with `--keep`, also run on failure and Ctrl-C).
+
+mod agent;
+mod kind;
+mod kubectl;
+mod node_identity;
+mod report;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+
+use self::agent::{AgentSpec, Managed};
+use self::kubectl::Kubectl;
+use self::report::{LatencySummary, Report, ScenarioReport};
+
+/// Arguments of `cargo xtask e2e`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask e2e",
+    about = "Run the nodelet end-to-end scenarios"
+)]
+pub(crate) struct Args {
+    /// Use this existing cluster instead of creating a kind cluster.
+    #[arg(long, value_name = "PATH", conflicts_with = "embedded")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of --kubeconfig to use (default: its current context).
+    #[arg(long, requires = "kubeconfig")]
+    context: Option<String>,
+    /// Use the embedded API server (nodelet-apiserver) instead of a cluster.
+    #[arg(long)]
+    embedded: bool,
+    /// Name of the kind cluster to create or reuse.
+    #[arg(long, default_value = "nodelet-e2e")]
+    cluster_name: String,
+    /// Node name the agent registers and pods are bound to.
+    #[arg(long, default_value = "nodelet-e2e")]
+    node_name: String,
+    /// A kubeconfig with a `system:node:<node-name>` identity for the agent.
+    #[arg(long, value_name = "PATH")]
+    node_kubeconfig: Option<PathBuf>,
+    /// Leave the cluster and the agent running for inspection.
+    #[arg(long)]
+    keep: bool,
+    /// Run only scenarios whose name contains this text (repeatable).
+    #[arg(long, value_name = "NAME")]
+    filter: Vec<String>,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+/// Entry point: parses `args` (everything after `e2e`) and runs.
+pub(crate) fn main(args: Vec<String>) -> Result<bool> {
+    let args = Args::try_parse_from(std::iter::once("cargo xtask e2e".to_string()).chain(args))
+        .map_err(|e| {
+            let _ = e.print();
+            anyhow::anyhow!("invalid arguments")
+        })?;
+    if args.list {
+        for name in nodelet_e2e::scenario_names() {
+            println!("{name}");
+        }
+        return Ok(true);
+    }
+    let work = std::env::temp_dir().join(format!("nodelet-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    eprintln!("e2e: work directory {}", work.display());
+
+    let mut teardown = Teardown::default();
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        ctrlc::set_handler(move || {
+            flag.store(true, Ordering::SeqCst);
+            eprintln!("e2e: interrupted; tearing down (Ctrl-C again to abort)");
+        })
+        .context("installing the Ctrl-C handler")?;
+    }
+    let result = run(&args, &work, &mut teardown, &interrupted);
+    if args.keep {
+        teardown.keep();
+    } else {
+        teardown.run();
+    }
+    result
+}
+
+/// What to undo at the end, in reverse order of creation.
+#[derive(Default)]
+struct Teardown {
+    agent: Option<Arc<Mutex<Managed>>>,
+    apiserver: Option<Managed>,
+    node: Option<(Kubectl, String)>,
+    kind: Option<kind::KindCluster>,
+}
+
+impl Teardown {
+    fn run(&mut self) {
+        if let Some(agent) = self.agent.take()
+            && let Ok(mut agent) = agent.lock()
+        {
+            agent.stop();
+        }
+        if let Some((kubectl, node)) = self.node.take()
+            && let Err(err) = kubectl.run(&["delete", "node", &node, "--ignore-not-found"])
+        {
+            eprintln!("e2e: could not delete node {node}: {err:#}");
+        }
+        if let Some(mut server) = self.apiserver.take() {
+            server.stop();
+        }
+        if let Some(cluster) = self.kind.take()
+            && cluster.created
+        {
+            eprintln!("e2e: deleting kind cluster `{}`", cluster.name);
+            if let Err(err) = cluster.delete() {
+                eprintln!("e2e: {err:#}");
+            }
+        }
+    }
+
+    fn keep(&mut self) {
+        if let Some(agent) = self.agent.take()
+            && let Ok(mut agent) = agent.lock()
+            && let Some(pid) = agent.leave_running()
+        {
+            eprintln!("e2e: --keep: agent left running (pid {pid})");
+        }
+        if let Some(mut server) = self.apiserver.take()
+            && let Some(pid) = server.leave_running()
+        {
+            eprintln!("e2e: --keep: embedded API server left running (pid {pid})");
+        }
+        if let Some(cluster) = self.kind.take() {
+            eprintln!(
+                "e2e: --keep: kind cluster `{}` left running (kubeconfig {})",
+                cluster.name,
+                cluster.kubeconfig.display()
+            );
+        }
+        self.node = None;
+    }
+}
+
+fn run(
+    args: &Args,
+    work: &Path,
+    teardown: &mut Teardown,
+    interrupted: &AtomicBool,
+) -> Result<bool> {
+    // Cluster.
+    let (mode, admin) = if args.embedded {
+        let target = agent::build_binaries()?;
+        let (server, kubeconfig) = agent::start_embedded_apiserver(&target, work)?;
+        teardown.apiserver = Some(server);
+        ("embedded", Kubectl::new(&kubeconfig, None)?)
+    } else if let Some(path) = &args.kubeconfig {
+        let kubectl = Kubectl::new(path, args.context.as_deref())?;
+        kind::wait_until_ready(&kubectl, Duration::from_secs(60))?;
+        ("kubeconfig", kubectl)
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        tools::check(&tools::KIND_MODE, &path)?;
+        let cluster = kind::KindCluster::ensure(&args.cluster_name, work)?;
+        let kubectl = Kubectl::new(&cluster.kubeconfig, Some(&cluster.context()))?;
+        teardown.kind = Some(cluster);
+        ("kind", kubectl)
+    };
+    if interrupted.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+
+    // Node identity.
+    let (agent_kubeconfig, identity, note) = if let Some(path) = &args.node_kubeconfig {
+        (
+            path.clone(),
+            format!("system:node:{}", args.node_name),
+            None,
+        )
+    } else if mode == "kind" {
+        match node_identity::obtain(&admin, &args.node_name, work) {
+            Ok(path) => (path, format!("system:node:{}", args.node_name), None),
+            Err(err) => (
+                admin.kubeconfig.clone(),
+                "admin".to_string(),
+                Some(format!(
+                    "no node identity ({err:#}); the agent ran with the admin kubeconfig"
+                )),
+            ),
+        }
+    } else {
+        (
+            admin_kubeconfig_file(&admin, work)?,
+            "admin".to_string(),
+            Some(
+                "no --node-kubeconfig given: the agent ran with the admin kubeconfig, so the Node \
+                 authorizer was not exercised"
+                    .to_string(),
+            ),
+        )
+    };
+
+    // Agent.
+    let target = agent::build_binaries()?;
+    let spec = AgentSpec {
+        binary: target.join("nodelet"),
+        kubeconfig: agent_kubeconfig,
+        node_name: args.node_name.clone(),
+        root_dir: work.join("root"),
+        log: work.join("agent.log"),
+    };
+    let agent = Arc::new(Mutex::new(agent::start_agent(&spec)?));
+    teardown.agent = Some(agent.clone());
+    teardown.node = Some((admin.clone(), args.node_name.clone()));
+    eprintln!("e2e: agent started (log {})", spec.log.display());
+
+    // Scenarios.
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let outcomes = runtime.block_on(async {
+        let client = nodelet_e2e::client_from_kubeconfig(&admin.kubeconfig, &admin.context)
+            .await
+            .map_err(|e| anyhow::anyhow!("building the admin kube client: {e}"))?;
+        let target = nodelet_e2e::Target {
+            admin: client,
+            node_name: args.node_name.clone(),
+            root_dir: spec.root_dir.clone(),
+            agent: Arc::new(ProcessAgent {
+                spec: spec.clone(),
+                process: agent.clone(),
+            }),
+        };
+        anyhow::Ok(nodelet_e2e::run_suite(&target, &args.filter).await)
+    })?;
+
+    let report = Report {
+        mode: mode.to_string(),
+        agent_identity: identity,
+        identity_note: note,
+        scenarios: outcomes
+            .into_iter()
+            .map(|o| ScenarioReport {
+                name: o.name.to_string(),
+                passed: o.result.is_ok(),
+                error: o.result.err(),
+                duration_ms: o.duration.as_secs_f64() * 1e3,
+                latency: LatencySummary::of(&o.latencies),
+            })
+            .collect(),
+    };
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if report.scenarios.is_empty() {
+        bail!("no scenario matched --filter {:?}", args.filter);
+    }
+    Ok(report.failed() == 0)
+}
+
+/// The admin kubeconfig flattened into one file for the agent (the user's file may reference
+/// certificate files by relative path, or hold several contexts).
+fn admin_kubeconfig_file(admin: &Kubectl, work: &Path) -> Result<PathBuf> {
+    let flat = admin.run(&["config", "view", "--raw", "--minify", "--flatten"])?;
+    let path = work.join("admin.kubeconfig");
+    std::fs::write(&path, flat).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Restarts the agent process for the adoption scenario.
+struct ProcessAgent {
+    spec: AgentSpec,
+    process: Arc<Mutex<Managed>>,
+}
+
+#[async_trait::async_trait]
+impl nodelet_e2e::AgentControl for ProcessAgent {
+    async fn restart(&self) -> Result<(), String> {
+        let spec = self.spec.clone();
+        let process = self.process.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = process
+                .lock()
+                .map_err(|_| "agent lock poisoned".to_string())?;
+            guard.stop();
+            *guard = agent::start_agent(&spec).map_err(|e| format!("{e:#}"))?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+}
