@@ -8,7 +8,7 @@ mod watch;
 mod cache_and_get;
 // Dropped watches, 410 Gone, 500s, a restarted server: nothing missed, cache served meanwhile.
 mod faults;
-// What a node identity needs: every request names one object (Node authorizer shape).
+// The Node authorizer: every request is allowed for system:node:<name> and names one object.
 mod node_identity;
 
 use std::time::Duration;

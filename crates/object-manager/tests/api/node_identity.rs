@@ -1,33 +1,167 @@
-//! The request shape a node identity needs under the Node authorizer.
-//!
-//! nodelet-apiserver has no Node authorizer yet, so this asserts the shape from the request
-//! log: every configmap request names one object (GET by name, LIST/WATCH with a
-//! `metadata.name=` field selector), in the object's namespace; no namespace-wide or
-//! cluster-wide list or watch, no writes.
+//! What a node identity may do: every request of every strategy is allowed for
+//! `system:node:<name>` by nodelet-apiserver's Node authorizer, and names a single object.
 
-use nodelet_object_manager::Strategy;
+use k8s_openapi::api::core::v1::Secret;
+use nodelet_apiserver::User;
+use nodelet_object_manager::{Error, SecretManager, Strategy};
 
 use super::*;
 
+const NODE: &str = "n1";
+
+/// A server with authentication and the Node authorizer, a node `n1` with TTL annotation 0
+/// and a pod bound to it referencing `a` and `frozen` (configmaps and secrets) and `missing`.
+async fn secured() -> (ApiServer, TestHandle, Pod) {
+    let server = ApiServer::start(Config::default().with_auth())
+        .await
+        .unwrap_or_else(|e| panic!("start apiserver: {e}"));
+    let handle = server.handle();
+    create(
+        &handle,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": NODE, "annotations": {"node.alpha.kubernetes.io/ttl": "0"}}}),
+    );
+    create(&handle, config_map("a", "v1", false));
+    create(&handle, config_map("frozen", "v1", true));
+    create(&handle, config_map("unrelated", "v1", false));
+    for (name, immutable) in [("a", false), ("frozen", true)] {
+        create(
+            &handle,
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"namespace": "default", "name": name},
+            "stringData": {"k": "v1"}, "immutable": immutable}),
+        );
+    }
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "default", "name": "p"},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": "busybox",
+                "envFrom": [{"secretRef": {"name": "a"}}]}],
+            "imagePullSecrets": [{"name": "frozen"}, {"name": "missing"}],
+            "volumes": [
+                {"name": "a", "configMap": {"name": "a"}},
+                {"name": "f", "projected": {"sources": [{"configMap": {"name": "frozen"}}]}},
+                {"name": "m", "configMap": {"name": "missing", "optional": true}},
+            ],
+        },
+    });
+    let stored = handle
+        .create(pod)
+        .unwrap_or_else(|e| panic!("create pod: {e}"));
+    let pod: Pod = serde_json::from_value(stored).unwrap_or_else(|e| panic!("pod: {e}"));
+    (server, handle, pod)
+}
+
+fn node_client(server: &ApiServer) -> kube::Client {
+    let mut config = server.kube_config();
+    let token = server.token_for(&User::node(NODE));
+    config.auth_info =
+        serde_json::from_value(json!({ "token": token })).unwrap_or_else(|e| panic!("{e}"));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+fn node_config(strategy: Strategy) -> ManagerConfig {
+    config(strategy).with_node_name(NODE)
+}
+
 #[tokio::test]
-async fn every_request_of_the_watch_and_cache_strategies_names_a_single_object() {
+async fn every_request_of_every_strategy_is_allowed_for_the_node_identity() {
+    let (server, handle, pod) = secured().await;
+    let client = node_client(&server);
+    for strategy in [Strategy::Watch, Strategy::Cache, Strategy::Get] {
+        let cms = ConfigMapManager::new(client.clone(), node_config(strategy))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let secrets = SecretManager::new(client.clone(), node_config(strategy))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut changes = cms.subscribe();
+        cms.register_pod(&pod);
+        secrets.register_pod(&pod);
+        for name in ["a", "frozen"] {
+            assert_eq!(
+                read(&cms, name).await.as_deref(),
+                Ok("v1"),
+                "{strategy} configmap {name}"
+            );
+            let s: Result<std::sync::Arc<Secret>, Error> = secrets.get("default", name).await;
+            assert!(s.is_ok(), "{strategy} secret {name}: {s:?}");
+        }
+        let missing = cms.get("default", "missing").await.err();
+        assert!(
+            missing.as_ref().is_some_and(Error::is_not_found),
+            "{strategy}: {missing:?}"
+        );
+        if strategy == Strategy::Watch {
+            update(&handle, config_map("a", "v2", false));
+            changed(&mut changes, "a").await;
+            assert_eq!(read(&cms, "a").await.as_deref(), Ok("v2"));
+            update(&handle, config_map("a", "v1", false));
+            changed(&mut changes, "a").await;
+        }
+        cms.unregister_pod(&pod);
+        secrets.unregister_pod(&pod);
+        cms.shutdown().await;
+        secrets.shutdown().await;
+    }
+
+    let node_user = format!("system:node:{NODE}");
+    let records: Vec<_> = handle
+        .requests()
+        .into_iter()
+        .filter(|r| r.user.as_deref() == Some(&node_user))
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|r| r.verb == "watch" && r.resource == "configmaps")
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.verb == "watch" && r.resource == "secrets")
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.verb == "get" && r.resource == "configmaps")
+    );
+    for r in &records {
+        assert!(r.status != 401 && r.status != 403, "denied: {r:?}");
+        assert!(matches!(r.verb.as_str(), "get" | "list" | "watch"), "{r:?}");
+        if r.resource == "configmaps" || r.resource == "secrets" {
+            assert_eq!(r.namespace.as_deref(), Some("default"), "{r:?}");
+            assert!(
+                r.name.as_deref().is_some_and(|n| !n.is_empty()),
+                "unnamed: {r:?}"
+            );
+        }
+        if r.resource == "nodes" {
+            assert_eq!(r.name.as_deref(), Some(NODE), "{r:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_node_authorizer_is_really_on_an_unreferenced_object_is_forbidden() {
+    let (server, _handle, _pod) = secured().await;
+    let m = ConfigMapManager::new(node_client(&server), node_config(Strategy::Get))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = m.get("default", "unrelated").await.err();
+    assert!(matches!(err, Some(Error::Api { code: 403, .. })), "{err:?}");
+}
+
+#[tokio::test]
+async fn every_request_of_the_admin_identity_names_a_single_object_too() {
     let (server, handle) = server().await;
     create(&handle, config_map("a", "v1", false));
     create(&handle, config_map("frozen", "v1", true));
     for strategy in [Strategy::Watch, Strategy::Cache, Strategy::Get] {
         let m = manager(&server, config(strategy));
-        let mut changes = m.subscribe();
         let p = pod(&format!("p-{strategy}"), &["a", "frozen", "missing"]);
         m.register_pod(&p);
         for name in ["a", "frozen", "missing"] {
             let _ = m.get("default", name).await;
-        }
-        if strategy == Strategy::Watch {
-            update(
-                &handle,
-                config_map("a", &format!("after-{strategy}"), false),
-            );
-            changed(&mut changes, "a").await;
         }
         m.unregister_pod(&p);
         m.shutdown().await;
@@ -42,9 +176,4 @@ async fn every_request_of_the_watch_and_cache_strategies_names_a_single_object()
             "unnamed request: {r:?}"
         );
     }
-    assert!(
-        records
-            .iter()
-            .all(|r| r.resource == "configmaps" || r.resource.is_empty())
-    );
 }
