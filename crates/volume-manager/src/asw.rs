@@ -1,0 +1,122 @@
+//! Actual state of world (VM-7): which volumes are set up on disk, in which state, and whether
+//! they must be set up again.
+//!
+//! The kubelet keys the actual state by volume and lists the pods per volume; for the plugins
+//! here the unique volume name already contains the pod UID (VM-2), so one entry per unique
+//! name is the same thing, flatter.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+
+use crate::plugins::{ObjectVersion, VolumePlugin};
+
+/// VM-7 mount states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MountState {
+    /// Set up successfully.
+    Mounted,
+    /// Found on disk after a restart (reconstruction); not yet confirmed by a SetUp.
+    Uncertain,
+}
+
+/// One volume set up on disk.
+#[derive(Clone)]
+pub(crate) struct MountedVolume {
+    pub(crate) pod_uid: String,
+    pub(crate) outer_name: String,
+    pub(crate) plugin: Arc<dyn VolumePlugin>,
+    pub(crate) dir: PathBuf,
+    pub(crate) state: MountState,
+    /// VM-7 `remountRequired`: set by pod updates, object changes, token refresh, resync.
+    pub(crate) remount_required: bool,
+    pub(crate) objects: Vec<ObjectVersion>,
+    /// When the content must be refreshed even without a change (tokens).
+    pub(crate) refresh_at: Option<Instant>,
+    /// Found by reconstruction: torn down only once the agent said its pods are synced.
+    pub(crate) reconstructed: bool,
+    /// The pod object of the last SetUp (for events); `None` for reconstructed volumes.
+    pub(crate) pod: Option<Arc<Pod>>,
+}
+
+/// The actual state: unique volume name → [`MountedVolume`].
+#[derive(Default)]
+pub(crate) struct ActualState {
+    volumes: HashMap<String, MountedVolume>,
+}
+
+impl ActualState {
+    pub(crate) fn get(&self, unique: &str) -> Option<&MountedVolume> {
+        self.volumes.get(unique)
+    }
+
+    pub(crate) fn get_mut(&mut self, unique: &str) -> Option<&mut MountedVolume> {
+        self.volumes.get_mut(unique)
+    }
+
+    pub(crate) fn contains(&self, unique: &str) -> bool {
+        self.volumes.contains_key(unique)
+    }
+
+    pub(crate) fn insert(&mut self, unique: String, volume: MountedVolume) {
+        self.volumes.insert(unique, volume);
+    }
+
+    pub(crate) fn remove(&mut self, unique: &str) -> Option<MountedVolume> {
+        self.volumes.remove(unique)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &MountedVolume)> {
+        self.volumes.iter()
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut MountedVolume)> {
+        self.volumes.iter_mut()
+    }
+
+    /// VM-7 `MarkRemountRequired(pod)`: every volume of the pod whose plugin requires remount.
+    pub(crate) fn mark_pod_remount_required(&mut self, pod_uid: &str) {
+        for v in self.volumes.values_mut() {
+            if v.pod_uid == pod_uid && v.plugin.requires_remount() {
+                v.remount_required = true;
+            }
+        }
+    }
+
+    /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's fully mounted volumes, sorted.
+    pub(crate) fn mounted_for_pod(&self, pod_uid: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .volumes
+            .values()
+            .filter(|v| v.pod_uid == pod_uid && v.state == MountState::Mounted)
+            .map(|v| v.outer_name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Outer names of every volume of the pod still on disk (mounted or uncertain), sorted.
+    pub(crate) fn present_for_pod(&self, pod_uid: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .volumes
+            .values()
+            .filter(|v| v.pod_uid == pod_uid)
+            .map(|v| v.outer_name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    pub(crate) fn is_mounted(&self, unique: &str) -> bool {
+        self.volumes
+            .get(unique)
+            .is_some_and(|v| v.state == MountState::Mounted)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.volumes.len()
+    }
+}

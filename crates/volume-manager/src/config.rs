@@ -1,0 +1,69 @@
+//! [`Config`]: the volume manager's options, with the kubelet's timing constants as defaults
+//! (VM-1, VM-9).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::plugins::{NodeAllocatable, PluginRegistry};
+
+/// Where memory-medium volumes (secret, projected, downwardAPI, emptyDir `Memory`) live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryMedium {
+    /// Probe at start-up: a tmpfs when the agent can mount one (root with `CAP_SYS_ADMIN`),
+    /// else node disk with one warning.
+    #[default]
+    Auto,
+    /// Always a tmpfs; mounts fail when the agent may not mount.
+    Tmpfs,
+    /// Always node disk (unprivileged agents, tests).
+    Disk,
+}
+
+/// Options of a [`VolumeManager`](crate::VolumeManager). Start from [`Config::new`] and set
+/// fields; every default is the kubelet's where it has one.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The agent's root directory (the kubelet's `--root-dir`); volumes live under
+    /// `<root_dir>/pods/<uid>/volumes/` (PL-1).
+    pub root_dir: PathBuf,
+    /// tmpfs or disk for memory-medium volumes (default [`MemoryMedium::Auto`]).
+    pub memory_medium: MemoryMedium,
+    /// `fsync` disk volumes before their `..data` swap (default `true`; tmpfs is never
+    /// synced).
+    pub fsync: bool,
+    /// VM-1 `podAttachAndMountTimeout`: how long the two waits wait (default 2 min 3 s).
+    pub wait_timeout: Duration,
+    /// VM-9: first delay before retrying a failed operation (default 500 ms), doubled per
+    /// failure.
+    pub initial_backoff: Duration,
+    /// VM-9: the largest retry delay (default 2 min 2 s).
+    pub max_backoff: Duration,
+    /// Safety net: every mounted volume is set up again this often even if no change was
+    /// notified (default 60 s, the kubelet's pod sync period; `None`: never).
+    pub resync_interval: Option<Duration>,
+    /// PL-10: fraction of a token's lifetime after which it is refreshed (default 0.8).
+    pub token_refresh_fraction: f64,
+    /// Node allocatable resources for `resourceFieldRef` (default: detected from the machine).
+    pub node_allocatable: Option<NodeAllocatable>,
+    /// The volume plugins (default: configMap, secret, projected, downwardAPI, emptyDir).
+    pub plugins: PluginRegistry,
+}
+
+impl Config {
+    /// The defaults, with volumes under `root_dir`.
+    pub fn new(root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            root_dir: root_dir.into(),
+            memory_medium: MemoryMedium::Auto,
+            fsync: true,
+            wait_timeout: Duration::from_secs(123),
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(122),
+            resync_interval: Some(Duration::from_secs(60)),
+            token_refresh_fraction: 0.8,
+            node_allocatable: None,
+            plugins: PluginRegistry::default(),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Desired state of world (VM-3 … VM-6): which pods want which volumes, with the latest pod
+//! object per pod and the pod errors the populator recorded.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+
+use crate::plugins::{ObjectRef, VolumePlugin};
+
+/// VM-5: at most this many distinct error strings are kept per pod.
+pub(crate) const MAX_POD_ERRORS: usize = 10;
+
+/// One volume a pod wants mounted.
+#[derive(Clone)]
+pub(crate) struct DesiredVolume {
+    /// VM-2: `<plugin>/<pod uid>-<volume name>`.
+    pub(crate) unique: String,
+    /// The pod volume name (the kubelet's outer volume name).
+    pub(crate) outer_name: String,
+    pub(crate) plugin: Arc<dyn VolumePlugin>,
+    pub(crate) volume: Volume,
+    /// Objects whose changes remount this volume (live updates).
+    pub(crate) objects: Vec<ObjectRef>,
+}
+
+/// A used pod volume no plugin supports (hostPath, PVC, CSI, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnsupportedVolume {
+    pub(crate) name: String,
+    /// The source field that is set, e.g. `hostPath`.
+    pub(crate) volume_type: String,
+}
+
+/// Everything the desired state holds for one pod.
+#[derive(Clone)]
+pub(crate) struct DesiredPod {
+    pub(crate) pod: Arc<Pod>,
+    pub(crate) volumes: Vec<DesiredVolume>,
+    pub(crate) unsupported: Vec<UnsupportedVolume>,
+    /// Populator errors (VM-5), popped by `wait_for_attach_and_mount`.
+    pub(crate) errors: BTreeSet<String>,
+    /// Unsupported volumes already reported by an event (once per pod and volume).
+    pub(crate) reported: HashSet<String>,
+}
+
+/// The desired state: pod UID → [`DesiredPod`].
+#[derive(Default)]
+pub(crate) struct DesiredState {
+    pods: HashMap<String, DesiredPod>,
+}
+
+impl DesiredState {
+    /// Adds or replaces a pod (VM-5: the latest pod object wins); keeps which unsupported
+    /// volumes were reported. Returns the unsupported volumes not reported yet.
+    pub(crate) fn set_pod(&mut self, uid: &str, mut pod: DesiredPod) -> Vec<UnsupportedVolume> {
+        if let Some(old) = self.pods.get(uid) {
+            pod.reported.extend(old.reported.iter().cloned());
+        }
+        let fresh: Vec<UnsupportedVolume> = pod
+            .unsupported
+            .iter()
+            .filter(|u| !pod.reported.contains(&u.name))
+            .cloned()
+            .collect();
+        pod.reported.extend(fresh.iter().map(|u| u.name.clone()));
+        self.pods.insert(uid.to_owned(), pod);
+        fresh
+    }
+
+    /// VM-6: the pod no longer wants any volume; its errors go with it.
+    pub(crate) fn remove_pod(&mut self, uid: &str) -> bool {
+        self.pods.remove(uid).is_some()
+    }
+
+    pub(crate) fn pod(&self, uid: &str) -> Option<&DesiredPod> {
+        self.pods.get(uid)
+    }
+
+    pub(crate) fn pods(&self) -> impl Iterator<Item = (&String, &DesiredPod)> {
+        self.pods.iter()
+    }
+
+    /// Every desired volume with its pod.
+    pub(crate) fn volumes(&self) -> impl Iterator<Item = (&DesiredPod, &DesiredVolume)> {
+        self.pods
+            .values()
+            .flat_map(|p| p.volumes.iter().map(move |v| (p, v)))
+    }
+
+    /// Whether the volume with this unique name is desired.
+    pub(crate) fn contains(&self, pod_uid: &str, unique: &str) -> bool {
+        self.pods
+            .get(pod_uid)
+            .is_some_and(|p| p.volumes.iter().any(|v| v.unique == unique))
+    }
+
+    /// VM-5 `PopPodErrors`: sorted, and cleared.
+    pub(crate) fn pop_pod_errors(&mut self, uid: &str) -> Vec<String> {
+        self.pods
+            .get_mut(uid)
+            .map(|p| std::mem::take(&mut p.errors).into_iter().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired(unsupported: &[&str]) -> DesiredPod {
+        DesiredPod {
+            pod: Arc::new(Pod::default()),
+            volumes: Vec::new(),
+            unsupported: unsupported
+                .iter()
+                .map(|n| UnsupportedVolume {
+                    name: (*n).into(),
+                    volume_type: "hostPath".into(),
+                })
+                .collect(),
+            errors: BTreeSet::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn unsupported_volumes_are_reported_once_per_pod_across_updates() {
+        let mut dsw = DesiredState::default();
+        assert_eq!(dsw.set_pod("u", desired(&["a"])).len(), 1);
+        assert!(dsw.set_pod("u", desired(&["a"])).is_empty());
+        let fresh = dsw.set_pod("u", desired(&["a", "b"]));
+        assert_eq!(
+            fresh.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+    }
+
+    // VM-5: errors are capped at ten, returned sorted and cleared by the pop.
+    #[test]
+    fn pod_errors_are_returned_sorted_and_cleared_when_popped() {
+        let mut dsw = DesiredState::default();
+        let mut pod = desired(&[]);
+        pod.errors = (0..10).rev().map(|i| format!("e{i:02}")).collect();
+        dsw.set_pod("u", pod);
+        let errors = dsw.pop_pod_errors("u");
+        assert_eq!(errors.len(), MAX_POD_ERRORS);
+        assert!(errors.windows(2).all(|w| w[0] < w[1]));
+        assert!(dsw.pop_pod_errors("u").is_empty());
+        assert!(dsw.remove_pod("u"));
+        assert!(!dsw.remove_pod("u"));
+    }
+}

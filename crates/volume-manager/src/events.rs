@@ -1,0 +1,134 @@
+//! The event seam: [`EventSink`] (the agent wires it to Kubernetes Events), the reasons this
+//! crate emits, and [`RecordingSink`] for tests.
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Kubernetes event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+/// Event reasons emitted by the volume manager.
+pub mod reasons {
+    /// VM-10 / PL-9: a mount or remount failed;
+    /// message `MountVolume.SetUp failed for volume "<vol>" : <error>`.
+    pub const FAILED_MOUNT: &str = "FailedMount";
+    /// Not in the kubelet: a pod volume of a type nodelet has no plugin for (hostPath, PVC,
+    /// CSI, ...). Emitted once per pod and volume; the pod's other volumes are not blocked.
+    pub const UNSUPPORTED_VOLUME: &str = "UnsupportedVolume";
+    /// A volume directory could not be torn down;
+    /// message `UnmountVolume.TearDown failed for volume "<vol>" : <error>`.
+    pub const FAILED_UNMOUNT: &str = "FailedUnmount";
+}
+
+/// Where the volume manager reports pod events. Implementations must not block (queue the
+/// event and return).
+pub trait EventSink: Send + Sync + 'static {
+    /// Record an event about `pod`.
+    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String);
+}
+
+/// An [`EventSink`] that drops every event (for users without an event recorder).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn event(&self, _pod: &Pod, _type: EventType, _reason: &str, _message: String) {}
+}
+
+#[cfg(any(test, feature = "test-util"))]
+pub use recording::{RecordedEvent, RecordingSink};
+
+#[cfg(any(test, feature = "test-util"))]
+mod recording {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use tokio::sync::watch;
+
+    use super::{EventSink, EventType};
+
+    /// One event seen by a [`RecordingSink`].
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RecordedEvent {
+        /// The pod's UID.
+        pub pod_uid: String,
+        /// The pod's name.
+        pub pod_name: String,
+        /// Normal or Warning.
+        pub type_: EventType,
+        /// The reason.
+        pub reason: String,
+        /// The message.
+        pub message: String,
+    }
+
+    /// An [`EventSink`] that records events and lets tests await one (feature `test-util`).
+    #[derive(Debug, Clone)]
+    pub struct RecordingSink {
+        events: Arc<Mutex<Vec<RecordedEvent>>>,
+        changed: Arc<watch::Sender<usize>>,
+    }
+
+    impl Default for RecordingSink {
+        fn default() -> Self {
+            Self {
+                events: Arc::default(),
+                changed: Arc::new(watch::channel(0).0),
+            }
+        }
+    }
+
+    impl RecordingSink {
+        /// An empty recorder.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        /// Every event so far, oldest first.
+        pub fn events(&self) -> Vec<RecordedEvent> {
+            self.events.lock().map(|e| e.clone()).unwrap_or_default()
+        }
+
+        /// Events with this reason.
+        pub fn with_reason(&self, reason: &str) -> Vec<RecordedEvent> {
+            self.events()
+                .into_iter()
+                .filter(|e| e.reason == reason)
+                .collect()
+        }
+
+        /// Waits until an event matching `pred` has been recorded and returns it.
+        pub async fn wait_for(&self, pred: impl Fn(&RecordedEvent) -> bool) -> RecordedEvent {
+            let mut rx = self.changed.subscribe();
+            loop {
+                if let Some(e) = self.events().into_iter().find(|e| pred(e)) {
+                    return e;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
+    impl EventSink for RecordingSink {
+        fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+            let event = RecordedEvent {
+                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                type_,
+                reason: reason.to_owned(),
+                message,
+            };
+            if let Ok(mut events) = self.events.lock() {
+                events.push(event);
+            }
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The operation executor's bookkeeping (VM-8, VM-9): at most one operation per volume, and
+//! the kubelet's exponential backoff after a failure.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Why an operation may not start now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// One is already running for this volume.
+    Pending,
+    /// A recent failure: not before this instant.
+    BackingOff(Instant),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    retry_at: Instant,
+    delay: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct InFlight {
+    /// A remount was requested while the operation ran: its result may be stale.
+    dirty: bool,
+}
+
+/// In-flight operations and backoff per volume (unique volume name).
+#[derive(Debug)]
+pub(crate) struct Operations {
+    initial: Duration,
+    max: Duration,
+    in_flight: HashMap<String, InFlight>,
+    backoff: HashMap<String, Backoff>,
+}
+
+impl Operations {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            in_flight: HashMap::new(),
+            backoff: HashMap::new(),
+        }
+    }
+
+    /// Starts an operation for `key` unless one runs or the key is backing off (VM-8: such
+    /// refusals are expected and silently ignored by the reconciler).
+    pub(crate) fn try_start(&mut self, key: &str, now: Instant) -> Result<(), Refusal> {
+        if self.in_flight.contains_key(key) {
+            return Err(Refusal::Pending);
+        }
+        if let Some(b) = self.backoff.get(key)
+            && now < b.retry_at
+        {
+            return Err(Refusal::BackingOff(b.retry_at));
+        }
+        self.in_flight.insert(key.to_owned(), InFlight::default());
+        Ok(())
+    }
+
+    pub(crate) fn is_pending(&self, key: &str) -> bool {
+        self.in_flight.contains_key(key)
+    }
+
+    /// Records that the volume's content may have changed while its operation runs.
+    pub(crate) fn mark_dirty(&mut self, key: &str) {
+        if let Some(op) = self.in_flight.get_mut(key) {
+            op.dirty = true;
+        }
+    }
+
+    /// Ends the operation. Success resets the backoff; failure waits 500 ms, then 1 s, 2 s …
+    /// up to the cap (VM-9). Returns whether a remount was requested meanwhile.
+    pub(crate) fn finish(&mut self, key: &str, ok: bool, now: Instant) -> bool {
+        let dirty = self.in_flight.remove(key).is_some_and(|op| op.dirty);
+        if ok {
+            self.backoff.remove(key);
+        } else {
+            let delay = match self.backoff.get(key) {
+                Some(b) => (b.delay * 2).min(self.max),
+                None => self.initial,
+            };
+            self.backoff.insert(
+                key.to_owned(),
+                Backoff {
+                    retry_at: now + delay,
+                    delay,
+                },
+            );
+        }
+        dirty
+    }
+
+    /// Drops the backoff of a volume that is gone.
+    pub(crate) fn forget(&mut self, key: &str) {
+        self.backoff.remove(key);
+    }
+
+    /// The current retry delay of `key`, if it is backing off.
+    #[cfg(test)]
+    pub(crate) fn delay(&self, key: &str) -> Option<Duration> {
+        self.backoff.get(key).map(|b| b.delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops() -> Operations {
+        Operations::new(Duration::from_millis(500), Duration::from_secs(122))
+    }
+
+    #[test]
+    fn only_one_operation_runs_per_volume() {
+        let mut ops = ops();
+        let now = Instant::now();
+        assert_eq!(ops.try_start("v", now), Ok(()));
+        assert_eq!(ops.try_start("v", now), Err(Refusal::Pending));
+        assert_eq!(ops.try_start("w", now), Ok(()));
+        assert!(!ops.finish("v", true, now));
+        assert_eq!(ops.try_start("v", now), Ok(()));
+    }
+
+    // VM-9: 500 ms, 1 s, 2 s, … doubling up to 2 min 2 s; success resets.
+    #[test]
+    fn failures_back_off_exponentially_up_to_the_cap_and_success_resets() {
+        let mut ops = ops();
+        let mut now = Instant::now();
+        let mut delays = Vec::new();
+        for _ in 0..10 {
+            ops.try_start("v", now).unwrap();
+            ops.finish("v", false, now);
+            let d = ops.delay("v").unwrap();
+            delays.push(d.as_millis());
+            assert_eq!(ops.try_start("v", now), Err(Refusal::BackingOff(now + d)));
+            now += d;
+        }
+        assert_eq!(
+            delays,
+            [
+                500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 122_000, 122_000
+            ]
+        );
+        ops.try_start("v", now).unwrap();
+        ops.finish("v", true, now);
+        assert_eq!(ops.delay("v"), None);
+        assert_eq!(ops.try_start("v", now), Ok(()));
+    }
+
+    #[test]
+    fn a_remount_requested_during_an_operation_is_reported_when_it_ends() {
+        let mut ops = ops();
+        let now = Instant::now();
+        ops.try_start("v", now).unwrap();
+        ops.mark_dirty("v");
+        assert!(ops.finish("v", true, now));
+        ops.mark_dirty("v");
+        ops.try_start("v", now).unwrap();
+        assert!(!ops.finish("v", true, now));
+    }
+}

@@ -1,0 +1,328 @@
+//! [`VolumeManager`]: the public face: desired pods in, mounted volumes out, waits and a
+//! snapshot.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::Pod;
+use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::asw::ActualState;
+use crate::dsw::DesiredState;
+use crate::events::{EventSink, EventType, reasons};
+use crate::executor::Operations;
+use crate::plugins::{NodeAllocatable, PluginRegistry, VolumeHost, host_probe_tmpfs};
+use crate::populator::{desired_pod, expected_volumes};
+use crate::token::{TokenCache, TokenSource};
+use crate::{Config, Error, MemoryMedium, WaitCause};
+
+/// The volume manager: keeps the volumes of the desired pods set up on disk and current.
+///
+/// Cheap to clone (a handle). See the crate docs for how the pieces interact.
+#[derive(Clone)]
+pub struct VolumeManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for VolumeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.lock();
+        f.debug_struct("VolumeManager")
+            .field("root_dir", &self.inner.config.root_dir)
+            .field("desired_pods", &st.dsw.pods().count())
+            .field("actual_volumes", &st.asw.len())
+            .finish()
+    }
+}
+
+/// Shared state of a [`VolumeManager`] and its reconciler.
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) host: VolumeHost,
+    pub(crate) registry: PluginRegistry,
+    pub(crate) events: Arc<dyn EventSink>,
+    pub(crate) state: Mutex<State>,
+    /// Wakes the reconciler (a stored permit if it is busy).
+    pub(crate) wake: Notify,
+    /// Bumped on every change of the actual state or pod errors; waits watch it.
+    pub(crate) changed: watch::Sender<u64>,
+    pub(crate) tasks: TaskTracker,
+    /// The agent has fed its initial pods: reconstructed volumes of other pods may go.
+    pub(crate) sources_ready: AtomicBool,
+    pub(crate) configmaps: ConfigMapManager,
+    pub(crate) secrets: SecretManager,
+}
+
+/// Everything behind the one lock: both worlds, operations and per-volume status.
+pub(crate) struct State {
+    pub(crate) dsw: DesiredState,
+    pub(crate) asw: ActualState,
+    pub(crate) ops: Operations,
+    /// Last SetUp/TearDown error per unique volume name (for the snapshot).
+    pub(crate) last_errors: std::collections::HashMap<String, String>,
+}
+
+impl VolumeManager {
+    /// A manager writing under `config.root_dir`, reading objects through the shared
+    /// managers, tokens through `tokens`, reporting to `events`. Nothing happens until
+    /// [`run`](Self::run) is polled.
+    ///
+    /// Probes tmpfs support when `config.memory_medium` is [`MemoryMedium::Auto`] and logs one
+    /// warning if memory-medium volumes will live on node disk.
+    ///
+    /// # Errors
+    /// [`Error::RootDir`] if the root directory cannot be created.
+    pub fn new(
+        config: Config,
+        configmaps: ConfigMapManager,
+        secrets: SecretManager,
+        tokens: Arc<dyn TokenSource>,
+        events: Arc<dyn EventSink>,
+    ) -> Result<Self, Error> {
+        std::fs::create_dir_all(&config.root_dir).map_err(|e| Error::RootDir {
+            path: config.root_dir.clone(),
+            cause: Arc::new(e),
+        })?;
+        let tmpfs = match config.memory_medium {
+            MemoryMedium::Disk => false,
+            MemoryMedium::Tmpfs => true,
+            MemoryMedium::Auto => host_probe_tmpfs(&config.root_dir),
+        };
+        if !tmpfs {
+            tracing::warn!(
+                root_dir = %config.root_dir.display(),
+                "secret, projected and downwardAPI volumes are written to node disk: \
+                 the agent cannot mount tmpfs (needs root with CAP_SYS_ADMIN)"
+            );
+        }
+        let allocatable = config
+            .node_allocatable
+            .unwrap_or_else(|| NodeAllocatable::detect(&config.root_dir));
+        let host = VolumeHost::new(
+            config.root_dir.clone(),
+            configmaps.clone(),
+            secrets.clone(),
+            TokenCache::new(tokens, config.token_refresh_fraction),
+            tmpfs,
+            config.fsync,
+            allocatable,
+        );
+        let state = State {
+            dsw: DesiredState::default(),
+            asw: ActualState::default(),
+            ops: Operations::new(config.initial_backoff, config.max_backoff),
+            last_errors: std::collections::HashMap::new(),
+        };
+        let inner = Inner {
+            registry: config.plugins.clone(),
+            config,
+            host,
+            events,
+            state: Mutex::new(state),
+            wake: Notify::new(),
+            changed: watch::channel(0).0,
+            tasks: TaskTracker::new(),
+            sources_ready: AtomicBool::new(false),
+            configmaps,
+            secrets,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Runs the reconciler until `shutdown` is cancelled, then waits for running operations.
+    ///
+    /// First reconstructs the actual state from the volume directories on disk (adopting
+    /// them, see the crate docs), then reconciles whenever something changes: a pod added,
+    /// updated or removed, an object change notified by the object managers, a finished
+    /// operation, a backoff or token-refresh deadline, the periodic resync. It sleeps
+    /// otherwise.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops reconciling; operations already started still finish.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        self.inner.clone().run(shutdown).await;
+    }
+
+    /// Records `pod` as desired (VM-4, VM-5): its used, supported volumes are mounted by the
+    /// reconciler; unsupported ones are reported once with an `UnsupportedVolume` event. The
+    /// latest pod object is kept, and the pod's mounted volumes are marked for remount (so
+    /// downward API changes reach the files). Never blocks.
+    pub fn add_pod(&self, pod: Arc<Pod>) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let desired = desired_pod(pod.clone(), &self.inner.registry);
+        let fresh = {
+            let mut st = self.inner.lock();
+            let fresh = st.dsw.set_pod(&uid, desired);
+            st.asw.mark_pod_remount_required(&uid);
+            for v in st
+                .dsw
+                .pod(&uid)
+                .map(|p| p.volumes.clone())
+                .unwrap_or_default()
+            {
+                st.ops.mark_dirty(&v.unique);
+            }
+            fresh
+        };
+        for u in fresh {
+            let message = format!(
+                "volume {:?} of type {} is not supported by nodelet and is not mounted; \
+                 the pod's other volumes are",
+                u.name, u.volume_type
+            );
+            self.inner.events.event(
+                &pod,
+                EventType::Warning,
+                reasons::UNSUPPORTED_VOLUME,
+                message,
+            );
+        }
+        self.inner.bump();
+    }
+
+    /// Same as [`add_pod`](Self::add_pod): the newest pod object replaces the old one.
+    pub fn update_pod(&self, pod: Arc<Pod>) {
+        self.add_pod(pod);
+    }
+
+    /// VM-6 / VM-13: the pod's runtime may be removed; its volumes are torn down (call after
+    /// its containers stopped). Never blocks; use [`wait_for_unmount`](Self::wait_for_unmount).
+    pub fn remove_pod(&self, pod_uid: &str) {
+        self.inner.lock().dsw.remove_pod(pod_uid);
+        self.inner.bump();
+    }
+
+    /// The agent has added every pod it knows after a (re)start (the kubelet's "sources
+    /// ready"): reconstructed volumes of pods not desired may now be torn down.
+    pub fn pods_synced(&self) {
+        self.inner.sources_ready.store(true, Ordering::SeqCst);
+        self.inner.bump();
+    }
+
+    /// VM-11: waits until every used, supported volume of `pod` is mounted.
+    ///
+    /// Also records `pod` as desired ([`add_pod`](Self::add_pod), the kubelet's
+    /// `ReprocessPod`), which marks its mounted volumes for remount. Does not wait for
+    /// remounts: a mounted volume counts as mounted while its remount is pending or failing.
+    /// Woken by state changes (no polling).
+    ///
+    /// # Errors
+    /// [`Error::VolumesNotMounted`] after `config.wait_timeout` (2 min 3 s) or when the
+    /// populator recorded pod errors — unless every volume is mounted by then.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future only stops waiting.
+    pub async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), Error> {
+        let expected = expected_volumes(pod, &self.inner.registry);
+        if expected.is_empty() {
+            return Ok(());
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut rx = self.inner.changed.subscribe();
+        self.add_pod(Arc::new(pod.clone()));
+        let deadline = Instant::now() + self.inner.config.wait_timeout;
+        let cause = loop {
+            rx.borrow_and_update();
+            {
+                let mut st = self.inner.lock();
+                let errors = st.dsw.pop_pod_errors(&uid);
+                if !errors.is_empty() {
+                    break WaitCause::PodErrors(errors);
+                }
+                if expected.iter().all(|(_, u)| st.asw.is_mounted(u)) {
+                    return Ok(());
+                }
+            }
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { break WaitCause::ShutDown },
+                () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
+            }
+        };
+        let st = self.inner.lock();
+        let mut unmounted: Vec<String> = expected
+            .iter()
+            .filter(|(_, u)| !st.asw.is_mounted(u))
+            .map(|(o, _)| o.clone())
+            .collect();
+        if unmounted.is_empty() {
+            return Ok(());
+        }
+        unmounted.sort();
+        let mut failed_to_process: Vec<String> = expected
+            .iter()
+            .filter(|(_, u)| !st.dsw.contains(&uid, u))
+            .map(|(o, _)| o.clone())
+            .collect();
+        failed_to_process.sort();
+        Err(Error::VolumesNotMounted {
+            unmounted,
+            unattached: Vec::new(),
+            failed_to_process,
+            cause,
+        })
+    }
+
+    /// VM-12: waits until none of the pod's volumes is on disk any more (call after
+    /// [`remove_pod`](Self::remove_pod); a desired pod's volumes stay mounted). When it
+    /// returns `Ok`, the volume directories are gone (PW-6).
+    ///
+    /// # Errors
+    /// [`Error::VolumesStillMounted`] after `config.wait_timeout`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    pub async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), Error> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut rx = self.inner.changed.subscribe();
+        self.inner.bump();
+        let deadline = Instant::now() + self.inner.config.wait_timeout;
+        let cause = loop {
+            rx.borrow_and_update();
+            if self.inner.lock().asw.present_for_pod(&uid).is_empty() {
+                return Ok(());
+            }
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { break WaitCause::ShutDown },
+                () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
+            }
+        };
+        let mounted = self.inner.lock().asw.present_for_pod(&uid);
+        if mounted.is_empty() {
+            return Ok(());
+        }
+        Err(Error::VolumesStillMounted { mounted, cause })
+    }
+
+    /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
+    pub fn mounted_volumes(&self, pod_uid: &str) -> Vec<String> {
+        self.inner.lock().asw.mounted_for_pod(pod_uid)
+    }
+
+    /// Whether memory-medium volumes are on tmpfs (else node disk).
+    pub fn uses_tmpfs(&self) -> bool {
+        self.inner.host.uses_tmpfs()
+    }
+
+    /// The shared services plugins use (root directory, managers, tokens).
+    pub fn host(&self) -> &VolumeHost {
+        &self.inner.host
+    }
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Something changed: wake the reconciler and the waiters.
+    pub(crate) fn bump(&self) {
+        self.wake.notify_one();
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}

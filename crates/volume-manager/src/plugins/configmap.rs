@@ -1,0 +1,77 @@
+//! The configMap volume plugin, `kubernetes.io/configmap` (PL-1 … PL-7).
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{ConfigMap, Volume};
+use nodelet_atomic_writer::WriteOutcome;
+
+use super::{
+    Medium, ObjectKind, ObjectRef, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin,
+    config_map_payload,
+};
+use crate::SetUpError;
+
+/// `kubernetes.io/configmap`: projects a ConfigMap's keys into files on node disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConfigMapPlugin;
+
+/// The plugin name (PL-1).
+pub(crate) const NAME: &str = "kubernetes.io/configmap";
+
+#[async_trait]
+impl VolumePlugin for ConfigMapPlugin {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn can_support(&self, volume: &Volume) -> bool {
+        volume.config_map.is_some()
+    }
+
+    fn referenced_objects(&self, volume: &Volume) -> Vec<ObjectRef> {
+        volume
+            .config_map
+            .iter()
+            .map(|s| ObjectRef {
+                kind: ObjectKind::ConfigMap,
+                name: s.name.clone(),
+            })
+            .collect()
+    }
+
+    /// PL-6: fetch through the shared manager (a missing optional object is empty), build the
+    /// payload (PL-7), then write it (steps 5–9). Nothing is created on disk when the fetch or
+    /// the payload fails.
+    async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
+        let Some(source) = ctx.volume.config_map.as_ref() else {
+            return Err(SetUpError::Unsupported {
+                what: "a volume without a configMap source".into(),
+            });
+        };
+        let namespace = ctx.pod.metadata.namespace.as_deref().unwrap_or_default();
+        let optional = source.optional.unwrap_or(false);
+        // (2) + (3) Fetch; NotFound of an optional object is an empty object.
+        let object = match ctx.host.configmaps().get(namespace, &source.name).await {
+            Ok(cm) => Some(cm),
+            Err(e) if e.is_not_found() && optional => None,
+            Err(e) => return Err(e.into()),
+        };
+        let empty = ConfigMap::default();
+        let cm = object.as_deref().unwrap_or(&empty);
+        // (4) Payload.
+        let payload =
+            config_map_payload(source.items.as_deref(), cm, source.default_mode, optional)?;
+        // (5)-(9) Wrapper, nested mountpoints, atomic write.
+        let outcome = ctx.host.project(ctx, Medium::Disk, payload).await?;
+        Ok(SetUpOutcome {
+            written: outcome == WriteOutcome::Written,
+            objects: vec![ObjectVersion {
+                object: ObjectRef {
+                    kind: ObjectKind::ConfigMap,
+                    name: source.name.clone(),
+                },
+                resource_version: object.and_then(|o| o.metadata.resource_version.clone()),
+            }],
+            refresh_at: None,
+        })
+    }
+}

@@ -1,0 +1,443 @@
+//! [`VolumeHost`]: what plugins share (object managers, tokens, disk layout) and the common
+//! SetUp tail of PL-6 steps 5–9 (wrapper directory, nested mountpoints, atomic write).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
+use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use tokio::time::Instant;
+
+use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
+use super::{SetUpContext, escape_plugin_name};
+use crate::SetUpError;
+use crate::token::{Token, TokenCache};
+
+/// Where a volume's files live (PL-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Medium {
+    /// Node disk (configMap volumes, emptyDir by default).
+    Disk,
+    /// Memory: a tmpfs mounted on the volume directory when the agent may mount (root with
+    /// `CAP_SYS_ADMIN`), else node disk (one warning at start-up).
+    Memory,
+}
+
+/// The node's allocatable resources: the value of a `resourceFieldRef` limit a container does
+/// not set (PL-13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeAllocatable {
+    /// CPU in millicores.
+    pub cpu_millis: i64,
+    /// Memory in bytes.
+    pub memory_bytes: i64,
+    /// Ephemeral storage in bytes.
+    pub ephemeral_storage_bytes: i64,
+}
+
+impl NodeAllocatable {
+    /// The machine's CPUs, `MemTotal` from `/proc/meminfo` and the size of the filesystem
+    /// holding `root_dir` (zero where unknown).
+    pub fn detect(root_dir: &Path) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let memory_kib = fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<i64>().ok())
+            })
+            .unwrap_or(0);
+        let storage = nix::sys::statvfs::statvfs(root_dir)
+            .map(|s| {
+                i64::try_from(u128::from(s.blocks()) * u128::from(s.fragment_size()))
+                    .unwrap_or(i64::MAX)
+            })
+            .unwrap_or(0);
+        Self {
+            cpu_millis: i64::try_from(cpus).unwrap_or(1) * 1000,
+            memory_bytes: memory_kib.saturating_mul(1024),
+            ephemeral_storage_bytes: storage,
+        }
+    }
+}
+
+/// Shared services for plugins: the object managers, the service account token cache, the
+/// disk layout under the root directory and the common write path.
+pub struct VolumeHost {
+    root_dir: PathBuf,
+    configmaps: ConfigMapManager,
+    secrets: SecretManager,
+    tokens: TokenCache,
+    tmpfs: bool,
+    fsync: bool,
+    allocatable: NodeAllocatable,
+}
+
+impl std::fmt::Debug for VolumeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeHost")
+            .field("root_dir", &self.root_dir)
+            .field("tmpfs", &self.tmpfs)
+            .field("fsync", &self.fsync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VolumeHost {
+    pub(crate) fn new(
+        root_dir: PathBuf,
+        configmaps: ConfigMapManager,
+        secrets: SecretManager,
+        tokens: TokenCache,
+        tmpfs: bool,
+        fsync: bool,
+        allocatable: NodeAllocatable,
+    ) -> Self {
+        Self {
+            root_dir,
+            configmaps,
+            secrets,
+            tokens,
+            tmpfs,
+            fsync,
+            allocatable,
+        }
+    }
+
+    /// The agent's root directory (the kubelet's `--root-dir`).
+    pub fn root_dir(&self) -> &Path {
+        &self.root_dir
+    }
+
+    /// PL-1: `<root>/pods/<uid>/volumes/<escaped plugin>/<volume>`.
+    pub fn volume_dir(&self, pod_uid: &str, plugin: &str, volume: &str) -> PathBuf {
+        self.root_dir
+            .join("pods")
+            .join(pod_uid)
+            .join("volumes")
+            .join(escape_plugin_name(plugin))
+            .join(volume)
+    }
+
+    /// PL-5: the wrapper's readiness marker directory
+    /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/wrapped_<volume>`.
+    pub fn wrapper_marker_dir(&self, pod_uid: &str, volume: &str) -> PathBuf {
+        self.root_dir
+            .join("pods")
+            .join(pod_uid)
+            .join("plugins")
+            .join("kubernetes.io~empty-dir")
+            .join(format!("wrapped_{volume}"))
+    }
+
+    /// The shared ConfigMap manager (PW-13).
+    pub fn configmaps(&self) -> &ConfigMapManager {
+        &self.configmaps
+    }
+
+    /// The shared Secret manager (PW-13).
+    pub fn secrets(&self) -> &SecretManager {
+        &self.secrets
+    }
+
+    /// Whether memory-medium volumes get a tmpfs.
+    pub fn uses_tmpfs(&self) -> bool {
+        self.tmpfs
+    }
+
+    /// Node allocatable resources for `resourceFieldRef` (PL-13).
+    pub fn node_allocatable(&self) -> &NodeAllocatable {
+        &self.allocatable
+    }
+
+    /// PL-10: a token for the pod's service account, cached per pod and refreshed at 80 % of
+    /// its lifetime; returns the token and when to refresh it.
+    ///
+    /// # Errors
+    /// [`SetUpError::Token`].
+    pub async fn service_account_token(
+        &self,
+        pod: &Pod,
+        service_account: &str,
+        audience: Option<&str>,
+        expiration_seconds: i64,
+    ) -> Result<(Token, Instant), SetUpError> {
+        Ok(self
+            .tokens
+            .get(pod, service_account, audience, expiration_seconds)
+            .await?)
+    }
+
+    pub(crate) fn forget_tokens(&self, pod_uid: &str) {
+        self.tokens.forget_pod(pod_uid);
+    }
+
+    /// PL-6 steps 5–9: set up the wrapper directory (0777, tmpfs for [`Medium::Memory`] when
+    /// possible, readiness marker), create nested mountpoints (PL-12), then write `payload`
+    /// atomically, applying fsGroup ownership (PL-11) to the whole directory when new data is
+    /// written. Runs on the blocking pool.
+    ///
+    /// If this call created the directory and fails afterwards, the directory is torn down
+    /// again. A directory that existed before (a remount, an adopted volume) is never removed
+    /// or emptied: the atomic writer keeps the old content on failure (upstream #113242).
+    ///
+    /// # Errors
+    /// [`SetUpError::Wrapper`], [`SetUpError::NestedMountpoints`], [`SetUpError::Write`].
+    pub async fn project(
+        &self,
+        ctx: &SetUpContext<'_>,
+        medium: Medium,
+        payload: Payload,
+    ) -> Result<WriteOutcome, SetUpError> {
+        let pod_uid = ctx.pod.metadata.uid.clone().unwrap_or_default();
+        let job = WriteJob {
+            dir: ctx.dir.to_path_buf(),
+            marker: self.wrapper_marker_dir(&pod_uid, &ctx.volume.name),
+            tmpfs: medium == Medium::Memory && self.tmpfs,
+            fsync: self.fsync,
+            fs_group: ctx.fs_group,
+            nested: nested_mountpoints(ctx.pod, &ctx.volume.name),
+            remount: ctx.remount,
+        };
+        let dir = job.dir.clone();
+        tokio::task::spawn_blocking(move || job.run(&payload))
+            .await
+            .map_err(|_| SetUpError::TaskFailed { path: dir })?
+    }
+
+    /// PL-5 step 5 only (emptyDir): create the directory (tmpfs for memory) and apply fsGroup.
+    ///
+    /// # Errors
+    /// [`SetUpError::Wrapper`].
+    pub async fn set_up_dir(
+        &self,
+        ctx: &SetUpContext<'_>,
+        medium: Medium,
+    ) -> Result<(), SetUpError> {
+        let pod_uid = ctx.pod.metadata.uid.clone().unwrap_or_default();
+        let dir = ctx.dir.to_path_buf();
+        let marker = self.wrapper_marker_dir(&pod_uid, &ctx.volume.name);
+        let tmpfs = medium == Medium::Memory && self.tmpfs;
+        let fs_group = ctx.fs_group;
+        let path = dir.clone();
+        tokio::task::spawn_blocking(move || {
+            set_up_wrapper(&dir, &marker, tmpfs, fs_group).map(drop)
+        })
+        .await
+        .map_err(|_| SetUpError::TaskFailed { path })?
+    }
+
+    /// PL-14: unmount a tmpfs on `dir` if any, remove `dir` recursively, remove the wrapper's
+    /// marker and the now empty plugin directory. Missing directories are fine.
+    ///
+    /// # Errors
+    /// [`SetUpError::TearDown`].
+    pub async fn tear_down_dir(
+        &self,
+        pod_uid: &str,
+        volume: &str,
+        dir: &Path,
+    ) -> Result<(), SetUpError> {
+        let dir = dir.to_path_buf();
+        let marker = self.wrapper_marker_dir(pod_uid, volume);
+        let path = dir.clone();
+        tokio::task::spawn_blocking(move || tear_down(&dir, &marker))
+            .await
+            .map_err(|_| SetUpError::TaskFailed { path })?
+    }
+}
+
+/// The blocking part of [`VolumeHost::project`].
+struct WriteJob {
+    dir: PathBuf,
+    marker: PathBuf,
+    tmpfs: bool,
+    fsync: bool,
+    fs_group: Option<u32>,
+    nested: Vec<String>,
+    remount: bool,
+}
+
+impl WriteJob {
+    fn run(self, payload: &Payload) -> Result<WriteOutcome, SetUpError> {
+        // (5) Set up the wrapper directory.
+        let created = set_up_wrapper(&self.dir, &self.marker, self.tmpfs, self.fs_group)?;
+        // (7) From here on a failure tears down a directory this call created (never a live
+        // one: see the doc of `project`).
+        let result = self.write(payload);
+        if result.is_err()
+            && created
+            && !self.remount
+            && let Err(e) = tear_down(&self.dir, &self.marker)
+        {
+            tracing::warn!(error = %e, "could not remove a volume directory after a failed set-up");
+        }
+        result
+    }
+
+    fn write(&self, payload: &Payload) -> Result<WriteOutcome, SetUpError> {
+        // (6) Nested mountpoints.
+        make_nested_mountpoints(&self.dir, &self.nested).map_err(|cause| {
+            SetUpError::NestedMountpoints {
+                cause: Arc::new(cause),
+            }
+        })?;
+        // (8) The writer; tmpfs content does not survive a reboot, so no fsync there.
+        let config = WriterConfig::default().fsync(self.fsync && !self.tmpfs);
+        let mut writer =
+            AtomicWriter::new(&self.dir, config).map_err(|e| SetUpError::Write(Arc::new(e)))?;
+        // (9) Write; fsGroup is applied to the whole volume directory when data changes.
+        let dir = self.dir.clone();
+        let fs_group = self.fs_group;
+        let mut set_perms = move |_: &Path| -> io::Result<()> {
+            if let Some(gid) = fs_group {
+                set_volume_ownership(&dir, gid);
+            }
+            Ok(())
+        };
+        writer
+            .write(payload, Some(&mut set_perms))
+            .map_err(|e| SetUpError::Write(Arc::new(e)))
+    }
+}
+
+/// PL-5: create `dir` with mode 0777 (umask-independent), mount a tmpfs on it if asked and not
+/// mounted yet, write the readiness marker, apply fsGroup to a new directory. Returns whether
+/// the directory was created by this call.
+fn set_up_wrapper(
+    dir: &Path,
+    marker: &Path,
+    tmpfs: bool,
+    fs_group: Option<u32>,
+) -> Result<bool, SetUpError> {
+    let created = match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => false,
+        Ok(_) => {
+            let e = io::Error::new(io::ErrorKind::AlreadyExists, "not a directory");
+            return Err(SetUpError::wrapper(dir, e));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                fs::create_dir_all(parent).map_err(|e| SetUpError::wrapper(dir, e))?;
+            }
+            fs::create_dir(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o777))
+                .map_err(|e| SetUpError::wrapper(dir, e))?;
+            true
+        }
+        Err(e) => return Err(SetUpError::wrapper(dir, e)),
+    };
+    if tmpfs && !is_mountpoint(dir).map_err(|e| SetUpError::wrapper(dir, e))? {
+        mount_tmpfs(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
+    }
+    fs::create_dir_all(marker).map_err(|e| SetUpError::wrapper(dir, e))?;
+    fs::write(marker.join("ready"), b"").map_err(|e| SetUpError::wrapper(dir, e))?;
+    if created && let Some(gid) = fs_group {
+        set_volume_ownership(dir, gid);
+    }
+    Ok(created)
+}
+
+/// PL-14 on the blocking pool.
+fn tear_down(dir: &Path, marker: &Path) -> Result<(), SetUpError> {
+    match is_mountpoint(dir) {
+        Ok(true) => unmount(dir).map_err(|e| SetUpError::tear_down(dir, e))?,
+        Ok(false) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SetUpError::tear_down(dir, e)),
+    }
+    match fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SetUpError::tear_down(dir, e)),
+    }
+    match fs::remove_dir_all(marker) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SetUpError::tear_down(marker, e)),
+    }
+    // The plugin directory `volumes/<plugin>` goes when its last volume does (PW-6 waits for
+    // the pod's volume directories to disappear).
+    if let Some(plugin_dir) = dir.parent() {
+        let _ = fs::remove_dir(plugin_dir);
+    }
+    Ok(())
+}
+
+/// Whether `dir` is the root of a mount (its device differs from its parent's).
+pub(crate) fn is_mountpoint(dir: &Path) -> io::Result<bool> {
+    let meta = fs::symlink_metadata(dir)?;
+    let Some(parent) = dir.parent() else {
+        return Ok(true);
+    };
+    Ok(meta.dev() != fs::metadata(parent)?.dev())
+}
+
+fn mount_tmpfs(dir: &Path) -> io::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(io::Error::from)
+}
+
+fn unmount(dir: &Path) -> io::Result<()> {
+    use nix::mount::{MntFlags, umount2};
+    umount2(dir, MntFlags::MNT_DETACH).map_err(io::Error::from)
+}
+
+/// Whether this process can mount a tmpfs: it tries one on a scratch directory under `root`
+/// (only when running as root) and unmounts it again.
+pub(crate) fn probe_tmpfs(root: &Path) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    let probe = root.join(format!(".tmpfs-probe-{}", std::process::id()));
+    if fs::create_dir_all(&probe).is_err() {
+        return false;
+    }
+    let ok = mount_tmpfs(&probe).is_ok() && unmount(&probe).is_ok();
+    let _ = fs::remove_dir(&probe);
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_wrapper_directory_is_0777_and_teardown_removes_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("volumes/kubernetes.io~configmap/v");
+        let marker = tmp.path().join("plugins/kubernetes.io~empty-dir/wrapped_v");
+        assert!(set_up_wrapper(&dir, &marker, false, None).unwrap());
+        assert_eq!(mode(&dir), 0o777);
+        assert!(marker.join("ready").exists());
+        assert!(!set_up_wrapper(&dir, &marker, false, None).unwrap());
+        tear_down(&dir, &marker).unwrap();
+        assert!(!dir.exists() && !marker.exists());
+        assert!(!tmp.path().join("volumes/kubernetes.io~configmap").exists());
+        tear_down(&dir, &marker).unwrap();
+    }
+
+    #[test]
+    fn a_plain_directory_is_not_a_mountpoint() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("d")).unwrap();
+        assert!(!is_mountpoint(&tmp.path().join("d")).unwrap());
+    }
+}

@@ -1,0 +1,202 @@
+//! The projected volume plugin, `kubernetes.io/projected` (PL-10): configMap, secret,
+//! downwardAPI and serviceAccountToken sources merged into one volume.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume, VolumeProjection};
+use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
+use tokio::time::Instant;
+
+use super::{
+    Medium, ObjectKind, ObjectRef, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin,
+    collect_downward_api_data, config_map_payload, mode_bits, secret_payload,
+};
+use crate::SetUpError;
+
+/// `kubernetes.io/projected`: several sources in one volume (tmpfs). Every pod of a real
+/// cluster has one (`kube-api-access-*`: token, `kube-root-ca.crt`, namespace).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProjectedPlugin;
+
+/// The API default of `serviceAccountToken.expirationSeconds`.
+const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
+
+#[async_trait]
+impl VolumePlugin for ProjectedPlugin {
+    fn name(&self) -> &str {
+        "kubernetes.io/projected"
+    }
+
+    fn can_support(&self, volume: &Volume) -> bool {
+        volume.projected.is_some()
+    }
+
+    fn referenced_objects(&self, volume: &Volume) -> Vec<ObjectRef> {
+        let sources = volume
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten());
+        sources
+            .filter_map(|s| {
+                if let Some(cm) = &s.config_map {
+                    Some(ObjectRef {
+                        kind: ObjectKind::ConfigMap,
+                        name: cm.name.clone(),
+                    })
+                } else {
+                    s.secret.as_ref().map(|secret| ObjectRef {
+                        kind: ObjectKind::Secret,
+                        name: secret.name.clone(),
+                    })
+                }
+            })
+            .collect()
+    }
+
+    /// PL-10: sources in spec order, later ones overwriting earlier paths; errors of all
+    /// sources are collected and fail the SetUp before the disk is touched.
+    async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
+        let Some(projected) = ctx.volume.projected.as_ref() else {
+            return Err(SetUpError::Unsupported {
+                what: "a volume without a projected source".into(),
+            });
+        };
+        let default_mode = projected.default_mode.ok_or(SetUpError::NoDefaultMode)?;
+        let mut collected = Collected::default();
+        for source in projected.sources.iter().flatten() {
+            collect_source(ctx, source, default_mode, &mut collected).await;
+        }
+        if let Some(e) = SetUpError::aggregate(collected.errors) {
+            return Err(e);
+        }
+        let outcome = ctx
+            .host
+            .project(ctx, Medium::Memory, collected.payload)
+            .await?;
+        Ok(SetUpOutcome {
+            written: outcome == WriteOutcome::Written,
+            objects: collected.objects,
+            refresh_at: collected.refresh_at,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Collected {
+    payload: Payload,
+    errors: Vec<SetUpError>,
+    objects: Vec<ObjectVersion>,
+    refresh_at: Option<Instant>,
+}
+
+impl Collected {
+    fn merge(&mut self, sub: Payload) {
+        for (path, file) in sub.iter() {
+            self.payload.insert(path, file.clone());
+        }
+    }
+
+    fn object(&mut self, kind: ObjectKind, name: &str, rv: Option<String>) {
+        self.objects.push(ObjectVersion {
+            object: ObjectRef {
+                kind,
+                name: name.to_owned(),
+            },
+            resource_version: rv,
+        });
+    }
+}
+
+async fn collect_source(
+    ctx: &SetUpContext<'_>,
+    source: &VolumeProjection,
+    default_mode: i32,
+    out: &mut Collected,
+) {
+    let namespace = ctx.pod.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(cm) = &source.config_map {
+        let optional = cm.optional.unwrap_or(false);
+        let object = match ctx.host.configmaps().get(namespace, &cm.name).await {
+            Ok(o) => Some(o),
+            Err(e) if e.is_not_found() && optional => None,
+            Err(e) => return out.errors.push(e.into()),
+        };
+        let empty = ConfigMap::default();
+        let rv = object
+            .as_ref()
+            .and_then(|o| o.metadata.resource_version.clone());
+        out.object(ObjectKind::ConfigMap, &cm.name, rv);
+        let target = object.as_deref().unwrap_or(&empty);
+        match config_map_payload(cm.items.as_deref(), target, Some(default_mode), optional) {
+            Ok(sub) => out.merge(sub),
+            Err(e) => out.errors.push(e),
+        }
+    } else if let Some(secret) = &source.secret {
+        let optional = secret.optional.unwrap_or(false);
+        let object = match ctx.host.secrets().get(namespace, &secret.name).await {
+            Ok(o) => Some(o),
+            Err(e) if e.is_not_found() && optional => None,
+            Err(e) => return out.errors.push(e.into()),
+        };
+        let empty = Secret::default();
+        let rv = object
+            .as_ref()
+            .and_then(|o| o.metadata.resource_version.clone());
+        out.object(ObjectKind::Secret, &secret.name, rv);
+        let target = object.as_deref().unwrap_or(&empty);
+        match secret_payload(
+            secret.items.as_deref(),
+            target,
+            Some(default_mode),
+            optional,
+        ) {
+            Ok(sub) => out.merge(sub),
+            Err(e) => out.errors.push(e),
+        }
+    } else if let Some(downward) = &source.downward_api {
+        let items = downward.items.as_deref().unwrap_or_default();
+        let allocatable = ctx.host.node_allocatable();
+        match collect_downward_api_data(items, ctx.pod, allocatable, Some(default_mode)) {
+            Ok(sub) => out.merge(sub),
+            Err(e) => out.errors.push(e),
+        }
+    } else if let Some(token) = &source.service_account_token {
+        let service_account = ctx
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref())
+            .unwrap_or("default");
+        let audience = token.audience.as_deref().filter(|a| !a.is_empty());
+        let expiration = token
+            .expiration_seconds
+            .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
+        let fetched = ctx
+            .host
+            .service_account_token(ctx.pod, service_account, audience, expiration)
+            .await;
+        let (token_value, refresh_at) = match fetched {
+            Ok(t) => t,
+            Err(e) => return out.errors.push(e),
+        };
+        // With fsUser or fsGroup the token is 0600 (fsGroup then adds group read: 0640).
+        let mode = if ctx.fs_user.is_some() || ctx.fs_group.is_some() {
+            0o600
+        } else {
+            mode_bits(default_mode)
+        };
+        let mut file = FileProjection::new(token_value.token.into_bytes(), mode);
+        if let Some(uid) = ctx.fs_user {
+            file = file.with_fs_user(uid);
+        }
+        out.payload.insert(token.path.clone(), file);
+        out.refresh_at = Some(out.refresh_at.map_or(refresh_at, |r| r.min(refresh_at)));
+    } else if source.cluster_trust_bundle.is_some() {
+        out.errors.push(SetUpError::Unsupported {
+            what: "a clusterTrustBundle projection".into(),
+        });
+    } else if source.pod_certificate.is_some() {
+        out.errors.push(SetUpError::Unsupported {
+            what: "a podCertificate projection".into(),
+        });
+    }
+}

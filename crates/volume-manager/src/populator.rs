@@ -1,0 +1,177 @@
+//! The desired-state populator (VM-4): turns a pod into its desired volumes. Event-driven:
+//! it runs when the agent adds or updates a pod, not on a 100 ms loop.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+
+use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume};
+use crate::plugins::PluginRegistry;
+
+/// VM-2: `<plugin name>/<pod UID>-<pod volume name>`.
+pub(crate) fn unique_volume_name(plugin: &str, pod_uid: &str, volume: &str) -> String {
+    format!("{plugin}/{pod_uid}-{volume}")
+}
+
+/// VM-4: names of the volumes some container (init, regular, ephemeral) mounts or uses as a
+/// device. Other pod volumes are never mounted nor waited for.
+pub(crate) fn used_volume_names(pod: &Pod) -> HashSet<String> {
+    let mut used = HashSet::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        return used;
+    };
+    let regular = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
+    for c in regular {
+        used.extend(c.volume_mounts.iter().flatten().map(|m| m.name.clone()));
+        used.extend(c.volume_devices.iter().flatten().map(|d| d.name.clone()));
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        used.extend(c.volume_mounts.iter().flatten().map(|m| m.name.clone()));
+        used.extend(c.volume_devices.iter().flatten().map(|d| d.name.clone()));
+    }
+    used
+}
+
+/// The used pod volumes, in spec order.
+fn used_volumes(pod: &Pod) -> Vec<&Volume> {
+    let used = used_volume_names(pod);
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| used.contains(&v.name))
+        .collect()
+}
+
+/// VM-4 `processPodVolumes` for one pod: a desired volume per used, supported volume; used
+/// volumes without a plugin are recorded as unsupported; a volume name that cannot be a
+/// directory name is a pod error.
+pub(crate) fn desired_pod(pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPod {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut volumes = Vec::new();
+    let mut unsupported = Vec::new();
+    let mut errors = BTreeSet::new();
+    for volume in used_volumes(&pod) {
+        if !is_directory_name(&volume.name) {
+            if errors.len() < MAX_POD_ERRORS {
+                errors.insert(format!(
+                    "volume name {:?} cannot be used as a directory name",
+                    volume.name
+                ));
+            }
+            continue;
+        }
+        match registry.find(volume) {
+            Some(plugin) => volumes.push(DesiredVolume {
+                unique: unique_volume_name(plugin.name(), &uid, &volume.name),
+                outer_name: volume.name.clone(),
+                objects: plugin.referenced_objects(volume),
+                plugin,
+                volume: volume.clone(),
+            }),
+            None => unsupported.push(UnsupportedVolume {
+                name: volume.name.clone(),
+                volume_type: volume_type(volume),
+            }),
+        }
+    }
+    DesiredPod {
+        pod,
+        volumes,
+        unsupported,
+        errors,
+        reported: HashSet::new(),
+    }
+}
+
+/// `(outer name, unique name)` of every volume `wait_for_attach_and_mount` waits for.
+pub(crate) fn expected_volumes(pod: &Pod, registry: &PluginRegistry) -> Vec<(String, String)> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    used_volumes(pod)
+        .into_iter()
+        .filter_map(|v| {
+            registry
+                .find(v)
+                .map(|p| (v.name.clone(), unique_volume_name(p.name(), &uid, &v.name)))
+        })
+        .collect()
+}
+
+/// The source field set on a volume (`hostPath`, `persistentVolumeClaim`, ...).
+fn volume_type(volume: &Volume) -> String {
+    match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(map)) => map
+            .keys()
+            .find(|k| k.as_str() != "name")
+            .cloned()
+            .unwrap_or_else(|| "unknown".into()),
+        _ => "unknown".into(),
+    }
+}
+
+fn is_directory_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod() -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                "spec": {
+                    "initContainers": [{"name": "i", "volumeMounts": [{"name": "init-cfg", "mountPath": "/i"}]}],
+                    "containers": [{"name": "c", "volumeMounts": [
+                        {"name": "cfg", "mountPath": "/a"},
+                        {"name": "host", "mountPath": "/h"},
+                        {"name": "../evil", "mountPath": "/e"}]}],
+                    "volumes": [
+                        {"name": "cfg", "configMap": {"name": "cm"}},
+                        {"name": "init-cfg", "secret": {"secretName": "s"}},
+                        {"name": "unused", "configMap": {"name": "cm2"}},
+                        {"name": "host", "hostPath": {"path": "/"}},
+                        {"name": "../evil", "configMap": {"name": "cm"}}
+                    ]
+                }
+            }))
+            .unwrap(),
+        )
+    }
+
+    // VM-2, VM-4: unique names, unused volumes skipped, unsupported ones recorded.
+    #[test]
+    fn used_volumes_become_desired_and_unused_ones_are_skipped() {
+        let d = desired_pod(pod(), &PluginRegistry::default());
+        let names: Vec<_> = d.volumes.iter().map(|v| v.unique.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "kubernetes.io/configmap/u1-cfg",
+                "kubernetes.io/secret/u1-init-cfg"
+            ]
+        );
+        assert_eq!(
+            d.unsupported,
+            vec![UnsupportedVolume {
+                name: "host".into(),
+                volume_type: "hostPath".into()
+            }]
+        );
+        assert_eq!(d.errors.len(), 1);
+        assert_eq!(d.volumes[0].objects[0].name, "cm");
+    }
+
+    #[test]
+    fn expected_volumes_are_the_supported_used_ones() {
+        let expected = expected_volumes(&pod(), &PluginRegistry::default());
+        let outer: Vec<_> = expected.iter().map(|(o, _)| o.as_str()).collect();
+        assert_eq!(outer, ["cfg", "init-cfg", "../evil"]);
+    }
+}

@@ -1,0 +1,352 @@
+//! The reconciler (VM-8) and the operations it starts (VM-10, PL-14): compares desired and
+//! actual state whenever something changes and sleeps otherwise.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_object_manager::ObjectKey;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::asw::{MountState, MountedVolume};
+use crate::events::{EventType, reasons};
+use crate::executor::Refusal;
+use crate::manager::{Inner, State};
+use crate::plugins::{ObjectKind, SetUpContext, TearDownContext, VolumePlugin};
+
+/// A mount or remount to run.
+struct MountJob {
+    unique: String,
+    pod: Arc<Pod>,
+    volume: Volume,
+    plugin: Arc<dyn VolumePlugin>,
+    remount: bool,
+}
+
+/// A teardown to run.
+struct UnmountJob {
+    unique: String,
+    volume: MountedVolume,
+}
+
+impl Inner {
+    /// The reconciler loop (see [`VolumeManager::run`](crate::VolumeManager::run)).
+    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        self.reconstruct().await;
+        let mut configmaps = Some(self.configmaps.subscribe());
+        let mut secrets = Some(self.secrets.subscribe());
+        let resync = self.config.resync_interval;
+        let mut next_resync = resync.map(|r| Instant::now() + r);
+        loop {
+            let next = self.reconcile();
+            let deadline = [next, next_resync].into_iter().flatten().min();
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.wake.notified() => {}
+                () = sleep_until(deadline) => {}
+                key = recv(&mut configmaps) => self.object_changed(ObjectKind::ConfigMap, key),
+                key = recv(&mut secrets) => self.object_changed(ObjectKind::Secret, key),
+            }
+            if let (Some(at), Some(every)) = (next_resync, resync)
+                && Instant::now() >= at
+            {
+                self.mark_all_remount_required();
+                next_resync = Some(Instant::now() + every);
+            }
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.tasks.reopen();
+    }
+
+    /// One pass (VM-8): start unmounts, then mounts and remounts. Returns when the next pass
+    /// is due without any event (a backoff expiry or a token refresh).
+    pub(crate) fn reconcile(self: &Arc<Self>) -> Option<Instant> {
+        let now = Instant::now();
+        let sources_ready = self.sources_ready.load(Ordering::SeqCst);
+        let mut next: Option<Instant> = None;
+        let mut soonest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
+        let mut unmounts = Vec::new();
+        let mut mounts = Vec::new();
+        {
+            let mut guard = self.lock();
+            let st: &mut State = &mut guard;
+            // Token refresh deadlines (PL-10) turn into remounts.
+            for (unique, v) in st.asw.iter_mut() {
+                match v.refresh_at {
+                    Some(at) if at <= now => {
+                        v.refresh_at = None;
+                        v.remount_required = true;
+                        st.ops.mark_dirty(unique);
+                    }
+                    Some(at) => soonest(at),
+                    None => {}
+                }
+            }
+            // (1) Unmount what is on disk but no longer desired.
+            for (unique, v) in st.asw.iter() {
+                if st.dsw.contains(&v.pod_uid, unique) || (v.reconstructed && !sources_ready) {
+                    continue;
+                }
+                match st.ops.try_start(unique, now) {
+                    Ok(()) => unmounts.push(UnmountJob {
+                        unique: unique.clone(),
+                        volume: v.clone(),
+                    }),
+                    Err(Refusal::BackingOff(at)) => soonest(at),
+                    Err(Refusal::Pending) => {}
+                }
+            }
+            // (2) Mount what is desired and not mounted; remount what needs it.
+            for (pod, v) in st.dsw.volumes() {
+                let remount = match st.asw.get(&v.unique) {
+                    None => false,
+                    Some(m) if m.remount_required || m.state == MountState::Uncertain => true,
+                    Some(_) => continue,
+                };
+                match st.ops.try_start(&v.unique, now) {
+                    Ok(()) => mounts.push(MountJob {
+                        unique: v.unique.clone(),
+                        pod: pod.pod.clone(),
+                        volume: v.volume.clone(),
+                        plugin: v.plugin.clone(),
+                        remount,
+                    }),
+                    Err(Refusal::BackingOff(at)) => soonest(at),
+                    Err(Refusal::Pending) => {}
+                }
+            }
+        }
+        for job in unmounts {
+            let inner = self.clone();
+            self.tasks.spawn(async move { inner.unmount(job).await });
+        }
+        for job in mounts {
+            let inner = self.clone();
+            self.tasks.spawn(async move { inner.mount(job).await });
+        }
+        next
+    }
+
+    /// VM-10: SetUp, then record the result. A failed remount leaves the volume mounted with
+    /// its old content and `remount_required` set; it is retried after the backoff.
+    async fn mount(self: Arc<Self>, job: MountJob) {
+        let uid = job.pod.metadata.uid.clone().unwrap_or_default();
+        let name = job.volume.name.clone();
+        let dir = self.host.volume_dir(&uid, job.plugin.name(), &name);
+        let span = tracing::debug_span!(
+            "reconcile volume",
+            volume = %name,
+            plugin = job.plugin.name(),
+            pod.uid = %uid,
+            remount = job.remount,
+        );
+        let ctx = SetUpContext {
+            pod: &job.pod,
+            volume: &job.volume,
+            dir: &dir,
+            remount: job.remount,
+            fs_group: fs_group(&job.pod),
+            fs_user: fs_user(&job.pod),
+            host: &self.host,
+        };
+        let result = job.plugin.set_up(&ctx).instrument(span.clone()).await;
+        let failure = {
+            let mut st = self.lock();
+            let dirty = st.ops.finish(&job.unique, result.is_ok(), Instant::now());
+            match result {
+                Ok(outcome) => {
+                    st.last_errors.remove(&job.unique);
+                    st.asw.insert(
+                        job.unique.clone(),
+                        MountedVolume {
+                            pod_uid: uid,
+                            outer_name: name.clone(),
+                            plugin: job.plugin.clone(),
+                            dir,
+                            state: MountState::Mounted,
+                            remount_required: dirty,
+                            objects: outcome.objects,
+                            refresh_at: outcome.refresh_at,
+                            reconstructed: false,
+                            pod: Some(job.pod.clone()),
+                        },
+                    );
+                    span.in_scope(|| {
+                        tracing::debug!(written = outcome.written, "MountVolume.SetUp succeeded");
+                    });
+                    None
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    st.last_errors.insert(job.unique.clone(), message.clone());
+                    if let Some(m) = st.asw.get_mut(&job.unique) {
+                        m.remount_required = true;
+                    }
+                    Some(message)
+                }
+            }
+        };
+        if let Some(error) = failure {
+            let message = format!("MountVolume.SetUp failed for volume {name:?} : {error}");
+            self.events
+                .event(&job.pod, EventType::Warning, reasons::FAILED_MOUNT, message);
+        }
+        self.bump();
+    }
+
+    /// PL-14: TearDown, then forget the volume (and the pod's tokens once it is not desired).
+    async fn unmount(self: Arc<Self>, job: UnmountJob) {
+        let v = &job.volume;
+        let ctx = TearDownContext {
+            pod_uid: &v.pod_uid,
+            volume_name: &v.outer_name,
+            dir: &v.dir,
+            host: &self.host,
+        };
+        let span = tracing::debug_span!(
+            "reconcile volume",
+            volume = %v.outer_name,
+            plugin = v.plugin.name(),
+            pod.uid = %v.pod_uid,
+        );
+        let result = v.plugin.tear_down(&ctx).instrument(span).await;
+        let failure = {
+            let mut st = self.lock();
+            st.ops.finish(&job.unique, result.is_ok(), Instant::now());
+            match result {
+                Ok(()) => {
+                    st.asw.remove(&job.unique);
+                    st.ops.forget(&job.unique);
+                    st.last_errors.remove(&job.unique);
+                    if st.dsw.pod(&v.pod_uid).is_none() {
+                        self.host.forget_tokens(&v.pod_uid);
+                    }
+                    None
+                }
+                Err(e) => {
+                    st.last_errors.insert(job.unique.clone(), e.to_string());
+                    Some(e.to_string())
+                }
+            }
+        };
+        if let Some(error) = failure {
+            let pod = v
+                .pod
+                .clone()
+                .unwrap_or_else(|| Arc::new(pod_stub(&v.pod_uid)));
+            let message = format!(
+                "UnmountVolume.TearDown failed for volume {:?} : {error}",
+                v.outer_name
+            );
+            self.events
+                .event(&pod, EventType::Warning, reasons::FAILED_UNMOUNT, message);
+        }
+        self.bump();
+    }
+
+    /// Live updates: every desired volume that reads the changed object is marked for
+    /// remount; the loop reconciles right after. `None` (the subscriber lagged): all are.
+    fn object_changed(&self, kind: ObjectKind, key: Option<ObjectKey>) {
+        let Some(key) = key else {
+            self.mark_all_remount_required();
+            return;
+        };
+        let mut guard = self.lock();
+        let st: &mut State = &mut guard;
+        let affected: Vec<String> = st
+            .dsw
+            .volumes()
+            .filter(|(p, _)| p.pod.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
+            .filter(|(_, v)| {
+                v.objects
+                    .iter()
+                    .any(|o| o.kind == kind && o.name == key.name)
+            })
+            .map(|(_, v)| v.unique.clone())
+            .collect();
+        for unique in affected {
+            if let Some(m) = st.asw.get_mut(&unique) {
+                m.remount_required = true;
+            }
+            st.ops.mark_dirty(&unique);
+        }
+    }
+
+    /// Resync safety net: every desired, mounted volume whose plugin requires remount.
+    fn mark_all_remount_required(&self) {
+        let mut guard = self.lock();
+        let st: &mut State = &mut guard;
+        let uniques: Vec<String> = st.dsw.volumes().map(|(_, v)| v.unique.clone()).collect();
+        for unique in uniques {
+            if let Some(m) = st.asw.get_mut(&unique)
+                && m.plugin.requires_remount()
+            {
+                m.remount_required = true;
+            }
+            st.ops.mark_dirty(&unique);
+        }
+    }
+}
+
+/// The next change notification; `Some(None)` when the subscriber lagged. A closed channel
+/// never resolves again.
+async fn recv(rx: &mut Option<broadcast::Receiver<ObjectKey>>) -> Option<ObjectKey> {
+    let Some(receiver) = rx.as_mut() else {
+        return std::future::pending().await;
+    };
+    match receiver.recv().await {
+        Ok(key) => Some(key),
+        Err(RecvError::Lagged(_)) => None,
+        Err(RecvError::Closed) => {
+            *rx = None;
+            std::future::pending().await
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The pod's `securityContext.fsGroup` (PL-11).
+fn fs_group(pod: &Pod) -> Option<u32> {
+    let sc = pod.spec.as_ref()?.security_context.as_ref()?;
+    sc.fs_group.and_then(|g| u32::try_from(g).ok())
+}
+
+/// VM-10: the effective `runAsUser` when every container (init and regular) has the same one.
+fn fs_user(pod: &Pod) -> Option<u32> {
+    let spec = pod.spec.as_ref()?;
+    let pod_level = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+    let mut users = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .map(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.run_as_user)
+                .or(pod_level)
+        });
+    let first = users.next()??;
+    if users.all(|u| u == Some(first)) {
+        u32::try_from(first).ok()
+    } else {
+        None
+    }
+}
+
+/// A pod carrying only its UID (events about reconstructed volumes).
+fn pod_stub(uid: &str) -> Pod {
+    let mut pod = Pod::default();
+    pod.metadata.uid = Some(uid.to_owned());
+    pod
+}

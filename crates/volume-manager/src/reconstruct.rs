@@ -1,0 +1,130 @@
+//! Reconstruction after an agent restart (PL-15): volume directories found on disk enter the
+//! actual state as *uncertain*; desired ones are adopted by a SetUp that rewrites nothing
+//! unchanged, the others are torn down once the agent says its pods are synced.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::asw::{MountState, MountedVolume};
+use crate::manager::Inner;
+use crate::plugins::unescape_plugin_name;
+use crate::populator::unique_volume_name;
+
+/// A volume directory found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FoundVolume {
+    pub(crate) pod_uid: String,
+    pub(crate) plugin: String,
+    pub(crate) volume: String,
+    pub(crate) dir: PathBuf,
+}
+
+/// Every `<root>/pods/<uid>/volumes/<escaped plugin>/<volume>` directory.
+pub(crate) fn scan(root: &Path) -> Vec<FoundVolume> {
+    let mut found = Vec::new();
+    for pod in dirs(&root.join("pods")) {
+        let pod_uid = name_of(&pod);
+        for plugin in dirs(&pod.join("volumes")) {
+            let plugin_name = unescape_plugin_name(&name_of(&plugin));
+            for volume in dirs(&plugin) {
+                found.push(FoundVolume {
+                    pod_uid: pod_uid.clone(),
+                    plugin: plugin_name.clone(),
+                    volume: name_of(&volume),
+                    dir: volume,
+                });
+            }
+        }
+    }
+    found
+}
+
+fn dirs(path: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(path) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+impl Inner {
+    /// Adds the volume directories on disk to the actual state as uncertain and
+    /// remount-required. Directories of plugins this manager does not know are left alone.
+    pub(crate) async fn reconstruct(self: &Arc<Self>) {
+        let root = self.config.root_dir.clone();
+        let found = tokio::task::spawn_blocking(move || scan(&root))
+            .await
+            .unwrap_or_default();
+        let mut adopted = 0usize;
+        {
+            let mut st = self.lock();
+            for f in found {
+                let Some(plugin) = self.registry.by_name(&f.plugin) else {
+                    continue;
+                };
+                let unique = unique_volume_name(&f.plugin, &f.pod_uid, &f.volume);
+                if st.asw.contains(&unique) || st.ops.is_pending(&unique) {
+                    continue;
+                }
+                st.asw.insert(
+                    unique,
+                    MountedVolume {
+                        pod_uid: f.pod_uid,
+                        outer_name: f.volume,
+                        plugin,
+                        dir: f.dir,
+                        state: MountState::Uncertain,
+                        remount_required: true,
+                        objects: Vec::new(),
+                        refresh_at: None,
+                        reconstructed: true,
+                        pod: None,
+                    },
+                );
+                adopted += 1;
+            }
+        }
+        if adopted > 0 {
+            tracing::info!(volumes = adopted, "reconstructed volumes from disk");
+        }
+        self.bump();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_finds_volume_directories_by_pod_plugin_and_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let v = tmp
+            .path()
+            .join("pods/u1/volumes/kubernetes.io~configmap/cfg");
+        fs::create_dir_all(&v).unwrap();
+        fs::create_dir_all(tmp.path().join("pods/u2/plugins/x")).unwrap();
+        fs::write(tmp.path().join("pods/u1/volumes/stray-file"), b"").unwrap();
+        assert_eq!(
+            scan(tmp.path()),
+            vec![FoundVolume {
+                pod_uid: "u1".into(),
+                plugin: "kubernetes.io/configmap".into(),
+                volume: "cfg".into(),
+                dir: v,
+            }]
+        );
+        assert!(scan(&tmp.path().join("missing")).is_empty());
+    }
+}
