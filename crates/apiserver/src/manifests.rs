@@ -5,8 +5,9 @@
 //! after the last file-system event of a burst)
 //! 1. List `*.yaml`, `*.yml` and `*.json` files under the directory (recursively, skipping
 //!    hidden entries) and read them.
-//! 2. Skip files whose bytes are unchanged since the last pass: objects edited through the API
-//!    (by kubectl, the agent, tests) are overwritten only when their file changes.
+//! 2. Skip files whose bytes are unchanged since the last pass and that had no problem:
+//!    objects edited through the API (by kubectl, the agent, tests) are overwritten only when
+//!    their file changes.
 //! 3. Parse each changed file: multi-document YAML (or JSON), `kind: List` expanded, every
 //!    document an object of a served kind with a name. A file that fails is reported with its
 //!    path and error ([`ManifestSync::errors`]) and keeps the objects it defined before.
@@ -102,11 +103,15 @@ struct FileState {
     objects: Vec<ObjKey>,
 }
 
+/// An object's manifest document as last applied.
+type Applied = HashMap<ObjKey, Value>;
+
 struct Syncer {
     handle: TestHandle,
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
     problems: BTreeMap<PathBuf, String>,
+    applied: Applied,
     passes: u64,
 }
 
@@ -124,6 +129,7 @@ impl ManifestSync {
             dir: dir.to_path_buf(),
             files: BTreeMap::new(),
             problems: BTreeMap::new(),
+            applied: Applied::new(),
             passes: 0,
         };
         std::fs::read_dir(dir).map_err(|source| ManifestError::ReadDir {
@@ -131,14 +137,22 @@ impl ManifestSync {
             source,
         })?;
         let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-        let mut watcher =
-            notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            // Our own reads show up as access events: following them would loop.
+            if !matches!(
+                res,
+                Ok(notify::Event {
+                    kind: notify::EventKind::Access(_),
+                    ..
+                })
+            ) {
                 let _ = tx.send(());
-            })
-            .map_err(|source| ManifestError::Watch {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            }
+        })
+        .map_err(|source| ManifestError::Watch {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         notify::Watcher::watch(&mut watcher, dir, notify::RecursiveMode::Recursive).map_err(
             |source| ManifestError::Watch {
                 path: dir.to_path_buf(),
@@ -211,7 +225,8 @@ impl Syncer {
             }
         }
         for (path, bytes) in &now {
-            if self.files.get(path).is_some_and(|f| &f.bytes == bytes) {
+            let unchanged = self.files.get(path).is_some_and(|f| &f.bytes == bytes);
+            if unchanged && !self.problems.contains_key(path) {
                 continue;
             }
             match parse(bytes) {
@@ -245,7 +260,11 @@ impl Syncer {
             for obj in objs.iter() {
                 match self.apply(obj) {
                     Ok(k) => keys.push(k),
-                    Err(e) => failure = Some(e),
+                    Err(e) => {
+                        // Still defined by the file: a rejected update must not delete it.
+                        keys.extend(key_of(obj));
+                        failure = Some(e);
+                    }
                 }
             }
             if let Some(error) = failure {
@@ -269,7 +288,9 @@ impl Syncer {
             .filter(|k| !defined.contains(k))
             .cloned()
             .collect();
-        for (res, ns, name) in gone {
+        for key in gone {
+            self.applied.remove(&key);
+            let (res, ns, name) = key;
             let info = res.info();
             let ns = (!ns.is_empty()).then_some(ns.as_str());
             if let Err(error) = self
@@ -293,8 +314,9 @@ impl Syncer {
         }
     }
 
-    /// Creates or replaces one object (creating its namespace if missing).
-    fn apply(&self, obj: &Value) -> Result<ObjKey, String> {
+    /// Creates or replaces one object (creating its namespace if missing); an object whose
+    /// document is unchanged since it was last applied, and that still exists, is left alone.
+    fn apply(&mut self, obj: &Value) -> Result<ObjKey, String> {
         let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
         let name = meta_str(obj, "name").unwrap_or("").to_string();
@@ -320,6 +342,15 @@ impl Syncer {
                 return Err(format!("creating namespace {ns:?}: {e}"));
             }
         }
+        let key = (res, ns.clone(), name.clone());
+        let exists = self
+            .handle
+            .get(av, kind, Some(ns.as_str()), &name)
+            .is_some();
+        if exists && self.applied.get(&key) == Some(obj) {
+            return Ok(key);
+        }
+        let doc = obj.clone();
         let mut obj = obj.clone();
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
@@ -328,10 +359,6 @@ impl Syncer {
                 m.insert("namespace".into(), json!(ns));
             }
         }
-        let exists = self
-            .handle
-            .get(av, kind, Some(ns.as_str()), &name)
-            .is_some();
         let result = if exists {
             self.handle.update(obj)
         } else {
@@ -341,8 +368,24 @@ impl Syncer {
             Some(api) => format!("{kind} {name:?}: {}", api.message()),
             None => format!("{kind} {name:?}: {e}"),
         })?;
-        Ok((res, ns, name))
+        self.applied.insert(key.clone(), doc);
+        Ok(key)
     }
+}
+
+/// The identity of a manifest object (namespace defaulted to `default`).
+fn key_of(obj: &Value) -> Option<ObjKey> {
+    let av = obj.get("apiVersion").and_then(Value::as_str)?;
+    let kind = obj.get("kind").and_then(Value::as_str)?;
+    let res = resources::by_kind(av, kind)?;
+    let ns = if res.info().namespaced {
+        meta_str(obj, "namespace")
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default")
+    } else {
+        ""
+    };
+    Some((res, ns.to_string(), meta_str(obj, "name")?.to_string()))
 }
 
 /// (1) Manifest files under `dir`, recursively, hidden entries skipped; unreadable ones too.

@@ -22,6 +22,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The generated CA and the acceptor serving the server certificate it signed.
 pub(crate) struct TlsMaterial {
     ca_pem: String,
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
     ca_der: Vec<u8>,
     acceptor: tokio_rustls::TlsAcceptor,
 }
@@ -94,6 +95,7 @@ impl TlsMaterial {
     }
 
     /// The CA certificate, DER.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
     pub(crate) fn ca_der(&self) -> Vec<u8> {
         self.ca_der.clone()
     }

@@ -1,0 +1,382 @@
+//! Token authentication and the Node authorizer, driven by kube-rs with a node's token.
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAccount};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use nodelet_apiserver::{ApiServer, Config, TestHandle, User};
+use serde_json::json;
+
+use super::{client_for, client_with_token, start, status};
+
+fn pod(name: &str, node: &str, spec: serde_json::Value) -> serde_json::Value {
+    let mut spec = spec;
+    spec["nodeName"] = json!(node);
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+}
+
+/// Namespace `ns` with configmaps a, b, c and secrets s, t; pod p1 on n1 uses a (volume),
+/// s (env) and service account `runner`; pod p2 on n2 uses c.
+fn seed(h: &TestHandle) {
+    h.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
+        .expect("ns");
+    for n in ["a", "b", "c"] {
+        h.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "ns"}, "data": {"k": n}}))
+            .expect("cm");
+    }
+    for n in ["s", "t"] {
+        h.create(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n, "namespace": "ns"}, "stringData": {"k": n}}))
+            .expect("secret");
+    }
+    h.create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner", "namespace": "ns"}}))
+        .expect("sa");
+    h.create(pod(
+        "p1",
+        "n1",
+        json!({
+            "serviceAccountName": "runner",
+            "volumes": [{"name": "v", "configMap": {"name": "a"}}],
+            "containers": [{"name": "c", "image": "busybox", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}],
+        }),
+    ))
+    .expect("p1");
+    h.create(pod(
+        "p2",
+        "n2",
+        json!({"volumes": [{"name": "v", "configMap": {"name": "c"}}]}),
+    ))
+    .expect("p2");
+}
+
+async fn setup() -> (ApiServer, kube::Client) {
+    let server = start(Config::default().with_auth()).await;
+    seed(&server.handle());
+    let node = client_for(&server, &User::node("n1")).await;
+    (server, node)
+}
+
+#[tokio::test]
+async fn requests_without_a_token_or_with_an_unknown_token_are_unauthorized() {
+    let server = start(Config::default().with_auth()).await;
+    for token in [None, Some("not-a-token")] {
+        let api: Api<ConfigMap> = Api::namespaced(client_with_token(&server, token), "default");
+        let s = status(api.list(&ListParams::default()).await.unwrap_err());
+        assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized"));
+    }
+}
+
+#[tokio::test]
+async fn an_admin_may_do_everything_and_auth_is_off_by_default() {
+    let server = start(Config::default().with_auth()).await;
+    let admin = client_for(&server, &User::admin()).await;
+    let api: Api<Secret> = Api::all(admin);
+    assert!(api.list(&ListParams::default()).await.is_ok());
+
+    let open = start(Config::default()).await;
+    let anyone: Api<Secret> = Api::all(client_with_token(&open, None));
+    assert!(anyone.list(&ListParams::default()).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_node_reads_the_configmaps_and_secrets_its_pods_reference() {
+    let (_server, node) = setup().await;
+    let cms: Api<ConfigMap> = Api::namespaced(node.clone(), "ns");
+    let secrets: Api<Secret> = Api::namespaced(node, "ns");
+    assert!(cms.get("a").await.is_ok());
+    assert!(secrets.get("s").await.is_ok());
+    // A single-object list/watch by metadata.name, as the kubelet's Watch strategy asks.
+    let one = cms
+        .list(&ListParams::default().fields("metadata.name=a"))
+        .await
+        .expect("list by name");
+    assert_eq!(one.items.len(), 1);
+}
+
+#[tokio::test]
+async fn a_node_is_denied_objects_no_pod_of_its_own_references_with_the_upstream_message() {
+    let (_server, node) = setup().await;
+    let cms: Api<ConfigMap> = Api::namespaced(node.clone(), "ns");
+    let s = status(cms.get("b").await.unwrap_err());
+    assert_eq!(s.code, 403);
+    assert_eq!(s.reason, "Forbidden");
+    assert_eq!(
+        s.message,
+        "configmaps \"b\" is forbidden: User \"system:node:n1\" cannot get resource \"configmaps\" \
+         in API group \"\" in the namespace \"ns\": no relationship found between node 'n1' and this object"
+    );
+    let d = s.details.expect("details");
+    assert_eq!((d.name.as_str(), d.kind.as_str()), ("b", "configmaps"));
+    // Referenced by a pod on another node.
+    assert_eq!(status(cms.get("c").await.unwrap_err()).code, 403);
+    let secrets: Api<Secret> = Api::namespaced(node.clone(), "ns");
+    assert_eq!(status(secrets.get("t").await.unwrap_err()).code, 403);
+    // Unnamed lists, cluster-wide lists and writes.
+    let s = status(cms.list(&ListParams::default()).await.unwrap_err());
+    assert!(
+        s.message.ends_with(": No Object name found"),
+        "{}",
+        s.message
+    );
+    let all: Api<Secret> = Api::all(node);
+    let s = status(all.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(
+        s.message,
+        "secrets is forbidden: User \"system:node:n1\" cannot list resource \"secrets\" in API group \"\" \
+         at the cluster scope: can only read namespaced object of this type"
+    );
+    let patch = Patch::Merge(json!({"data": {"k": "x"}}));
+    let s = status(
+        cms.patch("a", &PatchParams::default(), &patch)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message
+            .ends_with(": can only read resources of this type"),
+        "{}",
+        s.message
+    );
+}
+
+#[tokio::test]
+async fn the_relationship_follows_the_store_immediately() {
+    let (server, node) = setup().await;
+    let h = server.handle();
+    let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
+    assert_eq!(status(cms.get("b").await.unwrap_err()).code, 403);
+    h.create(pod(
+        "p3",
+        "n1",
+        json!({"volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "b"}}]}}]}),
+    ))
+    .expect("p3");
+    assert!(cms.get("b").await.is_ok());
+    h.delete_now("v1", "Pod", Some("ns"), "p3").expect("delete");
+    assert_eq!(status(cms.get("b").await.unwrap_err()).code, 403);
+}
+
+#[tokio::test]
+async fn a_node_lists_pods_only_by_its_node_name_and_touches_only_its_own_pods() {
+    let (_server, node) = setup().await;
+    let pods: Api<Pod> = Api::all(node.clone());
+    let mine = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("scoped list");
+    assert_eq!(mine.items.len(), 1);
+    let s = status(pods.list(&ListParams::default()).await.unwrap_err());
+    assert!(
+        s.message
+            .ends_with(": can only list/watch pods with spec.nodeName field selector"),
+        "{}",
+        s.message
+    );
+    let s = status(
+        pods.list(&ListParams::default().fields("spec.nodeName=n2"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(s.code, 403);
+
+    let ns: Api<Pod> = Api::namespaced(node, "ns");
+    assert!(ns.get("p1").await.is_ok());
+    assert_eq!(status(ns.get("p2").await.unwrap_err()).code, 403);
+    let st = Patch::Merge(json!({"status": {"phase": "Running"}}));
+    assert!(
+        ns.patch_status("p1", &PatchParams::default(), &st)
+            .await
+            .is_ok()
+    );
+    let s = status(
+        ns.patch_status("p2", &PatchParams::default(), &st)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message.ends_with(
+            ": node \"n1\" can only update pod status for pods with spec.nodeName set to itself"
+        ),
+        "{}",
+        s.message
+    );
+    let s = status(ns.delete("p2", &DeleteParams::default()).await.unwrap_err());
+    assert_eq!(s.code, 403);
+    assert!(ns.delete("p1", &DeleteParams::default()).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_node_creates_and_updates_only_its_own_node_and_lease() {
+    let (server, node) = setup().await;
+    server
+        .handle()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}))
+        .expect("n2");
+    let nodes: Api<Node> = Api::all(node.clone());
+    let own: Node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).expect("node");
+    nodes
+        .create(&PostParams::default(), &own)
+        .await
+        .expect("create own node");
+    assert!(nodes.get("n1").await.is_ok());
+    let label = Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}));
+    assert!(
+        nodes
+            .patch("n1", &PatchParams::default(), &label)
+            .await
+            .is_ok()
+    );
+    let s = status(nodes.get("n2").await.unwrap_err());
+    assert!(
+        s.message
+            .ends_with(": node 'n1' cannot read 'n2', only its own Node object"),
+        "{}",
+        s.message
+    );
+    let s = status(
+        nodes
+            .patch("n2", &PatchParams::default(), &label)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message
+            .ends_with(": node \"n1\" is not allowed to modify node \"n2\""),
+        "{}",
+        s.message
+    );
+
+    let leases: Api<Lease> = Api::namespaced(node.clone(), "kube-node-lease");
+    let lease: Lease = serde_json::from_value(
+        json!({"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}}),
+    )
+    .expect("lease");
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create lease");
+    assert!(leases.get("n1").await.is_ok());
+    let s = status(leases.get("n2").await.unwrap_err());
+    assert!(
+        s.message
+            .ends_with(": can only access node lease with the same name as the requesting node"),
+        "{}",
+        s.message
+    );
+    let elsewhere: Api<Lease> = Api::namespaced(node, "default");
+    let s = status(elsewhere.get("n1").await.unwrap_err());
+    assert!(
+        s.message
+            .ends_with(": can only access leases in the \"kube-node-lease\" system namespace"),
+        "{}",
+        s.message
+    );
+}
+
+#[tokio::test]
+async fn a_node_records_events_in_both_event_apis() {
+    let (_server, node) = setup().await;
+    let core: Api<Event> = Api::namespaced(node.clone(), "ns");
+    let ev: Event = serde_json::from_value(json!({
+        "metadata": {"name": "p1.1"},
+        "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "p1"},
+        "reason": "FailedMount", "message": "m", "type": "Warning",
+    }))
+    .expect("event");
+    core.create(&PostParams::default(), &ev)
+        .await
+        .expect("core event");
+    let patch = Patch::Merge(json!({"count": 2}));
+    assert!(
+        core.patch("p1.1", &PatchParams::default(), &patch)
+            .await
+            .is_ok()
+    );
+    let new: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(node.clone(), "ns");
+    let ev2: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "p1.2"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "nodelet", "reportingInstance": "n1",
+        "action": "Mount", "reason": "FailedMount", "type": "Warning",
+        "regarding": {"kind": "Pod", "namespace": "ns", "name": "p1"},
+    }))
+    .expect("event");
+    new.create(&PostParams::default(), &ev2)
+        .await
+        .expect("events.k8s.io event");
+    // Reading events is not a kubelet's business.
+    assert_eq!(status(core.get("p1.1").await.unwrap_err()).code, 403);
+}
+
+#[tokio::test]
+async fn a_node_requests_tokens_only_for_service_accounts_its_pods_run_as() {
+    let (_server, node) = setup().await;
+    let sas: Api<ServiceAccount> = Api::namespaced(node, "ns");
+    let tr: TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": [], "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1"}},
+    }))
+    .expect("tr");
+    let got = sas
+        .create_token_request("runner", &PostParams::default(), &tr)
+        .await
+        .expect("token for runner");
+    assert!(
+        got.status
+            .and_then(|s| s.token)
+            .is_some_and(|t| !t.is_empty())
+    );
+    let s = status(
+        sas.create_token_request("default", &PostParams::default(), &tr)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message
+            .ends_with(": no relationship found between node 'n1' and this object"),
+        "{}",
+        s.message
+    );
+    let s = status(sas.get("runner").await.unwrap_err());
+    assert!(
+        s.message
+            .ends_with(": can only create tokens for individual service accounts"),
+        "{}",
+        s.message
+    );
+}
+
+#[tokio::test]
+async fn a_service_account_token_authenticates_until_its_pod_is_gone() {
+    let (server, _node) = setup().await;
+    let admin = client_for(&server, &User::admin()).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin, "ns");
+    let tr: TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": [], "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1"}},
+    }))
+    .expect("tr");
+    let token = sas
+        .create_token_request("runner", &PostParams::default(), &tr)
+        .await
+        .expect("token")
+        .status
+        .and_then(|s| s.token)
+        .expect("token");
+    let as_sa: Api<ConfigMap> = Api::namespaced(client_with_token(&server, Some(&token)), "ns");
+    let s = status(as_sa.get("a").await.unwrap_err());
+    assert_eq!(s.code, 403, "authenticated, then denied: {}", s.message);
+    assert!(
+        s.message
+            .contains("User \"system:serviceaccount:ns:runner\" cannot get"),
+        "{}",
+        s.message
+    );
+    server
+        .handle()
+        .delete_now("v1", "Pod", Some("ns"), "p1")
+        .expect("delete");
+    let s = status(as_sa.get("a").await.unwrap_err());
+    assert_eq!(s.code, 401);
+}

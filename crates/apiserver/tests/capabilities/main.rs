@@ -1,0 +1,64 @@
+//! The optional capabilities of nodelet-apiserver driven by the real kube client (and kubectl)
+//! over real HTTP(S) (STYLE 23). One harness; modules by topic.
+
+// Bearer tokens, 401s, and what the Node authorizer allows and denies a kubelet.
+mod auth;
+// The binary driven by kubectl (skipped with a note when kubectl is absent).
+mod kubectl;
+// Seeding from a manifest directory and following its edits.
+mod manifests;
+// HTTPS with the generated CA, through a written kubeconfig.
+mod tls;
+// TokenRequest: claims, validation, OIDC keys, service-account authentication.
+mod token;
+
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use nodelet_apiserver::{ApiServer, Config, User};
+
+/// Safety net for waiting on conditions; never an assertion about speed.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A started server.
+pub(crate) async fn start(config: Config) -> ApiServer {
+    ApiServer::start(config).await.expect("server starts")
+}
+
+/// A kube client for `user`, built from the server's kubeconfig (token, and CA under TLS).
+pub(crate) async fn client_for(server: &ApiServer, user: &User) -> kube::Client {
+    let kc = Kubeconfig::from_yaml(&server.kubeconfig_yaml(user)).expect("kubeconfig parses");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
+    kube::Client::try_from(cfg).expect("client")
+}
+
+/// A kube client with an arbitrary bearer token (or none).
+pub(crate) fn client_with_token(server: &ApiServer, token: Option<&str>) -> kube::Client {
+    let mut cfg = kube::Config::new(server.url().parse().expect("url"));
+    if let Some(t) = token {
+        cfg.auth_info = serde_json::from_value(serde_json::json!({ "token": t })).expect("auth");
+    }
+    kube::Client::try_from(cfg).expect("client")
+}
+
+/// The API status behind a kube error.
+pub(crate) fn status(err: kube::Error) -> kube::core::Status {
+    match err {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Waits until `cond` holds, checking after each `tick` future resolves (or every 20 ms).
+pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let wait = async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .unwrap_or_else(|_| panic!("gave up waiting for: {what}"));
+}

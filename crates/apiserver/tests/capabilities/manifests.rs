@@ -1,0 +1,194 @@
+//! Offline mode's manifest directory: seeding, live edits, malformed files, deletions.
+
+use std::path::Path;
+
+use nodelet_apiserver::{Config, ManifestSync, TestHandle};
+use serde_json::Value;
+
+use super::{eventually, start};
+
+fn write(dir: &Path, name: &str, text: &str) {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    // Write beside and rename, as editors and `kubectl`-style tools do: one event burst.
+    let tmp = dir.join(format!(".{}.tmp", name.replace('/', "_")));
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+}
+
+fn cm_value(h: &TestHandle, ns: &str, name: &str, key: &str) -> Option<String> {
+    h.get("v1", "ConfigMap", Some(ns), name)
+        .and_then(|c| c["data"][key].as_str().map(str::to_string))
+}
+
+const APP: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app, namespace: shop}
+data: {mode: one}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: db, namespace: shop}
+stringData: {password: hunter2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop}
+spec:
+  nodeName: dev-1
+  containers: [{name: c, image: busybox}]
+";
+
+#[tokio::test]
+async fn a_directory_seeds_every_object_and_creates_referenced_namespaces() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "app.yaml", APP);
+    write(
+        dir.path(),
+        "nested/node.yml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: dev-1}\n",
+    );
+    let sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    assert_eq!(sync.report().passes, 1);
+    assert!(sync.errors().is_empty(), "{:?}", sync.errors());
+    assert!(h.get("v1", "Namespace", None, "shop").is_some());
+    assert_eq!(cm_value(&h, "shop", "app", "mode").as_deref(), Some("one"));
+    assert!(h.get("v1", "Secret", Some("shop"), "db").is_some());
+    assert!(h.get("v1", "Pod", Some("shop"), "web").is_some());
+    assert!(h.get("v1", "Node", None, "dev-1").is_some());
+}
+
+#[tokio::test]
+async fn editing_a_file_updates_its_objects_in_place() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "app.yaml", APP);
+    let _sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    let uid = |h: &TestHandle| {
+        h.get("v1", "ConfigMap", Some("shop"), "app")
+            .map(|c| c["metadata"]["uid"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let before = uid(&h);
+    write(
+        dir.path(),
+        "app.yaml",
+        &APP.replace("mode: one", "mode: two"),
+    );
+    eventually("the edit reaches the store", || {
+        cm_value(&h, "shop", "app", "mode").as_deref() == Some("two")
+    })
+    .await;
+    assert_eq!(uid(&h), before, "replaced in place, not recreated");
+    // A new file adds objects.
+    write(
+        dir.path(),
+        "more.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\ndata: {k: v}\n",
+    );
+    eventually("the new file is loaded", || {
+        cm_value(&h, "default", "extra", "k").is_some()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_malformed_file_is_reported_with_its_path_and_keeps_the_loaded_objects() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "app.yaml", APP);
+    let sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    let mut reports = sync.subscribe();
+    write(
+        dir.path(),
+        "app.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [oops\n",
+    );
+    let report = tokio::time::timeout(
+        super::PATIENCE,
+        reports.wait_for(|r| !r.problems.is_empty()),
+    )
+    .await
+    .expect("a report in time")
+    .expect("sync alive")
+    .clone();
+    assert_eq!(report.problems.len(), 1);
+    assert_eq!(report.problems[0].path, dir.path().join("app.yaml"));
+    assert!(
+        report.problems[0].error.starts_with("document 1:"),
+        "{}",
+        report.problems[0]
+    );
+    assert_eq!(cm_value(&h, "shop", "app", "mode").as_deref(), Some("one"));
+    assert!(h.get("v1", "Pod", Some("shop"), "web").is_some());
+    // Fixing the file clears the problem.
+    write(dir.path(), "app.yaml", APP);
+    tokio::time::timeout(super::PATIENCE, reports.wait_for(|r| r.problems.is_empty()))
+        .await
+        .expect("a report in time")
+        .expect("sync alive");
+}
+
+#[tokio::test]
+async fn an_object_the_server_rejects_is_reported_with_the_api_message() {
+    let server = start(Config::default()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Not_Valid}\n",
+    );
+    let sync = ManifestSync::start(server.handle(), dir.path())
+        .await
+        .expect("start");
+    let problems = sync.errors();
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0]
+            .error
+            .contains("ConfigMap \"Not_Valid\" is invalid"),
+        "{}",
+        problems[0]
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_file_deletes_the_objects_it_alone_defined() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: both}\ndata: {k: v}\n";
+    write(
+        dir.path(),
+        "one.yaml",
+        &format!("{shared}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: only-one}}\n"),
+    );
+    write(dir.path(), "two.yaml", shared);
+    let _sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    assert!(
+        h.get("v1", "ConfigMap", Some("default"), "only-one")
+            .is_some()
+    );
+    std::fs::remove_file(dir.path().join("one.yaml")).expect("rm");
+    eventually("only-one is deleted", || {
+        h.get("v1", "ConfigMap", Some("default"), "only-one")
+            .is_none()
+    })
+    .await;
+    assert!(h.get("v1", "ConfigMap", Some("default"), "both").is_some());
+}
