@@ -99,13 +99,14 @@ fn random_token() -> String {
 }
 
 /// Non-resource endpoints served beyond the core set: OIDC discovery for service-account
-/// tokens. `None`: not one of ours.
+/// tokens and the OpenAPI v3 stubs kubectl needs. `None`: not one of ours.
 pub(crate) fn non_resource(shared: &Arc<Shared>, path: &str) -> Option<Result<Value, ApiError>> {
     match path.trim_end_matches('/') {
         "/.well-known/openid-configuration" => {
             Some(Ok(shared.extras.signer.openid_configuration()))
         }
         "/openid/v1/jwks" => Some(Ok(shared.extras.signer.jwks())),
+        p if p.starts_with("/openapi/v3") => Some(crate::openapi::v3(p)),
         _ => None,
     }
 }

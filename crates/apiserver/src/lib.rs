@@ -64,6 +64,7 @@ mod http;
 mod kubeconfig;
 mod manifests;
 mod node_authorizer;
+mod openapi;
 mod registry;
 mod resources;
 mod selectors;

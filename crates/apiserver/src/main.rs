@@ -1,0 +1,134 @@
+//! `nodelet-apiserver`: the in-memory API server as a process, for kubectl and other tools.
+//!
+//! ```text
+//! nodelet-apiserver --listen 127.0.0.1:0 --manifests ./examples --tls --kubeconfig-out ./kc
+//! serving https://127.0.0.1:41235
+//! ```
+//!
+//! Prints one line, `serving <url>`, on stdout once the server listens and the manifests are
+//! loaded; writes an admin kubeconfig (token, and CA under `--tls`); stops cleanly on SIGINT or
+//! SIGTERM. Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nodelet_apiserver::{ApiServer, Config, ManifestSync, User};
+
+/// An in-memory Kubernetes API server (core/v1 subset) seeded from YAML manifests.
+#[derive(Debug, Parser)]
+#[command(name = "nodelet-apiserver", version)]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Directory of YAML manifests to load and follow (edits, creations, deletions).
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+    /// Serve HTTPS with a CA generated at start.
+    #[arg(long)]
+    tls: bool,
+    /// Require bearer tokens and apply the Node authorizer.
+    #[arg(long)]
+    auth: bool,
+    /// Where to write an admin kubeconfig. Default: `nodelet-apiserver.kubeconfig` in the
+    /// system temporary directory.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig_out: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let usage = e.use_stderr();
+            let _ = e.print();
+            return if usage {
+                ExitCode::from(64)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut source = std::error::Error::source(&*e);
+            while let Some(s) = source {
+                eprintln!("  caused by: {s}");
+                source = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let mut config = Config::default().listen(cli.listen);
+    if cli.tls {
+        config = config.with_tls();
+    }
+    if cli.auth {
+        config = config.with_auth();
+    }
+    let server = ApiServer::start(config).await?;
+    let sync = match &cli.manifests {
+        Some(dir) => {
+            let sync = ManifestSync::start(server.handle(), dir).await?;
+            for p in sync.errors() {
+                tracing::warn!(path = %p.path.display(), error = %p.error, "manifest not loaded");
+            }
+            Some(sync)
+        }
+        None => None,
+    };
+    let kubeconfig = cli
+        .kubeconfig_out
+        .unwrap_or_else(|| std::env::temp_dir().join("nodelet-apiserver.kubeconfig"));
+    server.write_kubeconfig(&kubeconfig, &User::admin())?;
+    eprintln!("kubeconfig written to {}", kubeconfig.display());
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "serving {}", server.url())?;
+    out.flush()?;
+    drop(out);
+    wait_for_signal().await?;
+    tracing::info!("signal received, shutting down");
+    drop(sync);
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}
