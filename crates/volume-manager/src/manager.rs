@@ -304,6 +304,13 @@ impl VolumeManager {
         self.inner.lock().asw.mounted_for_pod(pod_uid)
     }
 
+    /// A counter bumped whenever the desired pods, the actual state or a pod's errors change
+    /// (after the change is visible on disk). For long-polling status endpoints and tests that
+    /// wait for a condition instead of sleeping.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.changed.subscribe()
+    }
+
     /// Whether memory-medium volumes are on tmpfs (else node disk).
     pub fn uses_tmpfs(&self) -> bool {
         self.inner.host.uses_tmpfs()

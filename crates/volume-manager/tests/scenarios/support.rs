@@ -1,0 +1,328 @@
+//! The test bed: a `nodelet-apiserver` on loopback, real kube clients, the object managers and
+//! a running volume manager writing under a temporary root directory.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use nodelet_apiserver::{ApiServer, TestHandle};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
+use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
+use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Safety net only: no test asserts on time; a condition not reached by then is a failure.
+pub(crate) const SAFETY_NET: Duration = Duration::from_secs(60);
+
+/// Options of [`Env::start_with`].
+pub(crate) struct Options {
+    pub(crate) strategy: Strategy,
+    pub(crate) root: Option<tempfile::TempDir>,
+    pub(crate) tokens: Option<Arc<dyn TokenSource>>,
+    pub(crate) configure: fn(&mut Config),
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::Watch,
+            root: None,
+            tokens: None,
+            configure: |_| {},
+        }
+    }
+}
+
+pub(crate) struct Env {
+    pub(crate) server: ApiServer,
+    pub(crate) api: TestHandle,
+    pub(crate) root: tempfile::TempDir,
+    pub(crate) vm: VolumeManager,
+    pub(crate) events: RecordingSink,
+    pub(crate) configmaps: ConfigMapManager,
+    pub(crate) secrets: SecretManager,
+    shutdown: CancellationToken,
+    run: Option<JoinHandle<()>>,
+    strategy: Strategy,
+    configure: fn(&mut Config),
+    tokens: Arc<dyn TokenSource>,
+}
+
+/// The parts an agent (re)start builds.
+struct Parts {
+    vm: VolumeManager,
+    events: RecordingSink,
+    configmaps: ConfigMapManager,
+    secrets: SecretManager,
+    shutdown: CancellationToken,
+    run: JoinHandle<()>,
+}
+
+impl Parts {
+    fn build(
+        server: &ApiServer,
+        root: &Path,
+        strategy: Strategy,
+        configure: fn(&mut Config),
+        tokens: Arc<dyn TokenSource>,
+    ) -> Parts {
+        let client = server.client();
+        let mut mc = ManagerConfig::default();
+        mc.strategy = strategy;
+        let configmaps = ConfigMapManager::new(client.clone(), mc.clone()).unwrap();
+        let secrets = SecretManager::new(client, mc).unwrap();
+        let mut config = Config::new(root);
+        config.memory_medium = MemoryMedium::Disk;
+        config.fsync = false;
+        configure(&mut config);
+        let events = RecordingSink::new();
+        let vm = VolumeManager::new(
+            config,
+            configmaps.clone(),
+            secrets.clone(),
+            tokens,
+            Arc::new(events.clone()),
+        )
+        .unwrap();
+        let shutdown = CancellationToken::new();
+        let run = {
+            let vm = vm.clone();
+            let token = shutdown.clone();
+            tokio::spawn(async move { vm.run(token).await })
+        };
+        Parts {
+            vm,
+            events,
+            configmaps,
+            secrets,
+            shutdown,
+            run,
+        }
+    }
+}
+
+impl Env {
+    pub(crate) async fn start() -> Env {
+        Self::start_with(Options::default()).await
+    }
+
+    pub(crate) async fn start_with(options: Options) -> Env {
+        let server = ApiServer::start(nodelet_apiserver::Config::default())
+            .await
+            .unwrap();
+        let root = match options.root {
+            Some(r) => r,
+            None => tempfile::tempdir().unwrap(),
+        };
+        let tokens = options
+            .tokens
+            .unwrap_or_else(|| Arc::new(KubeTokenSource::new(server.client())));
+        let parts = Parts::build(
+            &server,
+            root.path(),
+            options.strategy,
+            options.configure,
+            tokens.clone(),
+        );
+        Env {
+            api: server.handle(),
+            server,
+            root,
+            vm: parts.vm,
+            events: parts.events,
+            configmaps: parts.configmaps,
+            secrets: parts.secrets,
+            shutdown: parts.shutdown,
+            run: Some(parts.run),
+            strategy: options.strategy,
+            configure: options.configure,
+            tokens,
+        }
+    }
+
+    /// An agent restart: the volume manager and the object managers stop and new ones start
+    /// on the same root directory and API server.
+    pub(crate) async fn restart(&mut self) {
+        self.stop_manager().await;
+        let parts = Parts::build(
+            &self.server,
+            self.root.path(),
+            self.strategy,
+            self.configure,
+            self.tokens.clone(),
+        );
+        self.vm = parts.vm;
+        self.events = parts.events;
+        self.configmaps = parts.configmaps;
+        self.secrets = parts.secrets;
+        self.shutdown = parts.shutdown;
+        self.run = Some(parts.run);
+    }
+
+    async fn stop_manager(&mut self) {
+        self.shutdown.cancel();
+        if let Some(run) = self.run.take() {
+            run.await.unwrap();
+        }
+        self.configmaps.shutdown().await;
+        self.secrets.shutdown().await;
+    }
+
+    pub(crate) fn create(&self, obj: Value) -> Value {
+        self.api.create(obj).unwrap()
+    }
+
+    pub(crate) fn update(&self, obj: Value) -> Value {
+        self.api.update(obj).unwrap()
+    }
+
+    pub(crate) fn delete(&self, kind: &str, name: &str) {
+        self.api.delete("v1", kind, Some("default"), name).unwrap();
+    }
+
+    /// Creates the pod in the API server (defaulting applies: defaultMode 0644, uid) and
+    /// returns it.
+    pub(crate) fn create_pod(&self, name: &str, volumes: Value) -> Arc<Pod> {
+        let mounts: Vec<Value> = volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| json!({"name": v["name"], "mountPath": format!("/mnt/{}", v["name"].as_str().unwrap())}))
+            .collect();
+        self.create_pod_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "volumeMounts": mounts}],
+                     "volumes": volumes}
+        }))
+    }
+
+    pub(crate) fn create_pod_json(&self, pod: Value) -> Arc<Pod> {
+        let stored = self.create(pod);
+        Arc::new(serde_json::from_value(stored).unwrap())
+    }
+
+    /// What the pod worker does first (PW-4): register with the managers, then the volumes.
+    pub(crate) fn add_pod(&self, pod: &Arc<Pod>) {
+        self.secrets.register_pod(pod);
+        self.configmaps.register_pod(pod);
+        self.vm.add_pod(pod.clone());
+    }
+
+    pub(crate) async fn add_and_mount(&self, pod: &Arc<Pod>) {
+        self.add_pod(pod);
+        within(self.vm.wait_for_attach_and_mount(pod))
+            .await
+            .unwrap();
+    }
+
+    /// SyncTerminatedPod (PW-6): volumes gone, then unregister.
+    pub(crate) async fn remove_pod(&self, pod: &Arc<Pod>) {
+        self.vm.remove_pod(pod.metadata.uid.as_deref().unwrap());
+        within(self.vm.wait_for_unmount(pod)).await.unwrap();
+        self.secrets.unregister_pod(pod);
+        self.configmaps.unregister_pod(pod);
+    }
+
+    pub(crate) fn dir(&self, pod: &Pod, plugin: &str, volume: &str) -> PathBuf {
+        volume_dir(self.root.path(), pod, plugin, volume)
+    }
+
+    /// Waits (woken by the manager's change counter) until `cond` holds.
+    pub(crate) async fn until(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let mut rx = self.vm.subscribe();
+        let wait = async {
+            loop {
+                rx.borrow_and_update();
+                if cond() {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(SAFETY_NET, wait).await.is_err() {
+            panic!("condition never reached: {what}");
+        }
+        assert!(cond(), "manager stopped before: {what}");
+    }
+
+    pub(crate) async fn event(&self, pred: impl Fn(&RecordedEvent) -> bool) -> RecordedEvent {
+        within(self.events.wait_for(pred)).await
+    }
+}
+
+pub(crate) fn volume_dir(root: &Path, pod: &Pod, plugin: &str, volume: &str) -> PathBuf {
+    root.join("pods")
+        .join(pod.metadata.uid.as_deref().unwrap())
+        .join("volumes")
+        .join(plugin.replace('/', "~"))
+        .join(volume)
+}
+
+/// Awaits `f` with the safety net.
+pub(crate) async fn within<F: Future>(f: F) -> F::Output {
+    match tokio::time::timeout(SAFETY_NET, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("operation did not finish within the safety net"),
+    }
+}
+
+/// The visible files of a volume (path → text), `..` entries hidden.
+pub(crate) fn files(dir: &Path) -> BTreeMap<String, String> {
+    nodelet_atomic_writer::read_visible(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, (data, _))| (k, String::from_utf8_lossy(&data).into_owned()))
+        .collect()
+}
+
+/// The visible files with their modes.
+pub(crate) fn modes(dir: &Path) -> BTreeMap<String, u32> {
+    nodelet_atomic_writer::read_visible(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, (_, mode))| (k, mode))
+        .collect()
+}
+
+pub(crate) fn text(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+pub(crate) fn config_map(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": "default"}, "data": data})
+}
+
+pub(crate) fn secret(name: &str, data: &[(&str, &str)]) -> Value {
+    use base64::Engine as _;
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| {
+            let b = base64::engine::general_purpose::STANDARD.encode(v.as_bytes());
+            ((*k).to_owned(), Value::String(b))
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": "default"}, "data": data})
+}
+
+/// The E2E fixture: `data-1..3 = value-1..3`.
+pub(crate) fn fixture_data() -> Value {
+    json!({"data-1": "value-1", "data-2": "value-2", "data-3": "value-3"})
+}
+
+pub(crate) const CM: &str = "kubernetes.io/configmap";
+pub(crate) const SECRET: &str = "kubernetes.io/secret";
+pub(crate) const PROJECTED: &str = "kubernetes.io/projected";
+pub(crate) const DOWNWARD: &str = "kubernetes.io/downward-api";
