@@ -4,7 +4,8 @@
 //! 1. LIST `fieldSelector=metadata.name=<name>`; on error back off and list again.
 //! 2. Replace the cell's content with the listed object (or its absence); mark it synced.
 //! 3. WATCH from the last seen resourceVersion; apply each event to the cell.
-//! 4. `410 Gone` (as the answer or as an error event) → back to (1): relist.
+//! 4. `410 Gone` (as the answer or as an error event) → back to (1): relist — at once, unless
+//!    nothing healthy happened since the last list (then after a back-off step).
 //! 5. Other errors, or a watch that ended within a second without any event → back off, then
 //!    watch again from the last resourceVersion (no relist: nothing is missed).
 //! 6. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
@@ -129,13 +130,20 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     async fn list_and_watch(&self) -> Stop {
         let (namespace, name) = (&self.key.namespace, &self.key.name);
         let mut backoff = Backoff::new(self.backoff);
+        // A 410 right after a list with no healthy watch in between backs off before the next
+        // relist, so a server that keeps answering 410 cannot drive a list/watch hot loop.
+        let mut delay_relist = false;
         'relist: loop {
+            if delay_relist {
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
             // (1)
             let listed = match self.source.list(namespace, name).await {
                 Ok(listed) => listed,
                 Err(error) => {
                     tracing::debug!(%error, "list failed");
                     tokio::time::sleep(backoff.next_delay()).await;
+                    delay_relist = false;
                     continue 'relist;
                 }
             };
@@ -150,8 +158,9 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             }) {
                 return Stop::Superseded;
             }
-            backoff.reset();
             let mut resource_version = listed.resource_version;
+            // An event arrived, or a watch stayed up for a while, since the list.
+            let mut progressed = false;
 
             loop {
                 // (3)
@@ -160,6 +169,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                     Ok(stream) => stream,
                     Err(error) if error.is_gone() => {
                         tracing::debug!("watch expired, relisting"); // (4)
+                        delay_relist = !progressed;
                         continue 'relist;
                     }
                     Err(error) => {
@@ -193,6 +203,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         }
                         Err(error) if error.is_gone() => {
                             tracing::debug!("watch expired, relisting"); // (4)
+                            delay_relist = !(progressed || saw_event);
                             continue 'relist;
                         }
                         Err(error) => {
@@ -205,10 +216,17 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         return Stop::Superseded;
                     }
                     saw_event = true;
+                    progressed = true;
                     backoff.reset();
                 }
-                if failed || (!saw_event && started.elapsed() < SHORT_WATCH) {
+                let healthy = started.elapsed() >= SHORT_WATCH;
+                if healthy {
+                    progressed = true;
+                }
+                if failed || !(saw_event || healthy) {
                     tokio::time::sleep(backoff.next_delay()).await; // (5)
+                } else {
+                    backoff.reset();
                 }
             }
         }

@@ -698,6 +698,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_server_that_keeps_answering_410_is_relisted_with_back_off_not_in_a_hot_loop() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v1", false));
+        let m = watch(&fake);
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        assert!(read(&m, "s1").await.is_ok());
+        // Every watch from now on is refused with 410; lists keep working.
+        fake.fail_next_of(
+            Verb::Watch,
+            1000,
+            SourceError::status(410, "Expired", "too old"),
+        );
+        fake.close_watches();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let requests = fake.total(Verb::List) + fake.total(Verb::Watch);
+        assert!(requests < 40, "{requests} requests in a minute");
+        assert_eq!(
+            read(&m, "s1").await.ok().as_deref(),
+            Some("v1"),
+            "the cache still serves"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_failing_first_list_is_retried_with_back_off() {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v1", false));

@@ -44,7 +44,8 @@ struct State<K> {
     compacted: u64,
     counts: HashMap<(Verb, String, String), usize>,
     watch_cache_gets: usize,
-    failures: VecDeque<SourceError>,
+    /// Queued failures; `None` matches any verb.
+    failures: VecDeque<(Option<Verb>, SourceError)>,
     watchers: Vec<(Key, EventSender<K>)>,
 }
 
@@ -125,7 +126,15 @@ impl<K> FakeSource<K> {
     pub fn fail_next(&self, n: usize, err: SourceError) {
         let mut s = self.lock();
         for _ in 0..n {
-            s.failures.push_back(err.clone());
+            s.failures.push_back((None, err.clone()));
+        }
+    }
+
+    /// The next `n` requests of `verb` fail with `err` (queued behind earlier failures).
+    pub fn fail_next_of(&self, verb: Verb, n: usize, err: SourceError) {
+        let mut s = self.lock();
+        for _ in 0..n {
+            s.failures.push_back((Some(verb), err.clone()));
         }
     }
 
@@ -162,9 +171,12 @@ impl<K> FakeSource<K> {
         *s.counts
             .entry((verb, namespace.to_owned(), name.to_owned()))
             .or_insert(0) += 1;
-        match s.failures.pop_front() {
-            Some(err) => Err(err),
-            None => Ok(()),
+        match s.failures.front() {
+            Some((v, _)) if v.is_none_or(|v| v == verb) => match s.failures.pop_front() {
+                Some((_, err)) => Err(err),
+                None => Ok(()),
+            },
+            _ => Ok(()),
         }
     }
 }
