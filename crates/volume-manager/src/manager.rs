@@ -1,7 +1,7 @@
 //! [`VolumeManager`]: the public face: desired pods in, mounted volumes out, waits and a
 //! snapshot.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -53,6 +53,8 @@ pub(crate) struct Inner {
     pub(crate) tasks: TaskTracker,
     /// The agent has fed its initial pods: reconstructed volumes of other pods may go.
     pub(crate) sources_ready: AtomicBool,
+    /// Reconciler passes so far (tests check that an idle manager does no work).
+    pub(crate) passes: AtomicU64,
     pub(crate) configmaps: ConfigMapManager,
     pub(crate) secrets: SecretManager,
 }
@@ -127,6 +129,7 @@ impl VolumeManager {
             changed: watch::channel(0).0,
             tasks: TaskTracker::new(),
             sources_ready: AtomicBool::new(false),
+            passes: AtomicU64::new(0),
             configmaps,
             secrets,
         };
@@ -331,5 +334,128 @@ impl Inner {
     pub(crate) fn bump(&self) {
         self.wake.notify_one();
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The manager on fakes and paused time: backoff (VM-9), idleness, live updates.
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use nodelet_object_manager::source::FakeSource;
+    use nodelet_object_manager::{ManagerConfig, Strategy};
+    use serde_json::json;
+
+    use super::*;
+    use crate::events::RecordingSink;
+    use crate::token::FakeTokenSource;
+
+    struct Bed {
+        vm: VolumeManager,
+        events: RecordingSink,
+        configmaps: Arc<FakeSource<ConfigMap>>,
+        _root: tempfile::TempDir,
+        shutdown: CancellationToken,
+    }
+
+    fn bed(strategy: Strategy, resync: Option<Duration>) -> Bed {
+        let root = tempfile::tempdir().unwrap();
+        let cm_source = Arc::new(FakeSource::<ConfigMap>::new());
+        let mut mc = ManagerConfig::default();
+        mc.strategy = strategy;
+        let cms = ConfigMapManager::with_sources(cm_source.clone(), None, mc.clone()).unwrap();
+        let secrets =
+            SecretManager::with_sources(Arc::new(FakeSource::<Secret>::new()), None, mc).unwrap();
+        let mut config = Config::new(root.path());
+        config.memory_medium = MemoryMedium::Disk;
+        config.fsync = false;
+        config.resync_interval = resync;
+        let events = RecordingSink::new();
+        let vm = VolumeManager::new(
+            config,
+            cms,
+            secrets,
+            Arc::new(FakeTokenSource::new()),
+            Arc::new(events.clone()),
+        )
+        .unwrap();
+        let shutdown = CancellationToken::new();
+        let runner = vm.clone();
+        let token = shutdown.clone();
+        tokio::spawn(async move { runner.run(token).await });
+        Bed {
+            vm,
+            events,
+            configmaps: cm_source,
+            _root: root,
+            shutdown,
+        }
+    }
+
+    fn pod(cm: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                "spec": {"containers": [{"name": "c",
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+                    "volumes": [{"name": "cfg", "configMap": {"name": cm, "defaultMode": 420}}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn cm(name: &str, value: &str) -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": value}})).unwrap()
+    }
+
+    // VM-9: a failing mount is retried after 500 ms, 1 s, 2 s, ... (each failure is a
+    // FailedMount event).
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_mount_is_retried_with_exponential_backoff() {
+        let bed = bed(Strategy::Get, None);
+        bed.vm.add_pod(pod("missing"));
+        bed.events.wait_for(|_| true).await;
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        for n in 2..=5 {
+            bed.events
+                .wait_for(|_| bed.events.events().len() >= n)
+                .await;
+            seen.push((Instant::now() - start).as_millis());
+        }
+        assert_eq!(seen, [500, 1500, 3500, 7500]);
+        bed.shutdown.cancel();
+    }
+
+    // The reconciler sleeps when nothing changes: no pass without an event (resync off).
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_manager_does_not_reconcile_until_something_changes() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        let p = pod("cm");
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let passes = bed.vm.inner.passes.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(bed.vm.inner.passes.load(Ordering::SeqCst), passes);
+        bed.shutdown.cancel();
+    }
+
+    // The periodic resync is the safety net: with the Get strategy (no notifications) a
+    // change still arrives on the next resync.
+    #[tokio::test(start_paused = true)]
+    async fn the_periodic_resync_picks_up_changes_nobody_notified() {
+        let bed = bed(Strategy::Get, Some(Duration::from_secs(60)));
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        let p = pod("cm");
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        let dir = bed.vm.host().volume_dir("u1", "kubernetes.io/configmap", "cfg");
+        bed.configmaps.apply("ns", cm("cm", "v2"));
+        let mut rx = bed.vm.subscribe();
+        while std::fs::read(dir.join("k")).unwrap() != b"v2" {
+            rx.changed().await.unwrap();
+        }
+        bed.shutdown.cancel();
     }
 }

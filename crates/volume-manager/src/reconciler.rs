@@ -66,6 +66,7 @@ impl Inner {
     /// is due without any event (a backoff expiry or a token refresh).
     pub(crate) fn reconcile(self: &Arc<Self>) -> Option<Instant> {
         let now = Instant::now();
+        self.passes.fetch_add(1, Ordering::Relaxed);
         let sources_ready = self.sources_ready.load(Ordering::SeqCst);
         let mut next: Option<Instant> = None;
         let mut soonest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));

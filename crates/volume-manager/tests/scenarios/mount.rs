@@ -409,3 +409,36 @@ async fn the_snapshot_shows_mounted_volumes_with_resource_versions() {
         stored["metadata"]["resourceVersion"].as_str()
     );
 }
+
+fn auto_medium(config: &mut nodelet_volume_manager::Config) {
+    config.memory_medium = nodelet_volume_manager::MemoryMedium::Auto;
+}
+
+// PL-5, PL-14: with `Auto`, secret volumes are a tmpfs when the agent may mount (root with
+// CAP_SYS_ADMIN) and node disk otherwise; either way teardown leaves nothing behind. The
+// probe decides at run time, so this test holds privileged and unprivileged.
+#[tokio::test]
+async fn secret_volumes_use_tmpfs_exactly_when_the_agent_may_mount() {
+    let env = Env::start_with(Options {
+        configure: auto_medium,
+        ..Options::default()
+    })
+    .await;
+    env.create(secret("s", &[("k", "v")]));
+    env.create(config_map("cm", fixture_data()));
+    let pod = env.create_pod(
+        "p",
+        json!([{"name": "sec", "secret": {"secretName": "s"}},
+               {"name": "cfg", "configMap": {"name": "cm"}}]),
+    );
+    env.add_and_mount(&pod).await;
+    let sec = env.dir(&pod, SECRET, "sec");
+    let cfg = env.dir(&pod, CM, "cfg");
+    let dev = |p: &std::path::Path| fs::metadata(p).unwrap().dev();
+    let parent_dev = dev(sec.parent().unwrap());
+    assert_eq!(dev(&sec) != parent_dev, env.vm.uses_tmpfs());
+    assert_eq!(dev(&cfg), dev(cfg.parent().unwrap()), "configMap is on disk");
+    assert_eq!(files(&sec), text(&[("k", "v")]));
+    env.remove_pod(&pod).await;
+    assert!(!sec.exists() && !cfg.exists());
+}
