@@ -16,7 +16,7 @@
 //! * [`referenced_secret_names`] / [`referenced_config_map_names`]: which objects a pod
 //!   references (OM-3 / OM-4); the managers register exactly these.
 //! * [`source::ObjectSource`]: the seam to the API server. [`source::KubeSource`] is the real
-//!   one; [`source::FakeSource`] (feature `test-util`) is an in-memory one for unit tests.
+//!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
 //!

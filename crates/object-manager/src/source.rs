@@ -1,7 +1,7 @@
 //! The seam between the managers and the API server: [`ObjectSource`] and what it returns.
 //!
 //! Two implementations: [`KubeSource`] (a real `kube::Client`) and, with the `test-util`
-//! feature, [`FakeSource`] (in memory, with request counters and fault injection). The
+//! feature, `FakeSource` (in memory, with request counters and fault injection). The
 //! managers' TTL, registration, reference-count and idle logic is written against this trait
 //! only, so it is unit-testable on paused tokio time.
 
