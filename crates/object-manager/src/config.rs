@@ -63,7 +63,8 @@ pub struct ManagerConfig {
     pub node_name: Option<String>,
     /// Cache: TTL when the node has no (valid) annotation (default 60 s, OM-12).
     pub default_ttl: Duration,
-    /// Watch: how long `get` waits for a reflector's first list (default 1 s, OM-18).
+    /// Watch: how long `get` waits for a reflector's first list (default 1 s, OM-18). Cache:
+    /// how long the first `get` waits for the node's first list (its TTL annotation).
     pub sync_timeout: Duration,
     /// Watch: how often idle reflectors are looked for (default 60 s, OM-19).
     pub idle_check_interval: Duration,

@@ -175,7 +175,13 @@ impl<K: ManagedObject> Manager<K> {
             Strategy::Get => Backend::Get,
             Strategy::Cache => {
                 let ttl = match (nodes, &config.node_name) {
-                    (Some(nodes), Some(node)) => Some(NodeTtl::start(nodes, node, backoff, &tasks)),
+                    (Some(nodes), Some(node)) => Some(NodeTtl::start(
+                        nodes,
+                        node,
+                        backoff,
+                        config.sync_timeout,
+                        &tasks,
+                    )),
                     _ => None,
                 };
                 Backend::Cache(TtlStore::new(

@@ -11,6 +11,7 @@
 //! 6. return the cached object or error.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -137,6 +138,9 @@ impl<K: ManagedObject> TtlStore<K> {
             });
         };
         let _fetching = item.fetch.lock().await; // (2)
+        if let Some(ttl) = &self.ttl {
+            ttl.first_sync().await;
+        }
         // (3)
         let (has_object, fresh) = {
             let entry = lock_entry(&item);
@@ -231,6 +235,10 @@ pub(crate) fn parse_ttl(value: &str) -> Option<Duration> {
 /// The TTL announced by the agent's own Node, kept current by a reflector on that one Node.
 pub(crate) struct NodeTtl {
     cell: Arc<Cell<Node>>,
+    /// How long the first `get` waits for the node's first list.
+    first_wait: Duration,
+    /// The first wait is over (synced or timed out): never wait again.
+    waited: AtomicBool,
 }
 
 impl NodeTtl {
@@ -239,6 +247,7 @@ impl NodeTtl {
         source: Arc<dyn ObjectSource<Node>>,
         node_name: &str,
         backoff: BackoffConfig,
+        first_wait: Duration,
         tasks: &Tasks,
     ) -> Self {
         let cell = Cell::new();
@@ -252,7 +261,23 @@ impl NodeTtl {
             notify: None,
         };
         tasks.spawn(reflector.run(tasks.root.child_token()));
-        NodeTtl { cell }
+        NodeTtl {
+            cell,
+            first_wait,
+            waited: AtomicBool::new(false),
+        }
+    }
+
+    /// Before the first TTL is read, wait (at most `first_wait`, once per manager) for the
+    /// node's first list, so the annotation governs from the first `get` on — as the kubelet's
+    /// node lister is synced before pods start. Never fails: no node means the default TTL.
+    async fn first_sync(&self) {
+        if self.waited.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = self.cell.state.subscribe();
+        let _ = tokio::time::timeout(self.first_wait, state.wait_for(|s| s.listed_once)).await;
+        self.waited.store(true, Ordering::Release);
     }
 
     /// The annotation's TTL, or `None` (node unknown yet, no annotation, unparsable value).
@@ -364,6 +389,30 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(m.get("ns", "s1").await.is_ok());
         assert_eq!(gets(), 3, "stale at +60s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om12_the_first_get_waits_once_for_the_node_and_a_missing_node_means_the_default() {
+        let (fake, nodes) = (FakeSource::new(), FakeSource::<Node>::new());
+        fake.apply("ns", secret("s1", "v", false));
+        nodes.hold_lists(true);
+        let m = manager(Strategy::Cache, &fake, Some(&nodes));
+        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        let start = Instant::now();
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(1),
+            "bounded by sync_timeout"
+        );
+        let start = Instant::now();
+        assert!(m.get("ns", "s1").await.is_ok());
+        assert_eq!(start.elapsed(), Duration::ZERO, "never waits again");
+        assert_eq!(
+            fake.count(Verb::Get, "ns", "s1"),
+            1,
+            "the default 1 minute TTL"
+        );
     }
 
     #[tokio::test(start_paused = true)]

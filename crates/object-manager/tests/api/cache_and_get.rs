@@ -71,3 +71,44 @@ async fn om6_get_reads_live_without_registration() {
     assert!(matches!(err, Some(Error::Api { code: 500, .. })), "{err:?}");
     assert_eq!(handle.count("get", "configmaps", Some("default"), None), 4);
 }
+
+/// Node `n1` annotated with `ttl` and a Cache manager reading it.
+async fn cache_with_node_ttl(ttl: &str) -> (ApiServer, TestHandle, ConfigMapManager) {
+    let (server, handle) = server().await;
+    create(
+        &handle,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": "n1", "annotations": {"node.alpha.kubernetes.io/ttl": ttl}}}),
+    );
+    create(&handle, config_map("cm", "v1", false));
+    let m = manager(&server, config(Strategy::Cache).with_node_name("n1"));
+    m.register_pod(&pod("p", &["cm"]));
+    (server, handle, m)
+}
+
+#[tokio::test]
+async fn om12_a_node_ttl_of_zero_makes_every_get_a_get() {
+    let (_server, handle, m) = cache_with_node_ttl("0").await;
+    for _ in 0..4 {
+        assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
+    }
+    assert_eq!(
+        handle.count("get", "configmaps", Some("default"), Some("cm")),
+        4
+    );
+    assert_eq!(handle.count("list", "nodes", None, Some("n1")), 1);
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn om12_an_unparsable_node_ttl_falls_back_to_the_one_minute_default() {
+    let (_server, handle, m) = cache_with_node_ttl("60s").await;
+    for _ in 0..4 {
+        assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
+    }
+    assert_eq!(
+        handle.count("get", "configmaps", Some("default"), Some("cm")),
+        1
+    );
+    m.shutdown().await;
+}
