@@ -69,6 +69,11 @@
 //! * **Watch time-out 290 s** instead of ≥ 30 min (kube's client stops reading a response
 //!   after 295 s); the reflector re-watches from its last resourceVersion, so this costs one
 //!   request per 5 minutes per object and never a relist.
+//! * **Cache: the node TTL is read from a watch on the agent's own Node**, and the first `get`
+//!   waits once (at most `sync_timeout`) for that Node's first list — the kubelet's node lister
+//!   is likewise synced before pods start.
+//! * **410 loops are damped**: a 410 right after a relist, with no healthy watch in between,
+//!   relists after a back-off step instead of at once.
 //! * **After shutdown** a Watch `get` fails at once with [`Error::ShutDown`] instead of waiting
 //!   1 s for a sync that cannot happen.
 //! * **Typed wrappers**: the kubelet's `unexpected object type` cannot happen (`Manager<K>` is
