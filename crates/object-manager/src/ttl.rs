@@ -142,59 +142,51 @@ impl<K: ManagedObject> TtlStore<K> {
             ttl.first_sync().await;
         }
         // (3)
-        let (has_object, fresh) = {
+        let has_object = {
             let entry = lock_entry(&item);
             let fresh = entry.error.is_none()
                 && entry
                     .last_update
                     .is_some_and(|t| Instant::now() < t + self.ttl());
-            (entry.object.is_some() && entry.error.is_none(), fresh)
+            if fresh {
+                return result(&entry, key); // (6), read under the same lock as the check
+            }
+            entry.object.is_some() && entry.error.is_none()
         };
-        if !fresh {
-            // (4)
-            let read = if has_object {
-                ReadFrom::WatchCache
-            } else {
-                ReadFrom::Quorum
-            };
-            let fetched = self.source.get(&key.namespace, &key.name, read).await;
-            // (5)
-            let mut entry = lock_entry(&item);
-            match fetched {
-                Ok(object) => {
-                    if !is_older(&object, entry.object.as_deref()) {
-                        let rv = object.meta().resource_version.clone();
-                        entry.object = Some(Arc::new(object));
-                        entry.error = None;
-                        entry.last_update = Some(Instant::now());
-                        self.saw(key, &mut entry, rv);
-                    }
-                }
-                Err(err) => {
-                    let err = Error::from_source(err, K::PLURAL, &key.namespace, &key.name);
-                    if err.is_not_found() {
-                        entry.object = None;
-                        entry.error = Some(err);
-                        entry.last_update = Some(Instant::now());
-                        self.saw(key, &mut entry, None);
-                    } else if entry.object.is_none() && entry.error.is_none() {
-                        return Err(err);
-                    }
-                    // else: serve the stale entry.
+        // (4)
+        let read = if has_object {
+            ReadFrom::WatchCache
+        } else {
+            ReadFrom::Quorum
+        };
+        let fetched = self.source.get(&key.namespace, &key.name, read).await;
+        // (5)
+        let mut entry = lock_entry(&item);
+        match fetched {
+            Ok(object) => {
+                if !is_older(&object, entry.object.as_deref()) {
+                    let rv = object.meta().resource_version.clone();
+                    entry.object = Some(Arc::new(object));
+                    entry.error = None;
+                    entry.last_update = Some(Instant::now());
+                    self.saw(key, &mut entry, rv);
                 }
             }
+            Err(err) => {
+                let err = Error::from_source(err, K::PLURAL, &key.namespace, &key.name);
+                if err.is_not_found() {
+                    entry.object = None;
+                    entry.error = Some(err);
+                    entry.last_update = Some(Instant::now());
+                    self.saw(key, &mut entry, None);
+                } else if entry.object.is_none() && entry.error.is_none() {
+                    return Err(err);
+                }
+                // else: serve the stale entry.
+            }
         }
-        // (6)
-        let entry = lock_entry(&item);
-        match (&entry.error, &entry.object) {
-            (Some(err), _) => Err(err.clone()),
-            (None, Some(object)) => Ok(object.clone()),
-            (None, None) => Err(Error::NotFound {
-                resource: K::PLURAL,
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            }),
-        }
+        // (6), under the lock that wrote the entry: a concurrent invalidation cannot empty it.
+        result(&entry, key)
     }
 
     /// Record the content version just cached; announce it if it differs from the last one.
@@ -206,6 +198,20 @@ impl<K: ManagedObject> TtlStore<K> {
             tracing::debug!(object.ref = %key, "object changed");
             let _ = self.notify.send(key.clone());
         }
+    }
+}
+
+/// What `get` returns for a cached entry (OM-11 step 6).
+fn result<K: ManagedObject>(entry: &Entry<K>, key: &ObjectKey) -> Result<Arc<K>, Error> {
+    match (&entry.error, &entry.object) {
+        (Some(err), _) => Err(err.clone()),
+        (None, Some(object)) => Ok(object.clone()),
+        // Only reachable for an entry invalidated and never refilled; not produced by `get`.
+        (None, None) => Err(Error::NotFound {
+            resource: K::PLURAL,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        }),
     }
 }
 
@@ -467,6 +473,24 @@ mod tests {
             m.get("ns", "s1").await,
             Err(Error::NotRegistered { .. })
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_get_in_flight_while_another_pod_registers_still_returns_the_object() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        let m = manager(Strategy::Cache, &fake, None);
+        m.register_pod(&pod("ns", "p1", "u1", &["s1"]));
+        fake.hold_gets(true);
+        let reader = tokio::spawn({
+            let m = m.clone();
+            async move { m.get("ns", "s1").await.map(|s| value(&s)) }
+        });
+        settle().await;
+        m.register_pod(&pod("ns", "p2", "u2", &["s1"])); // invalidates the entry (OM-10)
+        fake.hold_gets(false);
+        let got = reader.await.unwrap_or_else(|e| panic!("reader: {e}"));
+        assert_eq!(got.ok().as_deref(), Some("v"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -30,6 +30,7 @@ pub enum Verb {
 pub struct FakeSource<K> {
     state: Arc<Mutex<State<K>>>,
     lists_held: Arc<watch::Sender<bool>>,
+    gets_held: Arc<watch::Sender<bool>>,
 }
 
 type Key = (String, String);
@@ -54,6 +55,7 @@ impl<K> Clone for FakeSource<K> {
         FakeSource {
             state: self.state.clone(),
             lists_held: self.lists_held.clone(),
+            gets_held: self.gets_held.clone(),
         }
     }
 }
@@ -74,6 +76,7 @@ impl<K> FakeSource<K> {
     /// An empty source.
     pub fn new() -> Self {
         let (lists_held, _) = watch::channel(false);
+        let (gets_held, _) = watch::channel(false);
         FakeSource {
             state: Arc::new(Mutex::new(State {
                 objects: HashMap::new(),
@@ -86,6 +89,7 @@ impl<K> FakeSource<K> {
                 watchers: Vec::new(),
             })),
             lists_held: Arc::new(lists_held),
+            gets_held: Arc::new(gets_held),
         }
     }
 
@@ -157,6 +161,11 @@ impl<K> FakeSource<K> {
     /// While held, LIST requests wait (a slow initial list).
     pub fn hold_lists(&self, held: bool) {
         self.lists_held.send_replace(held);
+    }
+
+    /// While held, GET requests wait (a slow GET).
+    pub fn hold_gets(&self, held: bool) {
+        self.gets_held.send_replace(held);
     }
 
     /// Watch streams whose consumer is still alive.
@@ -244,6 +253,8 @@ where
             self.lock().watch_cache_gets += 1;
         }
         self.record(Verb::Get, namespace, name)?;
+        let mut held = self.gets_held.subscribe();
+        let _ = held.wait_for(|held| !held).await;
         self.stored(namespace, name).ok_or_else(|| {
             SourceError::status(404, "NotFound", &format!("object {name:?} not found"))
         })
