@@ -3,6 +3,8 @@
 
 // Create, get, list, update, patch, delete and the exact error texts.
 mod crud;
+// Watch replay, resume, 410 and relist, bookmarks, streaming lists, reflectors, timeouts.
+mod watch;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -41,4 +43,35 @@ pub(crate) fn status(err: kube::Error) -> kube::core::Status {
         kube::Error::Api(s) => *s,
         other => panic!("expected an API error, got {other:?}"),
     }
+}
+
+/// A raw GET (for responses kube would not surface): status code and JSON body.
+pub(crate) async fn raw_get(url: &str) -> (u16, serde_json::Value) {
+    let uri: http::Uri = url.parse().expect("url");
+    let host = uri.authority().expect("authority").to_string();
+    let path = uri
+        .path_and_query()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let mut stream = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await.expect("read");
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    let json = body.find('{').map(|i| &body[i..]).unwrap_or("");
+    let json = json.rfind('}').map(|j| &json[..=j]).unwrap_or("");
+    (
+        code,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
 }
