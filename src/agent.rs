@@ -1,0 +1,413 @@
+//! [`Agent`]: wires the object managers, the volume manager, the pod workers, the pod source,
+//! events, status, node registration and the HTTP endpoints together.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_podworker::{
+    ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
+    SyncerParts, UpdateType, WorkerConfig,
+};
+use nodelet_volume_manager::{KubeTokenSource, MemoryMedium, VolumeManager};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument as _, info, info_span, warn};
+
+use crate::config::AgentConfig;
+use crate::events::EventPublisher;
+use crate::metrics::Metrics;
+use crate::status::StatusWriter;
+use crate::volumes::ManagedVolumes;
+
+/// How often finished workers of pods no longer known are forgotten (the kubelet's
+/// housekeeping period).
+const HOUSEKEEPING: Duration = Duration::from_secs(2);
+
+/// A running agent. Stop it with [`Agent::shutdown`]: volumes and env files stay on disk and a
+/// new agent with the same root directory adopts them.
+pub struct Agent {
+    pub(crate) state: Arc<AgentState>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    http_addr: Option<SocketAddr>,
+}
+
+/// What the background tasks and the HTTP endpoints share.
+pub(crate) struct AgentState {
+    pub(crate) config: AgentConfig,
+    pub(crate) workers: PodWorkers<ConfigSyncer>,
+    pub(crate) volumes: VolumeManager,
+    pub(crate) configmaps: ConfigMapManager,
+    pub(crate) secrets: SecretManager,
+    pub(crate) metrics: Metrics,
+    pub(crate) ready: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("node", &self.state.config.node_name)
+            .field("root_dir", &self.state.config.root_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts the agent against the API server behind `client`. Returns once every task runs
+    /// (the HTTP listener is bound); use [`wait_ready`](Self::wait_ready) to wait for the
+    /// first pod list.
+    ///
+    /// # Errors
+    /// The root directory cannot be created, or the listen address cannot be bound.
+    pub async fn start(config: AgentConfig, client: kube::Client) -> anyhow::Result<Agent> {
+        std::fs::create_dir_all(config.root_dir.join("pods"))
+            .with_context(|| format!("creating root directory {}", config.root_dir.display()))?;
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let metrics = Metrics::new();
+        let manager_config = ManagerConfig::new(config.strategy)
+            .with_node_name(config.node_name.clone())
+            .with_resync_interval(config.sync_frequency);
+        let configmaps = ConfigMapManager::new(client.clone(), manager_config.clone())?;
+        let secrets = SecretManager::new(client.clone(), manager_config)?;
+        let events = EventPublisher::start(
+            client.clone(),
+            &config.node_name,
+            metrics.clone(),
+            shutdown.clone(),
+            &tracker,
+        );
+        let mut vm_config = nodelet_volume_manager::Config::new(config.root_dir.clone());
+        if config.volumes_on_disk {
+            vm_config.memory_medium = MemoryMedium::Disk;
+        }
+        vm_config.fsync = config.fsync;
+        vm_config.resync_interval = Some(config.sync_frequency);
+        let volumes = VolumeManager::new(
+            vm_config,
+            configmaps.clone(),
+            secrets.clone(),
+            Arc::new(KubeTokenSource::new(client.clone())),
+            Arc::new(events.clone()),
+        )?;
+        {
+            let vm = volumes.clone();
+            let token = shutdown.clone();
+            tracker.spawn(async move { vm.run(token).await });
+        }
+        let status =
+            StatusWriter::start(client.clone(), metrics.clone(), shutdown.clone(), &tracker);
+        let mut env = EnvOptions::default();
+        env.node_allocatable = crate::node::allocatable();
+        let syncer = ConfigSyncer::new(
+            SyncerConfig::new(&config.root_dir).with_env(env),
+            SyncerParts {
+                sources: EnvSources {
+                    configmaps: configmaps.clone(),
+                    secrets: secrets.clone(),
+                },
+                volumes: Arc::new(ManagedVolumes(volumes.clone())),
+                runtime: Arc::new(EnvFileRuntime::new(&config.root_dir)),
+                events: Arc::new(events),
+                status: Arc::new(status),
+            },
+        );
+        let workers = PodWorkers::new(
+            Arc::new(syncer),
+            WorkerConfig::default().with_resync_interval(config.sync_frequency),
+        );
+        let (ready_tx, ready) = watch::channel(false);
+        let state = Arc::new(AgentState {
+            config: config.clone(),
+            workers,
+            volumes,
+            configmaps,
+            secrets,
+            metrics,
+            ready,
+        });
+        tracker.spawn(
+            pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())
+                .instrument(info_span!("pod source", node = %config.node_name)),
+        );
+        tracker.spawn(crate::propagation::track(state.clone(), shutdown.clone()));
+        if config.register_node {
+            tracker.spawn(
+                crate::node::run(
+                    config.clone(),
+                    client,
+                    state.metrics.clone(),
+                    shutdown.clone(),
+                )
+                .instrument(info_span!("node", node = %config.node_name)),
+            );
+        }
+        let http_addr = match config.listen {
+            Some(addr) => {
+                Some(crate::http::serve(addr, state.clone(), shutdown.clone(), &tracker).await?)
+            }
+            None => None,
+        };
+        Ok(Agent {
+            state,
+            shutdown,
+            tracker,
+            http_addr,
+        })
+    }
+
+    /// The address `/healthz` etc. are served on, if any (the bound port when `:0` was asked).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// The configuration the agent runs with.
+    pub fn config(&self) -> &AgentConfig {
+        &self.state.config
+    }
+
+    /// Waits until the first pod list has been handed to the pod workers.
+    pub async fn wait_ready(&self) {
+        let mut ready = self.state.ready.clone();
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// The `/pods` document: every pod with its worker state and volumes.
+    pub fn pods_json(&self) -> Value {
+        pods_json(&self.state)
+    }
+
+    /// The `/metrics` text.
+    pub fn metrics_text(&self) -> String {
+        metrics_text(&self.state)
+    }
+
+    /// Stops every task (in-flight syncs are dropped, volumes stay in place) and waits for
+    /// them, at most `shutdown_timeout` (default 5 s).
+    pub async fn shutdown(self) {
+        let timeout = self.state.config.shutdown_timeout;
+        let stop = async {
+            self.shutdown.cancel();
+            self.state.workers.shutdown().await;
+            self.tracker.close();
+            self.tracker.wait().await;
+            self.state.configmaps.shutdown().await;
+            self.state.secrets.shutdown().await;
+        };
+        if tokio::time::timeout(timeout, stop).await.is_err() {
+            warn!(?timeout, "agent tasks did not stop in time");
+        }
+    }
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// The pod source: a watch of pods with `spec.nodeName=<node>` feeding the pod workers, and
+/// housekeeping (forget finished workers of pods no longer known; terminate pods found only on
+/// disk after a restart).
+async fn pod_source(
+    state: Arc<AgentState>,
+    client: kube::Client,
+    ready: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) {
+    let api: Api<Pod> = Api::all(client);
+    let selector = format!("spec.nodeName={}", state.config.node_name);
+    let mut stream = watcher::watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let workers = &state.workers;
+    let mut known: HashMap<String, Pod> = HashMap::new();
+    let mut listing: Option<HashSet<String>> = None;
+    let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
+    let mut first_list = true;
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = housekeeping.tick() => {
+                let desired: HashSet<String> = known.keys().cloned().collect();
+                workers.sync_known_pods(&desired);
+                continue;
+            }
+            e = stream.next() => e,
+        };
+        let Some(event) = event else { break };
+        match event {
+            Ok(Event::Init) => {
+                state.metrics.api_request("list");
+                listing = Some(HashSet::new());
+            }
+            Ok(Event::InitApply(pod)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.insert(uid(&pod));
+                }
+                known.insert(uid(&pod), pod.clone());
+                workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
+            }
+            Ok(Event::InitDone) => {
+                state.metrics.api_request("watch");
+                state.metrics.set_watches("pods", 1);
+                let listed = listing.take().unwrap_or_default();
+                let gone: Vec<Pod> = known
+                    .iter()
+                    .filter(|(u, _)| !listed.contains(*u))
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                for pod in gone {
+                    known.remove(&uid(&pod));
+                    workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
+                }
+                if first_list {
+                    first_list = false;
+                    terminate_orphans(&state, &listed);
+                    state.volumes.pods_synced();
+                    let _ = ready.send(true);
+                    info!(pods = listed.len(), "initial pods synced");
+                }
+            }
+            Ok(Event::Apply(pod)) => {
+                known.insert(uid(&pod), pod.clone());
+                workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
+            }
+            Ok(Event::Delete(pod)) => {
+                known.remove(&uid(&pod));
+                workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
+            }
+            Err(error) => {
+                state.metrics.set_watches("pods", 0);
+                warn!(%error, "pod watch failed; retrying");
+            }
+        }
+    }
+    state.metrics.set_watches("pods", 0);
+}
+
+/// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the
+/// agent was down) are terminated: volumes torn down, directories removed.
+fn terminate_orphans(state: &AgentState, listed: &HashSet<String>) {
+    let dir = state.config.root_dir.join("pods");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if listed.contains(&name) || state.workers.phase(&name).is_some() {
+            continue;
+        }
+        info!(pod.uid = %name, "terminating pod found only on disk");
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some(name);
+        state
+            .workers
+            .update_pod(PodUpdate::new(UpdateType::Kill, pod));
+    }
+}
+
+/// The `/pods` document.
+pub(crate) fn pods_json(state: &AgentState) -> Value {
+    let volumes: HashMap<String, nodelet_volume_manager::PodVolumes> = state
+        .volumes
+        .snapshot()
+        .into_iter()
+        .map(|p| (p.pod_uid.clone(), p))
+        .collect();
+    let pods: Vec<Value> = state
+        .workers
+        .snapshot()
+        .into_iter()
+        .map(|w| {
+            let vols: Vec<Value> = volumes
+                .get(&w.uid)
+                .map(|p| p.volumes.iter().map(volume_json).collect())
+                .unwrap_or_default();
+            json!({
+                "uid": w.uid, "namespace": w.namespace, "name": w.name,
+                "phase": w.phase, "syncs": w.syncs,
+                "lastSync": serde_json::to_value(&w).ok().and_then(|v| v.get("last_sync").cloned()),
+                "lastError": w.last_error,
+                "volumes": vols,
+            })
+        })
+        .collect();
+    json!({"node": state.config.node_name, "pods": pods})
+}
+
+fn volume_json(v: &nodelet_volume_manager::VolumeSnapshot) -> Value {
+    let objects: Vec<Value> = v
+        .objects
+        .iter()
+        .map(|o| {
+            json!({
+                "kind": format!("{:?}", o.object.kind),
+                "name": o.object.name,
+                "resourceVersion": o.resource_version,
+            })
+        })
+        .collect();
+    json!({
+        "name": v.name,
+        "plugin": v.plugin,
+        "state": state_name(&v.state),
+        "path": v.path.as_ref().map(|p| p.display().to_string()),
+        "remountPending": v.remount_pending,
+        "lastError": v.last_error,
+        "objects": objects,
+    })
+}
+
+pub(crate) fn state_name(s: &nodelet_volume_manager::VolumeState) -> String {
+    use nodelet_volume_manager::VolumeState;
+    match s {
+        VolumeState::Pending => "Pending".into(),
+        VolumeState::Mounted => "Mounted".into(),
+        VolumeState::Uncertain => "Uncertain".into(),
+        VolumeState::Unmounting => "Unmounting".into(),
+        VolumeState::Unsupported { .. } => "Unsupported".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Refresh the gauges from the current state and encode.
+pub(crate) fn metrics_text(state: &AgentState) -> String {
+    let m = &state.metrics;
+    m.set_watches("configmaps", state.configmaps.stats().running_watches);
+    m.set_watches("secrets", state.secrets.stats().running_watches);
+    let mut by_state: HashMap<(String, String), usize> = HashMap::new();
+    let mut errors: HashMap<String, usize> = HashMap::new();
+    for pod in state.volumes.snapshot() {
+        for v in &pod.volumes {
+            let plugin = v.plugin.clone().unwrap_or_else(|| "none".into());
+            *by_state
+                .entry((plugin.clone(), state_name(&v.state)))
+                .or_default() += 1;
+            if v.last_error.is_some() {
+                *errors.entry(plugin).or_default() += 1;
+            }
+        }
+    }
+    m.set_volumes(
+        &by_state.into_iter().collect::<Vec<_>>(),
+        &errors.into_iter().collect::<Vec<_>>(),
+    );
+    let mut phases: HashMap<String, usize> = HashMap::new();
+    for w in state.workers.snapshot() {
+        *phases.entry(format!("{:?}", w.phase)).or_default() += 1;
+    }
+    m.set_pods(&phases.into_iter().collect::<Vec<_>>());
+    m.encode()
+}

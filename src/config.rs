@@ -1,0 +1,472 @@
+//! The agent's configuration: [`AgentConfig`], the command line ([`Cli`]) and the
+//! KubeletConfiguration subset read from `--config`, with errors that name the field.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use nodelet_object_manager::Strategy;
+
+/// Node name in `--manifests` mode when `--node-name` is not given; the examples bind their
+/// pods to it.
+pub const DEFAULT_EMBEDDED_NODE_NAME: &str = "nodelet";
+/// Root directory in `--manifests` mode when `--root-dir` is not given.
+pub const DEFAULT_EMBEDDED_ROOT_DIR: &str = "./nodelet-data";
+/// The kubelet's healthz address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10248";
+
+/// Everything the agent needs besides a client. Start from [`AgentConfig::new`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The Node this agent is; pods with `spec.nodeName` = this are its pods.
+    pub node_name: String,
+    /// Where pod directories live (`<root>/pods/<uid>/...`).
+    pub root_dir: PathBuf,
+    /// `configMapAndSecretChangeDetectionStrategy` (default Watch).
+    pub strategy: Strategy,
+    /// `syncFrequency`: pod resync interval (default 60 s).
+    pub sync_frequency: Duration,
+    /// Create/update the Node object and renew its Lease (default off).
+    pub register_node: bool,
+    /// Labels added to the registered Node.
+    pub node_labels: BTreeMap<String, String>,
+    /// Lease renewal interval (default 10 s).
+    pub lease_renew_interval: Duration,
+    /// `nodeLeaseDurationSeconds` (default 40).
+    pub lease_duration_seconds: i32,
+    /// Address of `/healthz`, `/readyz`, `/metrics`, `/pods` (default none).
+    pub listen: Option<SocketAddr>,
+    /// Put memory-medium volumes on node disk even if tmpfs would be possible.
+    pub volumes_on_disk: bool,
+    /// fsync volume files before the swap (default on).
+    pub fsync: bool,
+    /// How long a stop may take before the agent gives up waiting (default 5 s).
+    pub shutdown_timeout: Duration,
+}
+
+impl AgentConfig {
+    /// Defaults for `node_name` with pods under `root_dir`.
+    pub fn new(node_name: impl Into<String>, root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            root_dir: root_dir.into(),
+            strategy: Strategy::Watch,
+            sync_frequency: Duration::from_secs(60),
+            register_node: false,
+            node_labels: BTreeMap::new(),
+            lease_renew_interval: Duration::from_secs(10),
+            lease_duration_seconds: 40,
+            listen: None,
+            volumes_on_disk: false,
+            fsync: true,
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where the agent's API server is.
+#[derive(Debug, Clone)]
+pub enum ApiSource {
+    /// `--kubeconfig PATH` (with `KUBECONFIG`, in-cluster config and `~/.kube/config` as kube-rs
+    /// infers them when no path is given).
+    Cluster {
+        /// The kubeconfig file, if given.
+        kubeconfig: Option<PathBuf>,
+    },
+    /// `--manifests DIR`: an embedded API server seeded from and synced with DIR.
+    Embedded {
+        /// The manifests directory.
+        manifests: PathBuf,
+    },
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "nodelet",
+    version,
+    about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does."
+)]
+pub struct Cli {
+    /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
+    #[arg(long, value_name = "PATH", conflicts_with = "manifests")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run an embedded API server seeded from (and kept in sync with) the YAML files in DIR.
+    #[arg(long, value_name = "DIR")]
+    pub manifests: Option<PathBuf>,
+    /// This node's name (default with --manifests: `nodelet`; otherwise required).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// Root directory for pod files (default with --manifests: `./nodelet-data`; otherwise
+    /// required).
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<PathBuf>,
+    /// A KubeletConfiguration YAML file (subset, see the README); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Create/update this node's Node object and renew its Lease (default on with --manifests).
+    #[arg(long)]
+    pub register_node: Option<Option<bool>>,
+    /// Address for /healthz, /readyz, /metrics, /pods; `none` to disable.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// `Watch`, `Cache` or `Get` (overrides configMapAndSecretChangeDetectionStrategy).
+    #[arg(long, value_name = "STRATEGY")]
+    pub change_detection_strategy: Option<String>,
+    /// Pod resync interval, e.g. `1m`, `30s` (overrides syncFrequency).
+    #[arg(long, value_name = "DURATION")]
+    pub sync_frequency: Option<String>,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// A configuration error: the process exits with code 64 (`EX_USAGE`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A field has an invalid value.
+    #[error("invalid configuration: {field}: {message}")]
+    Invalid {
+        /// The field or flag, e.g. `syncFrequency` or `--node-name`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The config file could not be read.
+    #[error("reading config file {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The KubeletConfiguration subset nodelet reads. Unknown fields are errors.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileConfig {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
+    config_map_and_secret_change_detection_strategy: Option<String>,
+    sync_frequency: Option<String>,
+    register_node: Option<bool>,
+    node_labels: Option<BTreeMap<String, String>>,
+    healthz_bind_address: Option<String>,
+    healthz_port: Option<u16>,
+    node_lease_duration_seconds: Option<i32>,
+}
+
+/// The agent's full settings from the command line and the config file.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The agent configuration.
+    pub agent: AgentConfig,
+    /// Where the API server is.
+    pub api: ApiSource,
+    /// The log format.
+    pub log_format: LogFormat,
+}
+
+impl Cli {
+    /// Resolves flags, the config file and mode defaults into [`Settings`].
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the field or flag.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file_config(path)?,
+            None => FileConfig::default(),
+        };
+        if let Some(kind) = file
+            .kind
+            .as_deref()
+            .filter(|k| *k != "KubeletConfiguration")
+        {
+            return Err(invalid(
+                "kind",
+                format!("must be KubeletConfiguration, not {kind:?}"),
+            ));
+        }
+        if let Some(v) = file
+            .api_version
+            .as_deref()
+            .filter(|v| !v.starts_with("kubelet.config.k8s.io/"))
+        {
+            return Err(invalid(
+                "apiVersion",
+                format!("must be kubelet.config.k8s.io/v1beta1, not {v:?}"),
+            ));
+        }
+        let embedded = self.manifests.is_some();
+        let node_name = match (&self.node_name, embedded) {
+            (Some(n), _) => n.clone(),
+            (None, true) => DEFAULT_EMBEDDED_NODE_NAME.to_owned(),
+            (None, false) => return Err(invalid("--node-name", "required without --manifests")),
+        };
+        if node_name.is_empty()
+            || !node_name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        {
+            return Err(invalid(
+                "--node-name",
+                format!("{node_name:?} is not a valid DNS subdomain name"),
+            ));
+        }
+        let root_dir = match (&self.root_dir, embedded) {
+            (Some(d), _) => d.clone(),
+            (None, true) => PathBuf::from(DEFAULT_EMBEDDED_ROOT_DIR),
+            (None, false) => return Err(invalid("--root-dir", "required without --manifests")),
+        };
+        let mut agent = AgentConfig::new(node_name, root_dir);
+
+        let (strategy_field, strategy) = match (
+            &self.change_detection_strategy,
+            &file.config_map_and_secret_change_detection_strategy,
+        ) {
+            (Some(s), _) => ("--change-detection-strategy", Some(s)),
+            (None, Some(s)) => ("configMapAndSecretChangeDetectionStrategy", Some(s)),
+            (None, None) => ("", None),
+        };
+        if let Some(s) = strategy {
+            agent.strategy =
+                Strategy::from_str(s).map_err(|e| invalid(strategy_field, e.to_string()))?;
+        }
+        let (sync_field, sync) = match (&self.sync_frequency, &file.sync_frequency) {
+            (Some(s), _) => ("--sync-frequency", Some(s)),
+            (None, Some(s)) => ("syncFrequency", Some(s)),
+            (None, None) => ("", None),
+        };
+        if let Some(s) = sync {
+            let d = parse_duration(s).ok_or_else(|| {
+                invalid(sync_field, format!("{s:?} is not a duration such as 1m0s"))
+            })?;
+            if d.is_zero() {
+                return Err(invalid(sync_field, "must be greater than 0"));
+            }
+            agent.sync_frequency = d;
+        }
+        agent.register_node = match self.register_node {
+            Some(v) => v.unwrap_or(true),
+            None => file.register_node.unwrap_or(embedded),
+        };
+        agent.node_labels = file.node_labels.unwrap_or_default();
+        if let Some(secs) = file.node_lease_duration_seconds {
+            if secs <= 0 {
+                return Err(invalid(
+                    "nodeLeaseDurationSeconds",
+                    "must be greater than 0",
+                ));
+            }
+            agent.lease_duration_seconds = secs;
+        }
+        let listen = match (
+            self.listen.as_str(),
+            &file.healthz_bind_address,
+            file.healthz_port,
+        ) {
+            (l, Some(addr), port) if l == DEFAULT_LISTEN => {
+                let text = format!("{addr}:{}", port.unwrap_or(10248));
+                Some(("healthzBindAddress", text))
+            }
+            (l, None, Some(port)) if l == DEFAULT_LISTEN => {
+                Some(("healthzPort", format!("127.0.0.1:{port}")))
+            }
+            ("none" | "", _, _) => None,
+            (l, _, _) => Some(("--listen", l.to_owned())),
+        };
+        agent.listen = match listen {
+            None => None,
+            Some((field, text)) => Some(
+                text.parse::<SocketAddr>()
+                    .map_err(|e| invalid(field, format!("{text:?}: {e}")))?,
+            ),
+        };
+        let api = match &self.manifests {
+            Some(dir) => ApiSource::Embedded {
+                manifests: dir.clone(),
+            },
+            None => ApiSource::Cluster {
+                kubeconfig: self.kubeconfig.clone(),
+            },
+        };
+        Ok(Settings {
+            agent,
+            api,
+            log_format: self.log_format,
+        })
+    }
+}
+
+fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if text.trim().is_empty() {
+        return Ok(FileConfig::default());
+    }
+    serde_yaml::from_str(&text).map_err(|e| {
+        // serde names the field: "unknown field `x`", "syncFrequency: invalid type ...".
+        invalid(&path.display().to_string(), e.to_string())
+    })
+}
+
+/// Parses a Go duration (`1m0s`, `90s`, `1h30m`, `500ms`, `0`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&n| n > 0)?;
+        let value: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += Duration::try_from_secs_f64(value * unit).ok()?;
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut all = vec!["nodelet"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_duration("1m0s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("1x"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn manifests_mode_has_a_default_node_name_root_dir_and_registers_the_node() {
+        let s = cli(&["--manifests", "./examples"]).settings();
+        let s = s.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.node_name, "nodelet");
+        assert_eq!(s.agent.root_dir, PathBuf::from("./nodelet-data"));
+        assert!(s.agent.register_node);
+        assert!(matches!(s.api, ApiSource::Embedded { .. }));
+    }
+
+    #[test]
+    fn cluster_mode_requires_a_node_name() {
+        let err = cli(&["--root-dir", "/x"])
+            .settings()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("invalid configuration: --node-name: required without --manifests")
+        );
+    }
+
+    #[test]
+    fn the_config_file_is_read_and_flags_override_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("kubelet.yaml");
+        let yaml = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                    configMapAndSecretChangeDetectionStrategy: Cache\nsyncFrequency: 30s\n";
+        std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
+        let f = file.to_str().unwrap_or_default();
+        let s = cli(&["--node-name", "n1", "--root-dir", "/r", "--config", f])
+            .settings()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.strategy, Strategy::Cache);
+        assert_eq!(s.agent.sync_frequency, Duration::from_secs(30));
+        let s = cli(&[
+            "--node-name",
+            "n1",
+            "--root-dir",
+            "/r",
+            "--config",
+            f,
+            "--sync-frequency",
+            "2m",
+        ])
+        .settings()
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.sync_frequency, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn invalid_configuration_names_the_field() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("kubelet.yaml");
+        let f = file.to_str().unwrap_or_default().to_owned();
+        let check = |yaml: &str, needle: &str| {
+            std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
+            let err = cli(&["--node-name", "n1", "--root-dir", "/r", "--config", &f])
+                .settings()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        };
+        check(
+            "configMapAndSecretChangeDetectionStrategy: Sometimes\n",
+            "configMapAndSecretChangeDetectionStrategy: unknown configmap and secret manager mode: Sometimes",
+        );
+        check("syncFrequency: soon\n", "syncFrequency:");
+        check(
+            "syncFrequency: 0s\n",
+            "syncFrequency: must be greater than 0",
+        );
+        check("bogusField: 1\n", "bogusField");
+        check("kind: Pod\n", "kind: must be KubeletConfiguration");
+    }
+}

@@ -1,0 +1,67 @@
+//! The agent's HTTP endpoints: `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/pods`
+//! (JSON).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::{AgentState, metrics_text, pods_json};
+
+/// Binds `addr` and serves until `shutdown`; returns the bound address.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    state: Arc<AgentState>,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding --listen {addr}"))?;
+    let bound = listener.local_addr()?;
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/pods", get(pods))
+        .with_state(state);
+    tracker.spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
+        if let Err(error) = server.await {
+            tracing::warn!(%error, "HTTP server failed");
+        }
+    });
+    Ok(bound)
+}
+
+async fn readyz(State(state): State<Arc<AgentState>>) -> impl IntoResponse {
+    if *state.ready.borrow() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "initial pod list not synced yet",
+        )
+    }
+}
+
+async fn metrics(State(state): State<Arc<AgentState>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics_text(&state),
+    )
+}
+
+async fn pods(State(state): State<Arc<AgentState>>) -> impl IntoResponse {
+    axum::Json(pods_json(&state))
+}

@@ -1,0 +1,189 @@
+//! nodelet, the agent: the part of a kubelet that turns a pod's ConfigMap and Secret references
+//! into files and environment variables, as a library so tests can run it in-process.
+//!
+//! # Principal types
+//!
+//! * [`AgentConfig`]: node name, root directory, strategy, sync frequency, node registration,
+//!   listen address. [`Cli`] parses the command line and a KubeletConfiguration subset into
+//!   [`Settings`].
+//! * [`Agent`]: started with a `kube::Client`; runs the object managers, the volume manager,
+//!   the pod workers (`nodelet-podworker`), the pod source (a watch of pods with
+//!   `spec.nodeName=<node>`), the event publisher, the pod-status writer, node registration and
+//!   the HTTP endpoints; stopped with [`Agent::shutdown`].
+//! * [`run`]: what the binary does: connect (or start the embedded API server for
+//!   `--manifests`), start an [`Agent`], wait for a stop signal, shut down within 5 s.
+//!
+//! ```text
+//! pods (watch spec.nodeName=N) ─► PodWorkers ─► ConfigSyncer ─► VolumeManager (files)
+//!                                              │             └► EnvFileRuntime (env files)
+//!                                              └► StatusWriter (pods/status), EventPublisher (events)
+//! Node + Lease (--register-node)      /healthz /readyz /metrics /pods (--listen)
+//! ```
+//!
+//! # Invariants
+//!
+//! * Every API request is one a node identity may make under the Node authorizer: pods by
+//!   `spec.nodeName` field selector, objects by name, its own Node and Lease, events, the
+//!   status of its own pods.
+//! * Shutdown leaves volumes and env files in place; a restarted agent adopts them (the volume
+//!   manager reconstructs volumes, the env-file runtime reports existing containers) and
+//!   terminates pods found on disk that the API no longer has.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) -> anyhow::Result<()> {
+//! let agent = nodelet::Agent::start(nodelet::AgentConfig::new("dev-1", "./var"), client).await?;
+//! agent.wait_ready().await;
+//! agent.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod agent;
+mod config;
+mod events;
+mod http;
+mod metrics;
+mod node;
+mod propagation;
+mod status;
+mod volumes;
+
+use std::future::Future;
+
+use anyhow::Context as _;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use nodelet_apiserver::{ApiServer, ManifestSync, User};
+use tracing::{info, warn};
+
+pub use agent::Agent;
+pub use config::{
+    AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
+    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, LogFormat, Settings, parse_duration,
+};
+pub use metrics::Metrics;
+pub use node::AGENT_TAINT_KEY;
+pub use status::CONFIG_READY_CONDITION;
+
+/// An embedded API server seeded from a manifests directory, with the agent's client.
+pub struct Embedded {
+    /// The server.
+    pub server: ApiServer,
+    /// Keeps the store in sync with the directory until dropped.
+    pub sync: ManifestSync,
+    /// A client with the node identity `system:node:<node>`.
+    pub node_client: kube::Client,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded")
+            .field("url", &self.server.url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts `nodelet-apiserver` with authentication and the Node authorizer, loads `manifests`
+/// (edits apply live), and builds a client for `node` with a node identity.
+///
+/// # Errors
+/// The server cannot start, the directory cannot be read or watched.
+pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::Result<Embedded> {
+    let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth())
+        .await
+        .context("starting the embedded API server")?;
+    let sync = ManifestSync::start(server.handle(), manifests)
+        .await
+        .with_context(|| format!("loading manifests from {}", manifests.display()))?;
+    for problem in sync.errors() {
+        warn!(?problem, "manifest not applied");
+    }
+    let yaml = server.kubeconfig_yaml(&User::node(node));
+    let node_client = client_from_yaml(&yaml).await?;
+    Ok(Embedded {
+        server,
+        sync,
+        node_client,
+    })
+}
+
+async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).context("parsing kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .context("loading kubeconfig")?;
+    kube::Client::try_from(config).context("building the kube client")
+}
+
+/// A client for the cluster: `path`, else what kube-rs infers (`KUBECONFIG`, in-cluster,
+/// `~/.kube/config`). Returns the client and the server URL.
+///
+/// # Errors
+/// No usable configuration.
+pub async fn cluster_client(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<(kube::Client, String)> {
+    let config = match path {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig given and none could be inferred")?,
+    };
+    let url = config.cluster_url.to_string();
+    Ok((kube::Client::try_from(config)?, url))
+}
+
+/// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
+/// 5 s). Logs a one-line summary at start.
+///
+/// # Errors
+/// Start-up failures (API server, root directory, listen address).
+pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let config = settings.agent;
+    let (client, url, embedded) = match &settings.api {
+        ApiSource::Cluster { kubeconfig } => {
+            let (client, url) = cluster_client(kubeconfig.as_deref()).await?;
+            (client, url, None)
+        }
+        ApiSource::Embedded { manifests } => {
+            let embedded = start_embedded(manifests, &config.node_name).await?;
+            std::fs::create_dir_all(&config.root_dir)
+                .with_context(|| format!("creating {}", config.root_dir.display()))?;
+            let admin = config.root_dir.join("admin.kubeconfig");
+            if let Err(error) = embedded.server.write_kubeconfig(&admin, &User::admin()) {
+                warn!(%error, "admin kubeconfig not written");
+            }
+            let url = format!(
+                "{} (embedded, manifests {})",
+                embedded.server.url(),
+                manifests.display()
+            );
+            (embedded.node_client.clone(), url, Some(embedded))
+        }
+    };
+    let agent = Agent::start(config.clone(), client).await?;
+    info!(
+        node = %config.node_name,
+        strategy = %config.strategy,
+        root_dir = %config.root_dir.display(),
+        api_server = %url,
+        listen = ?agent.http_addr(),
+        "nodelet started"
+    );
+    stop.await;
+    info!("stopping");
+    agent.shutdown().await;
+    if let Some(embedded) = embedded {
+        drop(embedded.sync);
+        embedded.server.shutdown().await;
+    }
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! [`Metrics`]: the agent's Prometheus metrics (text exposition at `/metrics`).
+
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// The agent's metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+struct Inner {
+    registry: Mutex<Registry>,
+    api_requests: Family<Labels, Counter>,
+    watches_open: Family<Labels, Gauge>,
+    volumes: Family<Labels, Gauge>,
+    volume_errors: Family<Labels, Gauge>,
+    pods: Family<Labels, Gauge>,
+    propagation: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("nodelet");
+        let api_requests = Family::<Labels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "API requests the agent made, by verb (watches counted when opened)",
+            api_requests.clone(),
+        );
+        let watches_open = Family::<Labels, Gauge>::default();
+        registry.register(
+            "watches_open",
+            "Watches open against the API server, by resource",
+            watches_open.clone(),
+        );
+        let volumes = Family::<Labels, Gauge>::default();
+        registry.register(
+            "volumes",
+            "Pod volumes by plugin and state (Mounted, Pending, Uncertain, Unmounting, Unsupported)",
+            volumes.clone(),
+        );
+        let volume_errors = Family::<Labels, Gauge>::default();
+        registry.register(
+            "volume_errors",
+            "Pod volumes whose last SetUp/TearDown failed, by plugin",
+            volume_errors.clone(),
+        );
+        let pods = Family::<Labels, Gauge>::default();
+        registry.register("pods", "Pods by pod-worker phase", pods.clone());
+        let propagation = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+        ]);
+        registry.register(
+            "propagation_latency_seconds",
+            "Object change seen by the agent -> new content visible in every volume that uses it",
+            propagation.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner {
+                registry: Mutex::new(registry),
+                api_requests,
+                watches_open,
+                volumes,
+                volume_errors,
+                pods,
+                propagation,
+            }),
+        }
+    }
+
+    /// Count one API request with `verb`.
+    pub fn api_request(&self, verb: &str) {
+        self.inner
+            .api_requests
+            .get_or_create(&vec![("verb".to_owned(), verb.to_owned())])
+            .inc();
+    }
+
+    /// Set the number of open watches of `resource`.
+    pub fn set_watches(&self, resource: &str, n: usize) {
+        self.inner
+            .watches_open
+            .get_or_create(&vec![("resource".to_owned(), resource.to_owned())])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Replace the volume gauges: `(plugin, state) → count` and `plugin → errors`.
+    pub fn set_volumes(&self, by_state: &[((String, String), usize)], errors: &[(String, usize)]) {
+        self.inner.volumes.clear();
+        for ((plugin, state), n) in by_state {
+            self.inner
+                .volumes
+                .get_or_create(&vec![
+                    ("plugin".to_owned(), plugin.clone()),
+                    ("state".to_owned(), state.clone()),
+                ])
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.inner.volume_errors.clear();
+        for (plugin, n) in errors {
+            self.inner
+                .volume_errors
+                .get_or_create(&vec![("plugin".to_owned(), plugin.clone())])
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Replace the pods-by-phase gauge.
+    pub fn set_pods(&self, by_phase: &[(String, usize)]) {
+        self.inner.pods.clear();
+        for (phase, n) in by_phase {
+            self.inner
+                .pods
+                .get_or_create(&vec![("phase".to_owned(), phase.clone())])
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Record one propagation latency.
+    pub fn observe_propagation(&self, seconds: f64) {
+        self.inner.propagation.observe(seconds);
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Ok(registry) = self.inner.registry.lock() {
+            let _ = encode(&mut out, &registry);
+        }
+        out
+    }
+}

@@ -1,0 +1,334 @@
+//! [`StatusWriter`]: turns the config syncer's [`PodConfigStatus`] into pod status patches
+//! (conditions, container states, phase) and deletes finished pods, in a background task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use nodelet_podworker::{ContainerConfigState, PodConfigStatus, StatusSink};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::metrics::Metrics;
+
+/// The pod condition telling whether every container's configuration (environment, pull
+/// secrets) was resolved. Not in the kubelet.
+pub const CONFIG_READY_CONDITION: &str = "nodelet.io/ConfigReady";
+
+/// A [`StatusSink`]: newest status per pod wins; a background task patches `pods/status`
+/// (merge patch) and, for terminated pods, deletes the pod with grace period 0 and a UID
+/// precondition, as the kubelet's status manager does.
+#[derive(Clone)]
+pub(crate) struct StatusWriter {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for StatusWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StatusWriter")
+    }
+}
+
+struct Shared {
+    pending: Mutex<HashMap<String, Work>>,
+    /// Last patch sent per pod UID (to skip unchanged ones), and first start time.
+    sent: Mutex<HashMap<String, (Value, String)>>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Clone)]
+enum Work {
+    Patch {
+        namespace: String,
+        name: String,
+        body: Value,
+    },
+    Delete {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+}
+
+impl StatusWriter {
+    pub(crate) fn start(
+        client: kube::Client,
+        metrics: Metrics,
+        shutdown: CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            pending: Mutex::default(),
+            sent: Mutex::default(),
+            wake: Arc::new(Notify::new()),
+        });
+        let weak = Arc::downgrade(&shared);
+        let wake = shared.wake.clone();
+        tracker.spawn(async move {
+            loop {
+                let Some(shared) = weak.upgrade() else { return };
+                let batch: Vec<(String, Work)> = shared
+                    .pending
+                    .lock()
+                    .map(|mut p| p.drain().collect())
+                    .unwrap_or_default();
+                let mut retry = Vec::new();
+                for (uid, work) in batch {
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                    if let Err(error) = run(&client, &metrics, &work).await {
+                        warn!(pod.uid = %uid, %error, "pod status not written");
+                        retry.push((uid, work));
+                    }
+                }
+                let retry_later = !retry.is_empty();
+                if let Ok(mut p) = shared.pending.lock() {
+                    for (uid, work) in retry {
+                        p.entry(uid).or_insert(work);
+                    }
+                }
+                drop(shared);
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)), if retry_later => {}
+                }
+            }
+        });
+        Self { shared }
+    }
+
+    fn enqueue(&self, uid: String, work: Work) {
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.insert(uid, work);
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<(), kube::Error> {
+    match work {
+        Work::Patch {
+            namespace,
+            name,
+            body,
+        } => {
+            metrics.api_request("patch");
+            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            match api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Work::Delete {
+            namespace,
+            name,
+            uid,
+        } => {
+            metrics.api_request("delete");
+            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(name, &params).await {
+                Ok(_) => {
+                    debug!(pod.uid = %uid, "pod deleted");
+                    Ok(())
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+fn condition(
+    type_: &str,
+    ready: bool,
+    reason: Option<&str>,
+    message: Option<&str>,
+    now: &str,
+) -> Value {
+    let mut c = json!({
+        "type": type_,
+        "status": if ready { "True" } else { "False" },
+        "lastTransitionTime": now,
+    });
+    if let Some(r) = reason {
+        c["reason"] = json!(r);
+    }
+    if let Some(m) = message {
+        c["message"] = json!(m);
+    }
+    c
+}
+
+/// The `status` merge patch for `status` of `pod` (`started` = the pod's first start time).
+pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -> Value {
+    let now = started;
+    let all_created = !status.containers.is_empty()
+        && status
+            .containers
+            .iter()
+            .all(|c| c.state == ContainerConfigState::Created);
+    let init_done = status
+        .containers
+        .iter()
+        .filter(|c| c.init)
+        .all(|c| c.state == ContainerConfigState::Created);
+    let image = |name: &str| {
+        pod.spec
+            .as_ref()
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .find(|c| c.name == name)
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default()
+    };
+    let container_status = |c: &nodelet_podworker::ContainerConfigStatus| {
+        let (state, ready) = match &c.state {
+            ContainerConfigState::Created if c.init => (
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}),
+                true,
+            ),
+            ContainerConfigState::Created => (json!({"running": {"startedAt": now}}), true),
+            ContainerConfigState::Waiting { reason, message } => (
+                json!({"waiting": {"reason": reason, "message": message}}),
+                false,
+            ),
+            _ => (
+                json!({"waiting": {"reason": if c.init { "PodInitializing" } else { "ContainerCreating" }}}),
+                false,
+            ),
+        };
+        json!({
+            "name": c.name, "state": state, "ready": ready, "started": ready && !c.init,
+            "restartCount": 0, "image": image(&c.name), "imageID": "",
+        })
+    };
+    let init: Vec<Value> = status
+        .containers
+        .iter()
+        .filter(|c| c.init)
+        .map(container_status)
+        .collect();
+    let regular: Vec<Value> = status
+        .containers
+        .iter()
+        .filter(|c| !c.init)
+        .map(container_status)
+        .collect();
+    let mut conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            status.volumes.ready,
+            None,
+            status.volumes.message.as_deref(),
+            now,
+        ),
+        condition(
+            CONFIG_READY_CONDITION,
+            status.config.ready,
+            (!status.config.ready).then_some("ConfigNotResolved"),
+            status.config.message.as_deref(),
+            now,
+        ),
+        condition(
+            "Initialized",
+            init_done,
+            (!init_done).then_some("ContainersNotInitialized"),
+            None,
+            now,
+        ),
+        condition(
+            "ContainersReady",
+            all_created,
+            (!all_created).then_some("ContainersNotReady"),
+            None,
+            now,
+        ),
+        condition(
+            "Ready",
+            all_created,
+            (!all_created).then_some("ContainersNotReady"),
+            None,
+            now,
+        ),
+    ];
+    if let Some(scheduled) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .and_then(|c| serde_json::to_value(c).ok())
+    {
+        conditions.insert(0, scheduled);
+    }
+    json!({"status": {
+        "phase": if all_created { "Running" } else { "Pending" },
+        "startTime": now,
+        "conditions": conditions,
+        "initContainerStatuses": init,
+        "containerStatuses": regular,
+    }})
+}
+
+impl StatusSink for StatusWriter {
+    fn set_status(&self, pod: &Pod, status: &PodConfigStatus) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let Ok(mut sent) = self.shared.sent.lock() else {
+            return;
+        };
+        let started = sent.get(&uid).map(|(_, s)| s.clone()).unwrap_or_else(|| {
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        });
+        let body = status_patch(pod, status, &started);
+        if sent.get(&uid).is_some_and(|(last, _)| *last == body) {
+            return;
+        }
+        sent.insert(uid.clone(), (body.clone(), started));
+        drop(sent);
+        self.enqueue(
+            uid,
+            Work::Patch {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                body,
+            },
+        );
+    }
+
+    fn terminated(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Ok(mut sent) = self.shared.sent.lock() {
+            sent.remove(&uid);
+        }
+        let Some(name) = pod.metadata.name.clone() else {
+            // A pod known only from disk: nothing to delete.
+            return;
+        };
+        self.enqueue(
+            uid.clone(),
+            Work::Delete {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name,
+                uid,
+            },
+        );
+    }
+}
