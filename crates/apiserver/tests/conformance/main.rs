@@ -3,6 +3,18 @@
 
 // Create, get, list, update, patch, delete and the exact error texts.
 mod crud;
+// Discovery, /version, namespace lifecycle, leases and patch flavours.
+mod discovery;
+// Fault injection, latency, listener stop/restart, request counts, direct store access.
+mod faults;
+// limit/continue pagination and list resourceVersion semantics.
+mod pagination;
+// Pod defaulting, status subresource, generation and graceful deletion.
+mod pods;
+// Label and field selectors on list and watch.
+mod selectors;
+// Validation and defaulting with upstream messages; immutability; dryRun.
+mod validation;
 // Watch replay, resume, 410 and relist, bookmarks, streaming lists, reflectors, timeouts.
 mod watch;
 

@@ -1,0 +1,229 @@
+//! Pods: defaulting the kubelet depends on, the `status` subresource, generation, and graceful
+//! deletion of bound pods (deletionTimestamp until a delete with gracePeriodSeconds=0).
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+use super::watch::next;
+use super::{start, status};
+
+fn pod(name: &str, node: Option<&str>) -> Pod {
+    let mut spec = json!({
+        "containers": [{"name": "c", "image": "busybox:1.36", "env": [
+            {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ]}],
+        "volumes": [
+            {"name": "cm", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "p", "mode": 256}]}},
+            {"name": "sec", "secret": {"secretName": "s"}},
+            {"name": "proj", "projected": {"sources": [{"configMap": {"name": "cfg"}}]}},
+            {"name": "down", "downwardAPI": {"items": [{"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}}
+        ]
+    });
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
+}
+
+#[tokio::test]
+async fn a_created_pod_is_defaulted_like_a_real_server_does() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let p = pods
+        .create(&PostParams::default(), &pod("p", Some("n1")))
+        .await
+        .expect("create");
+    let v = serde_json::to_value(&p).expect("json");
+    let spec = &v["spec"];
+    assert_eq!(spec["restartPolicy"], "Always");
+    assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+    assert_eq!(spec["terminationGracePeriodSeconds"], 30);
+    assert_eq!(spec["schedulerName"], "default-scheduler");
+    assert_eq!(spec["enableServiceLinks"], true);
+    assert_eq!(spec["serviceAccountName"], "default");
+    assert!(spec.get("automountServiceAccountToken").is_none());
+    let c = &spec["containers"][0];
+    assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(c["terminationMessagePolicy"], "File");
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+    let vols = &spec["volumes"];
+    assert_eq!(vols[0]["configMap"]["defaultMode"], 420);
+    assert_eq!(vols[0]["configMap"]["items"][0]["mode"], 256);
+    assert_eq!(vols[1]["secret"]["defaultMode"], 420);
+    assert_eq!(vols[2]["projected"]["defaultMode"], 420);
+    assert_eq!(vols[3]["downwardAPI"]["defaultMode"], 420);
+    assert_eq!(
+        vols[3]["downwardAPI"]["items"][0]["fieldRef"]["apiVersion"],
+        "v1"
+    );
+    assert_eq!(v["status"]["phase"], "Pending");
+    assert_eq!(v["metadata"]["generation"], 1);
+}
+
+#[tokio::test]
+async fn the_status_subresource_changes_only_status_and_spec_updates_bump_generation() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", Some("n1")))
+        .await
+        .expect("create");
+    let st =
+        Patch::Merge(json!({"status": {"phase": "Running"}, "spec": {"activeDeadlineSeconds": 5}}));
+    let p = pods
+        .patch_status("p", &PatchParams::default(), &st)
+        .await
+        .expect("status");
+    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Running"));
+    assert_eq!(
+        p.spec.as_ref().and_then(|s| s.active_deadline_seconds),
+        None
+    );
+    assert_eq!(p.metadata.generation, Some(1));
+    let ignored = Patch::Merge(json!({"status": {"phase": "Failed"}}));
+    let p = pods
+        .patch("p", &PatchParams::default(), &ignored)
+        .await
+        .expect("patch");
+    assert_eq!(
+        p.status.and_then(|s| s.phase).as_deref(),
+        Some("Running"),
+        "status is reset on the main resource"
+    );
+    let image = Patch::Merge(json!({"spec": {"activeDeadlineSeconds": 60}}));
+    let p = pods
+        .patch("p", &PatchParams::default(), &image)
+        .await
+        .expect("patch");
+    assert_eq!(p.metadata.generation, Some(2));
+    let e = status(
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "n2"}})),
+        )
+        .await
+        .expect_err("forbidden change"),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.starts_with(
+            "Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than"
+        ),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_bound_pod_marks_it_until_a_zero_grace_delete() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", Some("n1")))
+        .await
+        .expect("create");
+    let mut w = Box::pin(
+        pods.watch(&WatchParams::default().disable_bookmarks(), "0")
+            .await
+            .expect("watch"),
+    );
+    assert!(matches!(next(&mut w).await, Ok(WatchEvent::Added(_))));
+
+    let answered = pods
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let marked = answered.left().expect("pods answer with the object");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(30));
+    assert_eq!(marked.metadata.generation, Some(2));
+    match next(&mut w).await.expect("event") {
+        WatchEvent::Modified(p) => assert!(p.metadata.deletion_timestamp.is_some()),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    // A longer grace period changes nothing; a shorter one shortens it.
+    let again = pods
+        .delete(
+            "p",
+            &DeleteParams {
+                grace_period_seconds: Some(60),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("delete");
+    assert_eq!(
+        again
+            .left()
+            .and_then(|p| p.metadata.deletion_grace_period_seconds),
+        Some(30)
+    );
+    let shorter = pods
+        .delete(
+            "p",
+            &DeleteParams {
+                grace_period_seconds: Some(10),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("delete");
+    assert_eq!(
+        shorter
+            .left()
+            .and_then(|p| p.metadata.deletion_grace_period_seconds),
+        Some(10)
+    );
+    assert!(matches!(next(&mut w).await, Ok(WatchEvent::Modified(_))));
+    assert!(pods.get_opt("p").await.expect("get").is_some());
+
+    // What the kubelet sends after cleanup.
+    let uid = marked.metadata.uid.clone().expect("uid");
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    pods.delete("p", &dp).await.expect("final delete");
+    assert!(matches!(next(&mut w).await, Ok(WatchEvent::Deleted(_))));
+    assert!(pods.get_opt("p").await.expect("get").is_none());
+}
+
+#[tokio::test]
+async fn deleting_an_unbound_pod_removes_it_at_once() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", None))
+        .await
+        .expect("create");
+    let answered = pods
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(answered.is_left());
+    assert!(pods.get_opt("p").await.expect("get").is_none());
+}
+
+#[tokio::test]
+async fn a_delete_with_a_stale_uid_precondition_is_a_conflict() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", None))
+        .await
+        .expect("create");
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("other".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let e = status(pods.delete("p", &dp).await.expect_err("conflict"));
+    assert_eq!(e.code, 409);
+    assert!(e.message.starts_with("Operation cannot be fulfilled on pods \"p\": Precondition failed: UID in precondition: other, UID in object meta: "), "{}", e.message);
+}
