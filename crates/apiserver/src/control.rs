@@ -318,6 +318,17 @@ impl TestHandle {
             .map_err(Error::Rejected)
     }
 
+    /// Assigns an unbound pod to `node` (a POST to `pods/binding`, as the scheduler does).
+    ///
+    /// # Errors
+    /// [`Error::Rejected`]: NotFound, or Conflict when the pod is already bound or deleting.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, Error> {
+        self.shared
+            .registry
+            .bind(namespace, name, node, WriteOptions::default())
+            .map_err(Error::Rejected)
+    }
+
     /// Reads an object (`None` if absent or the kind is not served).
     pub fn get(
         &self,

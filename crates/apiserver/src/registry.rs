@@ -579,6 +579,60 @@ impl Registry {
         Ok(finalize_outcome(res, &last, &uid))
     }
 
+    /// POST `pods/binding`: assigns an unbound pod to `node`, as the scheduler does.
+    pub(crate) fn bind(
+        &self,
+        ns: &str,
+        name: &str,
+        node: &str,
+        opts: WriteOptions,
+    ) -> Result<Value, ApiError> {
+        let info = PODS.info();
+        if node.is_empty() {
+            return Err(ApiError::invalid(
+                info,
+                name,
+                &[FieldError::required("target.name", "")],
+            ));
+        }
+        let mut s = self.store.lock();
+        let key = Key::new(PODS, ns, name);
+        let Some(old) = s.get(&key).cloned() else {
+            return Err(ApiError::not_found(info, name));
+        };
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        if let Some(current) = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!("pod {name} is already assigned to node {current:?}"),
+            ));
+        }
+        let mut new = (*old).clone();
+        new["spec"]["nodeName"] = json!(node);
+        let conditions = new["status"]
+            .as_object_mut()
+            .map(|st| st.entry("conditions").or_insert_with(|| json!([])));
+        if let Some(Value::Array(list)) = conditions {
+            list.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
+            list.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()}));
+        }
+        if opts.dry_run {
+            return Ok(new);
+        }
+        Ok((*s.put(key, new)).clone())
+    }
+
     /// LIST objects with selectors, pagination and resourceVersion semantics.
     pub(crate) fn list(
         &self,

@@ -66,7 +66,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         kind: "Pod",
         namespaced: true,
         short_names: &["po"],
-        subresources: &[("status", STATUS_VERBS)],
+        subresources: &[("status", STATUS_VERBS), ("binding", &["create"])],
         create_on_update: false,
         return_deleted_object: true,
     },

@@ -98,10 +98,10 @@ fn resource_list(g: &str, v: &str) -> Value {
         }
         list.push(entry);
         for (sub, verbs) in r.subresources {
-            let kind = if *sub == "token" {
-                "TokenRequest"
-            } else {
-                r.kind
+            let kind = match *sub {
+                "token" => "TokenRequest",
+                "binding" => "Binding",
+                _ => r.kind,
             };
             let mut e = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
             if *sub == "token" {

@@ -113,6 +113,20 @@ async fn subresource(
             ))
         }
         ("status", "patch") => patch(shared, info, res, Some(sub), req).await,
+        ("binding", "create") => {
+            let opts = write_options(info)?;
+            let body = read_json(req).await?;
+            let node = body
+                .pointer("/target/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            reg.bind(&ns, &name, &node, opts)?;
+            Ok(response::json(
+                201,
+                &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
         ("token", "create") => Ok(response::json(
             201,
             &crate::token_request::create(shared, &ns, &name, read_json(req).await?)?,

@@ -227,3 +227,36 @@ async fn a_delete_with_a_stale_uid_precondition_is_a_conflict() {
     assert_eq!(e.code, 409);
     assert!(e.message.starts_with("Operation cannot be fulfilled on pods \"p\": Precondition failed: UID in precondition: other, UID in object meta: "), "{}", e.message);
 }
+
+#[tokio::test]
+async fn a_binding_assigns_an_unbound_pod_to_a_node_once() {
+    let (server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", None))
+        .await
+        .expect("create");
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}});
+    let answered: kube::core::Status = pods
+        .create_subresource("binding", "p", &PostParams::default(), &binding)
+        .await
+        .expect("bind");
+    assert_eq!(answered.code, 201);
+    let p = pods.get("p").await.expect("get");
+    assert_eq!(p.spec.and_then(|s| s.node_name).as_deref(), Some("n1"));
+    let e = status(
+        pods.create_subresource::<_, kube::core::Status>(
+            "binding",
+            "p",
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .expect_err("already bound"),
+    );
+    assert_eq!(e.code, 409);
+    assert_eq!(
+        e.message,
+        "Operation cannot be fulfilled on pods \"p\": pod p is already assigned to node \"n1\""
+    );
+    assert!(server.handle().bind_pod("default", "p", "n2").is_err());
+}
