@@ -43,10 +43,20 @@ struct Faults {
     status: u16,
 }
 
+/// An open watch, as [`TestHandle::open_watches`] counts it.
+#[derive(Debug, Clone)]
+struct OpenWatch {
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
 /// Mutable test-control state.
 #[derive(Default)]
 pub(crate) struct Controls {
     records: Mutex<Vec<RequestRecord>>,
+    watches: Mutex<std::collections::HashMap<u64, OpenWatch>>,
+    next_watch: std::sync::atomic::AtomicU64,
     faults: Mutex<Faults>,
     latency: Mutex<Duration>,
 }
@@ -72,6 +82,45 @@ impl Controls {
 
     pub(crate) fn latency(&self) -> Duration {
         *lock(&self.latency)
+    }
+
+    /// Registers an open watch; it counts until the returned guard is dropped.
+    pub(crate) fn watch_opened(
+        shared: &Arc<Shared>,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> OpenWatchGuard {
+        let c = &shared.controls;
+        let id = c
+            .next_watch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&c.watches).insert(
+            id,
+            OpenWatch {
+                resource: resource.to_string(),
+                namespace: namespace.map(String::from),
+                name: name.map(String::from),
+            },
+        );
+        OpenWatchGuard {
+            shared: Arc::downgrade(shared),
+            id,
+        }
+    }
+}
+
+/// Keeps a watch counted as open; held by the watch's task.
+pub(crate) struct OpenWatchGuard {
+    shared: std::sync::Weak<Shared>,
+    id: u64,
+}
+
+impl Drop for OpenWatchGuard {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            lock(&s.controls.watches).remove(&self.id);
+        }
     }
 }
 
@@ -171,6 +220,24 @@ impl TestHandle {
         lock(&self.shared.controls.records)
             .iter()
             .filter(|r| r.user.as_deref() == Some(user))
+            .count()
+    }
+
+    /// Counts the watches open right now on `resource`; `None` matches any namespace/name
+    /// (the name of a watch is its `metadata.name=` field selector, if any).
+    pub fn open_watches(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> usize {
+        lock(&self.shared.controls.watches)
+            .values()
+            .filter(|w| {
+                w.resource == resource
+                    && namespace.is_none_or(|n| w.namespace.as_deref() == Some(n))
+                    && name.is_none_or(|n| w.name.as_deref() == Some(n))
+            })
             .count()
     }
 

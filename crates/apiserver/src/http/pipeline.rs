@@ -133,6 +133,18 @@ async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http:
             handle.compact();
             ok()
         }
+        (_, r) if r.starts_with("latency/") => {
+            // /nodelet/latency/{milliseconds}
+            match r.trim_start_matches("latency/").parse::<u64>() {
+                Ok(ms) if method == http::Method::POST => {
+                    handle.set_latency(std::time::Duration::from_millis(ms));
+                    ok()
+                }
+                _ => response::error(&ApiError::bad_request(
+                    "use POST /nodelet/latency/{milliseconds}",
+                )),
+            }
+        }
         ("POST", "bookmark") => {
             handle.bookmark_now();
             ok()

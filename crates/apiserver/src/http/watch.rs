@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::handlers::list_options;
 use super::request_info::RequestInfo;
 use super::response::Body;
+use crate::control::{Controls, OpenWatchGuard};
 use crate::registry::{ListOptions, parse_rv};
 use crate::resources::ResourceId;
 use crate::server::Shared;
@@ -190,7 +191,14 @@ pub(crate) fn serve(
 
     let (tx, out) = mpsc::channel::<Bytes>(64);
     let stop = token.clone();
+    let open = Controls::watch_opened(
+        shared,
+        &info.resource,
+        info.namespace.as_deref(),
+        info.name.as_deref(),
+    );
     tokio::spawn(pump(PumpArgs {
+        _open: open,
         tx,
         rx,
         filter,
@@ -224,6 +232,8 @@ struct PumpArgs {
     bookmarks: bool,
     timeout: Duration,
     stop: CancellationToken,
+    /// Counts this watch as open until the task ends.
+    _open: OpenWatchGuard,
 }
 
 async fn pump(mut a: PumpArgs) {

@@ -155,3 +155,24 @@ async fn the_store_can_be_seeded_and_read_without_http() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn open_watches_are_counted_by_resource_and_field_selected_name() {
+    let (server, client) = start().await;
+    let handle = server.handle();
+    let api = cms(&client);
+    let params = kube::api::WatchParams::default().fields("metadata.name=a");
+    let w = api.watch(&params, "0").await.expect("watch");
+    assert_eq!(
+        handle.open_watches("configmaps", Some("default"), Some("a")),
+        1
+    );
+    assert_eq!(handle.open_watches("configmaps", None, Some("b")), 0);
+    assert_eq!(handle.open_watches("secrets", None, None), 0);
+    drop(w);
+    // The server notices the closed connection asynchronously; closing watches is immediate.
+    handle.close_watches();
+    while handle.open_watches("configmaps", None, None) > 0 {
+        tokio::task::yield_now().await;
+    }
+}
