@@ -234,7 +234,6 @@ impl Registry {
             }
             for f in [
                 "uid",
-                "resourceVersion",
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
                 "generation",
@@ -249,6 +248,17 @@ impl Registry {
         let errs = strategy::validate_create(res, &body);
         if !errs.is_empty() {
             return Err(ApiError::invalid(info, &name, &errs));
+        }
+        // The storage layer refuses a resourceVersion on create (a 500 with reason Unknown).
+        if meta_str(&body, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
+            return Err(ApiError::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        if let Some(meta) = meta_mut(&mut body) {
+            meta.remove("resourceVersion");
         }
         let key = Key::new(res, if info.namespaced { ns } else { "" }, &name);
         if s.get(&key).is_some() {

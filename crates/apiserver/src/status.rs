@@ -99,6 +99,11 @@ impl ApiError {
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }
+        if self.reason.is_empty()
+            && let Some(m) = s.as_object_mut()
+        {
+            m.remove("reason");
+        }
         s
     }
 

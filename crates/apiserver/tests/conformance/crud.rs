@@ -136,3 +136,26 @@ async fn errors_carry_the_real_codes_reasons_and_messages() {
         (404, "namespaces \"missing-ns\" not found")
     );
 }
+
+#[tokio::test]
+async fn creating_an_object_that_carries_a_resource_version_fails_like_the_storage_layer() {
+    let (_server, client) = start().await;
+    let api = cms(&client);
+    let created = api
+        .create(&PostParams::default(), &cm("x", "k", "v"))
+        .await
+        .expect("create");
+    api.delete("x", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let e = status(
+        api.create(&PostParams::default(), &created)
+            .await
+            .expect_err("rv set"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (500, ""));
+    assert_eq!(
+        e.message,
+        "resourceVersion should not be set on objects to be created"
+    );
+}
