@@ -1,11 +1,12 @@
 //! [`ConfigSyncer`]: the config side of the kubelet's SyncPod, SyncTerminatingPod and
 //! SyncTerminatedPod (spec PW-4 … PW-7, PW-12 … PW-14).
 
+use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
@@ -71,7 +72,8 @@ pub struct SyncerParts {
 ///    manager, then the ConfigMap manager (PW-4, PW-13): before anything reads for it.
 /// 3. Create `pods/<uid>`, `pods/<uid>/volumes`, `pods/<uid>/plugins` (0750); failure → event
 ///    `FailedToMakePodDataDirectories`.
-/// 4. Add the pod to the volume manager and wait for its volumes; failure → Warning event
+/// 4. On the pod's first sync, publish a status saying volumes are not ready yet. Add the pod
+///    to the volume manager and wait for its volumes; failure → Warning event
 ///    `FailedMount` `Unable to attach or mount volumes: <err>`, unless interrupted (PW-4).
 /// 5. Image pull secrets (PW-7): missing ones → one Warning event
 ///    `FailedToRetrieveImagePullSecret`; never fatal.
@@ -89,6 +91,9 @@ pub struct SyncerParts {
 pub struct ConfigSyncer {
     config: SyncerConfig,
     parts: SyncerParts,
+    /// UIDs whose status was published at least once (the first sync publishes "volumes not
+    /// ready" before waiting, as the kubelet's status manager does).
+    published: Arc<Mutex<HashSet<String>>>,
 }
 
 impl std::fmt::Debug for ConfigSyncer {
@@ -102,7 +107,11 @@ impl std::fmt::Debug for ConfigSyncer {
 impl ConfigSyncer {
     /// A syncer with `config` driving `parts`.
     pub fn new(config: SyncerConfig, parts: SyncerParts) -> Self {
-        Self { config, parts }
+        Self {
+            config,
+            parts,
+            published: Arc::default(),
+        }
     }
 
     /// `<root>/pods/<uid>`.
@@ -174,7 +183,14 @@ impl ConfigSyncer {
     }
 
     fn publish(&self, pod: &Pod, status: &PodConfigStatus) {
+        if let Some(uid) = pod.metadata.uid.clone() {
+            self.lock_published().insert(uid);
+        }
         self.parts.status.set_status(pod, status);
+    }
+
+    fn lock_published(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.published.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -235,6 +251,12 @@ impl PodSyncer for ConfigSyncer {
             return Err(e);
         }
         // (4)
+        if !self.lock_published().contains(&uid) {
+            let mut waiting = status.clone();
+            waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
+            waiting.config.message = Some("waiting for volumes".to_owned());
+            self.publish(pod, &waiting);
+        }
         self.parts.volumes.add_pod(pod);
         match self.parts.volumes.wait_for_attach_and_mount(pod).await {
             Ok(()) => status.volumes.ready = true,
@@ -357,6 +379,7 @@ impl PodSyncer for ConfigSyncer {
             // Something other than empty directories is left: leave it for an operator.
             warn!(path = %dir.display(), %error, "pod directory not removed");
         }
+        self.lock_published().remove(&uid);
         self.parts.status.terminated(pod);
         Ok(())
     }

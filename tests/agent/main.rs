@@ -1,0 +1,18 @@
+//! Agent-level integration tests: the real `nodelet` agent, in-process, against
+//! `nodelet-apiserver` over real HTTP (authentication and the Node authorizer on; the agent
+//! runs as `system:node:<node>`).
+
+// The shared conformance scenario suite (nodelet-e2e, spec E2E-1 … E2E-28 as they apply to
+// files and env files), one test per scenario.
+mod suite;
+// /healthz, /readyz, /metrics, /pods.
+mod endpoints;
+// The agent makes only requests a node identity is allowed (no 403s), and registers its Node
+// and Lease.
+mod node_identity;
+// `--manifests` mode: a file edit reaches the volume.
+mod manifests;
+// The binary: bad configuration exits with code 64.
+mod cli;
+// Starting an API server and an agent for one test.
+mod support;

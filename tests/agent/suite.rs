@@ -1,0 +1,59 @@
+//! The shared scenario suite (`nodelet-e2e`), one test per scenario, each against its own API
+//! server and agent. `cargo xtask e2e` runs the same scenarios against real clusters.
+
+use crate::support::World;
+
+async fn run(name: &str) {
+    let world = World::start().await;
+    let outcome = nodelet_e2e::run_scenario(&world.target(), name).await;
+    world.stop().await;
+    if let Err(e) = outcome.result {
+        panic!("scenario {name} failed: {e}");
+    }
+}
+
+macro_rules! scenarios {
+    ($($test:ident => $name:literal,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                run($name).await;
+            }
+        )*
+
+        #[test]
+        fn every_shared_scenario_has_a_test_here() {
+            let here: Vec<&str> = vec![$($name),*];
+            let missing: Vec<&str> = nodelet_e2e::scenario_names()
+                .into_iter()
+                .filter(|n| !here.contains(n))
+                .collect();
+            assert!(missing.is_empty(), "scenarios without a test: {missing:?}");
+        }
+    };
+}
+
+scenarios! {
+    e2e1_configmap_volume_files_appear_with_default_mode => "configmap-volume",
+    e2e6_configmap_items_map_keys_to_paths_and_modes => "configmap-volume-mappings",
+    e2e10_configmap_binary_data_is_byte_exact => "configmap-binary-data",
+    e2e12_the_same_configmap_in_two_volumes => "configmap-multiple-volumes",
+    e2e15_secret_volume_files_appear => "secret-volume",
+    e2e16_same_name_secrets_in_two_namespaces_do_not_mix => "secret-same-name-other-namespace",
+    e2e21_projected_volume_sources_combine => "projected-volume",
+    downward_api_volume_files_appear => "downwardapi-volume",
+    e2e9_configmap_updates_reach_the_volume => "configmap-update",
+    e2e9_secret_updates_reach_the_volume => "secret-update",
+    e2e11_optional_configmaps_created_updated_deleted => "configmap-optional-updates",
+    e2e18_optional_secrets_created_updated_deleted => "secret-optional-updates",
+    e2e13_immutable_configmap => "immutable-configmap",
+    e2e14_missing_configmap_keeps_the_pod_pending_with_events => "missing-configmap",
+    e2e14_missing_configmap_key_keeps_the_pod_pending => "missing-configmap-key",
+    e2e20_missing_secret_keeps_the_pod_pending => "missing-secret",
+    e2e23_e2e26_env_from_keys => "env-from-keys",
+    e2e24_e2e27_env_from_sources_with_prefix => "env-from-sources",
+    pw12_env_missing_key_waits_with_create_container_config_error => "env-missing-key",
+    pw7_missing_image_pull_secret_event => "image-pull-secret-missing",
+    pod_deletion_removes_its_directories_and_the_pod => "pod-deletion-cleanup",
+    agent_restart_adopts_volumes_without_rewriting_them => "agent-restart-adoption",
+}

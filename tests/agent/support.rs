@@ -1,0 +1,147 @@
+//! A test world: an API server with auth, an admin client, and an agent with a node identity
+//! over a temporary root directory; restartable for the adoption scenario.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use nodelet::{Agent, AgentConfig};
+use nodelet_apiserver::{ApiServer, User};
+use tempfile::TempDir;
+use tokio::sync::Mutex;
+
+pub(crate) const NODE: &str = "agent-test-node";
+
+/// Safety bound for waits; never an assertion of speed.
+pub(crate) const SAFETY: Duration = Duration::from_secs(60);
+
+/// The pause between two checks of a condition (a polling interval, never a timing assertion).
+pub(crate) async fn poll_pause() {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
+/// Waits until `path` holds `expected`.
+pub(crate) async fn wait_for_content(path: &std::path::Path, expected: &[u8]) {
+    let ok = tokio::time::timeout(SAFETY, async {
+        while std::fs::read(path).ok().as_deref() != Some(expected) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    if ok.is_err() {
+        panic!(
+            "{} never held {:?} (has {:?})",
+            path.display(),
+            String::from_utf8_lossy(expected),
+            std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned())
+        );
+    }
+}
+
+pub(crate) struct World {
+    pub(crate) server: ApiServer,
+    pub(crate) admin: kube::Client,
+    pub(crate) root: TempDir,
+    pub(crate) agent: Arc<AgentSlot>,
+}
+
+/// The running agent, replaceable by a restart.
+pub(crate) struct AgentSlot {
+    agent: Mutex<Option<Agent>>,
+    config: AgentConfig,
+    node_client: kube::Client,
+}
+
+pub(crate) async fn client_for(server: &ApiServer, user: &User) -> kube::Client {
+    let yaml = server.kubeconfig_yaml(user);
+    let kc = Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+pub(crate) fn agent_config(root: &std::path::Path) -> AgentConfig {
+    let mut config = AgentConfig::new(NODE, root);
+    config.volumes_on_disk = true;
+    config.fsync = false;
+    config
+}
+
+impl World {
+    pub(crate) async fn start() -> World {
+        Self::start_with(|_| {}).await
+    }
+
+    pub(crate) async fn start_with(tweak: impl FnOnce(&mut AgentConfig)) -> World {
+        let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth())
+            .await
+            .unwrap_or_else(|e| panic!("api server: {e}"));
+        let admin = client_for(&server, &User::admin()).await;
+        let node_client = client_for(&server, &User::node(NODE)).await;
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut config = agent_config(root.path());
+        tweak(&mut config);
+        let agent = Agent::start(config.clone(), node_client.clone())
+            .await
+            .unwrap_or_else(|e| panic!("agent: {e:#}"));
+        tokio::time::timeout(SAFETY, agent.wait_ready())
+            .await
+            .unwrap_or_else(|_| panic!("agent never listed its pods"));
+        World {
+            server,
+            admin,
+            root,
+            agent: Arc::new(AgentSlot {
+                agent: Mutex::new(Some(agent)),
+                config,
+                node_client,
+            }),
+        }
+    }
+
+    pub(crate) fn root_dir(&self) -> PathBuf {
+        self.root.path().to_path_buf()
+    }
+
+    pub(crate) fn target(&self) -> nodelet_e2e::Target {
+        nodelet_e2e::Target {
+            admin: self.admin.clone(),
+            node_name: NODE.to_owned(),
+            root_dir: self.root_dir(),
+            agent: self.agent.clone(),
+        }
+    }
+
+    /// Runs `f` with the running agent.
+    pub(crate) async fn with_agent<T>(&self, f: impl FnOnce(&Agent) -> T) -> T {
+        let guard = self.agent.agent.lock().await;
+        match guard.as_ref() {
+            Some(agent) => f(agent),
+            None => panic!("no agent running"),
+        }
+    }
+
+    pub(crate) async fn stop(self) {
+        if let Some(agent) = self.agent.agent.lock().await.take() {
+            agent.shutdown().await;
+        }
+        self.server.shutdown().await;
+    }
+}
+
+#[async_trait::async_trait]
+impl nodelet_e2e::AgentControl for AgentSlot {
+    async fn restart(&self) -> Result<(), String> {
+        let mut slot = self.agent.lock().await;
+        if let Some(agent) = slot.take() {
+            agent.shutdown().await;
+        }
+        let agent = Agent::start(self.config.clone(), self.node_client.clone())
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        *slot = Some(agent);
+        Ok(())
+    }
+}
