@@ -342,3 +342,28 @@ async fn a_watch_ends_after_its_timeout_seconds() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn a_watcher_catches_up_after_the_listener_restarts() {
+    let (server, client) = start().await;
+    let handle = server.handle();
+    let api = cms(&client);
+    let mut w = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
+    assert!(initial(&mut w).await.is_empty());
+    handle.stop_listener().await;
+    // Written while the server is unreachable; seeded directly into the store.
+    handle
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "offline"}}))
+        .expect("seed");
+    handle.restart_listener().await.expect("restart");
+    loop {
+        match next(&mut w).await {
+            Err(_) => continue, // the dropped connection surfaces once
+            Ok(Event::Apply(o)) => {
+                assert_eq!(name(&o), "offline");
+                break;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+        }
+    }
+}
