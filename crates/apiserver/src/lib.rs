@@ -63,6 +63,8 @@ mod extras;
 mod http;
 mod kubeconfig;
 mod manifests;
+#[cfg(test)]
+mod model_tests;
 mod node_authorizer;
 mod openapi;
 mod registry;
