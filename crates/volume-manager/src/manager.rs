@@ -450,7 +450,10 @@ mod tests {
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
-        let dir = bed.vm.host().volume_dir("u1", "kubernetes.io/configmap", "cfg");
+        let dir = bed
+            .vm
+            .host()
+            .volume_dir("u1", "kubernetes.io/configmap", "cfg");
         bed.configmaps.apply("ns", cm("cm", "v2"));
         let mut rx = bed.vm.subscribe();
         while std::fs::read(dir.join("k")).unwrap() != b"v2" {

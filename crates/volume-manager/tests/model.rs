@@ -43,8 +43,10 @@ fn pod(i: usize) -> Pod {
     let volumes: Vec<_> = [i % OBJECTS, (i + 1) % OBJECTS]
         .iter()
         .enumerate()
-        .map(|(n, o)| json!({"name": format!("v{n}"),
-            "configMap": {"name": format!("cm{o}"), "optional": true, "defaultMode": 420}}))
+        .map(|(n, o)| {
+            json!({"name": format!("v{n}"),
+            "configMap": {"name": format!("cm{o}"), "optional": true, "defaultMode": 420}})
+        })
         .collect();
     let mounts: Vec<_> = (0..2)
         .map(|n| json!({"name": format!("v{n}"), "mountPath": format!("/v{n}")}))
@@ -177,7 +179,10 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
     shutdown.cancel();
     run.await.unwrap();
     configmaps.shutdown().await;
-    prop_assert!(settled.is_ok(), "never settled: want {want:?}, on disk {seen:?}");
+    prop_assert!(
+        settled.is_ok(),
+        "never settled: want {want:?}, on disk {seen:?}"
+    );
     Ok(())
 }
 

@@ -73,7 +73,9 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     assert_eq!(mode(&dir.join("sub/dir/a")), 0o644);
     assert_eq!(mode(&dir.join("b")), 0o644);
     assert_eq!(mode(&dir.join("inner")), 0o755);
-    let empty = vm.host().volume_dir("u1", "kubernetes.io/empty-dir", "inner");
+    let empty = vm
+        .host()
+        .volume_dir("u1", "kubernetes.io/empty-dir", "inner");
     assert_eq!(mode(&empty), 0o777);
     shutdown.cancel();
     run.await.unwrap();

@@ -437,7 +437,11 @@ async fn secret_volumes_use_tmpfs_exactly_when_the_agent_may_mount() {
     let dev = |p: &std::path::Path| fs::metadata(p).unwrap().dev();
     let parent_dev = dev(sec.parent().unwrap());
     assert_eq!(dev(&sec) != parent_dev, env.vm.uses_tmpfs());
-    assert_eq!(dev(&cfg), dev(cfg.parent().unwrap()), "configMap is on disk");
+    assert_eq!(
+        dev(&cfg),
+        dev(cfg.parent().unwrap()),
+        "configMap is on disk"
+    );
     assert_eq!(files(&sec), text(&[("k", "v")]));
     env.remove_pod(&pod).await;
     assert!(!sec.exists() && !cfg.exists());
