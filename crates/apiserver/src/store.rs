@@ -9,7 +9,7 @@
 //!    replays history sees every event exactly once.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -62,6 +62,16 @@ pub(crate) struct Event {
     pub(crate) object: Arc<Value>,
     /// The object before the change (`None` for `Added`); lets a list rebuild an older snapshot.
     pub(crate) prev: Option<Arc<Value>>,
+    /// `object` as JSON, encoded once and shared by every watch that forwards this event.
+    encoded: OnceLock<Vec<u8>>,
+}
+
+impl Event {
+    /// `object` serialized as JSON (computed on first use).
+    pub(crate) fn object_json(&self) -> &[u8] {
+        self.encoded
+            .get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default())
+    }
 }
 
 /// What watches receive.
@@ -144,6 +154,7 @@ impl Inner {
             key,
             object: obj.clone(),
             prev,
+            encoded: OnceLock::new(),
         });
         obj
     }
@@ -161,6 +172,7 @@ impl Inner {
             key: key.clone(),
             object: last.clone(),
             prev: Some(prev),
+            encoded: OnceLock::new(),
         });
         Some(last)
     }

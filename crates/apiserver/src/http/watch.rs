@@ -46,7 +46,7 @@ impl Filter {
     }
 
     /// The event this watch sees for a committed change, if any.
-    fn translate(&self, ev: &Event) -> Option<(EventType, Arc<Value>)> {
+    fn translate(&self, ev: &Event) -> Option<EventType> {
         if ev.key.resource != self.res
             || self
                 .namespace
@@ -58,14 +58,14 @@ impl Filter {
         let now = self.matches(&ev.object);
         let before = ev.prev.as_deref().is_some_and(|p| self.matches(p));
         match ev.kind {
-            EventType::Added => now.then(|| (EventType::Added, ev.object.clone())),
+            EventType::Added => now.then_some(EventType::Added),
             EventType::Modified => match (before, now) {
-                (true, true) => Some((EventType::Modified, ev.object.clone())),
-                (false, true) => Some((EventType::Added, ev.object.clone())),
-                (true, false) => Some((EventType::Deleted, ev.object.clone())),
+                (true, true) => Some(EventType::Modified),
+                (false, true) => Some(EventType::Added),
+                (true, false) => Some(EventType::Deleted),
                 (false, false) => None,
             },
-            EventType::Deleted => before.then(|| (EventType::Deleted, ev.object.clone())),
+            EventType::Deleted => before.then_some(EventType::Deleted),
         }
     }
 }
@@ -73,6 +73,18 @@ impl Filter {
 fn line(kind: &str, obj: &Value) -> Bytes {
     let mut v = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap_or_default();
     v.push(b'\n');
+    Bytes::from(v)
+}
+
+/// A watch line for a committed event, reusing the event's shared JSON encoding.
+fn event_line(kind: EventType, ev: &Event) -> Bytes {
+    let obj = ev.object_json();
+    let mut v = Vec::with_capacity(obj.len() + 32);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(kind.as_str().as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    v.extend_from_slice(obj);
+    v.extend_from_slice(b"}\n");
     Bytes::from(v)
 }
 
@@ -169,8 +181,8 @@ pub(crate) fn serve(
                     gone = true;
                 } else {
                     for ev in s.history.iter().filter(|e| e.rv > from) {
-                        if let Some((kind, obj)) = filter.translate(ev) {
-                            initial.push(line(kind.as_str(), &obj));
+                        if let Some(kind) = filter.translate(ev) {
+                            initial.push(event_line(kind, ev));
                         }
                     }
                 }
@@ -264,7 +276,7 @@ async fn pump(mut a: PumpArgs) {
                 }
                 last_rv = ev.rv;
                 match a.filter.translate(&ev) {
-                    Some((kind, obj)) => line(kind.as_str(), &obj),
+                    Some(kind) => event_line(kind, &ev),
                     None => continue,
                 }
             }
@@ -283,5 +295,28 @@ async fn pump(mut a: PumpArgs) {
             () = a.stop.cancelled() => return,
             () = &mut deadline => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::CONFIGMAPS;
+    use crate::store::{Key, Store};
+
+    #[test]
+    fn a_shared_event_encoding_matches_a_freshly_serialized_line() {
+        let store = Store::new(10, 16);
+        let mut s = store.lock();
+        let obj = json!({"metadata": {"name": "a", "namespace": "d"}, "data": {"k": "v\n\"q\""}});
+        s.put(Key::new(CONFIGMAPS, "d", "a"), obj);
+        let ev = s.history.back().cloned().expect("event");
+        for kind in [EventType::Added, EventType::Modified, EventType::Deleted] {
+            let shared: Value = serde_json::from_slice(&event_line(kind, &ev)).expect("json");
+            let fresh: Value =
+                serde_json::from_slice(&line(kind.as_str(), &ev.object)).expect("json");
+            assert_eq!(shared, fresh);
+        }
+        assert!(event_line(EventType::Added, &ev).ends_with(b"}\n"));
     }
 }
