@@ -28,9 +28,10 @@
 //!   by informers, so a kubelet may briefly be denied just after a pod is bound.
 //! - The NodeRestriction checks that need only the stored object (deleting and updating the
 //!   status of other nodes' pods, modifying another Node) are made here and answered in the
-//!   authorizer's message shape; those that need the request body (the name of a created Node
-//!   or Lease, the pod a node's TokenRequest is bound to, mirror-pod creation) are not made,
-//!   and pod creation is denied.
+//!   authorizer's message shape. A node's TokenRequest must be bound to a pod scheduled on it
+//!   (checked with the upstream texts by `token_request.rs`). Checks that need other request
+//!   bodies (the name of a created Node or Lease, mirror-pod creation, token audiences) are not
+//!   made, and pod creation is denied.
 
 use std::sync::Arc;
 

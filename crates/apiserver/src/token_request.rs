@@ -15,6 +15,7 @@ use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _};
 use serde_json::{Value, json};
 
+use crate::auth::User;
 use crate::error::Error;
 use crate::registry::now;
 use crate::resources::{NODES, PODS, ResourceInfo, SECRETS, SERVICEACCOUNTS};
@@ -155,8 +156,21 @@ impl Signer {
     }
 }
 
-/// Serves `POST /api/v1/namespaces/{ns}/serviceaccounts/{sa}/token`.
-pub(crate) fn create(shared: &Shared, ns: &str, sa: &str, body: Value) -> Result<Value, ApiError> {
+/// Makes the authenticated user visible to the token handler (NodeRestriction needs it).
+pub(crate) fn with_user<B>(mut req: http::Request<B>, user: &User) -> http::Request<B> {
+    req.extensions_mut().insert(user.clone());
+    req
+}
+
+/// Serves `POST /api/v1/namespaces/{ns}/serviceaccounts/{sa}/token` for `user` (the
+/// NodeRestriction checks apply when it is a node).
+pub(crate) fn create(
+    shared: &Shared,
+    ns: &str,
+    sa: &str,
+    user: Option<&User>,
+    body: Value,
+) -> Result<Value, ApiError> {
     // (1) the body is a TokenRequest
     if let Some(k) = body.get("kind").and_then(Value::as_str)
         && k != "TokenRequest"
@@ -197,6 +211,12 @@ pub(crate) fn create(shared: &Shared, ns: &str, sa: &str, body: Value) -> Result
         "serviceaccount": {"name": sa, "uid": uid(&account)},
     });
     let bound = spec.get("boundObjectRef").filter(|b| !b.is_null());
+    if let Some(node) = user
+        .and_then(User::node_name)
+        .filter(|_| shared.config.auth)
+    {
+        node_restriction(shared, ns, sa, node, bound)?;
+    }
     if let Some(b) = bound {
         let kind = b.get("kind").and_then(Value::as_str).unwrap_or("");
         let name = b.get("name").and_then(Value::as_str).unwrap_or("");
@@ -279,6 +299,46 @@ pub(crate) fn create(shared: &Shared, ns: &str, sa: &str, body: Value) -> Result
         "spec": out_spec,
         "status": {"token": token, "expirationTimestamp": expires},
     }))
+}
+
+/// NodeRestriction on a node's TokenRequest: it must be bound (by name and uid) to a pod that
+/// is scheduled on the node. Upstream's audience restriction (the audiences a pod's projected
+/// token volumes name) is not applied.
+fn node_restriction(
+    shared: &Shared,
+    ns: &str,
+    sa: &str,
+    node: &str,
+    bound: Option<&Value>,
+) -> Result<(), ApiError> {
+    let forbid = |why: &str| ApiError::forbidden(Some(SERVICEACCOUNTS.info()), sa, why);
+    let s = |k: &str| {
+        bound
+            .and_then(|b| b.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    if bound.is_none() || s("apiVersion") != "v1" || s("kind") != "Pod" || s("name").is_empty() {
+        return Err(forbid("node requested token not bound to a pod"));
+    }
+    if s("uid").is_empty() {
+        return Err(forbid(
+            "node requested token with a pod binding without a uid",
+        ));
+    }
+    let pod = shared.registry.get(PODS, ns, s("name"))?;
+    if pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(s("uid")) {
+        return Err(forbid(&format!(
+            "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
+            s("uid")
+        )));
+    }
+    if pod.pointer("/spec/nodeName").and_then(Value::as_str) != Some(node) {
+        return Err(forbid(
+            "node requested token bound to a pod scheduled on a different node",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -127,10 +127,12 @@ async fn subresource(
                 &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
         }
-        ("token", "create") => Ok(response::json(
-            201,
-            &crate::token_request::create(shared, &ns, &name, read_json(req).await?)?,
-        )),
+        ("token", "create") => {
+            let user = req.extensions().get::<crate::auth::User>().cloned();
+            let body = read_json(req).await?;
+            let tr = crate::token_request::create(shared, &ns, &name, user.as_ref(), body)?;
+            Ok(response::json(201, &tr))
+        }
         _ => Err(ApiError::method_not_allowed()),
     }
 }

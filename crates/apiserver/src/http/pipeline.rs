@@ -64,6 +64,7 @@ pub(crate) async fn handle(
                     Decision::Deny(reason) => response::error(&forbidden(&info, &attrs, &reason)),
                     // (6)
                     Decision::Allow => {
+                        let req = crate::token_request::with_user(req, user);
                         match dispatch(&shared, &info, req, token).instrument(span).await {
                             Ok(r) => r,
                             Err(e) => response::error(&e),

@@ -313,12 +313,22 @@ async fn a_node_records_events_in_both_event_apis() {
 
 #[tokio::test]
 async fn a_node_requests_tokens_only_for_service_accounts_its_pods_run_as() {
-    let (_server, node) = setup().await;
+    let (server, node) = setup().await;
+    let uid = |name: &str| {
+        server
+            .handle()
+            .get("v1", "Pod", Some("ns"), name)
+            .expect("pod")["metadata"]["uid"]
+            .clone()
+    };
+    let bound = |name: &str| -> TokenRequest {
+        serde_json::from_value(json!({
+            "spec": {"audiences": [], "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": name, "uid": uid(name)}},
+        }))
+        .expect("tr")
+    };
     let sas: Api<ServiceAccount> = Api::namespaced(node, "ns");
-    let tr: TokenRequest = serde_json::from_value(json!({
-        "spec": {"audiences": [], "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1"}},
-    }))
-    .expect("tr");
+    let tr = bound("p1");
     let got = sas
         .create_token_request("runner", &PostParams::default(), &tr)
         .await
@@ -343,6 +353,32 @@ async fn a_node_requests_tokens_only_for_service_accounts_its_pods_run_as() {
     assert!(
         s.message
             .ends_with(": can only create tokens for individual service accounts"),
+        "{}",
+        s.message
+    );
+    // NodeRestriction: bound, with a uid, to a pod scheduled on this node.
+    let unbound: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).expect("tr");
+    let s = status(
+        sas.create_token_request("runner", &PostParams::default(), &unbound)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (
+            403,
+            "serviceaccounts \"runner\" is forbidden: node requested token not bound to a pod"
+        )
+    );
+    let s = status(
+        sas.create_token_request("runner", &PostParams::default(), &bound("p2"))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message
+            .ends_with(": node requested token bound to a pod scheduled on a different node"),
         "{}",
         s.message
     );
