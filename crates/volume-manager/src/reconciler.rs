@@ -47,6 +47,7 @@ impl Inner {
                 () = shutdown.cancelled() => break,
                 () = self.wake.notified() => {}
                 () = sleep_until(deadline) => {}
+                // (1) An object manager saw new content; (2) mark the volumes that read it.
                 key = recv(&mut configmaps) => self.object_changed(ObjectKind::ConfigMap, key),
                 key = recv(&mut secrets) => self.object_changed(ObjectKind::Secret, key),
             }
@@ -101,7 +102,8 @@ impl Inner {
                     Err(Refusal::Pending) => {}
                 }
             }
-            // (2) Mount what is desired and not mounted; remount what needs it.
+            // (2) Mount what is desired and not mounted; remount what needs it (update path
+            // step (3): one operation per volume, none while backing off).
             for (pod, v) in st.dsw.volumes() {
                 let remount = match st.asw.get(&v.unique) {
                     None => false,
@@ -154,7 +156,9 @@ impl Inner {
             fs_user: fs_user(&job.pod),
             host: &self.host,
         };
+        // (4) The plugin reads the object, builds the payload and writes it atomically.
         let result = job.plugin.set_up(&ctx).instrument(span.clone()).await;
+        // (5) Record the result; a change that arrived meanwhile keeps the flag set.
         let failure = {
             let mut st = self.lock();
             let dirty = st.ops.finish(&job.unique, result.is_ok(), Instant::now());
@@ -252,6 +256,7 @@ impl Inner {
     /// Live updates: every desired volume that reads the changed object is marked for
     /// remount; the loop reconciles right after. `None` (the subscriber lagged): all are.
     fn object_changed(&self, kind: ObjectKind, key: Option<ObjectKey>) {
+        // (2) Mark every desired volume that reads the object; stale in-flight results too.
         let Some(key) = key else {
             self.mark_all_remount_required();
             return;

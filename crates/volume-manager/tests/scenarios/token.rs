@@ -74,3 +74,27 @@ async fn tokens_are_refreshed_before_expiry_by_rewriting_the_volume() {
     let second = files(&dir)["token"].clone();
     assert_ne!(claims(&first)["jti"], claims(&second)["jti"]);
 }
+
+// PL-10, PL-11: with fsGroup (and a run-as user) the token is written 0600 and chowned to the
+// user; fsGroup then adds group read: 0640. Current uid/gid, so no privilege is needed.
+#[tokio::test]
+async fn a_token_with_fs_group_and_run_as_user_is_0640_and_owned_by_the_user() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::start().await;
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    let pod = env.create_pod_json(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"securityContext": {"fsGroup": gid, "runAsUser": uid},
+                 "containers": [{"name": "c", "image": "x",
+                     "volumeMounts": [{"name": "tok", "mountPath": "/t"}]}],
+                 "volumes": [{"name": "tok", "projected": {"defaultMode": 0o644, "sources": [
+                     {"serviceAccountToken": {"path": "token"}}]}}]}
+    }));
+    env.add_and_mount(&pod).await;
+    let dir = env.dir(&pod, PROJECTED, "tok");
+    assert_eq!(modes(&dir)["token"], 0o640);
+    let meta = std::fs::metadata(dir.join("token")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (uid, gid));
+}
