@@ -1,5 +1,5 @@
 //! The event seam: [`EventSink`] (the agent wires it to Kubernetes Events), the reasons this
-//! crate emits, and [`RecordingSink`] for tests.
+//! crate emits, and `RecordingSink` for tests (feature `test-util`).
 
 use k8s_openapi::api::core::v1::Pod;
 

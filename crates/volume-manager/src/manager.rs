@@ -461,4 +461,25 @@ mod tests {
         }
         bed.shutdown.cancel();
     }
+
+    // VM-4, VM-5, VM-11: a populator error (here a volume name that cannot be a directory)
+    // ends the wait at once with the pod's errors.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_error_ends_the_wait_with_the_kubelet_text() {
+        let bed = bed(Strategy::Get, None);
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [{"name": "c",
+                "volumeMounts": [{"name": "../x", "mountPath": "/x"}]}],
+                "volumes": [{"name": "../x", "emptyDir": {}}]}
+        }))
+        .unwrap();
+        let err = bed.vm.wait_for_attach_and_mount(&p).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unmounted volumes=[../x], unattached volumes=[], failed to process volumes=[../x]: \
+             volume name \"../x\" cannot be used as a directory name"
+        );
+        bed.shutdown.cancel();
+    }
 }

@@ -200,3 +200,147 @@ async fn collect_source(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `TestCollectDataWithSecret` / `WithConfigMap` / token cases (PL-10, PL-16).
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use nodelet_object_manager::source::FakeSource;
+    use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
+    use serde_json::json;
+
+    use super::*;
+    use crate::plugins::{NodeAllocatable, VolumeHost};
+    use crate::token::{FakeTokenSource, TokenCache};
+
+    fn host() -> VolumeHost {
+        let mut mc = ManagerConfig::default();
+        mc.strategy = Strategy::Get;
+        let cms = FakeSource::<ConfigMap>::new();
+        cms.apply(
+            "ns",
+            serde_json::from_value(json!({"metadata": {"name": "cm"},
+                "data": {"a": "1", "b": "2"}}))
+            .unwrap(),
+        );
+        let secrets = FakeSource::<Secret>::new();
+        secrets.apply(
+            "ns",
+            serde_json::from_value(json!({"metadata": {"name": "s"}, "data": {"x": "eA=="}}))
+                .unwrap(),
+        );
+        VolumeHost::new(
+            "/nonexistent".into(),
+            ConfigMapManager::with_sources(Arc::new(cms), None, mc.clone()).unwrap(),
+            SecretManager::with_sources(Arc::new(secrets), None, mc).unwrap(),
+            TokenCache::new(Arc::new(FakeTokenSource::new()), 0.8),
+            false,
+            false,
+            NodeAllocatable::detect(Path::new("/")),
+        )
+    }
+
+    fn pod(volume: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"serviceAccountName": "sa", "containers": [{"name": "c"}],
+                     "volumes": [volume]}
+        }))
+        .unwrap()
+    }
+
+    async fn collect(
+        host: &VolumeHost,
+        pod: &Pod,
+        fs_group: Option<u32>,
+        fs_user: Option<u32>,
+    ) -> Collected {
+        let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        let ctx = SetUpContext {
+            pod,
+            volume,
+            dir: Path::new("/nonexistent"),
+            remount: false,
+            fs_group,
+            fs_user,
+            host,
+        };
+        let projected = volume.projected.as_ref().unwrap();
+        let mut out = Collected::default();
+        for s in projected.sources.iter().flatten() {
+            collect_source(&ctx, s, projected.default_mode.unwrap(), &mut out).await;
+        }
+        out
+    }
+
+    fn listing(c: &Collected) -> Vec<(String, String, u32)> {
+        c.payload
+            .iter()
+            .map(|(k, f)| {
+                (
+                    k.to_owned(),
+                    String::from_utf8_lossy(&f.data).into(),
+                    f.mode,
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn config_map_and_secret_sources_use_the_volume_default_mode_and_item_modes() {
+        let host = host();
+        let p = pod(
+            json!({"name": "v", "projected": {"defaultMode": 0o600, "sources": [
+            {"configMap": {"name": "cm", "items": [{"key": "a", "path": "dir/a", "mode": 0o400}]}},
+            {"secret": {"name": "s"}}]}}),
+        );
+        let c = collect(&host, &p, None, None).await;
+        assert!(c.errors.is_empty());
+        assert_eq!(
+            listing(&c),
+            [
+                ("dir/a".into(), "1".into(), 0o400),
+                ("x".into(), "x".into(), 0o600)
+            ]
+        );
+        assert_eq!(c.objects.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn missing_optional_sources_are_empty_and_missing_keys_are_recorded_errors() {
+        let host = host();
+        let p = pod(
+            json!({"name": "v", "projected": {"defaultMode": 0o644, "sources": [
+            {"configMap": {"name": "nope", "optional": true}},
+            {"secret": {"name": "s", "items": [{"key": "zzz", "path": "z"}]}},
+            {"configMap": {"name": "cm", "items": [{"key": "b", "path": "b"}]}}]}}),
+        );
+        let c = collect(&host, &p, None, None).await;
+        assert_eq!(listing(&c), [("b".into(), "2".into(), 0o644)]);
+        let errors: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors, ["references non-existent secret key: zzz"]);
+    }
+
+    #[tokio::test]
+    async fn a_token_uses_the_default_mode_without_fs_group_and_0600_with_it() {
+        let host = host();
+        let p = pod(
+            json!({"name": "v", "projected": {"defaultMode": 0o644, "sources": [
+            {"serviceAccountToken": {"path": "token", "audience": "aud"}}]}}),
+        );
+        let plain = collect(&host, &p, None, None).await;
+        let file = plain.payload.get("token").unwrap();
+        assert_eq!((file.mode, file.fs_user), (0o644, None));
+        assert_eq!(String::from_utf8_lossy(&file.data), "token-1-sa-p-aud");
+        assert!(plain.refresh_at.is_some());
+
+        let grouped = collect(&host, &p, Some(1234), Some(1000)).await;
+        let file = grouped.payload.get("token").unwrap();
+        assert_eq!((file.mode, file.fs_user), (0o600, Some(1000)));
+        // The cached token is reused until its refresh time.
+        assert_eq!(String::from_utf8_lossy(&file.data), "token-1-sa-p-aud");
+    }
+}
