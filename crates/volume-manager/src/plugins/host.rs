@@ -323,10 +323,9 @@ fn set_up_wrapper(
             return Err(SetUpError::wrapper(dir, e));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(parent) = dir.parent() {
-                fs::create_dir_all(parent).map_err(|e| SetUpError::wrapper(dir, e))?;
-            }
-            fs::create_dir(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
+            // `create_dir_all` also copes with a sibling's teardown removing the (empty)
+            // plugin directory at the same moment.
+            fs::create_dir_all(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
             fs::set_permissions(dir, fs::Permissions::from_mode(0o777))
                 .map_err(|e| SetUpError::wrapper(dir, e))?;
             true
