@@ -180,7 +180,11 @@ fn main() {
         }
         all.sort();
         each.sort();
-        println!("fanout: {objects} objects, {watches} watches, {writes} writes (loopback HTTP/1.1, release)");
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!(
+            "fanout: {objects} objects, {watches} watches, {writes} writes (loopback HTTP/1.1); load average {}",
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        );
         println!(
             "  write -> all {watches} watchers received: median {}  p99 {}  max {}",
             ms(percentile(&all, 0.5)),
