@@ -139,6 +139,7 @@ impl VolumeManager {
     }
 
     /// Runs the reconciler until `shutdown` is cancelled, then waits for running operations.
+    /// Call it once per manager (spawn it as a task).
     ///
     /// First reconstructs the actual state from the volume directories on disk (adopting
     /// them, see the crate docs), then reconciles whenever something changes: a pod added,
