@@ -416,3 +416,31 @@ async fn a_service_account_token_authenticates_until_its_pod_is_gone() {
     let s = status(as_sa.get("a").await.unwrap_err());
     assert_eq!(s.code, 401);
 }
+
+#[tokio::test]
+async fn a_node_watches_a_referenced_object_by_name_and_no_other() {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    use kube::api::{WatchEvent, WatchParams};
+    let (_server, node) = setup().await;
+    let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
+    let mut events = cms
+        .watch(&WatchParams::default().fields("metadata.name=a"), "0")
+        .await
+        .expect("watch allowed")
+        .boxed();
+    let first = tokio::time::timeout(super::PATIENCE, events.try_next())
+        .await
+        .expect("an event in time")
+        .expect("no stream error")
+        .expect("stream open");
+    match first {
+        WatchEvent::Added(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("a")),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    let denied = cms
+        .watch(&WatchParams::default().fields("metadata.name=b"), "0")
+        .await
+        .err()
+        .expect("watch of an unrelated object refused");
+    assert_eq!(status(denied).code, 403);
+}
