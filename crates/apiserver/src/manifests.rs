@@ -360,6 +360,11 @@ impl Syncer {
             }
         }
         let result = if exists {
+            // The store's pod update does not re-run create-time defaulting, so an unchanged
+            // manifest spec would read as a forbidden spec change; default it like the stored pod.
+            if res == resources::PODS {
+                crate::defaults::pod(&mut obj);
+            }
             self.handle.update(obj)
         } else {
             self.handle.create(obj)

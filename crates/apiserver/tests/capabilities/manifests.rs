@@ -192,3 +192,29 @@ async fn deleting_a_file_deletes_the_objects_it_alone_defined() {
     .await;
     assert!(h.get("v1", "ConfigMap", Some("default"), "both").is_some());
 }
+
+#[tokio::test]
+async fn editing_a_pod_manifest_label_updates_the_pod() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "app.yaml", APP);
+    let sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    write(
+        dir.path(),
+        "app.yaml",
+        &APP.replace(
+            "metadata: {name: web, namespace: shop}",
+            "metadata: {name: web, namespace: shop, labels: {tier: fe}}",
+        ),
+    );
+    eventually("the label reaches the pod", || {
+        h.get("v1", "Pod", Some("shop"), "web")
+            .is_some_and(|p| p["metadata"]["labels"]["tier"] == "fe")
+            || !sync.errors().is_empty()
+    })
+    .await;
+    assert!(sync.errors().is_empty(), "{:?}", sync.errors());
+}
