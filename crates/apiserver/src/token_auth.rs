@@ -20,7 +20,7 @@ use crate::server::{ApiServer, Config};
 /// [`ApiServer::token_for`] and service-account tokens from `serviceaccounts/{sa}/token`
 /// (while the service account, and the pod the token is bound to, still exist). Built with
 /// [`TokenAuthenticator::new`] and set through [`Config::authenticator`] it knows only its table.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct TokenAuthenticator {
     table: HashMap<String, User>,
     link: ServerLink,
@@ -40,6 +40,15 @@ impl TokenAuthenticator {
             table: HashMap::new(),
             link,
         }
+    }
+}
+
+impl std::fmt::Debug for TokenAuthenticator {
+    /// Tokens are credentials: only their number is shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenAuthenticator")
+            .field("tokens", &self.table.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -173,6 +182,18 @@ mod tests {
         assert_eq!(auth.authenticate(&bearer("t1")), Ok(User::node("n1")));
         assert_eq!(auth.authenticate(&bearer("nope")), Err(Unauthenticated));
         assert_eq!(auth.authenticate(&Headers::new()), Err(Unauthenticated));
+    }
+
+    #[test]
+    fn debug_output_never_shows_a_token() {
+        let auth = TokenAuthenticator::new(
+            [("s3cr3t-token".to_string(), User::admin())]
+                .into_iter()
+                .collect(),
+        );
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("tokens: 1"), "{shown}");
     }
 
     #[test]
