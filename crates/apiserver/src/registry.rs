@@ -715,7 +715,8 @@ impl Registry {
         }))
     }
 
-    /// DELETE a collection: deletes every matching object, answering the list of them.
+    /// DELETE a collection: deletes every matching object, answering the list of them as they
+    /// were before deletion.
     pub(crate) fn delete_collection(
         &self,
         res: ResourceId,
@@ -732,21 +733,17 @@ impl Registry {
                 ..list_opts.clone()
             },
         )?;
-        let mut out = Vec::new();
+        // Answers the list as it was before the deletes, as upstream does.
         for item in list["items"].as_array().into_iter().flatten() {
             let name = meta_str(item, "name").unwrap_or("");
             let ns = meta_str(item, "namespace").unwrap_or("");
             match self.delete(res, ns, name, opts) {
-                Ok(o) => out.push(o.into_value()),
+                Ok(_) => {}
                 Err(e) if e.code() == 404 => {}
                 Err(e) => return Err(e),
             }
         }
-        let info = res.info();
-        let rv = self.store.lock().rv;
-        Ok(
-            json!({"kind": format!("{}List", info.kind), "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": out}),
-        )
+        Ok(list)
     }
 }
 

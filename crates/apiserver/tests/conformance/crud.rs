@@ -159,3 +159,51 @@ async fn creating_an_object_that_carries_a_resource_version_fails_like_the_stora
         "resourceVersion should not be set on objects to be created"
     );
 }
+
+#[tokio::test]
+async fn delete_collection_removes_only_the_selected_objects() {
+    let (_server, client) = start().await;
+    let api = cms(&client);
+    for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        let mut obj = cm(name, "k", "v");
+        obj.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create");
+    }
+    let deleted = api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app=x"),
+        )
+        .await
+        .expect("deletecollection");
+    let names: Vec<String> = deleted
+        .left()
+        .expect("the deleted objects")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, vec!["a", "b"]);
+    let left = api.list(&ListParams::default()).await.expect("list");
+    assert_eq!(left.items.len(), 1);
+}
+
+#[tokio::test]
+async fn a_list_at_a_future_resource_version_is_a_504_too_large() {
+    let (server, _client) = start().await;
+    let current = server.handle().resource_version();
+    let future = current + 100;
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps?resourceVersion={future}",
+        server.url()
+    );
+    let (code, body) = super::raw_get(&url).await;
+    assert_eq!(code, 504);
+    assert_eq!(body["reason"], "Timeout");
+    assert_eq!(
+        body["message"],
+        format!("Too large resource version: {future}, current: {current}")
+    );
+}
