@@ -131,12 +131,46 @@ impl World {
     }
 }
 
+/// `..data` targets of every volume under `root` (diagnostics for the restart scenario).
+fn data_links(root: &std::path::Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    let pods = std::fs::read_dir(root.join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    for pod in pods {
+        let plugins = std::fs::read_dir(pod.path().join("volumes"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for plugin in plugins {
+            for vol in std::fs::read_dir(plugin.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(target) = std::fs::read_link(vol.path().join("..data")) {
+                    out.push((vol.path(), target));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[async_trait::async_trait]
 impl nodelet_e2e::AgentControl for AgentSlot {
     async fn restart(&self) -> Result<(), String> {
         let mut slot = self.agent.lock().await;
+        let before = data_links(&self.config.root_dir);
         if let Some(agent) = slot.take() {
             agent.shutdown().await;
+        }
+        let after = data_links(&self.config.root_dir);
+        if before != after {
+            // Shown only when a test fails: which volumes the stopping agent still rewrote.
+            eprintln!("volumes rewritten while the agent stopped: {before:?} -> {after:?}");
         }
         let agent = Agent::start(self.config.clone(), self.node_client.clone())
             .await

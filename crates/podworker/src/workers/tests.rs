@@ -315,3 +315,104 @@ async fn shutdown_stops_every_worker_and_later_updates_are_ignored() {
     tokio::time::sleep(Duration::from_secs(300)).await;
     assert_eq!(script.calls(), vec!["sync a 1"]);
 }
+
+/// Model test: random bursts of create/update/kill for a few pods, random sync outcomes.
+/// Invariants: a pod's callbacks never overlap; each pod's callbacks follow the phase order
+/// (sync* → terminating+ → terminated once); nothing runs after terminated; every killed pod
+/// finishes; a pod never killed never terminates.
+mod model {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Update(usize),
+        Kill(usize),
+        /// Let time pass (seconds) so resyncs and retries happen.
+        Wait(u64),
+        FailSyncs(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..3usize).prop_map(Op::Update),
+            1 => (0..3usize).prop_map(Op::Kill),
+            2 => (0..90u64).prop_map(Op::Wait),
+            1 => any::<bool>().prop_map(Op::FailSyncs),
+        ]
+    }
+
+    async fn run(ops: Vec<Op>) {
+        let script = Arc::new(Script::default());
+        let w = workers(&script);
+        let mut killed = HashSet::new();
+        let mut generation = 0;
+        for op in &ops {
+            match op {
+                Op::Update(p) => {
+                    generation += 1;
+                    w.update_pod(PodUpdate::new(
+                        UpdateType::Update,
+                        pod(&p.to_string(), generation),
+                    ));
+                }
+                Op::Kill(p) => {
+                    generation += 1;
+                    killed.insert(p.to_string());
+                    w.update_pod(PodUpdate::new(
+                        UpdateType::Kill,
+                        pod(&p.to_string(), generation),
+                    ));
+                }
+                Op::Wait(s) => tokio::time::sleep(Duration::from_secs(*s)).await,
+                Op::FailSyncs(f) => script.fail_sync.store(*f, Ordering::SeqCst),
+            }
+            tokio::task::yield_now().await;
+        }
+        for uid in &killed {
+            wait_phase(&w, uid, WorkerPhase::Finished).await;
+        }
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(script.max_in_flight.load(Ordering::SeqCst) <= 3);
+        for uid in ["0", "1", "2"] {
+            let calls: Vec<String> = script
+                .calls()
+                .into_iter()
+                .filter(|c| c.split(' ').nth(1) == Some(uid))
+                .map(|c| c.split(['(', ' ']).next().unwrap_or_default().to_owned())
+                .collect();
+            // sync* terminating* terminated? — as a state machine.
+            let mut stage = 0;
+            for c in &calls {
+                let next = match c.as_str() {
+                    "sync" => 0,
+                    "terminating" => 1,
+                    "terminated" => 2,
+                    other => panic!("unexpected call {other}"),
+                };
+                assert!(next >= stage, "pod {uid}: {calls:?}");
+                assert!(!(stage == 2 && next == 2), "terminated twice: {calls:?}");
+                stage = next;
+            }
+            let finished = calls.last().is_some_and(|c| c == "terminated");
+            assert_eq!(finished, killed.contains(uid), "pod {uid}: {calls:?}");
+        }
+        w.shutdown().await;
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn random_update_and_kill_sequences_respect_the_phase_order(
+            ops in proptest::collection::vec(op(), 1..30)
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap_or_else(|e| panic!("runtime: {e}"));
+            rt.block_on(run(ops));
+        }
+    }
+}
