@@ -7,7 +7,8 @@
 //!
 //! Prints one line, `serving <url>`, on stdout once the server listens and the manifests are
 //! loaded; writes an admin kubeconfig (token, and CA under `--tls`); stops cleanly on SIGINT or
-//! SIGTERM. Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
+//! SIGTERM. `--node-kubeconfig-out NODE=PATH` also writes a kubeconfig for `system:node:NODE`
+//! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it). Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -37,6 +38,20 @@ struct Cli {
     /// system temporary directory.
     #[arg(long, value_name = "PATH")]
     kubeconfig_out: Option<PathBuf>,
+    /// Also write a kubeconfig for the node identity `system:node:NODE` (meaningful with
+    /// `--auth`, where the Node authorizer limits it as it limits a kubelet). Repeatable.
+    #[arg(long, value_name = "NODE=PATH", value_parser = parse_node_kubeconfig)]
+    node_kubeconfig_out: Vec<(String, PathBuf)>,
+}
+
+/// Parses `NODE=PATH`.
+fn parse_node_kubeconfig(arg: &str) -> Result<(String, PathBuf), String> {
+    match arg.split_once('=') {
+        Some((node, path)) if !node.is_empty() && !path.is_empty() => {
+            Ok((node.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("expected NODE=PATH, got {arg:?}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -107,6 +122,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| std::env::temp_dir().join("nodelet-apiserver.kubeconfig"));
     server.write_kubeconfig(&kubeconfig, &User::admin())?;
     eprintln!("kubeconfig written to {}", kubeconfig.display());
+    for (node, path) in &cli.node_kubeconfig_out {
+        server.write_kubeconfig(path, &User::node(node))?;
+        eprintln!(
+            "kubeconfig for system:node:{node} written to {}",
+            path.display()
+        );
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "serving {}", server.url())?;
     out.flush()?;

@@ -122,17 +122,31 @@ pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
     })
 }
 
-/// Starts `nodelet-apiserver` on a loopback port, waits for the line announcing its URL, and
-/// returns the process with the kubeconfig it wrote.
+/// The embedded API server of `--embedded` runs: TLS, bearer tokens and the Node authorizer on,
+/// so the agent runs as `system:node:<node>` exactly as on a real cluster.
+pub(crate) struct Embedded {
+    pub(crate) process: Managed,
+    /// Admin kubeconfig.
+    pub(crate) admin_kubeconfig: PathBuf,
+    /// Kubeconfig of `system:node:<node>`.
+    pub(crate) node_kubeconfig: PathBuf,
+}
+
+/// Starts `nodelet-apiserver --tls --auth` on a loopback port, waits for the line announcing its
+/// URL, and returns the process with the admin and node kubeconfigs it wrote.
 pub(crate) fn start_embedded_apiserver(
     target_dir: &Path,
     work: &Path,
-) -> Result<(Managed, PathBuf)> {
+    node: &str,
+) -> Result<Embedded> {
     let kubeconfig = work.join("embedded.kubeconfig");
+    let node_kubeconfig = work.join("embedded-node.kubeconfig");
     let manifests = work.join("manifests");
     std::fs::create_dir_all(&manifests)?;
     let mut child = Command::new(target_dir.join("nodelet-apiserver"))
-        .args(["--listen", "127.0.0.1:0"])
+        .args(["--listen", "127.0.0.1:0", "--tls", "--auth"])
+        .arg("--node-kubeconfig-out")
+        .arg(format!("{node}={}", node_kubeconfig.display()))
         .arg("--manifests")
         .arg(&manifests)
         .arg("--kubeconfig-out")
@@ -149,7 +163,7 @@ pub(crate) fn start_embedded_apiserver(
     };
     let mut lines = BufReader::new(stdout).lines();
     match lines.next() {
-        Some(Ok(line)) if line.contains("127.0.0.1") => {
+        Some(Ok(line)) if line.starts_with("serving ") => {
             eprintln!("e2e: embedded API server: {}", line.trim());
         }
         other => {
@@ -159,7 +173,11 @@ pub(crate) fn start_embedded_apiserver(
     }
     // Keep draining stdout so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Ok((managed, kubeconfig))
+    Ok(Embedded {
+        process: managed,
+        admin_kubeconfig: kubeconfig,
+        node_kubeconfig,
+    })
 }
 
 fn open_log(path: &Path) -> Result<File> {

@@ -3,8 +3,8 @@
 //! (`--embedded`), with the real agent binary running on the host.
 //!
 //! Flow: check tools → cluster (create/reuse kind, or the given kubeconfig, or start
-//! `nodelet-apiserver`) → node identity (CSR on kind, `--node-kubeconfig`, else admin and the
-//! report says so) → build and start the agent → run the scenarios → report → teardown (agent,
+//! `nodelet-apiserver --tls --auth`) → node identity (CSR on kind, `--node-kubeconfig`, a node
+//! token from the embedded server, else admin and the report says so) → build and start the agent → run the scenarios → report → teardown (agent,
 //! its Node, the kind cluster we created; skipped with `--keep`, also run on failure and Ctrl-C).
 
 mod agent;
@@ -165,11 +165,13 @@ fn run(
     interrupted: &AtomicBool,
 ) -> Result<bool> {
     // Cluster.
+    let mut embedded_node_kubeconfig = None;
     let (mode, admin) = if args.embedded {
         let target = agent::build_binaries()?;
-        let (server, kubeconfig) = agent::start_embedded_apiserver(&target, work)?;
-        teardown.apiserver = Some(server);
-        ("embedded", Kubectl::new(&kubeconfig, None)?)
+        let server = agent::start_embedded_apiserver(&target, work, &args.node_name)?;
+        teardown.apiserver = Some(server.process);
+        embedded_node_kubeconfig = Some(server.node_kubeconfig);
+        ("embedded", Kubectl::new(&server.admin_kubeconfig, None)?)
     } else if let Some(path) = &args.kubeconfig {
         let kubectl = Kubectl::new(path, args.context.as_deref())?;
         kind::wait_until_ready(&kubectl, Duration::from_secs(60))?;
@@ -187,15 +189,14 @@ fn run(
     }
 
     // Node identity.
+    let node_user = format!("system:node:{}", args.node_name);
     let (agent_kubeconfig, identity, note) = if let Some(path) = &args.node_kubeconfig {
-        (
-            path.clone(),
-            format!("system:node:{}", args.node_name),
-            None,
-        )
+        (path.clone(), node_user, None)
+    } else if let Some(path) = embedded_node_kubeconfig {
+        (path, node_user, None)
     } else if mode == "kind" {
         match node_identity::obtain(&admin, &args.node_name, work) {
-            Ok(path) => (path, format!("system:node:{}", args.node_name), None),
+            Ok(path) => (path, node_user, None),
             Err(err) => (
                 admin.kubeconfig.clone(),
                 "admin".to_string(),
