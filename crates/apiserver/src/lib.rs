@@ -73,6 +73,7 @@ mod selectors;
 mod server;
 mod status;
 mod store;
+mod strategic;
 mod strategy;
 mod tls;
 mod token_auth;

@@ -68,9 +68,9 @@ pub(crate) enum PatchKind {
     Merge,
     /// RFC 6902 JSON patch.
     Json,
-    /// Strategic merge patch, applied as a JSON merge patch (lists are replaced, not merged by key).
+    /// Strategic merge patch: lists merged by their Kubernetes merge key (`strategic.rs`).
     Strategic,
-    /// Server-side apply, approximated as a merge patch that creates missing objects (no
+    /// Server-side apply, approximated as a strategic merge that creates missing objects (no
     /// managedFields, no conflict detection).
     Apply,
 }
@@ -451,7 +451,11 @@ impl Registry {
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("the patch must be a JSON object"));
                 }
-                json_patch::merge(&mut patched, patch);
+                if kind == PatchKind::Merge {
+                    json_patch::merge(&mut patched, patch);
+                } else {
+                    crate::strategic::apply(&mut patched, patch);
+                }
             }
             PatchKind::Json => {
                 let ops: json_patch::Patch =

@@ -260,3 +260,47 @@ async fn a_binding_assigns_an_unbound_pod_to_a_node_once() {
     );
     assert!(server.handle().bind_pod("default", "p", "n2").is_err());
 }
+
+#[tokio::test]
+async fn a_strategic_merge_patch_merges_conditions_by_type_and_containers_by_name() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", Some("n1")))
+        .await
+        .expect("create");
+    let two = Patch::Strategic(json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}
+    ]}}));
+    pods.patch_status("p", &PatchParams::default(), &two)
+        .await
+        .expect("status");
+    let one =
+        Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+    let p = pods
+        .patch_status("p", &PatchParams::default(), &one)
+        .await
+        .expect("status");
+    let conditions: Vec<(String, String)> = p
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    assert_eq!(
+        conditions,
+        vec![
+            ("Ready".into(), "True".into()),
+            ("Initialized".into(), "True".into())
+        ]
+    );
+    let image =
+        Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}));
+    let p = pods
+        .patch("p", &PatchParams::default(), &image)
+        .await
+        .expect("image");
+    let c = &p.spec.expect("spec").containers[0];
+    assert_eq!(c.image.as_deref(), Some("busybox:1.37"));
+    assert!(c.env.is_some(), "other container fields are kept");
+}
