@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::request_info::RequestInfo;
 use super::response::{self, Body};
 use super::watch;
-use crate::registry::{DeleteOptions, ListOptions, PatchKind, WriteOptions};
+use crate::registry::{DeleteOptions, ListOptions, PatchKind, WriteOptions, parse_rv};
 use crate::resources::{self, ResourceId};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::Shared;
@@ -50,7 +50,18 @@ pub(crate) async fn resource(
         info.verb.as_str(),
         info.name.is_some() && info.verb != "list" && info.verb != "watch",
     ) {
-        ("get", true) => Ok(response::json(200, &*reg.get(res, &ns, &name)?)),
+        ("get", true) => {
+            // `resourceVersion=X` means "not older than X": served from the latest state,
+            // and a version the server has not reached is 504, as upstream.
+            if let Some(rv) = info.query.get("resourceVersion").filter(|r| !r.is_empty()) {
+                let wanted = parse_rv(rv)?;
+                let current = reg.store.lock().rv;
+                if wanted > current {
+                    return Err(ApiError::too_large(wanted, current));
+                }
+            }
+            Ok(response::json(200, &*reg.get(res, &ns, &name)?))
+        }
         ("list", false) => {
             let opts = list_options(info, res)?;
             Ok(response::json(

@@ -207,3 +207,26 @@ async fn a_list_at_a_future_resource_version_is_a_504_too_large() {
         format!("Too large resource version: {future}, current: {current}")
     );
 }
+
+#[tokio::test]
+async fn a_get_at_resource_version_zero_is_served_and_a_future_one_is_504() {
+    let (server, client) = start().await;
+    let api = cms(&client);
+    api.create(&PostParams::default(), &cm("x", "k", "v"))
+        .await
+        .expect("create");
+    // OM-11 step 4: the kubelet's cache refresh asks for resourceVersion "0".
+    let got = api.get_opt("x").await.expect("get");
+    assert!(got.is_some());
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps/x?resourceVersion=0",
+        server.url()
+    );
+    assert_eq!(super::raw_get(&url).await.0, 200);
+    let future = server.handle().resource_version() + 5;
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps/x?resourceVersion={future}",
+        server.url()
+    );
+    assert_eq!(super::raw_get(&url).await.0, 504);
+}
