@@ -46,6 +46,7 @@ pub(crate) async fn resource(
     let ns = info.namespace.clone().unwrap_or_default();
     let name = info.name.clone().unwrap_or_default();
     let reg = &shared.registry;
+    let partial = response::wants_partial_metadata(req.headers());
     match (
         info.verb.as_str(),
         info.name.is_some() && info.verb != "list" && info.verb != "watch",
@@ -60,16 +61,21 @@ pub(crate) async fn resource(
                     return Err(ApiError::too_large(wanted, current));
                 }
             }
-            Ok(response::json(200, &*reg.get(res, &ns, &name)?))
+            let obj = reg.get(res, &ns, &name)?;
+            if partial {
+                return Ok(response::json(200, &response::partial_metadata(&obj)));
+            }
+            Ok(response::json(200, &obj))
         }
         ("list", false) => {
             let opts = list_options(info, res)?;
-            Ok(response::json(
-                200,
-                &reg.list(res, info.namespace.as_deref(), &opts)?,
-            ))
+            let list = reg.list(res, info.namespace.as_deref(), &opts)?;
+            if partial {
+                return Ok(response::json(200, &response::partial_metadata_list(&list)));
+            }
+            Ok(response::json(200, &list))
         }
-        ("watch", false) => watch::serve(shared, info, res, token),
+        ("watch", false) => watch::serve(shared, info, res, partial, token),
         ("create", false) => {
             let opts = write_options(info)?;
             let body = read_json(req).await?;

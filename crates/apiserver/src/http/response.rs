@@ -49,3 +49,35 @@ pub(crate) fn error(e: &ApiError) -> http::Response<Body> {
     }
     resp
 }
+
+/// Whether the client asked for `PartialObjectMetadata` (kube's `*_metadata` calls).
+pub(crate) fn wants_partial_metadata(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("as=PartialObjectMetadata"))
+}
+
+/// An object reduced to `PartialObjectMetadata`.
+pub(crate) fn partial_metadata(obj: &Value) -> Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// A list reduced to `PartialObjectMetadataList`.
+pub(crate) fn partial_metadata_list(list: &Value) -> Value {
+    let items: Vec<Value> = list["items"]
+        .as_array()
+        .map(|a| a.iter().map(partial_metadata).collect())
+        .unwrap_or_default();
+    serde_json::json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list.get("metadata").cloned().unwrap_or(Value::Null),
+        "items": items,
+    })
+}

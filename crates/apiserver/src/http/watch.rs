@@ -38,11 +38,25 @@ struct Filter {
     res: ResourceId,
     namespace: Option<String>,
     opts: ListOptions,
+    /// Send `PartialObjectMetadata` instead of full objects (metadata-only watches).
+    partial: bool,
 }
 
 impl Filter {
     fn matches(&self, obj: &Value) -> bool {
         self.opts.labels.matches(obj) && self.opts.fields.matches(self.res.info(), obj)
+    }
+
+    /// The watch line for `ev` seen as `kind`.
+    fn line(&self, kind: EventType, ev: &Event) -> Bytes {
+        if self.partial {
+            line(
+                kind.as_str(),
+                &super::response::partial_metadata(&ev.object),
+            )
+        } else {
+            event_line(kind, ev)
+        }
     }
 
     /// The event this watch sees for a committed change, if any.
@@ -109,6 +123,7 @@ pub(crate) fn serve(
     shared: &Arc<Shared>,
     info: &RequestInfo,
     res: ResourceId,
+    partial: bool,
     token: CancellationToken,
 ) -> Result<http::Response<Body>, ApiError> {
     let mut list_info = info.clone();
@@ -164,6 +179,7 @@ pub(crate) fn serve(
         res,
         namespace: info.namespace.clone(),
         opts,
+        partial,
     };
 
     let mut initial: Vec<Bytes> = Vec::new();
@@ -182,7 +198,7 @@ pub(crate) fn serve(
                 } else {
                     for ev in s.history.iter().filter(|e| e.rv > from) {
                         if let Some(kind) = filter.translate(ev) {
-                            initial.push(event_line(kind, ev));
+                            initial.push(filter.line(kind, ev));
                         }
                     }
                 }
@@ -190,7 +206,11 @@ pub(crate) fn serve(
             _ => {
                 for (_, obj) in s.snapshot(res, filter.namespace.as_deref(), s.rv) {
                     if filter.matches(&obj) {
-                        initial.push(line("ADDED", &obj));
+                        initial.push(if filter.partial {
+                            line("ADDED", &super::response::partial_metadata(&obj))
+                        } else {
+                            line("ADDED", &obj)
+                        });
                     }
                 }
                 if send_initial {
@@ -276,7 +296,7 @@ async fn pump(mut a: PumpArgs) {
                 }
                 last_rv = ev.rv;
                 match a.filter.translate(&ev) {
-                    Some(kind) => event_line(kind, &ev),
+                    Some(kind) => a.filter.line(kind, &ev),
                     None => continue,
                 }
             }

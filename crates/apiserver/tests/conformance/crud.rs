@@ -230,3 +230,41 @@ async fn a_get_at_resource_version_zero_is_served_and_a_future_one_is_504() {
     );
     assert_eq!(super::raw_get(&url).await.0, 504);
 }
+
+#[tokio::test]
+async fn metadata_only_requests_get_partial_object_metadata() {
+    let (_server, client) = start().await;
+    let api = cms(&client);
+    api.create(&PostParams::default(), &cm("x", "k", "v"))
+        .await
+        .expect("create");
+    let meta = api.get_metadata("x").await.expect("get metadata");
+    assert_eq!(
+        meta.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    assert_eq!(meta.metadata.name.as_deref(), Some("x"));
+    let list = api
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("list metadata");
+    assert_eq!(list.items.len(), 1);
+    let meta_api: kube::Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>> =
+        kube::Api::namespaced(client.clone(), "default");
+    let w = kube::runtime::watcher(meta_api, Default::default());
+    let mut w = Box::pin(w);
+    match super::watch::next(&mut w).await.expect("event") {
+        kube::runtime::watcher::Event::Init => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    match super::watch::next(&mut w).await.expect("event") {
+        kube::runtime::watcher::Event::InitApply(m) => {
+            assert_eq!(m.metadata.name.as_deref(), Some("x"));
+            assert_eq!(
+                m.types.map(|t| t.kind),
+                Some("PartialObjectMetadata".to_string())
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
