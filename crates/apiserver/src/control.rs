@@ -41,6 +41,10 @@ pub struct RequestRecord {
 struct Faults {
     remaining: usize,
     status: u16,
+    /// Only requests with this verb count (and fail); `None` = any.
+    verb: Option<String>,
+    /// Only requests for this resource count (and fail); `None` = any.
+    resource: Option<String>,
 }
 
 /// An open watch, as [`TestHandle::open_watches`] counts it.
@@ -71,9 +75,12 @@ impl Controls {
     }
 
     /// Takes one queued fault, if any.
-    pub(crate) fn take_fault(&self) -> Option<u16> {
+    pub(crate) fn take_fault(&self, verb: &str, resource: &str) -> Option<u16> {
         let mut f = lock(&self.faults);
-        if f.remaining == 0 {
+        if f.remaining == 0
+            || f.verb.as_deref().is_some_and(|v| v != verb)
+            || f.resource.as_deref().is_some_and(|r| r != resource)
+        {
             return None;
         }
         f.remaining -= 1;
@@ -256,6 +263,24 @@ impl TestHandle {
         *lock(&self.shared.controls.faults) = Faults {
             remaining: n,
             status,
+            ..Faults::default()
+        };
+    }
+
+    /// Like [`TestHandle::fail_next`], but only requests with this verb (`get`, `list`,
+    /// `watch`, ...) and/or resource (`configmaps`) fail and count; others are served.
+    pub fn fail_next_matching(
+        &self,
+        n: usize,
+        status: u16,
+        verb: Option<&str>,
+        resource: Option<&str>,
+    ) {
+        *lock(&self.shared.controls.faults) = Faults {
+            remaining: n,
+            status,
+            verb: verb.map(String::from),
+            resource: resource.map(String::from),
         };
     }
 

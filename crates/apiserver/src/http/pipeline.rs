@@ -42,7 +42,7 @@ pub(crate) async fn handle(
     let resp = match &user {
         None => response::error(&ApiError::unauthorized()),
         Some(user) => {
-            if let Some(code) = shared.controls.take_fault() {
+            if let Some(code) = shared.controls.take_fault(&info.verb, &info.resource) {
                 // (4)
                 response::error(&ApiError::injected(code))
             } else {

@@ -176,3 +176,20 @@ async fn open_watches_are_counted_by_resource_and_field_selected_name() {
         tokio::task::yield_now().await;
     }
 }
+
+#[tokio::test]
+async fn faults_can_target_one_verb_and_resource() {
+    let (server, client) = start().await;
+    let handle = server.handle();
+    let api = cms(&client);
+    api.create(&PostParams::default(), &cm("a", "k", "v"))
+        .await
+        .expect("create");
+    handle.fail_next_matching(1, 500, Some("get"), Some("configmaps"));
+    api.list(&ListParams::default())
+        .await
+        .expect("a list is not targeted");
+    let e = status(api.get("a").await.expect_err("the get fails"));
+    assert_eq!(e.code, 500);
+    api.get("a").await.expect("only one get fails");
+}
