@@ -326,7 +326,7 @@ async fn a_reflector_store_follows_creates_updates_and_deletes() {
     assert_eq!(names, vec!["b"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_watch_ends_after_its_timeout_seconds() {
     let (_server, client) = start().await;
     let api = cms(&client);
