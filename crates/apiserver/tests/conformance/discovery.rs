@@ -129,3 +129,59 @@ async fn leases_are_created_on_update_and_json_patches_apply() {
         Some("w")
     );
 }
+
+#[tokio::test]
+async fn kube_event_recorders_create_then_patch_an_event_series() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let (_server, client) = start().await;
+    let recorder = Recorder::new(client.clone(), Reporter::from("nodelet"));
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some("p".into()),
+        namespace: Some("default".into()),
+        uid: Some("u1".into()),
+        ..Default::default()
+    };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "FailedMount".into(),
+        note: Some("MountVolume.SetUp failed".into()),
+        action: "Mount".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &pod).await.expect("create");
+    recorder.publish(&ev, &pod).await.expect("patch series");
+    let events: Api<K8sEvent> = Api::namespaced(client, "default");
+    let list = events.list(&Default::default()).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(list.items[0].reason.as_deref(), Some("FailedMount"));
+}
+
+#[tokio::test]
+async fn a_watch_older_than_the_history_window_is_expired() {
+    let config = nodelet_apiserver::Config::default().history_limit(3);
+    let (_server, client) = super::start_with(config).await;
+    let api = cms(&client);
+    let first = api
+        .create(&PostParams::default(), &cm("a", "k", "0"))
+        .await
+        .expect("create");
+    for i in 1..5 {
+        let p = Patch::Merge(json!({"data": {"k": i.to_string()}}));
+        api.patch("a", &PatchParams::default(), &p)
+            .await
+            .expect("patch");
+    }
+    let rv = first.metadata.resource_version.expect("rv");
+    let mut w = Box::pin(api.watch(&Default::default(), &rv).await.expect("watch"));
+    match super::watch::next(&mut w).await.expect("event") {
+        kube::api::WatchEvent::Error(e) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"))
+        }
+        other => panic!("expected 410, got {other:?}"),
+    }
+}

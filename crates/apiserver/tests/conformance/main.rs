@@ -3,7 +3,7 @@
 
 // Create, get, list, update, patch, delete and the exact error texts.
 mod crud;
-// Discovery, /version, namespace lifecycle, leases and patch flavours.
+// Discovery, /version, namespace lifecycle, leases, patch flavours, event recorders, history window.
 mod discovery;
 // Fault injection, latency, listener stop/restart, request counts, direct store access.
 mod faults;
