@@ -255,6 +255,7 @@ async fn pod_source(
                     l.insert(uid(&pod));
                 }
                 known.insert(uid(&pod), pod.clone());
+                desire_volumes(&state, &pod);
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::InitDone) => {
@@ -280,6 +281,7 @@ async fn pod_source(
             }
             Ok(Event::Apply(pod)) => {
                 known.insert(uid(&pod), pod.clone());
+                desire_volumes(&state, &pod);
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::Delete(pod)) => {
@@ -293,6 +295,23 @@ async fn pod_source(
         }
     }
     state.metrics.set_watches("pods", 0);
+}
+
+/// Put a running pod in the volume manager's desired state at once, as the kubelet's pod
+/// manager feeds its populator: by the time the first list is marked synced
+/// (`pods_synced`), every listed pod's reconstructed volumes are desired and adopted, never
+/// torn down and set up again. (SyncPod adds it too; adding is idempotent.)
+fn desire_volumes(state: &AgentState, pod: &Pod) {
+    let terminal = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    if pod.metadata.deletion_timestamp.is_none()
+        && !terminal
+        && !state.workers.is_termination_requested(&uid(pod))
+    {
+        state.volumes.add_pod(Arc::new(pod.clone()));
+    }
 }
 
 /// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the

@@ -14,7 +14,7 @@ use nodelet_object_manager::Strategy;
 pub const DEFAULT_EMBEDDED_NODE_NAME: &str = "nodelet";
 /// Root directory in `--manifests` mode when `--root-dir` is not given.
 pub const DEFAULT_EMBEDDED_ROOT_DIR: &str = "./nodelet-data";
-/// The kubelet's healthz address.
+/// The kubelet's healthz address; the `--listen` default with `--manifests`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10248";
 
 /// Everything the agent needs besides a client. Start from [`AgentConfig::new`].
@@ -119,9 +119,10 @@ pub struct Cli {
     /// Create/update this node's Node object and renew its Lease (default on with --manifests).
     #[arg(long)]
     pub register_node: Option<Option<bool>>,
-    /// Address for /healthz, /readyz, /metrics, /pods; `none` to disable.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-    pub listen: String,
+    /// Address for /healthz, /readyz, /metrics, /pods, e.g. `127.0.0.1:10248`; `none` to
+    /// disable (default with --manifests: 127.0.0.1:10248; otherwise none).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     /// `Watch`, `Cache` or `Get` (overrides configMapAndSecretChangeDetectionStrategy).
     #[arg(long, value_name = "STRATEGY")]
     pub change_detection_strategy: Option<String>,
@@ -284,19 +285,19 @@ impl Cli {
             agent.lease_duration_seconds = secs;
         }
         let listen = match (
-            self.listen.as_str(),
+            self.listen.as_deref(),
             &file.healthz_bind_address,
             file.healthz_port,
         ) {
-            (l, Some(addr), port) if l == DEFAULT_LISTEN => {
-                let text = format!("{addr}:{}", port.unwrap_or(10248));
-                Some(("healthzBindAddress", text))
-            }
-            (l, None, Some(port)) if l == DEFAULT_LISTEN => {
-                Some(("healthzPort", format!("127.0.0.1:{port}")))
-            }
-            ("none" | "", _, _) => None,
-            (l, _, _) => Some(("--listen", l.to_owned())),
+            (Some("none" | ""), _, _) => None,
+            (Some(l), _, _) => Some(("--listen", l.to_owned())),
+            (None, Some(addr), port) => Some((
+                "healthzBindAddress",
+                format!("{addr}:{}", port.unwrap_or(10248)),
+            )),
+            (None, None, Some(port)) => Some(("healthzPort", format!("127.0.0.1:{port}"))),
+            (None, None, None) if embedded => Some(("--listen", DEFAULT_LISTEN.to_owned())),
+            (None, None, None) => None,
         };
         agent.listen = match listen {
             None => None,
@@ -400,7 +401,17 @@ mod tests {
         assert_eq!(s.agent.node_name, "nodelet");
         assert_eq!(s.agent.root_dir, PathBuf::from("./nodelet-data"));
         assert!(s.agent.register_node);
+        assert_eq!(
+            s.agent.listen.map(|a| a.to_string()).as_deref(),
+            Some(DEFAULT_LISTEN)
+        );
         assert!(matches!(s.api, ApiSource::Embedded { .. }));
+        let s = cli(&["--node-name", "n", "--root-dir", "/r"]).settings();
+        assert_eq!(
+            s.ok().and_then(|s| s.agent.listen),
+            None,
+            "cluster mode: opt-in"
+        );
     }
 
     #[test]
