@@ -182,7 +182,8 @@ pub(crate) fn serve(
         partial,
     };
 
-    let mut initial: Vec<Bytes> = Vec::new();
+    // Collected under the lock as shared references; encoded by the watch task, off the lock.
+    let mut initial: Vec<Initial> = Vec::new();
     let (rx, last_rv, gone) = {
         let s = shared.registry.store.lock();
         let rx = s.subscribe();
@@ -190,15 +191,15 @@ pub(crate) fn serve(
         match rv {
             Some(from) if !send_initial => {
                 if from < s.history_start {
-                    initial.push(line(
+                    initial.push(Initial::Line(line(
                         "ERROR",
                         &ApiError::too_old(from, s.history_start).to_status(),
-                    ));
+                    )));
                     gone = true;
                 } else {
                     for ev in s.history.iter().filter(|e| e.rv > from) {
                         if let Some(kind) = filter.translate(ev) {
-                            initial.push(filter.line(kind, ev));
+                            initial.push(Initial::Event(kind, ev.clone()));
                         }
                     }
                 }
@@ -206,15 +207,11 @@ pub(crate) fn serve(
             _ => {
                 for (_, obj) in s.snapshot(res, filter.namespace.as_deref(), s.rv) {
                     if filter.matches(&obj) {
-                        initial.push(if filter.partial {
-                            line("ADDED", &super::response::partial_metadata(&obj))
-                        } else {
-                            line("ADDED", &obj)
-                        });
+                        initial.push(Initial::Added(obj));
                     }
                 }
                 if send_initial {
-                    initial.push(bookmark(res, s.rv, true));
+                    initial.push(Initial::Line(bookmark(res, s.rv, true)));
                 }
             }
         }
@@ -254,11 +251,21 @@ pub(crate) fn serve(
     Ok(resp)
 }
 
+/// What a watch sends before following the broadcast.
+enum Initial {
+    /// An already encoded line (ERROR, the initial-events-end BOOKMARK).
+    Line(Bytes),
+    /// A replayed history event, seen as this type.
+    Event(EventType, Arc<Event>),
+    /// A synthetic ADDED for a current object.
+    Added(Arc<Value>),
+}
+
 struct PumpArgs {
     tx: mpsc::Sender<Bytes>,
     rx: broadcast::Receiver<Notice>,
     filter: Filter,
-    initial: Vec<Bytes>,
+    initial: Vec<Initial>,
     last_rv: u64,
     gone: bool,
     bookmarks: bool,
@@ -271,7 +278,15 @@ struct PumpArgs {
 async fn pump(mut a: PumpArgs) {
     let deadline = tokio::time::sleep(a.timeout);
     tokio::pin!(deadline);
-    for b in std::mem::take(&mut a.initial) {
+    for item in std::mem::take(&mut a.initial) {
+        let b = match item {
+            Initial::Line(b) => b,
+            Initial::Event(kind, ev) => a.filter.line(kind, &ev),
+            Initial::Added(obj) if a.filter.partial => {
+                line("ADDED", &super::response::partial_metadata(&obj))
+            }
+            Initial::Added(obj) => line("ADDED", &obj),
+        };
         tokio::select! {
             r = a.tx.send(b) => if r.is_err() { return },
             () = a.stop.cancelled() => return,
