@@ -332,3 +332,115 @@ impl StatusSink for StatusWriter {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use nodelet_podworker::{ContainerConfigStatus, Readiness};
+
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "img"}],
+                     "initContainers": [{"name": "i", "image": "init"}]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
+        }))
+        .unwrap_or_default()
+    }
+
+    fn status(state: ContainerConfigState, volumes: bool) -> PodConfigStatus {
+        PodConfigStatus {
+            volumes: Readiness {
+                ready: volumes,
+                message: None,
+            },
+            config: Readiness {
+                ready: state == ContainerConfigState::Created,
+                message: None,
+            },
+            containers: vec![
+                ContainerConfigStatus {
+                    name: "i".into(),
+                    init: true,
+                    state: ContainerConfigState::Created,
+                },
+                ContainerConfigStatus {
+                    name: "c".into(),
+                    init: false,
+                    state,
+                },
+            ],
+        }
+    }
+
+    fn condition_status(patch: &Value, type_: &str) -> Option<String> {
+        patch["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .and_then(|c| c["status"].as_str().map(str::to_owned))
+    }
+
+    #[test]
+    fn pw12_a_config_error_is_a_waiting_container_and_a_pending_pod() {
+        let waiting = ContainerConfigState::Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message: "couldn't find key k in ConfigMap ns/cm".into(),
+        };
+        let patch = status_patch(&pod(), &status(waiting, true), "2026-01-01T00:00:00Z");
+        assert_eq!(patch["status"]["phase"], "Pending");
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(
+            c["state"]["waiting"]["reason"],
+            "CreateContainerConfigError"
+        );
+        assert_eq!(c["ready"], false);
+        assert_eq!(
+            condition_status(&patch, "PodReadyToStartContainers").as_deref(),
+            Some("True")
+        );
+        assert_eq!(
+            condition_status(&patch, CONFIG_READY_CONDITION).as_deref(),
+            Some("False")
+        );
+        assert_eq!(
+            condition_status(&patch, "PodScheduled").as_deref(),
+            Some("True"),
+            "kept"
+        );
+    }
+
+    #[test]
+    fn created_containers_make_a_running_ready_pod_with_completed_init_containers() {
+        let patch = status_patch(&pod(), &status(ContainerConfigState::Created, true), "t");
+        assert_eq!(patch["status"]["phase"], "Running");
+        assert!(patch["status"]["containerStatuses"][0]["state"]["running"].is_object());
+        assert_eq!(patch["status"]["containerStatuses"][0]["image"], "img");
+        assert_eq!(
+            patch["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        for c in [
+            "Ready",
+            "ContainersReady",
+            "Initialized",
+            CONFIG_READY_CONDITION,
+        ] {
+            assert_eq!(condition_status(&patch, c).as_deref(), Some("True"), "{c}");
+        }
+    }
+
+    #[test]
+    fn unmounted_volumes_say_so_in_pod_ready_to_start_containers() {
+        let patch = status_patch(&pod(), &status(ContainerConfigState::Pending, false), "t");
+        assert_eq!(
+            condition_status(&patch, "PodReadyToStartContainers").as_deref(),
+            Some("False")
+        );
+        assert_eq!(
+            patch["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "ContainerCreating"
+        );
+    }
+}

@@ -448,8 +448,9 @@ async fn run_worker<S: PodSyncer>(
         let Some(work) = take_work(&inner, &uid) else {
             return;
         };
+        let span = info_span!("sync pod", phase = ?work.phase);
         let result = tokio::select! {
-            r = step(&*syncer, &work) => r,
+            r = step(&*syncer, &work).instrument(span) => r,
             () = shutdown.cancelled() => return,
         };
         let Some(inner) = inner.upgrade() else {
