@@ -679,12 +679,20 @@ impl Registry {
         let mut items = Vec::new();
         let mut next_key = None;
         let mut remaining = 0usize;
-        for (key, obj) in s.snapshot(res, ns, rv) {
+        let snapshot = s.snapshot(res, ns, rv);
+        drop(s);
+        // Token positions are `namespace/name`; neither part can contain '/', and they are
+        // compared as the (namespace, name) pair the store is sorted by.
+        let start_after: Option<(String, String)> =
+            start_after.map(|st| match st.split_once('/') {
+                Some((n, m)) => (n.to_string(), m.to_string()),
+                None => (String::new(), st),
+            });
+        for (key, obj) in snapshot {
             let pos = format!("{}/{}", key.namespace, key.name);
-            if start_after
-                .as_ref()
-                .is_some_and(|st| pos.as_str() <= st.as_str())
-            {
+            if start_after.as_ref().is_some_and(|(sn, sm)| {
+                (key.namespace.as_str(), key.name.as_str()) <= (sn.as_str(), sm.as_str())
+            }) {
                 continue;
             }
             if !opts.labels.matches(&obj) || !opts.fields.matches(info, &obj) {

@@ -88,3 +88,46 @@ async fn a_compacted_continue_token_or_exact_version_is_gone() {
         .expect("not older than");
     assert_eq!(latest.items.len(), 3);
 }
+
+#[tokio::test]
+async fn pages_across_namespaces_whose_names_prefix_each_other_miss_nothing() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::Api;
+    let (_server, client) = start().await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    for ns in ["a", "a-b"] {
+        let obj: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+        nss.create(&PostParams::default(), &obj)
+            .await
+            .expect("namespace");
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for name in ["x", "z"] {
+            api.create(&PostParams::default(), &cm(name, "k", "v"))
+                .await
+                .expect("create");
+        }
+    }
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(1);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = all.list(&lp).await.expect("page");
+        seen.extend(page.items.iter().map(|c| {
+            format!(
+                "{}/{}",
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default()
+            )
+        }));
+        token = page.metadata.continue_.clone();
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(seen, vec!["a/x", "a/z", "a-b/x", "a-b/z"]);
+}
