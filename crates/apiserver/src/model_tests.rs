@@ -13,20 +13,23 @@ use crate::store::{EventType, Store};
 
 #[derive(Debug, Clone)]
 enum Op {
-    Create(u8, u8),
-    Update(u8, u8),
-    Delete(u8),
+    Create(u8, u8, u8),
+    Update(u8, u8, u8),
+    Delete(u8, u8),
 }
+
+/// Namespaces whose names prefix each other, so cross-namespace paging order matters.
+const NAMESPACES_USED: [&str; 2] = ["a", "a-b"];
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u8..6, 0u8..3).prop_map(|(n, v)| Op::Create(n, v)),
-        (0u8..6, 0u8..3).prop_map(|(n, v)| Op::Update(n, v)),
-        (0u8..6).prop_map(Op::Delete),
+        (0u8..2, 0u8..4, 0u8..3).prop_map(|(ns, n, v)| Op::Create(ns, n, v)),
+        (0u8..2, 0u8..4, 0u8..3).prop_map(|(ns, n, v)| Op::Update(ns, n, v)),
+        (0u8..2, 0u8..4).prop_map(|(ns, n)| Op::Delete(ns, n)),
     ]
 }
 
-type Model = BTreeMap<String, String>;
+type Model = BTreeMap<(String, String), String>;
 
 fn listed(v: &Value) -> Model {
     v["items"]
@@ -35,7 +38,10 @@ fn listed(v: &Value) -> Model {
         .flatten()
         .map(|i| {
             (
-                meta_str(i, "name").unwrap_or("").to_string(),
+                (
+                    meta_str(i, "namespace").unwrap_or("").to_string(),
+                    meta_str(i, "name").unwrap_or("").to_string(),
+                ),
                 i["data"]["k"].as_str().unwrap_or("").to_string(),
             )
         })
@@ -50,31 +56,35 @@ proptest! {
     #[test]
     fn the_registry_matches_a_map_model_at_every_resource_version(ops in proptest::collection::vec(op(), 1..40), limit in 1usize..4) {
         let reg = Registry::new(Store::new(1_000, 64));
-        reg.create(NAMESPACES, "", json!({"metadata": {"name": "d"}}), WriteOptions::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for ns in NAMESPACES_USED {
+            reg.create(NAMESPACES, "", json!({"metadata": {"name": ns}}), WriteOptions::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
         let mut model = Model::new();
         let mut past: Vec<(u64, Model)> = vec![(reg.store.lock().rv, model.clone())];
         for op in ops {
             let before = reg.store.lock().rv;
             let (ok, changed) = match &op {
-                Op::Create(n, v) => {
-                    let name = format!("c{n}");
-                    let r = reg.create(CONFIGMAPS, "d", cm(&name, &v.to_string()), WriteOptions::default());
-                    let fresh = !model.contains_key(&name);
-                    if fresh { model.insert(name, v.to_string()); }
+                Op::Create(ns, n, v) => {
+                    let (ns, name) = (NAMESPACES_USED[usize::from(*ns)], format!("c{n}"));
+                    let r = reg.create(CONFIGMAPS, ns, cm(&name, &v.to_string()), WriteOptions::default());
+                    let key = (ns.to_string(), name);
+                    let fresh = !model.contains_key(&key);
+                    if fresh { model.insert(key, v.to_string()); }
                     (r.is_ok() == fresh, fresh)
                 }
-                Op::Update(n, v) => {
-                    let name = format!("c{n}");
-                    let r = reg.update(CONFIGMAPS, "d", &name, None, cm(&name, &v.to_string()), WriteOptions::default());
-                    let exists = model.contains_key(&name);
-                    let changed = exists && model.get(&name) != Some(&v.to_string());
-                    if exists { model.insert(name, v.to_string()); }
+                Op::Update(ns, n, v) => {
+                    let (ns, name) = (NAMESPACES_USED[usize::from(*ns)], format!("c{n}"));
+                    let r = reg.update(CONFIGMAPS, ns, &name, None, cm(&name, &v.to_string()), WriteOptions::default());
+                    let key = (ns.to_string(), name);
+                    let exists = model.contains_key(&key);
+                    let changed = exists && model.get(&key) != Some(&v.to_string());
+                    if exists { model.insert(key, v.to_string()); }
                     (r.is_ok() == exists, changed)
                 }
-                Op::Delete(n) => {
-                    let name = format!("c{n}");
-                    let r = reg.delete(CONFIGMAPS, "d", &name, &DeleteOptions::default());
-                    let existed = model.remove(&name).is_some();
+                Op::Delete(ns, n) => {
+                    let (ns, name) = (NAMESPACES_USED[usize::from(*ns)], format!("c{n}"));
+                    let r = reg.delete(CONFIGMAPS, ns, &name, &DeleteOptions::default());
+                    let existed = model.remove(&(ns.to_string(), name)).is_some();
                     (r.is_ok() == existed, existed)
                 }
             };
@@ -85,19 +95,19 @@ proptest! {
             past.push((after, model.clone()));
         }
         // (2) current state
-        let now = reg.list(CONFIGMAPS, Some("d"), &ListOptions::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let now = reg.list(CONFIGMAPS, None, &ListOptions::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(listed(&now), model.clone());
         // (3) exact reads of every past version, and paging through them
         for (rv, expected) in &past {
             let exact = ListOptions { resource_version: Some(rv.to_string()), resource_version_match: Some("Exact".into()), ..Default::default() };
-            let got = reg.list(CONFIGMAPS, Some("d"), &exact).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let got = reg.list(CONFIGMAPS, None, &exact).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(&listed(&got), expected);
             let mut paged = Model::new();
             let mut token = None;
             loop {
                 let page_opts = ListOptions { limit: Some(limit), continue_token: token.clone(), ..exact.clone() };
                 let page_opts = if token.is_some() { ListOptions { resource_version: None, resource_version_match: None, ..page_opts } } else { page_opts };
-                let page = reg.list(CONFIGMAPS, Some("d"), &page_opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let page = reg.list(CONFIGMAPS, None, &page_opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 paged.extend(listed(&page));
                 token = page["metadata"]["continue"].as_str().map(String::from);
                 if token.is_none() { break; }
@@ -111,9 +121,9 @@ proptest! {
             for ev in s.history.iter().filter(|e| e.rv > *rv && e.key.resource == CONFIGMAPS) {
                 match ev.kind {
                     EventType::Added | EventType::Modified => {
-                        replayed.insert(ev.key.name.clone(), ev.object["data"]["k"].as_str().unwrap_or("").to_string());
+                        replayed.insert((ev.key.namespace.clone(), ev.key.name.clone()), ev.object["data"]["k"].as_str().unwrap_or("").to_string());
                     }
-                    EventType::Deleted => { replayed.remove(&ev.key.name); }
+                    EventType::Deleted => { replayed.remove(&(ev.key.namespace.clone(), ev.key.name.clone())); }
                 }
             }
             prop_assert_eq!(&replayed, &model);
