@@ -9,6 +9,8 @@ mod discovery;
 mod faults;
 // limit/continue pagination and list resourceVersion semantics.
 mod pagination;
+// Authenticator/Authorizer seams: 401, 403 texts, recorded users.
+mod pipeline;
 // Pod defaulting, status subresource, generation and graceful deletion.
 mod pods;
 // Label and field selectors on list and watch.
