@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
+use nodelet_object_manager::source::{KubeSource, ObjectSource};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
@@ -25,6 +26,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::config::AgentConfig;
+use crate::counting::Counting;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::status::StatusWriter;
@@ -79,8 +81,26 @@ impl Agent {
         let manager_config = ManagerConfig::new(config.strategy)
             .with_node_name(config.node_name.clone())
             .with_resync_interval(config.sync_frequency);
-        let configmaps = ConfigMapManager::new(client.clone(), manager_config.clone())?;
-        let secrets = SecretManager::new(client.clone(), manager_config)?;
+        let nodes = counted(
+            Arc::new(KubeSource::<Node>::cluster(client.clone())),
+            &metrics,
+        );
+        let configmaps = ConfigMapManager::with_sources(
+            counted(
+                Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),
+                &metrics,
+            ),
+            Some(nodes.clone()),
+            manager_config.clone(),
+        )?;
+        let secrets = SecretManager::with_sources(
+            counted(
+                Arc::new(KubeSource::<Secret>::namespaced(client.clone())),
+                &metrics,
+            ),
+            Some(nodes),
+            manager_config,
+        )?;
         let events = EventPublisher::start(
             client.clone(),
             &config.node_name,
@@ -209,6 +229,17 @@ impl Agent {
             warn!(?timeout, "agent tasks did not stop in time");
         }
     }
+}
+
+/// `source`, with its requests counted in `nodelet_api_requests_total`.
+fn counted<K: Send + Sync + 'static>(
+    source: Arc<dyn ObjectSource<K>>,
+    metrics: &Metrics,
+) -> Arc<dyn ObjectSource<K>> {
+    Arc::new(Counting {
+        inner: source,
+        metrics: metrics.clone(),
+    })
 }
 
 fn uid(pod: &Pod) -> String {

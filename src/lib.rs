@@ -42,6 +42,7 @@
 
 mod agent;
 mod config;
+mod counting;
 mod events;
 mod http;
 mod metrics;

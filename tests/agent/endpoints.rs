@@ -84,6 +84,8 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
         "nodelet_watches_open{resource=\"pods\"} 1",
         "nodelet_volumes{",
         "nodelet_api_requests_total{verb=\"patch\"}",
+        "nodelet_api_requests_total{verb=\"watch\"}",
+        "nodelet_api_requests_total{verb=\"list\"}",
         "nodelet_propagation_latency_seconds_bucket",
     ] {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
