@@ -216,6 +216,27 @@ async fn read_body(req: http::Request<Incoming>) -> Result<Bytes, ApiError> {
 }
 
 async fn read_json(req: http::Request<Incoming>) -> Result<Value, ApiError> {
+    // Only JSON (and YAML, its superset) bodies are understood; protobuf and CBOR get the
+    // upstream 415, which clients that can fall back to JSON react to.
+    let ct = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if !(ct.is_empty() || ct.ends_with("json") || ct.ends_with("yaml")) {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?})"
+            ),
+        ));
+    }
     let bytes = read_body(req).await?;
     serde_json::from_slice(&bytes)
         .or_else(|_| serde_yaml::from_slice(&bytes))
