@@ -11,7 +11,10 @@ use base64::Engine as _;
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use crate::resources::{NAMESPACES, PODS, ResourceId, SERVICEACCOUNTS};
+use crate::resources::{CONFIGMAPS, NAMESPACES, PODS, ResourceId, SERVICEACCOUNTS};
+
+/// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, FieldError};
 use crate::store::{Inner, Key, Store};
@@ -80,6 +83,9 @@ pub(crate) struct Registry {
     pub(crate) store: Store,
     /// Create the `default` ServiceAccount with each namespace (`Config::auto_service_accounts`).
     pub(crate) auto_service_accounts: bool,
+    /// Publish this CA bundle as ConfigMap `kube-root-ca.crt` in every new namespace
+    /// (`Config::publish_root_ca`).
+    pub(crate) root_ca: Option<String>,
 }
 
 pub(crate) fn now() -> String {
@@ -177,6 +183,7 @@ impl Registry {
         Registry {
             store,
             auto_service_accounts: true,
+            root_ca: None,
         }
     }
 
@@ -281,6 +288,16 @@ impl Registry {
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
             // The serviceaccount controller's job; failure here cannot happen for a fresh namespace.
             let _ = self.create_locked(s, SERVICEACCOUNTS, &name, sa, WriteOptions::default());
+        }
+        if res == NAMESPACES
+            && let Some(ca) = &self.root_ca
+        {
+            // The root-ca-cert-publisher controller's job, with its description annotation.
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": "kube-root-ca.crt", "namespace": name,
+                "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                "data": {"ca.crt": ca}});
+            let _ = self.create_locked(s, CONFIGMAPS, &name, cm, WriteOptions::default());
         }
         Ok((*stored).clone())
     }

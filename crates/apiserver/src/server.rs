@@ -50,6 +50,10 @@ pub struct Config {
     /// `iss` of service account tokens and the OIDC discovery issuer. Default
     /// `https://kubernetes.default.svc`.
     pub service_account_issuer: String,
+    /// Publish ConfigMap `kube-root-ca.crt` (key `ca.crt`) in every namespace, as a cluster's
+    /// root-ca-cert-publisher does: the TLS CA with [`Config::tls`], else a CA generated for
+    /// the purpose. Default off (existing tests count the objects in their namespaces).
+    pub publish_root_ca: bool,
 }
 
 impl Default for Config {
@@ -68,6 +72,7 @@ impl Default for Config {
             tls: false,
             auto_service_accounts: true,
             service_account_issuer: "https://kubernetes.default.svc".into(),
+            publish_root_ca: false,
         }
     }
 }
@@ -85,6 +90,13 @@ impl std::fmt::Debug for Config {
 }
 
 impl Config {
+    /// Sets [`Config::publish_root_ca`].
+    #[must_use]
+    pub fn publish_root_ca(mut self, on: bool) -> Self {
+        self.publish_root_ca = on;
+        self
+    }
+
     /// Sets [`Config::listen`].
     #[must_use]
     pub fn listen(mut self, addr: SocketAddr) -> Self {
@@ -172,6 +184,12 @@ impl ApiServer {
         );
         let mut registry = Registry::new(store);
         registry.auto_service_accounts = config.auto_service_accounts;
+        if config.publish_root_ca {
+            registry.root_ca = Some(match &extras.tls {
+                Some(tls) => tls.ca_pem().to_string(),
+                None => crate::tls::TlsMaterial::generate()?.ca_pem().to_string(),
+            });
+        }
         for ns in &config.initial_namespaces {
             registry
                 .create(

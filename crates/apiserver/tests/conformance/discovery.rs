@@ -185,3 +185,31 @@ async fn a_watch_older_than_the_history_window_is_expired() {
         other => panic!("expected 410, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn every_namespace_can_carry_the_kube_root_ca_configmap() {
+    let (_server, client) =
+        super::start_with(nodelet_apiserver::Config::default().publish_root_ca(true)).await;
+    let root = cms(&client)
+        .get("kube-root-ca.crt")
+        .await
+        .expect("published in default");
+    let ca = root
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .expect("ca.crt");
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "fresh"}})).expect("ns");
+    nss.create(&PostParams::default(), &ns)
+        .await
+        .expect("create");
+    let fresh: Api<ConfigMap> = Api::namespaced(client, "fresh");
+    assert!(
+        fresh
+            .get_opt("kube-root-ca.crt")
+            .await
+            .expect("get")
+            .is_some()
+    );
+}
