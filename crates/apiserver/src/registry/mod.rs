@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use crate::resources::{CONFIGMAPS, NAMESPACES, ResourceId, SERVICEACCOUNTS};
+use crate::resources::{CONFIGMAPS, NAMESPACES, ResourceId, SECRETS, SERVICEACCOUNTS};
 
 /// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
@@ -126,6 +126,7 @@ pub(crate) fn parse_rv(s: &str) -> Result<u64, ApiError> {
 /// The checks every body gets: a JSON object whose apiVersion/kind (if given) fit `res`.
 fn check_body(res: ResourceId, ns: &str, body: &mut Value) -> Result<(), ApiError> {
     let info = res.info();
+    decodes_as_typed(res, body)?;
     let Some(map) = body.as_object_mut() else {
         return Err(ApiError::bad_request(
             "the body of the request was not a JSON object",
@@ -170,6 +171,66 @@ fn check_body(res: ResourceId, ns: &str, body: &mut Value) -> Result<(), ApiErro
     meta.remove("selfLink");
     meta.remove("managedFields");
     Ok(())
+}
+
+/// The decoding checks the real server's typed decoder makes for the payload fields nodelet
+/// reads: string maps must hold strings, and `[]byte` maps must hold valid base64 (400
+/// `Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte N`).
+fn decodes_as_typed(res: ResourceId, body: &Value) -> Result<(), ApiError> {
+    use base64::Engine as _;
+    let info = res.info();
+    let fail = |why: String| {
+        ApiError::bad_request(format!(
+            "{kind} in version \"{v}\" cannot be handled as a {kind}: {why}",
+            kind = info.kind,
+            v = info.version
+        ))
+    };
+    let fields: &[(&str, bool)] = if res == CONFIGMAPS {
+        &[("data", false), ("binaryData", true)]
+    } else if res == SECRETS {
+        &[("data", true), ("stringData", false)]
+    } else {
+        &[]
+    };
+    for (field, bytes) in fields {
+        let Some(map) = body.get(*field).and_then(Value::as_object) else {
+            continue;
+        };
+        for v in map.values() {
+            let Some(text) = v.as_str() else {
+                if v.is_null() {
+                    continue;
+                }
+                return Err(fail(format!(
+                    "json: cannot unmarshal {} into Go struct field {}.{field} of type {}",
+                    json_type(v),
+                    info.kind,
+                    if *bytes { "[]uint8" } else { "string" }
+                )));
+            };
+            if *bytes && let Err(e) = base64::engine::general_purpose::STANDARD.decode(text) {
+                let at = match e {
+                    base64::DecodeError::InvalidByte(i, _)
+                    | base64::DecodeError::InvalidLastSymbol(i, _) => i,
+                    _ => text.len() - text.len() % 4,
+                };
+                return Err(fail(format!("illegal base64 data at input byte {at}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::String(_) => "string",
+        Value::Null => "null",
+    }
 }
 
 fn without_rv(v: &Value) -> Value {

@@ -257,3 +257,27 @@ async fn dry_run_validates_and_answers_without_persisting() {
     );
     assert_eq!(e.code, 422);
 }
+
+#[tokio::test]
+async fn payloads_that_do_not_decode_as_the_typed_object_are_bad_requests() {
+    let (server, _client) = start().await;
+    let handle = server.handle();
+    let e = handle
+        .create(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "a$b="}}))
+        .expect_err("bad base64");
+    let e = e.api_error().expect("api error");
+    assert_eq!((e.code(), e.reason()), (400, "BadRequest"));
+    assert_eq!(
+        e.message(),
+        "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 1"
+    );
+    let e = handle
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"n": 5}}))
+        .expect_err("number");
+    assert_eq!(
+        e.api_error().map(|a| a.message().to_string()).as_deref(),
+        Some(
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data of type string"
+        )
+    );
+}
