@@ -12,6 +12,8 @@ mod endpoints;
 mod node_identity;
 // `--manifests` mode: a file edit reaches the volume.
 mod manifests;
+// Restarts: pods deleted while the agent was down are cleaned up.
+mod restart;
 // The binary: bad configuration exits with code 64.
 mod cli;
 // Starting an API server and an agent for one test.

@@ -123,6 +123,24 @@ impl World {
         }
     }
 
+    /// Stops the agent (volumes stay on disk).
+    pub(crate) async fn stop_agent(&self) {
+        if let Some(agent) = self.agent.agent.lock().await.take() {
+            agent.shutdown().await;
+        }
+    }
+
+    /// Starts a new agent with the same configuration and waits for its first pod list.
+    pub(crate) async fn start_agent(&self) {
+        let agent = Agent::start(self.agent.config.clone(), self.agent.node_client.clone())
+            .await
+            .unwrap_or_else(|e| panic!("agent: {e:#}"));
+        tokio::time::timeout(SAFETY, agent.wait_ready())
+            .await
+            .unwrap_or_else(|_| panic!("agent never listed its pods"));
+        *self.agent.agent.lock().await = Some(agent);
+    }
+
     pub(crate) async fn stop(self) {
         if let Some(agent) = self.agent.agent.lock().await.take() {
             agent.shutdown().await;
