@@ -331,7 +331,8 @@ async fn pod_source(
 /// Put a running pod in the volume manager's desired state at once, as the kubelet's pod
 /// manager feeds its populator: by the time the first list is marked synced
 /// (`pods_synced`), every listed pod's reconstructed volumes are desired and adopted, never
-/// torn down and set up again. (SyncPod adds it too; adding is idempotent.)
+/// torn down and set up again. The pod is registered with the object managers first (PW-13).
+/// (SyncPod registers and adds it too; both are idempotent.)
 fn desire_volumes(state: &AgentState, pod: &Pod) {
     let terminal = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -341,6 +342,9 @@ fn desire_volumes(state: &AgentState, pod: &Pod) {
         && !terminal
         && !state.workers.is_termination_requested(&uid(pod))
     {
+        // PW-13: registered before anything reads objects for it (SyncPod does the same).
+        state.secrets.register_pod(pod);
+        state.configmaps.register_pod(pod);
         state.volumes.add_pod(Arc::new(pod.clone()));
     }
 }
