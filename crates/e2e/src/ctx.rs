@@ -20,6 +20,10 @@ use crate::Target;
 /// poll for 240 s + TTL).
 pub(crate) const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long cleanup waits for the agent to finish deleting a scenario's pods before it
+/// force-deletes them.
+const CLEANUP_GRACE: Duration = Duration::from_secs(30);
+
 /// Pause between checks of a condition. Short, so latency measurements stay fine-grained.
 const POLL: Duration = Duration::from_millis(2);
 
@@ -102,12 +106,17 @@ impl Ctx {
         }
     }
 
-    /// Deletes the scenario's namespaces.
+    /// Deletes the scenario's pods (the agent finishes their graceful deletion, as a kubelet
+    /// does; stragglers are force-deleted), then its namespaces. Pods go first because a bare
+    /// API server without a controller manager never empties a deleted namespace.
     pub(crate) async fn cleanup(&self) -> Result<(), String> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let mut names = vec![self.namespace.clone()];
         if let Ok(extra) = self.extra_namespaces.lock() {
             names.extend(extra.iter().cloned());
+        }
+        for name in &names {
+            self.delete_pods_in(name).await?;
         }
         for name in names {
             match api.delete(&name, &DeleteParams::default()).await {
@@ -117,6 +126,39 @@ impl Ctx {
             }
         }
         Ok(())
+    }
+
+    async fn delete_pods_in(&self, namespace: &str) -> Result<(), String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let list = |pods: Api<Pod>| async move {
+            pods.list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .map_err(|e| format!("listing pods in {namespace}: {e}"))
+        };
+        for pod in list(pods.clone()).await? {
+            let name = pod.metadata.name.unwrap_or_default();
+            if let Err(e) = pods.delete(&name, &DeleteParams::default()).await {
+                return Err(format!("deleting pod {namespace}/{name}: {e}"));
+            }
+        }
+        let deadline = Instant::now() + CLEANUP_GRACE;
+        loop {
+            let left = list(pods.clone()).await?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                for pod in left {
+                    let name = pod.metadata.name.unwrap_or_default();
+                    let _ = pods
+                        .delete(&name, &DeleteParams::default().grace_period(0))
+                        .await;
+                }
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Restarts the agent under test.

@@ -100,7 +100,12 @@ pub(crate) struct AgentSpec {
 /// Starts the agent; it registers its Node (a control plane garbage-collects pods bound to
 /// nodes that do not exist).
 pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
-    let log = open_log(&spec.log)?;
+    // Appended to, so the log of a restarted agent follows its predecessor's.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.log)
+        .with_context(|| format!("opening {}", spec.log.display()))?;
     let child = Command::new(&spec.binary)
         .arg("--kubeconfig")
         .arg(&spec.kubeconfig)

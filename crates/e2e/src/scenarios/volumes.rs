@@ -44,12 +44,12 @@ pub(crate) async fn configmap_volume(ctx: &Ctx) -> Result<(), String> {
     let plain = ctx.volume_dir(&pod, "configmap", "plain")?;
     ctx.wait_for_content(&plain.join("data-1"), b"value-1")
         .await?;
-    for key in ["data-2", "data-3"] {
-        ensure(
-            read(&plain.join(key))? == format!("value-{}", &key[5..]).as_bytes(),
-            || format!("{key} has the wrong content"),
-        )?;
-    }
+    // Top-level names appear one by one just after the `..data` swap (AW-5 step 10): wait for
+    // each rather than reading siblings at once.
+    ctx.wait_for_content(&plain.join("data-2"), b"value-2")
+        .await?;
+    ctx.wait_for_content(&plain.join("data-3"), b"value-3")
+        .await?;
     ensure(mode_of(&plain.join("data-1"))? == 0o644, || {
         format!(
             "data-1 mode {:o}, want 644 (E2E-1)",
@@ -245,13 +245,15 @@ pub(crate) async fn projected_volume(ctx: &Ctx) -> Result<(), String> {
     let dir = ctx.volume_dir(&pod, "projected", "all")?;
     ctx.wait_for_content(&dir.join("path/to/data-2"), b"value-2")
         .await?;
-    ensure(read(&dir.join("new-path-data-1"))? == b"value-1\n", || {
-        "projected secret source has the wrong content".into()
-    })?;
-    ensure(read(&dir.join("podname"))? == b"p", || {
-        "projected podname is not p".into()
-    })?;
-    let token = read(&dir.join("token"))?;
+    ctx.wait_for_content(&dir.join("new-path-data-1"), b"value-1\n")
+        .await?;
+    ctx.wait_for_content(&dir.join("podname"), b"p").await?;
+    let token_path = dir.join("token");
+    let token = ctx
+        .wait_for(&format!("{} to exist", token_path.display()), || async {
+            read(&token_path)
+        })
+        .await?;
     let parts = token.split(|b| *b == b'.').count();
     ensure(parts == 3, || {
         format!("token is not a JWT ({parts} dot-separated parts)")
@@ -285,21 +287,11 @@ pub(crate) async fn downward_api_volume(ctx: &Ctx) -> Result<(), String> {
         .await?;
     let dir = ctx.volume_dir(&pod, "downward-api", "info")?;
     ctx.wait_for_content(&dir.join("name"), b"p").await?;
-    ensure(
-        read(&dir.join("namespace"))? == ctx.namespace.as_bytes(),
-        || "namespace file is wrong".into(),
-    )?;
-    ensure(
-        read(&dir.join("uid"))? == Ctx::uid(&pod)?.as_bytes(),
-        || "uid file is wrong".into(),
-    )?;
-    ensure(read(&dir.join("labels"))? == b"app=\"p\"", || {
-        format!(
-            "labels file is {:?}, want app=\"p\"",
-            String::from_utf8_lossy(&read(&dir.join("labels")).unwrap_or_default())
-        )
-    })?;
-    ensure(read(&dir.join("app"))? == b"p", || {
-        "subscripted label is wrong".into()
-    })
+    ctx.wait_for_content(&dir.join("namespace"), ctx.namespace.as_bytes())
+        .await?;
+    ctx.wait_for_content(&dir.join("uid"), Ctx::uid(&pod)?.as_bytes())
+        .await?;
+    ctx.wait_for_content(&dir.join("labels"), b"app=\"p\"")
+        .await?;
+    ctx.wait_for_content(&dir.join("app"), b"p").await
 }
