@@ -78,6 +78,7 @@ mod strategy;
 mod tls;
 mod token_auth;
 mod token_request;
+mod typed;
 mod validation;
 
 pub use auth::{

@@ -18,6 +18,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Inner, Key, Store};
 use crate::strategy;
+use crate::typed::json_type;
 
 mod delete;
 mod list;
@@ -123,7 +124,8 @@ pub(crate) fn parse_rv(s: &str) -> Result<u64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))
 }
 
-/// The checks every body gets: a JSON object whose apiVersion/kind (if given) fit `res`.
+/// The checks every body gets: a JSON object whose apiVersion/kind (if given) fit `res` and
+/// that decodes as the typed object (`typed.rs`); create, update and patch results all pass here.
 fn check_body(res: ResourceId, ns: &str, body: &mut Value) -> Result<(), ApiError> {
     let info = res.info();
     decodes_as_typed(res, body)?;
@@ -170,7 +172,9 @@ fn check_body(res: ResourceId, ns: &str, body: &mut Value) -> Result<(), ApiErro
     }
     meta.remove("selfLink");
     meta.remove("managedFields");
-    Ok(())
+    // Every field must fit its type, as the real server's typed decoder demands; the JSON
+    // itself is what gets stored.
+    crate::typed::check(res, body)
 }
 
 /// The decoding checks the real server's typed decoder makes for the payload fields nodelet
@@ -220,17 +224,6 @@ fn decodes_as_typed(res: ResourceId, body: &Value) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-        Value::String(_) => "string",
-        Value::Null => "null",
-    }
 }
 
 fn without_rv(v: &Value) -> Value {

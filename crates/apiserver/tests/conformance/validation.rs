@@ -281,3 +281,72 @@ async fn payloads_that_do_not_decode_as_the_typed_object_are_bad_requests() {
         )
     );
 }
+
+/// Regression: a pod with `defaultMode: "0400"` (a string) was stored and then broke every
+/// typed list and watch of pods (kube-rs decode error); the real server answers 400.
+#[tokio::test]
+async fn a_field_of_the_wrong_type_is_a_bad_request_on_create_update_and_patch() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{ApiResource, DynamicObject};
+    let (_server, client) = start().await;
+    let ar = ApiResource::erase::<Pod>(&());
+    let dynamic: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let pod = |mode: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"}, "futureField": {"kept": true},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}],
+                     "volumes": [{"name": "v", "configMap": {"name": "cm", "defaultMode": mode}}]}}))
+        .expect("pod")
+    };
+    let e = status(
+        dynamic
+            .create(&PostParams::default(), &pod(json!("0400")))
+            .await
+            .expect_err("400"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    assert!(
+        e.message.starts_with(
+            "Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field Pod.spec.volumes[0].configMap.defaultMode"
+        ),
+        "{}",
+        e.message
+    );
+    // The well-typed pod is stored as sent: unknown fields are kept.
+    let created = dynamic
+        .create(&PostParams::default(), &pod(json!(256)))
+        .await
+        .expect("created");
+    assert_eq!(created.data["futureField"], json!({"kept": true}));
+    // A patch whose result does not decode is refused too, and so is a PUT.
+    let e = status(
+        dynamic
+            .patch(
+                "p",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"activeDeadlineSeconds": "soon"}})),
+            )
+            .await
+            .expect_err("400"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    let mut bad = created.clone();
+    bad.data["spec"]["volumes"][0]["configMap"]["defaultMode"] = json!("0400");
+    let e = status(
+        dynamic
+            .replace("p", &PostParams::default(), &bad)
+            .await
+            .expect_err("400"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    // Typed clients can still list every pod.
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let list = pods.list(&Default::default()).await.expect("typed list");
+    let modes: Vec<_> = list
+        .items
+        .iter()
+        .flat_map(|p| p.spec.iter().flat_map(|s| s.volumes.iter().flatten()))
+        .filter_map(|v| v.config_map.as_ref().and_then(|c| c.default_mode))
+        .collect();
+    assert_eq!(modes, vec![256]);
+}
