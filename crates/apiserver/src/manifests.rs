@@ -9,7 +9,8 @@
 //!    objects edited through the API (by kubectl, the agent, tests) are overwritten only when
 //!    their file changes.
 //! 3. Parse each changed file: multi-document YAML (or JSON), `kind: List` expanded, every
-//!    document an object of a served kind with a name. A file that fails is reported with its
+//!    document an object of a served kind with a name. Plain scalars such as `0400` are the
+//!    YAML 1.1 octal integers Kubernetes reads (256), not serde_yaml's YAML 1.2 strings. A file that fails is reported with its
 //!    path and error ([`ManifestSync::errors`]) and keeps the objects it defined before.
 //! 4. Create the namespaces the objects reference but no file defines.
 //! 5. Create or replace (unconditionally) the objects of the changed files, namespaces first.
@@ -422,10 +423,15 @@ fn list_files(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
 /// (3) The objects of one file, or why it is malformed.
 fn parse(bytes: &[u8]) -> Result<Vec<Value>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    let mut out = Vec::new();
+    let mut docs = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let n = i + 1;
-        let v = Value::deserialize(doc).map_err(|e| format!("document {n}: {e}"))?;
+        docs.push(Value::deserialize(doc).map_err(|e| format!("document {n}: {e}"))?);
+    }
+    let docs = with_yaml11_octals(text, docs);
+    let mut out = Vec::new();
+    for (i, v) in docs.into_iter().enumerate() {
+        let n = i + 1;
         if v.is_null() {
             continue;
         }
@@ -459,6 +465,94 @@ fn parse(bytes: &[u8]) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
+/// Whether `token` is a YAML 1.1 octal integer as Kubernetes (go-yaml) reads it: `^0[0-7]+$`.
+fn yaml11_octal(token: &str) -> Option<i64> {
+    let digits = token.strip_prefix('0')?;
+    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    i64::from_str_radix(digits, 8).ok()
+}
+
+/// Reads plain scalars such as `defaultMode: 0400` as the YAML 1.1 octal integers Kubernetes
+/// sees (256), where serde_yaml (YAML 1.2) reads the string `"0400"`.
+///
+/// serde_yaml does not say whether a scalar was quoted, so: (a) every token that looks like a
+/// YAML 1.1 octal is rewritten to the YAML 1.2 form `0o400`; (b) the rewritten text is parsed
+/// again; (c) a string of `docs` is replaced only where the re-parse found exactly that octal as
+/// an integer — which only a plain scalar can give. Quoted strings, block scalars and comments
+/// that contained the token re-parse as different strings (or not at all) and are kept as read.
+fn with_yaml11_octals(text: &str, docs: Vec<Value>) -> Vec<Value> {
+    // (a)
+    let mut rewritten = String::with_capacity(text.len() + 16);
+    let mut any = false;
+    let mut token = String::new();
+    let flush = |token: &mut String, out: &mut String, any: &mut bool| {
+        if yaml11_octal(token).is_some() {
+            out.push_str("0o");
+            out.push_str(&token[1..]);
+            *any = true;
+        } else {
+            out.push_str(token);
+        }
+        token.clear();
+    };
+    for c in text.chars() {
+        if c.is_whitespace() || matches!(c, ',' | '[' | ']' | '{' | '}') {
+            flush(&mut token, &mut rewritten, &mut any);
+            rewritten.push(c);
+        } else {
+            token.push(c);
+        }
+    }
+    flush(&mut token, &mut rewritten, &mut any);
+    if !any {
+        return docs;
+    }
+    // (b)
+    let reparsed: Result<Vec<Value>, _> = serde_yaml::Deserializer::from_str(&rewritten)
+        .map(Value::deserialize)
+        .collect();
+    match reparsed {
+        Ok(again) if again.len() == docs.len() => docs
+            .into_iter()
+            .zip(&again)
+            .map(|(doc, again)| take_octals(doc, again))
+            .collect(),
+        _ => docs,
+    }
+}
+
+/// (c) `read`, with each string that `again` holds as its YAML 1.1 octal integer replaced.
+fn take_octals(read: Value, again: &Value) -> Value {
+    match (read, again) {
+        (Value::String(s), Value::Number(n))
+            if yaml11_octal(&s).is_some_and(|o| n.as_i64() == Some(o)) =>
+        {
+            Value::Number(n.clone())
+        }
+        (Value::Object(map), Value::Object(again)) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = match again.get(&k) {
+                        Some(a) => take_octals(v, a),
+                        None => v,
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        (Value::Array(items), Value::Array(again)) if items.len() == again.len() => Value::Array(
+            items
+                .into_iter()
+                .zip(again)
+                .map(|(v, a)| take_octals(v, a))
+                .collect(),
+        ),
+        (read, _) => read,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,5 +578,65 @@ mod tests {
                 .unwrap_err()
                 .starts_with("document 1:")
         );
+    }
+
+    #[test]
+    fn plain_yaml_1_1_octals_are_integers_and_quoted_ones_stay_strings() {
+        let objs = parse(
+            br#"apiVersion: v1
+kind: Pod
+metadata: {name: p, annotations: {note: "0400", other: '0755', text: "mode 0400"}}
+spec:
+  containers: [{name: c, image: busybox}]
+  volumes:
+  - name: a
+    configMap: {name: cm, defaultMode: 0400}
+  - name: b
+    secret:
+      secretName: s
+      defaultMode: 0755 # rwxr-xr-x
+      items: [{key: k, path: p, mode: 0600}, {key: k2, path: "0400", mode: 420}]
+  - name: c
+    configMap: {name: "0644", defaultMode: 0644}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c}
+data:
+  script: |
+    chmod 0400 file
+    mode: 0400
+  zero: "0"
+  nine: "0400"
+"#,
+        )
+        .unwrap();
+        let vols = &objs[0]["spec"]["volumes"];
+        assert_eq!(vols[0]["configMap"]["defaultMode"], json!(256));
+        assert_eq!(vols[1]["secret"]["defaultMode"], json!(493));
+        assert_eq!(vols[1]["secret"]["items"][0]["mode"], json!(384));
+        assert_eq!(vols[1]["secret"]["items"][1]["path"], json!("0400"));
+        assert_eq!(vols[1]["secret"]["items"][1]["mode"], json!(420));
+        assert_eq!(
+            vols[2]["configMap"],
+            json!({"name": "0644", "defaultMode": 420})
+        );
+        assert_eq!(
+            objs[0]["metadata"]["annotations"],
+            json!({"note": "0400", "other": "0755", "text": "mode 0400"})
+        );
+        assert_eq!(
+            objs[1]["data"],
+            json!({"script": "chmod 0400 file\nmode: 0400\n", "zero": "0", "nine": "0400"})
+        );
+    }
+
+    #[test]
+    fn serde_yaml_alone_reads_a_plain_leading_zero_number_as_a_string() {
+        // Why `with_yaml11_octals` exists (YAML 1.2 core schema as serde_yaml implements it).
+        let v: Value = serde_yaml::from_str("m: 0400").unwrap();
+        assert_eq!(v["m"], json!("0400"));
+        let v: Value = serde_yaml::from_str("m: 0o400").unwrap();
+        assert_eq!(v["m"], json!(256));
     }
 }

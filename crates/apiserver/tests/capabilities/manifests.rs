@@ -218,3 +218,66 @@ async fn editing_a_pod_manifest_label_updates_the_pod() {
     .await;
     assert!(sync.errors().is_empty(), "{:?}", sync.errors());
 }
+
+const MODES: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: modes}
+data: {k: v}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: modes}
+spec:
+  containers: [{name: c, image: busybox}]
+  volumes:
+  - name: v
+    configMap: {name: modes, defaultMode: 0400}
+";
+
+/// Manifests are YAML 1.1 to Kubernetes: a plain `0400` is the octal integer 256; a quoted
+/// `\"0400\"` is a string, which the typed decoder refuses (400) for that file only.
+#[tokio::test]
+async fn a_plain_octal_default_mode_is_256_and_a_quoted_one_is_reported_for_its_file() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "modes.yaml", MODES);
+    write(dir.path(), "app.yaml", APP);
+    let sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    assert!(sync.errors().is_empty(), "{:?}", sync.errors());
+    let mode = |h: &TestHandle| {
+        h.get("v1", "Pod", Some("default"), "modes")
+            .map(|p| p["spec"]["volumes"][0]["configMap"]["defaultMode"].clone())
+    };
+    assert_eq!(mode(&h), Some(Value::from(256)));
+    let mut reports = sync.subscribe();
+    write(
+        dir.path(),
+        "modes.yaml",
+        &MODES.replace("defaultMode: 0400", "defaultMode: \"0400\""),
+    );
+    let report = tokio::time::timeout(
+        super::PATIENCE,
+        reports.wait_for(|r| !r.problems.is_empty()),
+    )
+    .await
+    .expect("a report in time")
+    .expect("sync alive")
+    .clone();
+    assert_eq!(report.problems.len(), 1);
+    assert_eq!(report.problems[0].path, dir.path().join("modes.yaml"));
+    assert!(
+        report.problems[0].error.starts_with(
+            "Pod \"modes\": Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field Pod.spec.volumes[0].configMap.defaultMode"
+        ),
+        "{}",
+        report.problems[0]
+    );
+    // The objects loaded before stay: the pod as it was, the other file's objects untouched.
+    assert_eq!(mode(&h), Some(Value::from(256)));
+    assert_eq!(cm_value(&h, "default", "modes", "k").as_deref(), Some("v"));
+    assert!(h.get("v1", "Pod", Some("shop"), "web").is_some());
+}
