@@ -87,9 +87,9 @@ pub enum SetUpError {
     /// PL-10: a service account token could not be obtained.
     #[error("failed to fetch token: {0}")]
     Token(#[from] crate::token::TokenError),
-    /// PL-13: a downward API field could not be rendered.
-    #[error("{0}")]
-    DownwardApi(String),
+    /// PL-13: a downward API item could not be rendered; `Display` is the kubelet's text.
+    #[error(transparent)]
+    DownwardApi(#[from] crate::downward::DownwardError),
     /// PL-10 / PL-13: several sources or items failed; `[err1, err2]` like the kubelet's
     /// aggregate (a single error is never wrapped).
     #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]

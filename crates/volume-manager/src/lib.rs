@@ -166,6 +166,7 @@
 
 mod asw;
 mod config;
+pub mod downward;
 mod dsw;
 mod error;
 pub mod events;

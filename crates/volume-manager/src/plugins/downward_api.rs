@@ -1,16 +1,13 @@
-//! The downwardAPI volume plugin, `kubernetes.io/downward-api`, and the field rendering rules
-//! shared with projected volumes (PL-13).
-
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+//! The downwardAPI volume plugin, `kubernetes.io/downward-api`, and `CollectData`, shared with
+//! projected volumes (PL-13); the values come from [`crate::downward`].
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, Volume};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome, clean_path};
 
-use super::resources::resource_value;
 use super::{Medium, NodeAllocatable, SetUpContext, SetUpOutcome, VolumePlugin, mode_bits};
 use crate::SetUpError;
+use crate::downward::{field_ref_value, resource_field_ref_value};
 
 /// `kubernetes.io/downward-api`: pod fields and container resources as files (tmpfs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,7 +46,8 @@ impl VolumePlugin for DownwardApiPlugin {
 }
 
 /// PL-13 `CollectData`: one file per item at its cleaned path, mode = item mode or
-/// `default_mode`; `fieldRef` renders a pod field, `resourceFieldRef` a container resource.
+/// `default_mode`; `fieldRef` renders a pod field ([`field_ref_value`]), `resourceFieldRef` a
+/// container resource ([`resource_field_ref_value`]); a failing item is still written, empty.
 ///
 /// # Errors
 /// [`SetUpError::NoDefaultMode`]; otherwise every failing item's error, aggregated
@@ -66,9 +64,9 @@ pub fn collect_downward_api_data(
     for item in items {
         let mode = mode_bits(item.mode.unwrap_or(default_mode));
         let data = if let Some(field) = &item.field_ref {
-            extract_field(pod, &field.field_path)
+            field_ref_value(pod, &field.field_path)
         } else if let Some(resource) = &item.resource_field_ref {
-            resource_value(pod, resource, allocatable)
+            resource_field_ref_value(pod, resource, None, allocatable)
         } else {
             Ok(String::new())
         };
@@ -85,165 +83,10 @@ pub fn collect_downward_api_data(
     }
 }
 
-/// The string value of a supported pod field path (the kubelet's
-/// `ExtractFieldPathAsString`).
-fn extract_field(pod: &Pod, field_path: &str) -> Result<String, String> {
-    let meta = &pod.metadata;
-    if let Some((path, subscript)) = split_subscript(field_path) {
-        return match path {
-            "metadata.annotations" => {
-                check_qualified_name(&subscript.to_lowercase(), field_path)?;
-                Ok(lookup(meta.annotations.as_ref(), subscript))
-            }
-            "metadata.labels" => {
-                check_qualified_name(subscript, field_path)?;
-                Ok(lookup(meta.labels.as_ref(), subscript))
-            }
-            _ => Err(format!(
-                "fieldPath {field_path:?} does not support subscript"
-            )),
-        };
-    }
-    match field_path {
-        "metadata.annotations" => Ok(format_map(meta.annotations.as_ref())),
-        "metadata.labels" => Ok(format_map(meta.labels.as_ref())),
-        "metadata.name" => Ok(meta.name.clone().unwrap_or_default()),
-        "metadata.namespace" => Ok(meta.namespace.clone().unwrap_or_default()),
-        "metadata.uid" => Ok(meta.uid.clone().unwrap_or_default()),
-        other => Err(format!("unsupported fieldPath: {other}")),
-    }
-}
-
-fn lookup(map: Option<&BTreeMap<String, String>>, key: &str) -> String {
-    map.and_then(|m| m.get(key)).cloned().unwrap_or_default()
-}
-
-/// `metadata.labels['key']` → `("metadata.labels", "key")`.
-fn split_subscript(field_path: &str) -> Option<(&str, &str)> {
-    let inner = field_path.strip_suffix("']")?;
-    let (path, subscript) = inner.split_once("['")?;
-    (!path.is_empty()).then_some((path, subscript))
-}
-
-/// Whole maps render as `key="value"` lines sorted by key, Go-quoted, no trailing newline.
-fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
-    let mut out = String::new();
-    for (k, v) in map.into_iter().flatten() {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        let _ = write!(out, "{k}={}", go_quote(v));
-    }
-    out
-}
-
-/// Go's `%q` for a string: double quotes, backslash escapes for quotes, backslashes and
-/// control characters; printable Unicode is kept.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-const QUALIFIED_NAME_FMT: &str = "must consist of alphanumeric characters, '-', '_' or '.', \
-     and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
-     '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-
-/// Kubernetes' `IsQualifiedName` (an optional DNS-subdomain prefix and a name of ≤ 63
-/// characters), reporting `invalid key subscript in <fieldPath>: <errors joined by ;>`.
-fn check_qualified_name(value: &str, field_path: &str) -> Result<(), String> {
-    let mut errors: Vec<String> = Vec::new();
-    let (prefix, name) = match value.split('/').collect::<Vec<_>>().as_slice() {
-        [name] => (None, *name),
-        [prefix, name] => (Some(*prefix), *name),
-        _ => {
-            return Err(format!(
-                "invalid key subscript in {field_path}: a qualified name {QUALIFIED_NAME_FMT} \
-                 with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-            ));
-        }
-    };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() {
-            errors.push("prefix part must be non-empty".into());
-        } else if !is_dns_subdomain(prefix) {
-            errors.push(
-                "prefix part a lowercase RFC 1123 subdomain must consist of lower case \
-                 alphanumeric characters, '-' or '.', and must start and end with an \
-                 alphanumeric character"
-                    .into(),
-            );
-        }
-    }
-    if name.is_empty() {
-        errors.push("name part must be non-empty".into());
-    } else if name.len() > 63 {
-        errors.push("name part must be no more than 63 characters".into());
-    }
-    if !is_qualified_name_part(name) {
-        errors.push(format!("name part {QUALIFIED_NAME_FMT}"));
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid key subscript in {field_path}: {}",
-            errors.join(";")
-        ))
-    }
-}
-
-fn is_qualified_name_part(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes
-                    .iter()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b.first().is_some_and(u8::is_ascii_alphanumeric)
-                && b.last().is_some_and(u8::is_ascii_alphanumeric)
-        })
-}
-
 #[cfg(test)]
 mod tests {
-    //! `TestCollectDataWithDownwardAPI` and the PL-13 rendering rules.
+    //! `TestCollectDataWithDownwardAPI` through `CollectData` (PL-13); the rendering rules
+    //! themselves are tested in `crate::downward`.
     use super::*;
     use serde_json::json;
 

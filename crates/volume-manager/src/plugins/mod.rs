@@ -17,7 +17,6 @@ mod host;
 mod ownership;
 mod payload;
 mod projected;
-mod resources;
 mod secret;
 
 pub use configmap::ConfigMapPlugin;
