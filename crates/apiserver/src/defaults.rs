@@ -124,58 +124,74 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-/// Pod defaulting on create; also resets `status` to `Pending` as the pod strategy does.
+/// Pod defaulting on create: [`pod_spec`], then the create-only admission defaults
+/// (ServiceAccount: `serviceAccountName: default`; Priority: `priority: 0`,
+/// `preemptionPolicy: PreemptLowerPriority`), and `status` reset to `Pending` with its QoS
+/// class, as the pod strategy does.
 pub(crate) fn pod(obj: &mut Value) {
-    let qos;
-    {
-        let Some(spec) = obj_mut(obj, "spec") else {
-            return;
-        };
-        set_default(spec, "restartPolicy", json!("Always"));
-        set_default(spec, "terminationGracePeriodSeconds", json!(30));
-        set_default(spec, "dnsPolicy", json!("ClusterFirst"));
-        set_default(spec, "securityContext", json!({}));
-        set_default(spec, "schedulerName", json!("default-scheduler"));
-        set_default(spec, "enableServiceLinks", json!(true));
-        set_default(spec, "priority", json!(0));
-        set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    if let Some(spec) = obj_mut(obj, "spec") {
         // ServiceAccount admission: the `default` account; no token volume is injected here.
         set_default(spec, "serviceAccountName", json!("default"));
-        let sa = spec
-            .get("serviceAccountName")
-            .cloned()
-            .unwrap_or(json!("default"));
-        set_default(spec, "serviceAccount", sa);
-        for key in ["containers", "initContainers", "ephemeralContainers"] {
-            if let Some(list) = spec.get_mut(key).and_then(Value::as_array_mut) {
-                list.iter_mut().for_each(default_container);
-            }
-        }
-        if let Some(vols) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
-            vols.iter_mut().for_each(default_volume);
-        }
-        // DefaultTolerationSeconds admission.
-        let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-        if let Some(list) = tolerations.as_array_mut() {
-            for taint in [
-                "node.kubernetes.io/not-ready",
-                "node.kubernetes.io/unreachable",
-            ] {
-                if !list
-                    .iter()
-                    .any(|t| t.get("key").and_then(Value::as_str) == Some(taint))
-                {
-                    list.push(json!({"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-                }
-            }
-        }
-        qos = qos_class(&Value::Object(spec.clone()));
+        set_default(spec, "priority", json!(0));
+        set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     }
+    pod_spec(obj);
+    let qos = obj.get("spec").map_or("BestEffort", qos_class);
     if let Some(map) = obj.as_object_mut() {
         map.insert(
             "status".into(),
             json!({"phase": "Pending", "qosClass": qos}),
         );
+    }
+}
+
+/// The pod defaulting the real server applies on create *and* update (and to patch results):
+/// the v1 defaulters, the `serviceAccount`/`serviceAccountName` alias of the v1 conversion,
+/// and the DefaultTolerationSeconds admission plugin (which runs on update too). Create-only
+/// admission defaults (service account, priority) are in [`pod`].
+pub(crate) fn pod_spec(obj: &mut Value) {
+    let Some(spec) = obj_mut(obj, "spec") else {
+        return;
+    };
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    set_default(spec, "enableServiceLinks", json!(true));
+    // Conversion: `serviceAccount` is the deprecated alias of `serviceAccountName`.
+    let non_empty = |v: Option<&Value>| {
+        v.filter(|s| s.as_str().is_some_and(|s| !s.is_empty()))
+            .cloned()
+    };
+    if let Some(sa) =
+        non_empty(spec.get("serviceAccountName")).or_else(|| non_empty(spec.get("serviceAccount")))
+    {
+        spec.insert("serviceAccountName".into(), sa.clone());
+        spec.insert("serviceAccount".into(), sa);
+    }
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
+        if let Some(list) = spec.get_mut(key).and_then(Value::as_array_mut) {
+            list.iter_mut().for_each(default_container);
+        }
+    }
+    if let Some(vols) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        vols.iter_mut().for_each(default_volume);
+    }
+    // DefaultTolerationSeconds admission.
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if let Some(list) = tolerations.as_array_mut() {
+        for taint in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            if !list
+                .iter()
+                .any(|t| t.get("key").and_then(Value::as_str) == Some(taint))
+            {
+                list.push(json!({"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
     }
 }
 

@@ -361,10 +361,13 @@ impl Syncer {
             }
         }
         let result = if exists {
-            // The store's pod update does not re-run create-time defaulting, so an unchanged
-            // manifest spec would read as a forbidden spec change; default it like the stored pod.
+            // The server re-applies defaults on update, but the service account is set by
+            // create-only admission (as upstream): keep the stored one when the manifest leaves
+            // it out, as `kubectl apply` would, so editing e.g. an image is not a forbidden
+            // spec change.
             if res == resources::PODS {
-                crate::defaults::pod(&mut obj);
+                let stored = self.handle.get(av, kind, Some(ns.as_str()), &name);
+                carry_service_account(&mut obj, stored.as_ref());
             }
             self.handle.update(obj)
         } else {
@@ -376,6 +379,30 @@ impl Syncer {
         })?;
         self.applied.insert(key.clone(), doc);
         Ok(key)
+    }
+}
+
+/// Copies `spec.serviceAccountName` (and its alias `serviceAccount`) from the stored pod into a
+/// manifest pod that names neither.
+fn carry_service_account(obj: &mut Value, stored: Option<&Value>) {
+    let named = |o: &Value| {
+        ["serviceAccountName", "serviceAccount"].iter().any(|k| {
+            o.pointer(&format!("/spec/{k}"))
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+        })
+    };
+    if named(obj) {
+        return;
+    }
+    let Some(sa) = stored
+        .and_then(|p| p.pointer("/spec/serviceAccountName"))
+        .cloned()
+    else {
+        return;
+    };
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("serviceAccountName".into(), sa);
     }
 }
 

@@ -29,10 +29,29 @@ pub(crate) fn prepare_for_create(res: ResourceId, obj: &mut Value) {
     }
 }
 
-/// Resets on update: the main resource keeps the old status, `status` keeps the old spec.
+/// Defaulting and resets on update (and on patch results), before validation: the same
+/// defaulting as on create where upstream applies it on update too; the main resource keeps
+/// the old status, `status` keeps the old spec.
 pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut Value, old: &Value) {
     if res == SECRETS {
         defaults::secret(new);
+    }
+    if res == PODS {
+        defaults::pod_spec(new);
+        // The Priority admission plugin keeps the old priority and preemption policy when an
+        // update leaves them out.
+        if let (Some(spec), Some(old_spec)) = (
+            new.get_mut("spec").and_then(Value::as_object_mut),
+            old.get("spec"),
+        ) {
+            for key in ["priority", "preemptionPolicy"] {
+                if spec.get(key).is_none_or(Value::is_null)
+                    && let Some(v) = old_spec.get(key)
+                {
+                    spec.insert(key.into(), v.clone());
+                }
+            }
+        }
     }
     if res == NAMESPACES {
         // Labels are re-defaulted; spec.finalizers only change through `finalize`.
@@ -250,9 +269,24 @@ mod tests {
         );
         let mut new = json!({"spec": {"a": 2}, "status": {"phase": "Running"}});
         prepare_for_update(PODS, None, &mut new, &old);
+        assert_eq!(new["spec"]["a"], 2);
+        assert_eq!(new["status"], json!({"phase": "Pending"}));
+    }
+
+    #[test]
+    fn a_pod_update_is_defaulted_again_and_keeps_priority_but_not_the_service_account() {
+        let old = json!({"spec": {"priority": 7, "preemptionPolicy": "Never", "serviceAccountName": "default"}});
+        let mut new = json!({"spec": {"volumes": [{"name": "v", "secret": {"secretName": "s"}}]}});
+        prepare_for_update(PODS, None, &mut new, &old);
+        let spec = &new["spec"];
+        assert_eq!(spec["volumes"][0]["secret"]["defaultMode"], 420);
+        assert_eq!(spec["restartPolicy"], "Always");
+        assert_eq!(spec["tolerations"].as_array().map(Vec::len), Some(2));
         assert_eq!(
-            new,
-            json!({"spec": {"a": 2}, "status": {"phase": "Pending"}})
+            (spec["priority"].clone(), spec["preemptionPolicy"].clone()),
+            (json!(7), json!("Never"))
         );
+        // ServiceAccount admission is create-only upstream.
+        assert!(spec.get("serviceAccountName").is_none());
     }
 }

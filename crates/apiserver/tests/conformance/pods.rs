@@ -304,3 +304,71 @@ async fn a_strategic_merge_patch_merges_conditions_by_type_and_containers_by_nam
     assert_eq!(c.image.as_deref(), Some("busybox:1.37"));
     assert!(c.env.is_some(), "other container fields are kept");
 }
+
+/// Regression: `kubectl replace -f` (PUT) of an unchanged pod manifest was 422 because the
+/// defaults were not re-applied on update; upstream decodes (and defaults) every body, so the
+/// replace succeeds and is a no-op. The service account is defaulted by create-only admission
+/// upstream, so a manifest that leaves it out still reads as a spec change (422), as upstream.
+#[tokio::test]
+async fn replacing_a_pod_with_its_original_manifest_changes_nothing() {
+    let (server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let mut manifest = pod("p", Some("n1"));
+    if let Some(spec) = manifest.spec.as_mut() {
+        spec.service_account_name = Some("default".into());
+    }
+    let created = pods
+        .create(&PostParams::default(), &manifest)
+        .await
+        .expect("create");
+    let mut again = manifest.clone();
+    again.metadata.resource_version = created.metadata.resource_version.clone();
+    let replaced = pods
+        .replace("p", &PostParams::default(), &again)
+        .await
+        .expect("an unchanged manifest replaces cleanly");
+    assert_eq!(replaced, created);
+    // A real change on top of the bare manifest (an image) goes through, defaults intact.
+    if let Some(spec) = again.spec.as_mut() {
+        spec.containers[0].image = Some("busybox:1.37".into());
+    }
+    let changed = pods
+        .replace("p", &PostParams::default(), &again)
+        .await
+        .expect("image change");
+    let (old, new) = (
+        serde_json::to_value(&created).expect("json"),
+        serde_json::to_value(&changed).expect("json"),
+    );
+    assert_eq!(new["spec"]["containers"][0]["image"], "busybox:1.37");
+    assert_eq!(new["spec"]["volumes"], old["spec"]["volumes"]);
+    assert_eq!(new["spec"]["tolerations"], old["spec"]["tolerations"]);
+    assert_eq!(new["spec"]["priority"], 0);
+    assert_eq!(new["status"], old["status"]);
+    assert_eq!(new["metadata"]["generation"], 2);
+    // The same through a JSON merge patch that drops defaulted fields: they come back.
+    let patched = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"dnsPolicy": null, "volumes": [
+                {"name": "cm", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "p", "mode": 256}]}},
+                {"name": "sec", "secret": {"secretName": "s"}},
+                {"name": "proj", "projected": {"sources": [{"configMap": {"name": "cfg"}}]}},
+                {"name": "down", "downwardAPI": {"items": [{"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}}
+            ]}})),
+        )
+        .await
+        .expect("patch re-defaulted");
+    assert_eq!(patched, changed);
+    // Without the service account the manifest differs from the stored spec, as upstream.
+    let mut bare = pod("p", Some("n1"));
+    bare.metadata.resource_version = changed.metadata.resource_version.clone();
+    let e = status(
+        pods.replace("p", &PostParams::default(), &bare)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    let _ = server;
+}
