@@ -1,8 +1,12 @@
 //! Authentication and authorization seams of the request pipeline.
 //!
-//! Every request is authenticated to a [`User`] and then checked by an [`Authorizer`]. Today the
-//! server ships [`AllowAll`] for both roles; token authentication and the Node authorizer plug in
-//! here by implementing the two traits and setting them in [`Config`](crate::Config).
+//! Every request is authenticated to a [`User`] and then checked by an [`Authorizer`]. Auth is
+//! off by default: [`AllowAll`] plays both roles (everyone is [`User::admin`]).
+//! [`Config::with_auth`](crate::Config::with_auth) turns it on with the bearer-token
+//! authenticator (`token_auth.rs`) and the Node authorizer (`node_authorizer.rs`); any other
+//! implementation of the two traits can be set with
+//! [`Config::authenticator`](crate::Config::authenticator) /
+//! [`Config::authorizer`](crate::Config::authorizer).
 
 use std::fmt;
 
@@ -16,7 +20,8 @@ pub struct User {
 }
 
 impl User {
-    /// The identity every request gets from [`AllowAll`]: a cluster admin.
+    /// A cluster admin (`system:admin` in `system:masters`): the identity every request gets
+    /// from [`AllowAll`], and the user of admin tokens and kubeconfigs.
     pub fn admin() -> Self {
         User {
             name: "system:admin".into(),

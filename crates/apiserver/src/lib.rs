@@ -7,7 +7,12 @@
 //! - [`TestHandle`]: a cloneable remote control — direct store access for seeding (create,
 //!   update, delete, get without HTTP), fault injection, latency, watch closing, history
 //!   compaction, listener stop/restart, and a record of every request ([`RequestRecord`]).
-//! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams; [`AllowAll`] today.
+//! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
+//!   ([`AllowAll`]: everyone is `system:admin`); [`Config::with_auth`] installs
+//!   [`TokenAuthenticator`] (bearer tokens) and [`NodeAuthorizer`] (the Node authorizer and
+//!   NodeRestriction rules a kubelet meets).
+//! - [`ManifestSync`]: offline mode's object source, a directory of YAML manifests kept in sync
+//!   with the store.
 //!
 //! # How a request flows
 //! 1. The listener accepts a connection and serves HTTP/1.1 or HTTP/2 on it.
@@ -22,7 +27,9 @@
 //! - One global, strictly increasing resourceVersion (decimal string) across all resources.
 //! - The store keeps the last [`Config::history_limit`] events; watching or reading exactly from
 //!   an older resourceVersion answers `410 Expired` (`too old resource version: X (Y)`).
-//! - Objects are stored as JSON: fields this server does not know are preserved.
+//! - Objects are stored as JSON: fields this server does not know are preserved. Every body
+//!   that is stored (create, update, patch result) decodes as its k8s-openapi type; one that
+//!   does not is a 400 BadRequest, so typed clients can always decode lists and watches.
 //! - Error bodies are `Status` objects with upstream codes, reasons and message texts.
 //!
 //! # Example
