@@ -10,6 +10,9 @@ mod endpoints;
 // The agent makes only requests a node identity is allowed (no 403s), and registers its Node
 // and Lease.
 mod node_identity;
+// Pod events: core/v1 Events aggregated by message like the kubelet's correlator (PL-9, VM-10),
+// created and patched under the node identity.
+mod events;
 // `--manifests` mode: a file edit reaches the volume.
 mod manifests;
 // Restarts: pods deleted while the agent was down are cleaned up.
