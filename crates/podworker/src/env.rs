@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVarSource, Pod, Secret};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use nodelet_volume_manager::downward::{env_field_ref_value, resource_field_ref_value};
+use nodelet_volume_manager::plugins::NodeAllocatable;
 
-use crate::downward::{field_ref_value, resource_field_ref_value};
 use crate::error::EnvError;
 use crate::expand::expand;
 
@@ -31,9 +32,10 @@ pub enum EnvFromNameCheck {
 pub struct EnvOptions {
     /// How `envFrom` keys are checked (default [`EnvFromNameCheck::None`]).
     pub name_check: EnvFromNameCheck,
-    /// Node allocatable quantities by resource name (`cpu`, `memory`, `ephemeral-storage`):
-    /// the value of a `resourceFieldRef` to a limit the container does not set. Default: none
-    /// (such a reference resolves to `0`).
+    /// Node allocatable quantities by resource name (`cpu`, `memory`, `ephemeral-storage`;
+    /// others are ignored): the value of a `resourceFieldRef` to a limit the container does not
+    /// set. Default: none (such a reference resolves to `0`). An entry that is not a quantity
+    /// fails every `resourceFieldRef` with [`EnvError::DownwardApi`].
     pub node_allocatable: BTreeMap<String, String>,
 }
 
@@ -200,12 +202,15 @@ async fn value_from(
     fetch: &mut Fetcher<'_>,
     options: &EnvOptions,
 ) -> Result<Option<Vec<u8>>, EnvError> {
+    // The downward API is the volume manager's (one implementation, as in the kubelet).
     if let Some(f) = &from.field_ref {
-        return field_ref_value(pod, &f.field_path).map(|v| Some(v.into_bytes()));
+        return Ok(Some(env_field_ref_value(pod, f)?.into_bytes()));
     }
     if let Some(r) = &from.resource_field_ref {
-        return resource_field_ref_value(pod, container, r, &options.node_allocatable)
-            .map(|v| Some(v.into_bytes()));
+        let allocatable = NodeAllocatable::from_quantities(&options.node_allocatable)?;
+        return Ok(Some(
+            resource_field_ref_value(pod, r, Some(container), &allocatable)?.into_bytes(),
+        ));
     }
     if let Some(r) = &from.config_map_key_ref {
         let optional = r.optional.unwrap_or(false);

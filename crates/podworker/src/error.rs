@@ -59,35 +59,11 @@ pub enum EnvError {
         name: String,
     },
 
-    /// A `fieldRef` names a field the downward API does not offer for env vars.
-    #[error("unsupported fieldPath: {field_path}")]
-    UnsupportedFieldPath {
-        /// The requested path.
-        field_path: String,
-    },
-
-    /// A `resourceFieldRef` names a resource the downward API does not offer.
-    #[error("unsupported container resource : {resource}")]
-    UnsupportedResource {
-        /// The requested resource.
-        resource: String,
-    },
-
-    /// A `resourceFieldRef` names a container the pod does not have.
-    #[error("container {container} not found")]
-    ResourceContainerNotFound {
-        /// The requested container name.
-        container: String,
-    },
-
-    /// A `resourceFieldRef` divisor or resource value is not a valid quantity (or zero).
-    #[error("invalid quantity {value:?} for resource {resource}")]
-    InvalidQuantity {
-        /// The resource.
-        resource: String,
-        /// The offending text.
-        value: String,
-    },
+    /// PW-10: a `fieldRef` or `resourceFieldRef` could not be resolved (unsupported field path
+    /// or resource, unknown container, invalid quantity). `Display` is the kubelet's text, e.g.
+    /// `unsupported container resource : limits.gpu`.
+    #[error(transparent)]
+    DownwardApi(#[from] nodelet_volume_manager::downward::DownwardError),
 }
 
 /// An error of the volume seam ([`Volumes`](crate::Volumes)).

@@ -83,11 +83,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-mod downward;
 mod env;
 mod error;
 mod expand;
-mod quantity;
 mod runtime;
 mod seams;
 mod sync;

@@ -250,7 +250,7 @@ async fn pw10_field_refs_read_the_pod_and_unknown_paths_are_errors() {
     let err = resolve(Strategy::Watch, json!({"env": [field("X", "spec.bogus")]})).await;
     assert_eq!(
         err.err().map(|e| e.to_string()).as_deref(),
-        Some("unsupported fieldPath: spec.bogus")
+        Some("field label not supported: spec.bogus")
     );
 }
 
