@@ -11,6 +11,9 @@
 //!   pull secrets, resolves each container's environment and hands it to a [`RuntimeHook`];
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
+//!   `fieldRef` / `resourceFieldRef` values come from `nodelet_volume_manager::downward`, the
+//!   same code that renders downwardAPI volumes (one implementation, as in the kubelet); its
+//!   errors surface as [`EnvError::DownwardApi`] with the kubelet's texts.
 //! * Seams: [`Volumes`] (the volume manager), [`RuntimeHook`] (default [`EnvFileRuntime`],
 //!   which writes `<root>/pods/<uid>/containers/<name>/env`), [`EventSink`], [`StatusSink`].
 //!   Fakes live behind the `test-util` feature.
@@ -43,7 +46,8 @@
 //!   the service variable set is empty and the "services have not yet been read" error cannot
 //!   occur.
 //! * Output order of variables is sorted by name (upstream: unspecified map order).
-//! * `fieldRef` `status.podIP(s)` comes from the pod's status (there is no sandbox).
+//! * `fieldRef` `status.hostIP(s)` and `status.podIP(s)` come from the pod's status (there is
+//!   no sandbox and no node IP lookup).
 //! * The `envFrom` name check is a switch ([`EnvFromNameCheck`]), default *current* (none).
 //!
 //! # Example

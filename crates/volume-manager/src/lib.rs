@@ -19,6 +19,11 @@
 //!   built-in [`plugins`] are configMap, secret, projected, downwardAPI and emptyDir. They
 //!   share a [`plugins::VolumeHost`]: the object managers, the token cache and the common
 //!   write path (wrapper directory, nested mountpoints, fsGroup, atomic write).
+//! * [`downward`] — the downward API, shared with the pod worker's environment variables:
+//!   `fieldRef` ([`downward::field_ref_value`] for volumes, [`downward::env_field_ref_value`]
+//!   for env vars) and `resourceFieldRef` ([`downward::resource_field_ref_value`]), with the
+//!   kubelet's rendering and texts ([`downward::DownwardError`]). One implementation, as in
+//!   the kubelet (PL-13, PW-10).
 //! * [`EventSink`] — where `FailedMount` and the other events go; [`TokenSource`] — where
 //!   service account tokens come from ([`KubeTokenSource`]: the TokenRequest API).
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts.

@@ -254,6 +254,36 @@ async fn pw10_field_refs_read_the_pod_and_unknown_paths_are_errors() {
     );
 }
 
+// PW-10 / PL-13: env vars and downwardAPI volumes share one rendering
+// (nodelet_volume_manager::downward): whole maps as Go-quoted lines, validated subscripts.
+#[tokio::test]
+async fn pw10_field_refs_render_maps_like_downward_api_volumes_and_validate_subscripts() {
+    let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let env = resolve(
+        Strategy::Watch,
+        json!({"env": [
+            field("LABELS", "metadata.labels"), field("NOTES", "metadata.annotations"),
+            field("MISSING", "metadata.labels['nope']"),
+        ]}),
+    )
+    .await
+    .unwrap_or_default();
+    assert_eq!(text(&env, "LABELS").as_deref(), Some("app=\"web\""));
+    assert_eq!(text(&env, "NOTES").as_deref(), Some("note=\"hi\""));
+    assert_eq!(text(&env, "MISSING").as_deref(), Some(""));
+    let err = resolve(
+        Strategy::Watch,
+        json!({"env": [field("X", "metadata.labels['']")]}),
+    )
+    .await;
+    assert!(matches!(err, Err(EnvError::DownwardApi(_))), "{err:?}");
+    assert!(
+        err.err()
+            .map(|e| e.to_string())
+            .is_some_and(|e| e.starts_with("invalid key subscript in metadata.labels['']: ")),
+    );
+}
+
 #[tokio::test]
 async fn pw10_resource_field_refs_divide_and_round_up_and_unset_limits_use_node_allocatable() {
     let res = |name: &str, resource: &str, divisor: Option<&str>| {

@@ -178,6 +178,35 @@ mod tests {
     }
 
     #[test]
+    fn resource_items_use_the_shared_rendering_and_failing_items_are_written_empty() {
+        let items: Vec<DownwardAPIVolumeFile> = serde_json::from_value(json!([
+            {"path": "cpu", "resourceFieldRef":
+                {"containerName": "c", "resource": "limits.cpu", "divisor": "1m"}},
+            {"path": "gpu", "resourceFieldRef": {"containerName": "c", "resource": "limits.gpu"}}
+        ]))
+        .unwrap();
+        let alloc = NodeAllocatable {
+            cpu_millis: 2500,
+            memory_bytes: 0,
+            ephemeral_storage_bytes: 0,
+        };
+        let err = collect_downward_api_data(&items, &pod(), &alloc, Some(0o644)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unsupported container resource : limits.gpu"
+        );
+        assert!(matches!(
+            err,
+            SetUpError::DownwardApi(crate::downward::DownwardError::UnsupportedResource { .. })
+        ));
+        let ok = collect_downward_api_data(&items[..1], &pod(), &alloc, Some(0o644)).unwrap();
+        assert_eq!(
+            ok.get("cpu").map(|f| f.data.clone()),
+            Some(b"2500".to_vec())
+        );
+    }
+
+    #[test]
     fn item_modes_override_the_default_mode_and_a_missing_default_is_an_error() {
         let items: Vec<DownwardAPIVolumeFile> = serde_json::from_value(json!([
             {"path": "a", "mode": 0o400, "fieldRef": {"fieldPath": "metadata.name"}}
