@@ -356,16 +356,7 @@ impl Writer {
     }
 }
 
-impl nodelet_podworker::EventSink for EventPublisher {
-    fn event(&self, pod: &Pod, type_: nodelet_podworker::EventType, reason: &str, message: String) {
-        let kind = match type_ {
-            nodelet_podworker::EventType::Normal => EventKind::Normal,
-            nodelet_podworker::EventType::Warning => EventKind::Warning,
-        };
-        self.push(pod, kind, reason, message);
-    }
-}
-
+// One trait for both crates: nodelet_podworker::EventSink re-exports this one.
 impl nodelet_volume_manager::EventSink for EventPublisher {
     fn event(
         &self,

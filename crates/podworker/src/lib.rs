@@ -16,6 +16,8 @@
 //!   errors surface as [`EnvError::DownwardApi`] with the kubelet's texts.
 //! * Seams: [`Volumes`] (the volume manager), [`RuntimeHook`] (default [`EnvFileRuntime`],
 //!   which writes `<root>/pods/<uid>/containers/<name>/env`), [`EventSink`], [`StatusSink`].
+//!   [`EventSink`], [`EventType`] and [`NoEvents`] are re-exported from
+//!   `nodelet_volume_manager::events`: an agent implements one event trait for both crates.
 //!   Fakes live behind the `test-util` feature.
 //!
 //! ```text

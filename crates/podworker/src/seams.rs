@@ -6,6 +6,10 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::error::VolumeError;
 
+/// The event seam is the volume manager's: one trait for the whole agent, which implements it
+/// once for both crates. Implementations must not block (queue and return).
+pub use nodelet_volume_manager::events::{EventSink, EventType, NoEvents};
+
 /// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13).
 #[async_trait]
 pub trait Volumes: Send + Sync + 'static {
@@ -30,15 +34,6 @@ pub trait Volumes: Send + Sync + 'static {
     async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), VolumeError>;
 }
 
-/// Kubernetes event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    /// `Normal`.
-    Normal,
-    /// `Warning`.
-    Warning,
-}
-
 /// Event reasons the config syncer emits, with the kubelet's spelling.
 pub mod reasons {
     /// PW-4: `Unable to attach or mount volumes: <err>`.
@@ -53,20 +48,6 @@ pub mod reasons {
     pub const CREATED: &str = "Created";
     /// PW-12: the waiting reason of a container whose config failed.
     pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
-}
-
-/// Where pod events go. Implementations must not block (queue and return).
-pub trait EventSink: Send + Sync + 'static {
-    /// Record an event about `pod`.
-    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String);
-}
-
-/// An [`EventSink`] that drops every event.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoEvents;
-
-impl EventSink for NoEvents {
-    fn event(&self, _pod: &Pod, _type: EventType, _reason: &str, _message: String) {}
 }
 
 /// Whether one part of a pod's configuration is ready, and why not.

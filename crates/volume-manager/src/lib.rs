@@ -24,7 +24,8 @@
 //!   for env vars) and `resourceFieldRef` ([`downward::resource_field_ref_value`]), with the
 //!   kubelet's rendering and texts ([`downward::DownwardError`]). One implementation, as in
 //!   the kubelet (PL-13, PW-10).
-//! * [`EventSink`] — where `FailedMount` and the other events go; [`TokenSource`] — where
+//! * [`EventSink`] — where `FailedMount` and the other events go (the pod worker re-exports
+//!   and uses the same trait); [`TokenSource`] — where
 //!   service account tokens come from ([`KubeTokenSource`]: the TokenRequest API).
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts.
 //!
