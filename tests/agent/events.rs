@@ -164,3 +164,38 @@ async fn the_node_identity_may_create_and_patch_core_v1_events() {
     assert!(refused.is_empty(), "{refused:#?}");
     world.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_of_an_event_deleted_from_the_api_creates_it_again() {
+    // The API server's event TTL may drop an Event the agent still aggregates: the next repeat's
+    // PATCH gets 404 and the Event is created again with the running count.
+    let world = World::start().await;
+    world
+        .server
+        .handle()
+        .create(pod())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let events = wait_for_events(&world.admin, |e| {
+        with_message(e, NOT_FOUND)
+            .iter()
+            .any(|e| e.count.unwrap_or(0) >= 2)
+    })
+    .await;
+    let first = with_message(&events, NOT_FOUND)[0].clone();
+    let name = first.metadata.name.clone().unwrap_or_default();
+    let count = first.count.unwrap_or(0);
+    let api: Api<Event> = Api::namespaced(world.admin.clone(), "default");
+    api.delete(&name, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let events = wait_for_events(&world.admin, |e| {
+        with_message(e, NOT_FOUND)
+            .iter()
+            .any(|e| e.count.unwrap_or(0) > count)
+    })
+    .await;
+    let again = with_message(&events, NOT_FOUND);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].metadata.name.as_deref(), Some(name.as_str()));
+    world.stop().await;
+}
