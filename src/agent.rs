@@ -13,17 +13,20 @@ use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
-use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_object_manager::{
+    ConfigMapManager, ManagerConfig, ObjectKey, SecretManager, referenced_config_map_names,
+    referenced_secret_names,
+};
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
-    SyncerParts, UpdateType, WorkerConfig,
+    SyncerParts, UpdateType, WorkerConfig, WorkerPhase,
 };
 use nodelet_volume_manager::{KubeTokenSource, MemoryMedium, VolumeManager};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument as _, info, info_span, warn};
+use tracing::{Instrument as _, debug, info, info_span, warn};
 
 use crate::config::AgentConfig;
 use crate::counting::Counting;
@@ -145,7 +148,9 @@ impl Agent {
         );
         let workers = PodWorkers::new(
             Arc::new(syncer),
-            WorkerConfig::default().with_resync_interval(config.sync_frequency),
+            WorkerConfig::default()
+                .with_resync_interval(config.sync_frequency)
+                .with_backoff_period(config.sync_error_backoff),
         );
         let (ready_tx, ready) = watch::channel(false);
         let state = Arc::new(AgentState {
@@ -261,6 +266,8 @@ async fn pod_source(
         .default_backoff()
         .boxed();
     let workers = &state.workers;
+    let mut configmap_changes = state.configmaps.subscribe();
+    let mut secret_changes = state.secrets.subscribe();
     let mut known: HashMap<String, Pod> = HashMap::new();
     let mut listing: Option<HashSet<String>> = None;
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
@@ -271,6 +278,14 @@ async fn pod_source(
             _ = housekeeping.tick() => {
                 let desired: HashSet<String> = known.keys().cloned().collect();
                 workers.sync_known_pods(&desired);
+                continue;
+            }
+            change = configmap_changes.recv() => {
+                retry_failed_pods(&state, &known, change, referenced_config_map_names);
+                continue;
+            }
+            change = secret_changes.recv() => {
+                retry_failed_pods(&state, &known, change, referenced_secret_names);
                 continue;
             }
             e = stream.next() => e,
@@ -326,6 +341,43 @@ async fn pod_source(
         }
     }
     state.metrics.set_watches("pods", 0);
+}
+
+/// Beyond the kubelet: a pod whose last sync failed (a missing object or key for its
+/// environment, an unmountable volume) is retried as soon as an object it references changes,
+/// instead of after the 10 s sync back-off. `Lagged` (notifications dropped) retries every
+/// failed pod. Successful pods are untouched: their volumes follow changes through the volume
+/// manager, and a running container's environment never changes (UP-3).
+fn retry_failed_pods(
+    state: &AgentState,
+    known: &HashMap<String, Pod>,
+    change: Result<ObjectKey, broadcast::error::RecvError>,
+    references: fn(&Pod) -> Vec<String>,
+) {
+    let key = match change {
+        Ok(key) => Some(key),
+        Err(broadcast::error::RecvError::Lagged(_)) => None,
+        Err(broadcast::error::RecvError::Closed) => return,
+    };
+    let failed: HashSet<String> = state
+        .workers
+        .snapshot()
+        .into_iter()
+        .filter(|w| w.phase == WorkerPhase::Syncing && w.last_error.is_some())
+        .map(|w| w.uid)
+        .collect();
+    for (uid, pod) in known.iter().filter(|(uid, _)| failed.contains(*uid)) {
+        let affected = key.as_ref().is_none_or(|key| {
+            pod.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                && references(pod).contains(&key.name)
+        });
+        if affected {
+            debug!(pod.uid = %uid, "retrying a failed pod after a referenced object changed");
+            state
+                .workers
+                .update_pod(PodUpdate::new(UpdateType::Sync, pod.clone()));
+        }
+    }
 }
 
 /// Put a running pod in the volume manager's desired state at once, as the kubelet's pod

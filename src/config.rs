@@ -45,6 +45,9 @@ pub struct AgentConfig {
     pub fsync: bool,
     /// How long a stop may take before the agent gives up waiting (default 5 s).
     pub shutdown_timeout: Duration,
+    /// Delay before a failed pod sync is retried (the kubelet's `backOffPeriod`, 10 s, with
+    /// jitter). A change of an object the pod references retries it at once regardless.
+    pub sync_error_backoff: Duration,
 }
 
 impl AgentConfig {
@@ -63,6 +66,7 @@ impl AgentConfig {
             volumes_on_disk: false,
             fsync: true,
             shutdown_timeout: Duration::from_secs(5),
+            sync_error_backoff: Duration::from_secs(10),
         }
     }
 }

@@ -15,6 +15,8 @@ mod node_identity;
 mod events;
 // `--manifests` mode: a file edit reaches the volume.
 mod manifests;
+// A pod whose sync failed is retried as soon as an object it references changes.
+mod retry;
 // Restarts: pods deleted while the agent was down are cleaned up.
 mod restart;
 // The binary: bad configuration exits with code 64.

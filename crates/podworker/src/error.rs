@@ -239,3 +239,37 @@ mod tests {
         );
     }
 }
+
+/// `error` followed by each of its sources, joined with `": "` — the one-line form for logs and
+/// the agent's `/pods` document (a `Display` shows its own step only, STYLE 10).
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod causes_tests {
+    use super::*;
+
+    #[test]
+    fn with_causes_appends_every_source_in_order() {
+        let io = std::io::Error::new(std::io::ErrorKind::DirectoryNotEmpty, "directory not empty");
+        let error = SyncError::Runtime {
+            source: RuntimeError::Io {
+                step: "removing directory",
+                path: PathBuf::from("/r/pods/u/containers"),
+                source: io,
+            },
+        };
+        assert_eq!(
+            with_causes(&error),
+            "runtime hook failed: removing directory /r/pods/u/containers: directory not empty"
+        );
+    }
+}

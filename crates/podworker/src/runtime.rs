@@ -84,6 +84,10 @@ pub const ENV_JSON_FILE: &str = "env.json";
 pub struct EnvFileRuntime {
     root_dir: PathBuf,
     writer: WriterConfig,
+    /// Serialises the blocking filesystem work of writes and removals. A write runs on the
+    /// blocking pool and outlives a cancelled sync; without this, the removal at termination
+    /// could race it (`remove_dir_all` fails on a directory that is being filled).
+    fs_lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl EnvFileRuntime {
@@ -92,6 +96,7 @@ impl EnvFileRuntime {
         Self {
             root_dir: root_dir.to_path_buf(),
             writer: WriterConfig::default(),
+            fs_lock: Arc::default(),
         }
     }
 
@@ -106,6 +111,7 @@ impl EnvFileRuntime {
         container: &str,
         env: &ContainerEnv,
     ) -> Result<(), RuntimeError> {
+        let _guard = self.fs_lock.lock().unwrap_or_else(|p| p.into_inner());
         let containers = self.containers_dir(pod_uid);
         let dir = containers.join(container);
         private_dir(&containers)?;
@@ -170,15 +176,24 @@ impl RuntimeHook for EnvFileRuntime {
 
     async fn remove_pod(&self, pod: &Pod) -> Result<(), RuntimeError> {
         let dir = self.containers_dir(&pod_uid(pod));
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(RuntimeError::Io {
-                step: "removing directory",
-                path: dir,
-                source,
-            }),
-        }
+        let lock = self.fs_lock.clone();
+        tokio::task::spawn_blocking(move || {
+            // Waits for a write still running from a cancelled sync.
+            let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(RuntimeError::Io {
+                    step: "removing directory",
+                    path: dir,
+                    source,
+                }),
+            }
+        })
+        .await
+        .map_err(|e| RuntimeError::Other {
+            message: format!("env removal task failed: {e}"),
+        })?
     }
 }
 

@@ -555,8 +555,9 @@ fn complete_work<S>(
         }
         Err(e) => {
             // The one place a failed sync is logged (STYLE 12).
-            warn!(phase = ?work.phase, error = %e, "sync failed");
-            w.last_error = Some(e.to_string());
+            let error = crate::error::with_causes(&e);
+            warn!(phase = ?work.phase, %error, "sync failed");
+            w.last_error = Some(error);
             now + jitter(inner.config.backoff_period)
         }
     };
