@@ -82,7 +82,40 @@ impl Ctx {
         api.create(&PostParams::default(), &ns)
             .await
             .map_err(|e| format!("creating namespace {name}: {e}"))?;
-        self.ensure_default_service_account(name).await
+        self.ensure_default_service_account(name).await?;
+        self.ensure_root_ca(name).await
+    }
+
+    /// On a real API server the ServiceAccount admission plugin gives every pod a
+    /// `kube-api-access-*` projected volume whose sources include ConfigMap `kube-root-ca.crt`,
+    /// which the controller manager publishes in every namespace. Without a controller manager
+    /// (a bare API server) that ConfigMap never appears and no pod could mount; so, after a
+    /// short wait, the suite creates a stand-in (its `ca.crt` says so instead of holding a CA).
+    /// A cluster whose `default` namespace has none runs no publisher: no wait there.
+    async fn ensure_root_ca(&self, namespace: &str) -> Result<(), String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let default: Api<ConfigMap> = Api::namespaced(self.client.clone(), "default");
+        let published = matches!(default.get_opt("kube-root-ca.crt").await, Ok(Some(_)));
+        let deadline = Instant::now() + Duration::from_secs(if published { 10 } else { 0 });
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = api.get_opt("kube-root-ca.crt").await {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let cm: ConfigMap = from_json(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "kube-root-ca.crt",
+                "labels": { "app.kubernetes.io/created-by": "nodelet-e2e" } },
+            "data": { "ca.crt": "# stand-in created by nodelet-e2e: no root-CA publisher runs in this cluster\n" }
+        }))?;
+        match api.create(&PostParams::default(), &cm).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(format!(
+                "creating configmap {namespace}/kube-root-ca.crt: {e}"
+            )),
+        }
     }
 
     /// Waits briefly for a service-account controller to create `default`; creates it when no
