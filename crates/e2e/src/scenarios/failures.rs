@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::volumes::{cm_data, container, secret_data};
+use super::volumes::{cm_data, secret_data, spec_with};
 use crate::ctx::{Ctx, ensure};
 
 /// E2E-14: a missing ConfigMap.
@@ -12,10 +12,7 @@ pub(crate) async fn missing_configmap(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "configMap": { "name": "cm" } }]
-            }),
+            spec_with(json!([{ "name": "v", "configMap": { "name": "cm" } }])),
         )
         .await?;
     // `configmap "cm" not found` (Watch) or `configmaps "cm" not found` (Cache/Get): PL-9.
@@ -46,11 +43,8 @@ pub(crate) async fn missing_configmap_key(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "configMap": { "name": "cm",
-                    "items": [{ "key": "data-4", "path": "path/to/data-4" }] } }]
-            }),
+            spec_with(json!([{ "name": "v", "configMap": { "name": "cm",
+                    "items": [{ "key": "data-4", "path": "path/to/data-4" }] } }])),
         )
         .await?;
     ctx.wait_for_event(
@@ -70,10 +64,7 @@ pub(crate) async fn missing_secret(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "secret": { "secretName": "s" } }]
-            }),
+            spec_with(json!([{ "name": "v", "secret": { "secretName": "s" } }])),
         )
         .await?;
     let msg = ctx
@@ -94,11 +85,8 @@ pub(crate) async fn missing_secret(ctx: &Ctx) -> Result<(), String> {
     ctx.create_secret("s2", secret_data()).await?;
     ctx.create_pod(
         "p2",
-        json!({
-            "containers": [container(&["v"])],
-            "volumes": [{ "name": "v", "secret": { "secretName": "s2",
-                "items": [{ "key": "data_4", "path": "new-path-data_4" }] } }]
-        }),
+        spec_with(json!([{ "name": "v", "secret": { "secretName": "s2",
+                "items": [{ "key": "data_4", "path": "new-path-data_4" }] } }])),
     )
     .await?;
     ctx.wait_for_event(

@@ -4,7 +4,7 @@
 use kube::api::Api;
 use serde_json::json;
 
-use super::volumes::{cm_data, container};
+use super::volumes::{cm_data, spec_with};
 use crate::ctx::{Ctx, ensure};
 
 /// PL-14, PW-6: after a pod is deleted, its directories are gone and the agent finishes the
@@ -55,10 +55,7 @@ pub(crate) async fn pod_deletion_cleanup(ctx: &Ctx) -> Result<(), String> {
 /// target stays the same), and later updates still reach it.
 pub(crate) async fn agent_restart_adoption(ctx: &Ctx) -> Result<(), String> {
     ctx.create_config_map("cm", cm_data()).await?;
-    let spec = json!({
-        "containers": [container(&["v"])],
-        "volumes": [{ "name": "v", "configMap": { "name": "cm" } }]
-    });
+    let spec = spec_with(json!([{ "name": "v", "configMap": { "name": "cm" } }]));
     let pod = ctx.create_pod("p", spec.clone()).await?;
     let dir = ctx.volume_dir(&pod, "configmap", "v")?;
     ctx.wait_for_content(&dir.join("data-1"), b"value-1")

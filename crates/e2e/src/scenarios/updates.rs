@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::volumes::{cm_data, container, secret_data};
+use super::volumes::{cm_data, secret_data, spec_with};
 use crate::ctx::{Ctx, ensure};
 
 /// How many successive updates the latency scenarios make.
@@ -19,10 +19,7 @@ pub(crate) async fn configmap_update(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "configMap": { "name": "cm" } }]
-            }),
+            spec_with(json!([{ "name": "v", "configMap": { "name": "cm" } }])),
         )
         .await?;
     let file = ctx.volume_dir(&pod, "configmap", "v")?.join("data-1");
@@ -46,10 +43,7 @@ pub(crate) async fn secret_update(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "secret": { "secretName": "s" } }]
-            }),
+            spec_with(json!([{ "name": "v", "secret": { "secretName": "s" } }])),
         )
         .await?;
     let file = ctx.volume_dir(&pod, "secret", "v")?.join("data-1");
@@ -79,14 +73,11 @@ pub(crate) async fn configmap_optional_updates(ctx: &Ctx) -> Result<(), String> 
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["delete", "update", "create"])],
-                "volumes": [
-                    { "name": "delete", "configMap": { "name": "cm-delete", "optional": true } },
-                    { "name": "update", "configMap": { "name": "cm-update", "optional": true } },
-                    { "name": "create", "configMap": { "name": "cm-create", "optional": true } }
-                ]
-            }),
+            spec_with(json!([
+                { "name": "delete", "configMap": { "name": "cm-delete", "optional": true } },
+                { "name": "update", "configMap": { "name": "cm-update", "optional": true } },
+                { "name": "create", "configMap": { "name": "cm-create", "optional": true } }
+            ])),
         )
         .await?;
     let delete = ctx.volume_dir(&pod, "configmap", "delete")?.join("data-1");
@@ -132,14 +123,11 @@ pub(crate) async fn secret_optional_updates(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["delete", "update", "create"])],
-                "volumes": [
-                    { "name": "delete", "secret": { "secretName": "s-delete", "optional": true } },
-                    { "name": "update", "secret": { "secretName": "s-update", "optional": true } },
-                    { "name": "create", "secret": { "secretName": "s-create", "optional": true } }
-                ]
-            }),
+            spec_with(json!([
+                { "name": "delete", "secret": { "secretName": "s-delete", "optional": true } },
+                { "name": "update", "secret": { "secretName": "s-update", "optional": true } },
+                { "name": "create", "secret": { "secretName": "s-create", "optional": true } }
+            ])),
         )
         .await?;
     let delete = ctx.volume_dir(&pod, "secret", "delete")?.join("data-1");
@@ -184,10 +172,7 @@ pub(crate) async fn immutable_configmap(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "configMap": { "name": "cm" } }]
-            }),
+            spec_with(json!([{ "name": "v", "configMap": { "name": "cm" } }])),
         )
         .await?;
     let file = ctx.volume_dir(&pod, "configmap", "v")?.join("data-1");

@@ -26,19 +26,26 @@ pub(crate) fn container(volumes: &[&str]) -> Value {
     json!({ "name": "c", "volumeMounts": mounts })
 }
 
+/// A pod spec with `volumes` (a JSON array) and one container `c` mounting each of them at
+/// `/etc/<volume>` (a volume no container mounts is never set up, VM-4).
+pub(crate) fn spec_with(volumes: Value) -> Value {
+    let names: Vec<&str> = volumes
+        .as_array()
+        .map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    json!({ "containers": [container(&names)], "volumes": volumes })
+}
+
 /// E2E-1, E2E-2: default mode 0644; defaultMode 0400.
 pub(crate) async fn configmap_volume(ctx: &Ctx) -> Result<(), String> {
     ctx.create_config_map("cm", cm_data()).await?;
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["plain", "ro"])],
-                "volumes": [
-                    { "name": "plain", "configMap": { "name": "cm" } },
-                    { "name": "ro", "configMap": { "name": "cm", "defaultMode": 0o400 } }
-                ]
-            }),
+            spec_with(json!([
+                { "name": "plain", "configMap": { "name": "cm" } },
+                { "name": "ro", "configMap": { "name": "cm", "defaultMode": 0o400 } }
+            ])),
         )
         .await?;
     let plain = ctx.volume_dir(&pod, "configmap", "plain")?;
@@ -79,15 +86,12 @@ pub(crate) async fn configmap_volume_mappings(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["mapped", "moded"])],
-                "volumes": [
-                    { "name": "mapped", "configMap": { "name": "cm",
-                        "items": [{ "key": "data-2", "path": "path/to/data-2" }] } },
-                    { "name": "moded", "configMap": { "name": "cm",
-                        "items": [{ "key": "data-2", "path": "path/to/data-2", "mode": 0o400 }] } }
-                ]
-            }),
+            spec_with(json!([
+                { "name": "mapped", "configMap": { "name": "cm",
+                    "items": [{ "key": "data-2", "path": "path/to/data-2" }] } },
+                { "name": "moded", "configMap": { "name": "cm",
+                    "items": [{ "key": "data-2", "path": "path/to/data-2", "mode": 0o400 }] } }
+            ])),
         )
         .await?;
     let mapped = ctx.volume_dir(&pod, "configmap", "mapped")?;
@@ -121,10 +125,7 @@ pub(crate) async fn configmap_binary_data(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "configMap": { "name": "cm" } }]
-            }),
+            spec_with(json!([{ "name": "v", "configMap": { "name": "cm" } }])),
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "configmap", "v")?;
@@ -139,13 +140,10 @@ pub(crate) async fn configmap_multiple_volumes(ctx: &Ctx) -> Result<(), String> 
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["one", "two"])],
-                "volumes": [
-                    { "name": "one", "configMap": { "name": "cm" } },
-                    { "name": "two", "configMap": { "name": "cm" } }
-                ]
-            }),
+            spec_with(json!([
+                { "name": "one", "configMap": { "name": "cm" } },
+                { "name": "two", "configMap": { "name": "cm" } }
+            ])),
         )
         .await?;
     for vol in ["one", "two"] {
@@ -163,15 +161,12 @@ pub(crate) async fn secret_volume(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["plain", "ro", "mapped"])],
-                "volumes": [
-                    { "name": "plain", "secret": { "secretName": "s" } },
-                    { "name": "ro", "secret": { "secretName": "s", "defaultMode": 0o400 } },
-                    { "name": "mapped", "secret": { "secretName": "s",
-                        "items": [{ "key": "data-1", "path": "new-path-data-1", "mode": 0o400 }] } }
-                ]
-            }),
+            spec_with(json!([
+                { "name": "plain", "secret": { "secretName": "s" } },
+                { "name": "ro", "secret": { "secretName": "s", "defaultMode": 0o400 } },
+                { "name": "mapped", "secret": { "secretName": "s",
+                    "items": [{ "key": "data-1", "path": "new-path-data-1", "mode": 0o400 }] } }
+            ])),
         )
         .await?;
     let plain = ctx.volume_dir(&pod, "secret", "plain")?;
@@ -205,10 +200,7 @@ pub(crate) async fn secret_same_name_other_namespace(ctx: &Ctx) -> Result<(), St
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["v"])],
-                "volumes": [{ "name": "v", "secret": { "secretName": "s" } }]
-            }),
+            spec_with(json!([{ "name": "v", "secret": { "secretName": "s" } }])),
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "secret", "v")?;
@@ -224,9 +216,7 @@ pub(crate) async fn projected_volume(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["all"])],
-                "volumes": [{ "name": "all", "projected": {
+            spec_with(json!([{ "name": "all", "projected": {
                     "defaultMode": 0o440,
                     "sources": [
                         { "configMap": { "name": "cm",
@@ -238,8 +228,7 @@ pub(crate) async fn projected_volume(ctx: &Ctx) -> Result<(), String> {
                         ] } },
                         { "serviceAccountToken": { "path": "token", "expirationSeconds": 3600 } }
                     ]
-                } }]
-            }),
+                } }])),
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "projected", "all")?;
@@ -273,16 +262,13 @@ pub(crate) async fn downward_api_volume(ctx: &Ctx) -> Result<(), String> {
     let pod = ctx
         .create_pod(
             "p",
-            json!({
-                "containers": [container(&["info"])],
-                "volumes": [{ "name": "info", "downwardAPI": { "items": [
+            spec_with(json!([{ "name": "info", "downwardAPI": { "items": [
                     { "path": "name", "fieldRef": { "fieldPath": "metadata.name" } },
                     { "path": "namespace", "fieldRef": { "fieldPath": "metadata.namespace" } },
                     { "path": "uid", "fieldRef": { "fieldPath": "metadata.uid" } },
                     { "path": "labels", "fieldRef": { "fieldPath": "metadata.labels" } },
                     { "path": "app", "fieldRef": { "fieldPath": "metadata.labels['app']" } }
-                ] } }]
-            }),
+                ] } }])),
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "downward-api", "info")?;
