@@ -35,13 +35,18 @@ pub(crate) fn check(res: ResourceId, body: &Value) -> Result<(), ApiError> {
         _ => Ok(()),
     };
     decoded.map_err(|e| {
+        // serde's reason quotes the offending value; a Secret's values never go into an error.
+        let why = if info.kind == "Secret" {
+            String::new()
+        } else {
+            format!(": {}", e.reason)
+        };
         ApiError::bad_request(format!(
-            "{kind} in version \"{v}\" cannot be handled as a {kind}: json: cannot unmarshal {found} into Go struct field {kind}.{path}: {why}",
+            "{kind} in version \"{v}\" cannot be handled as a {kind}: json: cannot unmarshal {found} into Go struct field {kind}.{path}{why}",
             kind = info.kind,
             v = info.version,
             found = e.found,
             path = e.path,
-            why = e.reason,
         ))
     })
 }
@@ -114,6 +119,18 @@ mod tests {
             msg.starts_with(r#"Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field Pod.spec.volumes[0].configMap.defaultMode"#),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_secret_decode_error_names_the_field_but_never_the_value() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"password": 123_456_789}});
+        let msg = check(crate::resources::SECRETS, &secret)
+            .err()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default();
+        assert!(msg.contains("Secret.data.password"), "{msg}");
+        assert!(!msg.contains("123456789"), "{msg}");
     }
 
     #[test]
