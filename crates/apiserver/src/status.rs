@@ -36,8 +36,12 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// `StatusDetails`: `name` and `group` are `omitempty` upstream, so an empty one is left out.
 fn details(res: &ResourceInfo, name: &str) -> Value {
-    let mut d = json!({ "name": name, "kind": res.plural });
+    let mut d = json!({ "kind": res.plural });
+    if !name.is_empty() {
+        d["name"] = json!(name);
+    }
     if !res.group.is_empty() {
         d["group"] = json!(res.group);
     }
@@ -219,7 +223,10 @@ impl ApiError {
                 |fe| json!({ "reason": fe.kind.reason(), "message": fe.body(), "field": fe.field }),
             )
             .collect();
-        let mut d = json!({ "name": name, "kind": kind, "causes": causes });
+        let mut d = json!({ "kind": kind, "causes": causes });
+        if !name.is_empty() {
+            d["name"] = json!(name);
+        }
         if !group.is_empty() {
             d["group"] = json!(group);
         }

@@ -177,31 +177,32 @@ fn string_map<'a>(obj: &'a Value, field: &str) -> Option<&'a Map<String, Value>>
 pub(crate) fn config_map(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let mut total = 0usize;
-    let data = string_map(obj, "data");
-    if let Some(data) = data {
+    let bin = string_map(obj, "binaryData");
+    if let Some(data) = string_map(obj, "data") {
         for (k, v) in data {
             errs.extend(
                 config_map_key(k)
                     .into_iter()
                     .map(|m| FieldError::invalid(format!("data[{k}]"), k, m)),
             );
+            // Upstream checks `data` against `binaryData`, so the duplicate is named under data.
+            if bin.is_some_and(|b| b.contains_key(k)) {
+                errs.push(FieldError::invalid(
+                    format!("data[{k}]"),
+                    k,
+                    "duplicate of key present in binaryData",
+                ));
+            }
             total += v.as_str().map_or(0, str::len);
         }
     }
-    if let Some(bin) = string_map(obj, "binaryData") {
+    if let Some(bin) = bin {
         for (k, v) in bin {
             errs.extend(
                 config_map_key(k)
                     .into_iter()
                     .map(|m| FieldError::invalid(format!("binaryData[{k}]"), k, m)),
             );
-            if data.is_some_and(|d| d.contains_key(k)) {
-                errs.push(FieldError::invalid(
-                    format!("binaryData[{k}]"),
-                    k,
-                    "duplicate of key present in data",
-                ));
-            }
             total += v.as_str().map_or(0, decoded_len);
         }
     }
@@ -333,7 +334,7 @@ mod tests {
         assert_eq!(errs.len(), 1);
         assert_eq!(
             errs[0].to_string(),
-            "binaryData[k]: Invalid value: \"k\": duplicate of key present in data"
+            "data[k]: Invalid value: \"k\": duplicate of key present in binaryData"
         );
     }
 

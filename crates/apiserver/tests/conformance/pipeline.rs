@@ -54,6 +54,36 @@ async fn a_denying_authorizer_answers_403_with_the_upstream_message() {
     assert_eq!(denied, 2);
 }
 
+/// The raw JSON body of a GET, whatever its status (kube's typed `Status` cannot tell a missing
+/// field from an empty one).
+async fn raw_get(client: &kube::Client, path: &str) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt as _;
+    let req = http::Request::get(path).body(Vec::new()).expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (code, serde_json::from_slice(&bytes).expect("JSON body"))
+}
+
+/// Issue 11 item 7b: `StatusDetails.name` is `omitempty` upstream, so a denied list (no object
+/// name) carries `{"kind": "secrets"}`, never `"name": ""`; a named denial keeps its name.
+#[tokio::test]
+async fn a_forbidden_status_omits_an_empty_name_from_its_details() {
+    let (_server, client) = start_with(Config::default().authorizer(Arc::new(NoSecrets))).await;
+    let (code, body) = raw_get(&client, "/api/v1/secrets").await;
+    assert_eq!(code, 403);
+    assert_eq!(body["details"], serde_json::json!({"kind": "secrets"}));
+    let (code, body) = raw_get(&client, "/api/v1/namespaces/default/secrets/s").await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        body["details"],
+        serde_json::json!({"name": "s", "kind": "secrets"})
+    );
+}
+
 /// Accepts only requests that carry `Authorization: Bearer let-me-in`.
 struct OneToken;
 

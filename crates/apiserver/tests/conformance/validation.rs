@@ -64,7 +64,7 @@ async fn reserved_and_duplicate_keys_and_oversized_payloads_are_invalid() {
     );
     assert_eq!(
         e.message,
-        "ConfigMap \"x\" is invalid: binaryData[k]: Invalid value: \"k\": duplicate of key present in data"
+        "ConfigMap \"x\" is invalid: data[k]: Invalid value: \"k\": duplicate of key present in binaryData"
     );
     let big = cm("x", "k", &"a".repeat(1024 * 1024 + 1));
     let e = status(
@@ -80,6 +80,30 @@ async fn reserved_and_duplicate_keys_and_oversized_payloads_are_invalid() {
     api.create(&PostParams::default(), &exactly)
         .await
         .expect("1 MiB is allowed");
+}
+
+/// Issue 11 item 7a: a real kube-apiserver names the `data` entry (ValidateConfigMap checks
+/// `data` against `binaryData`), and reports the duplicate once.
+#[tokio::test]
+async fn a_key_in_both_data_and_binary_data_is_reported_under_data_as_the_real_server_does() {
+    let (_server, client) = start().await;
+    let both = configmap(
+        json!({"metadata": {"name": "both"}, "data": {"a": "1"}, "binaryData": {"a": "Mg=="}}),
+    );
+    let e = status(
+        cms(&client)
+            .create(&PostParams::default(), &both)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "ConfigMap \"both\" is invalid: data[a]: Invalid value: \"a\": duplicate of key present in binaryData"
+    );
+    let causes = e.details.expect("details").causes;
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0].field, "data[a]");
 }
 
 #[tokio::test]
