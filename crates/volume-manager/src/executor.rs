@@ -1,5 +1,11 @@
 //! The operation executor's bookkeeping (VM-8, VM-9): at most one operation per volume, and
 //! the kubelet's exponential backoff after a failure.
+//!
+//! Beyond the kubelet: the backoff holds retries that have no new information. A change of an
+//! object the volume reads is new information: it ends the wait at once (or, while an operation
+//! runs, makes its failure retry at once), so a volume waiting for a late object is mounted
+//! right after the object appears instead of at the backoff deadline (up to 2 min 2 s later).
+//! The delay itself still doubles with each failure.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -25,6 +31,9 @@ struct Backoff {
 struct InFlight {
     /// A remount was requested while the operation ran: its result may be stale.
     dirty: bool,
+    /// An object the volume reads changed while the operation ran: a failure is retried at
+    /// once.
+    object_changed: bool,
 }
 
 /// In-flight operations and backoff per volume (unique volume name).
@@ -72,10 +81,23 @@ impl Operations {
         }
     }
 
+    /// An object the volume reads changed: a volume backing off may retry now; a running
+    /// operation's failure will be retried at once (see the module docs).
+    pub(crate) fn object_changed(&mut self, key: &str, now: Instant) {
+        if let Some(op) = self.in_flight.get_mut(key) {
+            op.dirty = true;
+            op.object_changed = true;
+        } else if let Some(b) = self.backoff.get_mut(key) {
+            b.retry_at = b.retry_at.min(now);
+        }
+    }
+
     /// Ends the operation. Success resets the backoff; failure waits 500 ms, then 1 s, 2 s …
-    /// up to the cap (VM-9). Returns whether a remount was requested meanwhile.
+    /// up to the cap (VM-9), or not at all when an object the volume reads changed meanwhile.
+    /// Returns whether a remount was requested meanwhile.
     pub(crate) fn finish(&mut self, key: &str, ok: bool, now: Instant) -> bool {
-        let dirty = self.in_flight.remove(key).is_some_and(|op| op.dirty);
+        let op = self.in_flight.remove(key).unwrap_or_default();
+        let dirty = op.dirty;
         if ok {
             self.backoff.remove(key);
         } else {
@@ -83,13 +105,9 @@ impl Operations {
                 Some(b) => (b.delay * 2).min(self.max),
                 None => self.initial,
             };
-            self.backoff.insert(
-                key.to_owned(),
-                Backoff {
-                    retry_at: now + delay,
-                    delay,
-                },
-            );
+            let retry_at = if op.object_changed { now } else { now + delay };
+            self.backoff
+                .insert(key.to_owned(), Backoff { retry_at, delay });
         }
         dirty
     }
@@ -149,6 +167,37 @@ mod tests {
         ops.finish("v", true, now);
         assert_eq!(ops.delay("v"), None);
         assert_eq!(ops.try_start("v", now), Ok(()));
+    }
+
+    // Issue 11, item 2: an object change ends the wait, the delay keeps doubling.
+    #[test]
+    fn an_object_change_ends_the_backoff_but_not_its_growth() {
+        let mut ops = ops();
+        let now = Instant::now();
+        ops.try_start("v", now).unwrap();
+        ops.finish("v", false, now);
+        assert!(ops.try_start("v", now).is_err());
+        ops.object_changed("v", now);
+        assert_eq!(ops.try_start("v", now), Ok(()));
+        ops.finish("v", false, now);
+        assert_eq!(ops.delay("v"), Some(Duration::from_secs(1)));
+        assert!(ops.try_start("v", now).is_err());
+    }
+
+    #[test]
+    fn an_object_change_during_a_failing_operation_retries_at_once() {
+        let mut ops = ops();
+        let now = Instant::now();
+        ops.try_start("v", now).unwrap();
+        ops.object_changed("v", now);
+        assert!(ops.finish("v", false, now));
+        assert_eq!(ops.try_start("v", now), Ok(()));
+        // Without new information the next failure backs off again.
+        ops.finish("v", false, now);
+        assert_eq!(
+            ops.try_start("v", now),
+            Err(Refusal::BackingOff(now + Duration::from_secs(1)))
+        );
     }
 
     #[test]

@@ -69,8 +69,9 @@
 //! 1. **The object manager sees new content** — a watch event (Watch strategy) or a refreshed
 //!    TTL entry (Cache) — and sends the object's key to its subscribers.
 //! 2. **The reconciler marks** every mounted volume of a desired pod in that namespace that
-//!    reads the object `remount_required` (and any operation in flight on it as stale), and
-//!    runs a pass at once.
+//!    reads the object `remount_required` (and any operation in flight on it as stale), ends
+//!    the backoff of every such volume whose last operation failed (the object may have been
+//!    what was missing), and runs a pass at once.
 //! 3. **The pass starts a remount** for each marked volume that has no operation in flight
 //!    and is not backing off.
 //! 4. **The plugin sets the volume up again**: it reads the object through the manager (no
@@ -81,7 +82,8 @@
 //! 5. **The result is recorded**: success marks the volume mounted and clears the flag (unless
 //!    another change arrived meanwhile, which triggers step 3 again); failure keeps the old
 //!    content on disk, emits `FailedMount` with `MountVolume.SetUp failed for volume "<vol>" :
-//!    <error>`, keeps the flag and retries after the backoff. Waiters are woken.
+//!    <error>`, keeps the flag and retries after the backoff — at once if an object the
+//!    volume reads changed while the operation ran. Waiters are woken.
 //!
 //! Pod updates (downward API labels and annotations), token refreshes (at 80 % of the token's
 //! lifetime) and the periodic resync enter at step 2.
@@ -93,6 +95,10 @@
 //!   The populator runs when a pod is added or updated instead of every 100 ms, the waits are
 //!   woken by state changes instead of polling every 300 ms, and the reconciler sleeps when
 //!   there is nothing to do.
+//! * **New information ends a backoff.** The kubelet retries a failed mount only when its
+//!   backoff (VM-9, up to 2 min 2 s) expires, even if the missing object appeared meanwhile;
+//!   here a change of an object the volume reads starts the retry at once. The backoff still
+//!   holds, and keeps doubling, for repeated failures with no new information.
 //! * **A failed remount never removes or empties a live volume** (upstream #113242, PL-6
 //!   quirk): a SetUp tears its directory down on failure only if that same SetUp created it.
 //! * **Secrets on tmpfs only when possible**: [`MemoryMedium::Auto`] probes once whether the

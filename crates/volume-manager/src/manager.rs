@@ -429,6 +429,35 @@ mod tests {
         bed.shutdown.cancel();
     }
 
+    // Issue 11, item 2: a change of an object a failed volume reads starts the retry at once,
+    // whatever the backoff (VM-9 keeps holding retries that have no new information). Five
+    // failures put the volume 8 s into its backoff; the object appears 1 s later and the volume
+    // is mounted at that instant, with no sixth failure and no wait for the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn an_object_created_during_the_backoff_is_mounted_at_once() {
+        let bed = bed(Strategy::Watch, None);
+        let p = pod("late");
+        bed.vm.inner.configmaps.register_pod(&p);
+        bed.vm.add_pod(p.clone());
+        bed.events
+            .wait_for(|_| bed.events.events().len() >= 5)
+            .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        bed.configmaps.apply("ns", cm("late", "v1"));
+        let created = Instant::now();
+        let mut rx = bed.vm.subscribe();
+        while bed.vm.mounted_volumes("u1").is_empty() {
+            rx.changed().await.unwrap();
+        }
+        let delay = Instant::now() - created;
+        assert!(
+            delay < Duration::from_millis(100),
+            "mounted {delay:?} after the object appeared (the backoff deadline was 7 s away)"
+        );
+        assert_eq!(bed.events.events().len(), 5, "{:?}", bed.events.events());
+        bed.shutdown.cancel();
+    }
+
     // The reconciler sleeps when nothing changes: no pass without an event (resync off).
     #[tokio::test(start_paused = true)]
     async fn an_idle_manager_does_not_reconcile_until_something_changes() {

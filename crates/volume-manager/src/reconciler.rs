@@ -254,7 +254,8 @@ impl Inner {
     }
 
     /// Live updates: every desired volume that reads the changed object is marked for
-    /// remount; the loop reconciles right after. `None` (the subscriber lagged): all are.
+    /// remount and freed from its backoff (a failure may have been this object missing); the
+    /// loop reconciles right after. `None` (the subscriber lagged): all are marked.
     fn object_changed(&self, kind: ObjectKind, key: Option<ObjectKey>) {
         // (2) Mark every desired volume that reads the object; stale in-flight results too.
         let Some(key) = key else {
@@ -274,11 +275,14 @@ impl Inner {
             })
             .map(|(_, v)| v.unique.clone())
             .collect();
+        // New information: a volume backing off after a failure (this object missing?) may
+        // retry now.
+        let now = Instant::now();
         for unique in affected {
             if let Some(m) = st.asw.get_mut(&unique) {
                 m.remount_required = true;
             }
-            st.ops.mark_dirty(&unique);
+            st.ops.object_changed(&unique, now);
         }
     }
 
