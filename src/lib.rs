@@ -85,13 +85,19 @@ impl std::fmt::Debug for Embedded {
     }
 }
 
-/// Starts `nodelet-apiserver` with authentication and the Node authorizer, loads `manifests`
-/// (edits apply live), and builds a client for `node` with a node identity.
+/// Starts `nodelet-apiserver` over HTTPS (a CA generated at start, published as
+/// `kube-root-ca.crt` in every namespace) with authentication and the Node authorizer, loads
+/// `manifests` (edits apply live), and builds a client for `node` with a node identity that
+/// trusts that CA.
 ///
 /// # Errors
 /// The server cannot start, the directory cannot be read or watched.
 pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::Result<Embedded> {
-    let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth())
+    let config = nodelet_apiserver::Config::default()
+        .with_auth()
+        .with_tls()
+        .publish_root_ca(true);
+    let server = ApiServer::start(config)
         .await
         .context("starting the embedded API server")?;
     let sync = ManifestSync::start(server.handle(), manifests)

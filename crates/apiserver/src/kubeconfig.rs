@@ -35,7 +35,9 @@ impl ApiServer {
         serde_yaml::to_string(&doc).unwrap_or_default()
     }
 
-    /// Writes [`ApiServer::kubeconfig_yaml`] to `path` (mode 0600 on Unix: it holds a token).
+    /// Writes [`ApiServer::kubeconfig_yaml`] to `path` atomically: a temporary file beside it
+    /// (mode 0600 on Unix from its creation: it holds a token) renamed over `path`, so a reader
+    /// sees the old file or the new one, never a partial one.
     ///
     /// # Errors
     /// [`Error::WriteKubeconfig`] when the file cannot be written.
@@ -44,11 +46,30 @@ impl ApiServer {
             path: path.to_path_buf(),
             source,
         };
+        let name = path.file_name().map_or_else(
+            || std::ffi::OsString::from("kubeconfig"),
+            std::ffi::OsStr::to_os_string,
+        );
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(&name);
+        tmp_name.push(format!(".tmp{}", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
         let mut opts = std::fs::OpenOptions::new();
         opts.write(true).create(true).truncate(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut f = opts.open(path).map_err(err)?;
-        std::io::Write::write_all(&mut f, self.kubeconfig_yaml(user).as_bytes()).map_err(err)
+        let written = (|| {
+            let mut f = opts.open(&tmp)?;
+            // A stale temporary file keeps its mode: set it before the token is written.
+            #[cfg(unix)]
+            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            std::io::Write::write_all(&mut f, self.kubeconfig_yaml(user).as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map_err(err)
     }
 }

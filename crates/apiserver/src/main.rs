@@ -1,12 +1,14 @@
 //! `nodelet-apiserver`: the in-memory API server as a process, for kubectl and other tools.
 //!
 //! ```text
-//! nodelet-apiserver --listen 127.0.0.1:0 --manifests ./examples --tls --kubeconfig-out ./kc
+//! nodelet-apiserver --listen 127.0.0.1:0 --manifests ./examples --kubeconfig-out ./kc
 //! serving https://127.0.0.1:41235
 //! ```
 //!
-//! Prints one line, `serving <url>`, on stdout once the server listens and the manifests are
-//! loaded; writes an admin kubeconfig (token, and CA under `--tls`); stops cleanly on SIGINT or
+//! Serves HTTPS with a CA generated at start (`--plain-http` for plain HTTP) and publishes that
+//! CA as ConfigMap `kube-root-ca.crt` in every namespace. Prints one line, `serving <url>`, on
+//! stdout once the server listens and the manifests are loaded; writes an admin kubeconfig
+//! (token and CA, atomically, mode 0600); stops cleanly on SIGINT or
 //! SIGTERM. `--node-kubeconfig-out NODE=PATH` also writes a kubeconfig for `system:node:NODE`
 //! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it). Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
 
@@ -28,9 +30,13 @@ struct Cli {
     /// Directory of YAML manifests to load and follow (edits, creations, deletions).
     #[arg(long, value_name = "DIR")]
     manifests: Option<PathBuf>,
-    /// Serve HTTPS with a CA generated at start.
-    #[arg(long)]
+    /// Serve HTTPS with a CA generated at start (the default; kept for existing scripts).
+    #[arg(long, conflicts_with = "plain_http")]
     tls: bool,
+    /// Serve plain HTTP instead of HTTPS. kubectl and client-go send no bearer token to an
+    /// `http://` server, so this suits only unauthenticated use.
+    #[arg(long)]
+    plain_http: bool,
     /// Require bearer tokens and apply the Node authorizer.
     #[arg(long)]
     auth: bool,
@@ -100,8 +106,8 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = Config::default().listen(cli.listen);
-    if cli.tls {
-        config = config.with_tls();
+    if !cli.plain_http {
+        config = config.with_tls().publish_root_ca(true);
     }
     if cli.auth {
         config = config.with_auth();
