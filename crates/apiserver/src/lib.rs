@@ -73,6 +73,7 @@ mod manifests;
 #[cfg(test)]
 mod model_tests;
 mod node_authorizer;
+mod node_restriction;
 mod openapi;
 mod registry;
 mod resources;

@@ -12,7 +12,9 @@
 //!    init and ephemeral container, and `imagePullSecrets`.
 //! 3. Service accounts: only `create` of `serviceaccounts/<sa>/token` for a service account a
 //!    pod bound to it runs as.
-//! 4. Nodes: `create`, `update`/`patch` (and the `status` of) its own Node; `get`, and
+//! 4. Nodes: `create`, `update`/`patch` (and the `status` of) a Node, which NodeRestriction
+//!    admission (`node_restriction.rs`, applied to every node user) then limits to its own
+//!    Node, taints only at creation, and the labels a kubelet may set; `get`, and
 //!    `list`/`watch` by `metadata.name`, of its own Node only.
 //! 5. Leases: `get`/`create`/`update`/`patch`/`delete` of its own Lease in `kube-node-lease`.
 //! 6. Events (`v1` and `events.k8s.io`): `create`/`update`/`patch`.
@@ -27,11 +29,12 @@
 //!   it is immediately consistent; the real authorizer keeps an eventually consistent graph fed
 //!   by informers, so a kubelet may briefly be denied just after a pod is bound.
 //! - The NodeRestriction checks that need only the stored object (deleting and updating the
-//!   status of other nodes' pods, modifying another Node) are made here and answered in the
-//!   authorizer's message shape. A node's TokenRequest must be bound to a pod scheduled on it
+//!   status of other nodes' pods) are made here and answered in the authorizer's message
+//!   shape; those on Node objects are made at admission with upstream's texts
+//!   (`node_restriction.rs`). A node's TokenRequest must be bound to a pod scheduled on it
 //!   (checked with the upstream texts by `token_request.rs`). Checks that need other request
-//!   bodies (the name of a created Node or Lease, mirror-pod creation, token audiences) are not
-//!   made, and pod creation is denied.
+//!   bodies (the name of a created Lease, mirror-pod creation, token audiences) are not made,
+//!   and pod creation is denied.
 
 use std::sync::Arc;
 
@@ -130,18 +133,9 @@ impl NodeAuthorizer {
 
     fn node_object(&self, node: &str, a: &Attributes, sub: &str) -> Decision {
         let name = a.name.as_deref().unwrap_or("");
-        let modify_own = || {
-            if name.is_empty() || name == node {
-                Decision::Allow
-            } else {
-                Decision::Deny(format!(
-                    "node {node:?} is not allowed to modify node {name:?}"
-                ))
-            }
-        };
         match (sub, a.verb.as_str()) {
-            ("", "create") => Decision::Allow,
-            ("" | "status", "update" | "patch") => modify_own(),
+            // NodeRestriction admission (`node_restriction.rs`) limits these to its own Node.
+            ("", "create") | ("" | "status", "update" | "patch") => Decision::Allow,
             ("", "get" | "list" | "watch") => match name {
                 n if n == node => Decision::Allow,
                 "" => Decision::Deny(format!(

@@ -77,12 +77,12 @@ pub(crate) async fn resource(
         }
         ("watch", false) => watch::serve(shared, info, res, partial, token),
         ("create", false) => {
-            let opts = write_options(info)?;
+            let opts = write_options(info, &req)?;
             let body = read_json(req).await?;
             Ok(response::json(201, &reg.create(res, &ns, body, opts)?))
         }
         ("update", true) => {
-            let opts = write_options(info)?;
+            let opts = write_options(info, &req)?;
             let body = read_json(req).await?;
             let (v, created) = reg.update(res, &ns, &name, None, body, opts)?;
             Ok(response::json(if created { 201 } else { 200 }, &v))
@@ -122,7 +122,7 @@ async fn subresource(
     match (sub, info.verb.as_str()) {
         ("status", "get") => Ok(response::json(200, &*reg.get(res, &ns, &name)?)),
         ("status" | "finalize", "update") => {
-            let opts = write_options(info)?;
+            let opts = write_options(info, &req)?;
             let body = read_json(req).await?;
             Ok(response::json(
                 200,
@@ -131,7 +131,7 @@ async fn subresource(
         }
         ("status", "patch") => patch(shared, info, res, Some(sub), req).await,
         ("binding", "create") => {
-            let opts = write_options(info)?;
+            let opts = write_options(info, &req)?;
             let body = read_json(req).await?;
             let node = body
                 .pointer("/target/name")
@@ -183,7 +183,7 @@ async fn patch(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
-    let opts = write_options(info)?;
+    let opts = write_options(info, &req)?;
     let bytes = read_body(req).await?;
     let body: Value = if kind == PatchKind::Apply {
         serde_json::from_slice(&bytes)
@@ -255,7 +255,9 @@ fn dry_run(info: &RequestInfo) -> Result<bool, ApiError> {
     }
 }
 
-fn write_options(info: &RequestInfo) -> Result<WriteOptions, ApiError> {
+/// The write options of a request: `dryRun`, `fieldValidation`, and the writer's node name
+/// (NodeRestriction) from the authenticated user.
+fn write_options<B>(info: &RequestInfo, req: &http::Request<B>) -> Result<WriteOptions, ApiError> {
     match info.query.get("fieldValidation").map(String::as_str) {
         None | Some("" | "Ignore" | "Warn" | "Strict") => {}
         Some(other) => {
@@ -264,8 +266,14 @@ fn write_options(info: &RequestInfo) -> Result<WriteOptions, ApiError> {
             )));
         }
     }
+    let node = req
+        .extensions()
+        .get::<crate::auth::User>()
+        .and_then(|u| u.node_name())
+        .map(String::from);
     Ok(WriteOptions {
         dry_run: dry_run(info)?,
+        node,
     })
 }
 

@@ -2,7 +2,8 @@
 //! the HTTP handlers and `TestHandle` both drive this.
 //!
 //! Every write runs under the store lock: (1) read the current object, (2) check preconditions
-//! (resourceVersion, uid, namespace existence), (3) apply the strategy (defaults, resets),
+//! (resourceVersion, uid, namespace existence; NodeRestriction admission for a node writing a
+//! Node), (3) apply the strategy (defaults, resets),
 //! (4) validate, (5) stamp system metadata, (6) commit — or stop before (6) for `dryRun`.
 
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use crate::resources::{CONFIGMAPS, NAMESPACES, ResourceId, SECRETS, SERVICEACCOUNTS};
+use crate::resources::{CONFIGMAPS, NAMESPACES, NODES, ResourceId, SECRETS, SERVICEACCOUNTS};
 
 /// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
@@ -24,10 +25,13 @@ mod delete;
 mod list;
 
 /// Options shared by create, update and patch.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct WriteOptions {
     /// `dryRun=All`: validate and answer, but do not persist.
     pub(crate) dry_run: bool,
+    /// The writer's node name when it is a node (`system:node:<name>` in `system:nodes`):
+    /// NodeRestriction admission applies (`node_restriction.rs`).
+    pub(crate) node: Option<String>,
 }
 
 /// `DeleteOptions` the server honours.
@@ -304,6 +308,13 @@ impl Registry {
                 meta.remove(f);
             }
         }
+        // (2b) admission: NodeRestriction, before defaulting and validation as upstream
+        if res == NODES
+            && let Some(node) = &opts.node
+        {
+            let name = meta_str(&body, "name").unwrap_or("");
+            crate::node_restriction::admit_node(node, name, &body, None)?;
+        }
         // (3) strategy
         strategy::prepare_for_create(res, &mut body);
         // (4) validate
@@ -427,6 +438,12 @@ impl Registry {
                     meta_str(old, "uid").unwrap_or("")
                 ),
             ));
+        }
+        // (2b) admission: NodeRestriction sees the patched object against the stored one
+        if res == NODES
+            && let Some(node) = &opts.node
+        {
+            crate::node_restriction::admit_node(node, &name, &new, Some(old))?;
         }
         // (3) strategy; system metadata comes from the stored object
         strategy::prepare_for_update(res, sub, &mut new, old);

@@ -276,6 +276,163 @@ async fn a_node_creates_and_updates_only_its_own_node_and_lease() {
     );
 }
 
+/// NodeRestriction on Node objects (issue 11 item 1), with the texts of
+/// `plugin/pkg/admission/noderestriction`: taints only at creation, only the labels a kubelet
+/// may set, no configSource, and only its own Node.
+#[tokio::test]
+async fn node_restriction_allows_taints_only_when_a_node_creates_itself() {
+    let (server, node) = setup().await;
+    server
+        .handle()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}))
+        .expect("n2");
+    let nodes: Api<Node> = Api::all(node.clone());
+    let own: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {
+            "kubernetes.io/hostname": "n1", "kubernetes.io/os": "linux",
+            "node.kubernetes.io/instance-type": "nodelet", "x.kubelet.kubernetes.io/y": "z",
+            "example.com/free": "yes"}},
+        "spec": {"taints": [{"key": "nodelet.io/agent", "value": "true", "effect": "NoSchedule"}]},
+    }))
+    .expect("node");
+    nodes
+        .create(&PostParams::default(), &own)
+        .await
+        .expect("a node creates itself with taints and kubelet labels");
+
+    let forbidden = |e: kube::Error| {
+        let s = status(e);
+        assert_eq!(
+            (s.code, s.reason.as_str()),
+            (403, "Forbidden"),
+            "{}",
+            s.message
+        );
+        let d = s.details.expect("details");
+        assert_eq!((d.name.as_str(), d.kind.as_str()), ("n1", "nodes"));
+        s.message
+    };
+    let untaint = Patch::Merge(json!({"spec": {"taints": null}}));
+    let e = nodes
+        .patch("n1", &PatchParams::default(), &untaint)
+        .await
+        .expect_err("taints after creation");
+    assert_eq!(
+        forbidden(e),
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify taints"
+    );
+    let mut current = nodes.get("n1").await.expect("get n1");
+    current.spec = Some(Default::default());
+    let e = nodes
+        .replace("n1", &PostParams::default(), &current)
+        .await
+        .expect_err("an update dropping the taints");
+    assert_eq!(
+        forbidden(e),
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify taints"
+    );
+    let via_status = Patch::Merge(json!({"spec": {"taints": []}, "status": {"phase": "Running"}}));
+    let e = nodes
+        .patch_status("n1", &PatchParams::default(), &via_status)
+        .await
+        .expect_err("taints through the status subresource");
+    assert_eq!(
+        forbidden(e),
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify taints"
+    );
+
+    let labels = Patch::Merge(json!({"metadata": {"labels": {
+        "kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": "z1",
+        "a.node.kubernetes.io/b": "c", "example.com/free": "changed", "plain": "ok"}}}));
+    nodes
+        .patch("n1", &PatchParams::default(), &labels)
+        .await
+        .expect("labels a kubelet may set");
+    let bad = Patch::Merge(json!({"metadata": {"labels": {
+        "node-role.kubernetes.io/control-plane": "", "node-restriction.kubernetes.io/pool": "a",
+        "k8s.io/x": "y", "example.com/fine": "1"}}}));
+    let e = nodes
+        .patch("n1", &PatchParams::default(), &bad)
+        .await
+        .expect_err("labels outside the kubelet set");
+    assert_eq!(
+        forbidden(e),
+        "nodes \"n1\" is forbidden: is not allowed to modify labels: k8s.io/x, node-restriction.kubernetes.io/pool, node-role.kubernetes.io/control-plane"
+    );
+    let drop = Patch::<()>::Json(
+        serde_json::from_value(
+            json!([{"op": "remove", "path": "/metadata/labels/kubernetes.io~1hostname"}]),
+        )
+        .expect("json patch"),
+    );
+    nodes
+        .patch("n1", &PatchParams::default(), &drop)
+        .await
+        .expect("removing a kubelet label");
+    let config_source = Patch::Merge(
+        json!({"spec": {"configSource": {"configMap": {"name": "c", "namespace": "ns", "kubeletConfigKey": "k"}}}}),
+    );
+    let e = nodes
+        .patch("n1", &PatchParams::default(), &config_source)
+        .await
+        .expect_err("configSource");
+    assert_eq!(
+        forbidden(e),
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to update configSource to a new non-nil configSource"
+    );
+    let heartbeat =
+        Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+    nodes
+        .patch_status("n1", &PatchParams::default(), &heartbeat)
+        .await
+        .expect("status");
+
+    let s = status(
+        nodes
+            .patch("n2", &PatchParams::default(), &heartbeat)
+            .await
+            .expect_err("another node"),
+    );
+    assert_eq!(
+        s.message,
+        "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""
+    );
+    // Creating a Node: the same rules, judged on the new object.
+    server
+        .handle()
+        .delete("v1", "Node", None, "n1")
+        .expect("delete n1");
+    let mut labelled = own.clone();
+    labelled.metadata.labels =
+        Some([("node-role.kubernetes.io/worker".to_owned(), String::new())].into());
+    let e = nodes
+        .create(&PostParams::default(), &labelled)
+        .await
+        .expect_err("forbidden label at creation");
+    assert_eq!(
+        forbidden(e),
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to set the following labels: node-role.kubernetes.io/worker"
+    );
+    let other: Node = serde_json::from_value(json!({"metadata": {"name": "n3"}})).expect("node");
+    let s = status(
+        nodes
+            .create(&PostParams::default(), &other)
+            .await
+            .expect_err("creating another node"),
+    );
+    assert_eq!(
+        s.message,
+        "nodes \"n3\" is forbidden: node \"n1\" is not allowed to modify node \"n3\""
+    );
+    // An admin is not a node: NodeRestriction does not apply.
+    let admin = client_for(&server, &User::admin()).await;
+    let admin_nodes: Api<Node> = Api::all(admin);
+    admin_nodes
+        .patch("n2", &PatchParams::default(), &untaint)
+        .await
+        .expect("admins modify taints");
+}
+
 #[tokio::test]
 async fn a_node_records_events_in_both_event_apis() {
     let (_server, node) = setup().await;
