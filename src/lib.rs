@@ -45,6 +45,7 @@ mod config;
 mod counting;
 mod events;
 mod http;
+mod lock;
 mod metrics;
 mod node;
 mod propagation;
@@ -150,10 +151,17 @@ pub async fn cluster_client(
 /// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
 /// 5 s). Logs a one-line summary at start.
 ///
+/// First locks the root directory (`<root-dir>/nodelet.lock`, `flock(2)`, held until it
+/// returns): a second agent on the same directory fails before it writes anything there. The
+/// embedded server's `admin.kubeconfig` is written only after the agent started.
+///
 /// # Errors
-/// Start-up failures (API server, root directory, listen address).
+/// Start-up failures (root directory in use by another agent, API server, root directory,
+/// listen address).
 pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
     let config = settings.agent;
+    // First of all: one agent per root directory. Held until this function returns.
+    let _lock = lock::lock_root_dir(&config.root_dir)?;
     let (client, url, embedded) = match &settings.api {
         ApiSource::Cluster { kubeconfig } => {
             let (client, url) = cluster_client(kubeconfig.as_deref()).await?;
@@ -161,12 +169,6 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
         }
         ApiSource::Embedded { manifests } => {
             let embedded = start_embedded(manifests, &config.node_name).await?;
-            std::fs::create_dir_all(&config.root_dir)
-                .with_context(|| format!("creating {}", config.root_dir.display()))?;
-            let admin = config.root_dir.join("admin.kubeconfig");
-            if let Err(error) = embedded.server.write_kubeconfig(&admin, &User::admin()) {
-                warn!(%error, "admin kubeconfig not written");
-            }
             let url = format!(
                 "{} (embedded, manifests {})",
                 embedded.server.url(),
@@ -176,6 +178,14 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
         }
     };
     let agent = Agent::start(config.clone(), client).await?;
+    // Only now that every start-up check passed (root directory lock, API server, listen
+    // address): the admin kubeconfig of the embedded server.
+    if let Some(embedded) = &embedded {
+        let admin = config.root_dir.join("admin.kubeconfig");
+        if let Err(error) = embedded.server.write_kubeconfig(&admin, &User::admin()) {
+            warn!(%error, "admin kubeconfig not written");
+        }
+    }
     info!(
         node = %config.node_name,
         strategy = %config.strategy,

@@ -21,5 +21,7 @@ mod retry;
 mod restart;
 // The binary: bad configuration exits with code 64.
 mod cli;
+// Two agents on one root directory: the second exits naming the directory and the pid.
+mod lock;
 // Starting an API server and an agent for one test.
 mod support;

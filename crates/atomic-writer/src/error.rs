@@ -65,6 +65,12 @@ pub enum InvalidPath {
 ///
 /// Validation variants ([`Error::InvalidPath`], [`Error::InvalidMode`], [`Error::PathConflict`])
 /// are reported before anything on disk is touched.
+///
+/// Paths never contain a timestamped data directory's name (it is random, so a message with it
+/// would differ on every retry and defeat event aggregation): a path inside the *new* data
+/// directory is reported as the payload path in the target directory
+/// (`<target>/<payload path>`, the data directory itself as `<target>`), a path inside the
+/// *current* one through `..data` (`<target>/..data/<payload path>`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -146,9 +152,9 @@ pub enum Error {
         cause: io::Error,
     },
     /// Step (5): the new timestamped data directory could not be created.
-    #[error("create data directory {}: {cause}", path.display())]
+    #[error("create data directory in {}: {cause}", path.display())]
     CreateDataDir {
-        /// The directory path.
+        /// The target directory.
         path: PathBuf,
         /// Underlying error.
         cause: io::Error,
@@ -188,9 +194,9 @@ pub enum Error {
         cause: io::Error,
     },
     /// Step (7): the caller's `set_perms` hook failed.
-    #[error("set permissions on {}: {cause}", path.display())]
+    #[error("set permissions on the new data for {}: {cause}", path.display())]
     SetPerms {
-        /// The new data directory passed to the hook.
+        /// The target directory (the hook got the new data directory).
         path: PathBuf,
         /// The hook's error.
         cause: io::Error,
@@ -236,9 +242,9 @@ pub enum Error {
         cause: io::Error,
     },
     /// Step (12): an old or orphaned data directory could not be removed.
-    #[error("remove old data directory {}: {cause}", path.display())]
+    #[error("remove old data directory in {}: {cause}", path.display())]
     RemoveOldDataDir {
-        /// The directory path.
+        /// The target directory.
         path: PathBuf,
         /// Underlying error.
         cause: io::Error,
@@ -275,6 +281,29 @@ impl Error {
         }
     }
 
+    /// The same error with a path under `from` (a timestamped data directory) reported under
+    /// `to` instead (see the type's docs).
+    pub(crate) fn relocated(mut self, from: &std::path::Path, to: &std::path::Path) -> Self {
+        match &mut self {
+            Error::ListCurrentData { path, .. }
+            | Error::CompareCurrentData { path, .. }
+            | Error::CreateDataDir { path, .. }
+            | Error::CreateDir { path, .. }
+            | Error::WriteFile { path, .. }
+            | Error::SetMode { path, .. }
+            | Error::Chown { path, .. }
+            | Error::SetPerms { path, .. }
+            | Error::Sync { path, .. }
+            | Error::RemoveOldDataDir { path, .. } => {
+                if let Ok(rest) = path.strip_prefix(from) {
+                    *path = to.join(rest);
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Whether the payload itself was rejected (validation, step 1). Such errors are permanent:
     /// retrying the same payload fails the same way. Nothing on disk was changed.
     pub fn is_invalid_payload(&self) -> bool {
@@ -294,12 +323,13 @@ mod tests {
         let err = Error::WriteFile {
             path: PathBuf::from("/v/..2024_01_01_00_00_00.1/key"),
             cause: io::Error::from(io::ErrorKind::StorageFull),
-        };
-        let text = err.to_string();
-        assert!(
-            text.starts_with("write file /v/..2024_01_01_00_00_00.1/key: "),
-            "{text}"
+        }
+        .relocated(
+            std::path::Path::new("/v/..2024_01_01_00_00_00.1"),
+            std::path::Path::new("/v"),
         );
+        let text = err.to_string();
+        assert!(text.starts_with("write file /v/key: "), "{text}");
         assert!(std::error::Error::source(&err).is_none());
         assert_eq!(
             err.io_error().map(io::Error::kind),

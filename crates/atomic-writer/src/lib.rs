@@ -119,6 +119,10 @@
 //! 6. **Failed writes clean up** the new data directory immediately (the kubelet leaves it
 //!    behind after step 6 or 7 failures).
 //! 7. **`set_perms` receives the full path** of the new data directory, not its base name.
+//! 8. **Error texts never contain a data directory's random name**: a path in the new data
+//!    directory is named as the payload path in the target (`<target>/<key>`), one in the
+//!    current data through `..data`. The same failure on every retry gives the same text, so
+//!    the caller's events aggregate (the kubelet's texts embed the timestamped name).
 //!
 //! # Guarantees
 //!

@@ -145,12 +145,18 @@ impl AtomicWriter {
             None => true,
             Some(name) => {
                 let old_dir = self.target.join(name);
+                let through_link = self.target.join(DATA_DIR_NAME);
                 let to_remove = layout::paths_to_remove(&old_dir, files.keys().map(String::as_str))
-                    .map_err(|cause| Error::ListCurrentData {
-                        path: old_dir.clone(),
-                        cause,
+                    .map_err(|cause| {
+                        Error::ListCurrentData {
+                            path: old_dir.clone(),
+                            cause,
+                        }
+                        .relocated(&old_dir, &through_link)
                     })?;
-                !to_remove.is_empty() || differs(&old_dir, &files)?
+                !to_remove.is_empty()
+                    || differs(&old_dir, &files)
+                        .map_err(|e| e.relocated(&old_dir, &through_link))?
             }
         };
 
@@ -279,7 +285,8 @@ impl AtomicWriter {
             Err(e) => {
                 // Best effort: a leftover is removed by step (12) of the next write.
                 let _ = fs::remove_dir_all(&dir);
-                Err(e)
+                // The payload path, not the random data directory name, in the message.
+                Err(e.relocated(&dir, &self.target))
             }
         }
     }
@@ -296,20 +303,23 @@ impl AtomicWriter {
                 .and_then(|()| DirBuilder::new().mode(DIR_MODE).create(&dir));
             match created {
                 Ok(()) => {
-                    set_mode(&dir, DIR_MODE)?;
+                    set_mode(&dir, DIR_MODE).map_err(|e| e.relocated(&dir, &self.target))?;
                     return Ok((name, dir));
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((dir, e)),
-                Err(cause) => return Err(Error::CreateDataDir { path: dir, cause }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(cause) => {
+                    return Err(Error::CreateDataDir {
+                        path: self.target.clone(),
+                        cause,
+                    });
+                }
             }
         }
-        let (path, cause) = last.unwrap_or_else(|| {
-            (
-                self.target.clone(),
-                io::Error::from(io::ErrorKind::AlreadyExists),
-            )
-        });
-        Err(Error::CreateDataDir { path, cause })
+        let cause = last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists));
+        Err(Error::CreateDataDir {
+            path: self.target.clone(),
+            cause,
+        })
     }
 
     /// (6) and (7): files, manifest, `set_perms`, then the durability syncs of the new tree.
@@ -536,7 +546,10 @@ impl AtomicWriter {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(cause) => {
-                    first_error.get_or_insert(Error::RemoveOldDataDir { path, cause });
+                    first_error.get_or_insert(Error::RemoveOldDataDir {
+                        path: self.target.clone(),
+                        cause,
+                    });
                 }
             }
         }

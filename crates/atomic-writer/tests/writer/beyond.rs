@@ -4,7 +4,9 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use nodelet_atomic_writer::fault::FaultPoint;
 use nodelet_atomic_writer::{
     AtomicWriter, Error, FileProjection, Payload, WriteOutcome, WriterConfig, read_visible,
 };
@@ -435,4 +437,58 @@ fn io_errors_can_be_classified_by_kind() {
         Some(io::ErrorKind::PermissionDenied)
     );
     assert!(err.to_string().starts_with("set permissions on "), "{err}");
+}
+
+// ---- 8. Error texts name the payload path ----
+
+/// The error of a write of `p` into `dir` whose step `point` fails (or whose `set_perms` hook
+/// fails, with `point` = `None`).
+fn failing_write(dir: &Path, p: &Payload, point: Option<FaultPoint>) -> Error {
+    let hook = Arc::new(move |at| {
+        if Some(at) == point {
+            Err(io::Error::other("injected"))
+        } else {
+            Ok(())
+        }
+    });
+    let config = WriterConfig::default().fsync(true).fault_hook(hook);
+    let mut w = AtomicWriter::new(dir, config).unwrap();
+    let mut failing_hook = |_: &Path| -> io::Result<()> { Err(io::Error::other("hook")) };
+    let set_perms: Option<nodelet_atomic_writer::SetPerms<'_>> = match point {
+        None => Some(&mut failing_hook),
+        Some(_) => None,
+    };
+    w.write(p, set_perms).unwrap_err()
+}
+
+// Issue 11, item 3: an error embedding the random data-directory name made every retry's
+// FailedMount message new, so events never aggregated. Errors name the payload path instead
+// and repeat identically.
+#[test]
+fn errors_name_the_payload_path_never_the_timestamped_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = text(&[("conf/app.yaml", "x")]);
+    for point in [
+        Some(FaultPoint::CreateDataDir),
+        Some(FaultPoint::WriteFile),
+        Some(FaultPoint::SyncDataDir),
+        None,
+    ] {
+        let first = failing_write(dir.path(), &p, point).to_string();
+        let again = failing_write(dir.path(), &p, point).to_string();
+        assert!(!first.contains("..20"), "{point:?}: {first}");
+        assert!(
+            first.contains(&dir.path().display().to_string()),
+            "{point:?}: {first}"
+        );
+        assert_eq!(first, again, "{point:?}");
+    }
+    let write = failing_write(dir.path(), &p, Some(FaultPoint::WriteFile)).to_string();
+    assert_eq!(
+        write,
+        format!(
+            "write file {}: injected",
+            dir.path().join("conf/app.yaml").display()
+        )
+    );
 }
