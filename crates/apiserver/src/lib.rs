@@ -74,6 +74,7 @@ mod manifests;
 mod model_tests;
 mod node_authorizer;
 mod openapi;
+mod protobuf;
 mod registry;
 mod resources;
 mod selectors;
