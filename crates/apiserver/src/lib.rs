@@ -75,6 +75,7 @@ mod model_tests;
 mod node_authorizer;
 mod node_restriction;
 mod openapi;
+mod protobuf;
 mod registry;
 mod resources;
 mod selectors;

@@ -216,8 +216,8 @@ async fn read_body(req: http::Request<Incoming>) -> Result<Bytes, ApiError> {
 }
 
 async fn read_json(req: http::Request<Incoming>) -> Result<Value, ApiError> {
-    // Only JSON (and YAML, its superset) bodies are understood; protobuf and CBOR get the
-    // upstream 415, which clients that can fall back to JSON react to.
+    // JSON (and YAML, its superset) and Kubernetes protobuf bodies are understood; CBOR gets
+    // the upstream 415.
     let ct = req
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -228,12 +228,16 @@ async fn read_json(req: http::Request<Incoming>) -> Result<Value, ApiError> {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
+    if ct == crate::protobuf::MEDIA_TYPE {
+        let bytes = read_body(req).await?;
+        return Ok(crate::protobuf::decode(&bytes)?);
+    }
     if !(ct.is_empty() || ct.ends_with("json") || ct.ends_with("yaml")) {
         return Err(ApiError::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?})"
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {ct:?})"
             ),
         ));
     }

@@ -1,5 +1,6 @@
 //! The request pipeline: (1) classify, (2) injected latency, (3) authenticate, (4) injected
-//! fault, (5) authorize, (6) dispatch, (7) record.
+//! fault, (5) authorize, (6) dispatch (a full JSON answer is re-encoded as protobuf when the
+//! client's `Accept` prefers it), (7) record.
 //!
 //! Admin endpoints under `/nodelet/` skip steps 2–5 and are not recorded.
 
@@ -31,6 +32,8 @@ pub(crate) async fn handle(
     }
     // (1)
     let info = RequestInfo::parse(req.method(), &path, req.uri().query());
+    let protobuf = info.verb != "watch" && response::prefers_protobuf(req.headers());
+    let json_acceptable = response::accepts_json(req.headers());
     let span = tracing::debug_span!("request", verb = %info.verb, resource = %info.resource, namespace = info.namespace.as_deref(), name = info.name.as_deref());
     // (2)
     let latency = shared.controls.latency();
@@ -73,6 +76,11 @@ pub(crate) async fn handle(
                 }
             }
         }
+    };
+    let resp = if protobuf {
+        response::to_protobuf(resp, json_acceptable).await
+    } else {
+        resp
     };
     // (7)
     shared.controls.record(RequestRecord {

@@ -81,3 +81,97 @@ pub(crate) fn partial_metadata_list(list: &Value) -> Value {
         "items": items,
     })
 }
+
+/// Whether the client's `Accept` asks for protobuf before any type this server answers in
+/// JSON (a real server takes the first type it supports, in the client's order). Types with an
+/// `as=` parameter (Table, PartialObjectMetadata) are answered in JSON.
+pub(crate) fn prefers_protobuf(headers: &http::HeaderMap) -> bool {
+    for value in headers.get_all(http::header::ACCEPT) {
+        let Ok(value) = value.to_str() else { continue };
+        for entry in value.split(',') {
+            let mut parts = entry.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            if parts.any(|p| p.trim().starts_with("as=")) {
+                continue;
+            }
+            match media.as_str() {
+                crate::protobuf::MEDIA_TYPE => return true,
+                "application/json" | "application/yaml" | "application/*" | "*/*" => return false,
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
+/// Re-encodes a full JSON response as protobuf for a client that prefers it. An object the
+/// descriptors cannot express stays JSON (the client offered JSON too), or is a 406 when the
+/// client accepts only protobuf.
+pub(crate) async fn to_protobuf(
+    resp: http::Response<Body>,
+    json_acceptable: bool,
+) -> http::Response<Body> {
+    let is_json = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = body
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+    else {
+        return error(&ApiError::new(
+            500,
+            "InternalError",
+            "reading the response body",
+        ));
+    };
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::protobuf::encode(&v).map_err(|e| e.to_string()));
+    match encoded {
+        Ok(pb) => {
+            parts.headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(crate::protobuf::MEDIA_TYPE),
+            );
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            http::Response::from_parts(parts, full(pb))
+        }
+        Err(_) if json_acceptable => http::Response::from_parts(parts, full(bytes)),
+        Err(reason) => error(&ApiError::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "the response cannot be encoded as {}: {reason}",
+                crate::protobuf::MEDIA_TYPE
+            ),
+        )),
+    }
+}
+
+/// Whether `Accept` lists a type answered in JSON at all.
+pub(crate) fn accepts_json(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|e| {
+            e.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .any(|m| {
+            matches!(
+                m.as_str(),
+                "application/json" | "application/yaml" | "application/*" | "*/*"
+            )
+        })
+}
