@@ -123,6 +123,7 @@ mod manager;
 mod reflector;
 mod refs;
 pub mod source;
+pub mod transport;
 mod ttl;
 mod watch;
 
