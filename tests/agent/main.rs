@@ -21,5 +21,7 @@ mod retry;
 mod restart;
 // The binary: bad configuration exits with code 64.
 mod cli;
+// The agent over HTTP/2 (TLS): its watches share a few connections; /metrics shows them.
+mod transport;
 // Starting an API server and an agent for one test.
 mod support;
