@@ -120,6 +120,7 @@ mod config;
 mod error;
 mod kind;
 mod manager;
+mod recovery;
 mod reflector;
 mod refs;
 pub mod source;

@@ -47,7 +47,9 @@
 //! use nodelet_object_manager::transport::{self, TransportConfig};
 //! let config = kube::Config::infer().await?;
 //! let (client, transport) = transport::connect(config, TransportConfig::default()).await?;
-//! println!("API server protocol: {:?}", transport.protocol());
+//! if let Some(transport) = &transport {
+//!     println!("API server protocol: {:?}", transport.protocol());
+//! }
 //! # drop(client);
 //! # Ok(())
 //! # }
