@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nodelet_object_manager::Strategy;
+use nodelet_object_manager::transport::Protocol;
 
 /// Node name in `--manifests` mode when `--node-name` is not given; the examples bind their
 /// pods to it.
@@ -136,6 +137,10 @@ pub struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// HTTP version to the API server: `auto` (HTTP/2 where the server offers it, watches
+    /// multiplexed), `http1` (one connection per watch) or `http2`.
+    #[arg(long, value_name = "PROTOCOL", default_value = "auto")]
+    pub api_protocol: String,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -193,6 +198,8 @@ pub struct Settings {
     pub api: ApiSource,
     /// The log format.
     pub log_format: LogFormat,
+    /// HTTP version policy towards the API server (`--api-protocol`, default auto).
+    pub api_protocol: Protocol,
 }
 
 impl Cli {
@@ -318,10 +325,13 @@ impl Cli {
                 kubeconfig: self.kubeconfig.clone(),
             },
         };
+        let api_protocol = Protocol::from_str(&self.api_protocol)
+            .map_err(|e| invalid("--api-protocol", e.to_string()))?;
         Ok(Settings {
             agent,
             api,
             log_format: self.log_format,
+            api_protocol,
         })
     }
 }

@@ -57,6 +57,7 @@ use std::future::Future;
 use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodelet_apiserver::{ApiServer, ManifestSync, User};
+use nodelet_object_manager::transport::{self, Protocol, TransportConfig};
 use tracing::{info, warn};
 
 pub use agent::Agent;
@@ -94,6 +95,18 @@ impl std::fmt::Debug for Embedded {
 /// # Errors
 /// The server cannot start, the directory cannot be read or watched.
 pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::Result<Embedded> {
+    start_embedded_with(manifests, node, Protocol::Auto).await
+}
+
+/// [`start_embedded`] with the node client speaking `protocol`.
+///
+/// # Errors
+/// As [`start_embedded`].
+pub async fn start_embedded_with(
+    manifests: &std::path::Path,
+    node: &str,
+    protocol: Protocol,
+) -> anyhow::Result<Embedded> {
     let config = nodelet_apiserver::Config::default()
         .with_auth()
         .with_tls()
@@ -108,7 +121,7 @@ pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::
         warn!(?problem, "manifest not applied");
     }
     let yaml = server.kubeconfig_yaml(&User::node(node));
-    let node_client = client_from_yaml(&yaml).await?;
+    let node_client = client_from_yaml(&yaml, protocol).await?;
     Ok(Embedded {
         server,
         sync,
@@ -116,21 +129,44 @@ pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::
     })
 }
 
-async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
+async fn client_from_yaml(yaml: &str, protocol: Protocol) -> anyhow::Result<kube::Client> {
     let kubeconfig = Kubeconfig::from_yaml(yaml).context("parsing kubeconfig")?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .context("loading kubeconfig")?;
-    kube::Client::try_from(config).context("building the kube client")
+    api_client(config, protocol).await
+}
+
+/// A client over the object manager's HTTP/2 transport (HTTP/1.1 where the server offers no
+/// h2, or with [`Protocol::Http1`]); logs the protocol the first connection negotiated.
+async fn api_client(config: kube::Config, protocol: Protocol) -> anyhow::Result<kube::Client> {
+    let url = config.cluster_url.to_string();
+    let (client, transport) = transport::connect(config, TransportConfig::new(protocol))
+        .await
+        .context("building the kube client")?;
+    match transport.as_ref().and_then(|t| t.protocol()) {
+        Some(negotiated) => {
+            info!(api_server = %url, %protocol, %negotiated, "API server transport")
+        }
+        None if transport.is_some() => info!(
+            api_server = %url,
+            %protocol,
+            "API server transport; not reachable yet, protocol chosen on first connection"
+        ),
+        None => info!(api_server = %url, "API server transport: kube's HTTP/1.1 stack (proxy)"),
+    }
+    Ok(client)
 }
 
 /// A client for the cluster: `path`, else what kube-rs infers (`KUBECONFIG`, in-cluster,
-/// `~/.kube/config`). Returns the client and the server URL.
+/// `~/.kube/config`), over the object manager's transport with `protocol`. Returns the client
+/// and the server URL.
 ///
 /// # Errors
 /// No usable configuration.
 pub async fn cluster_client(
     path: Option<&std::path::Path>,
+    protocol: Protocol,
 ) -> anyhow::Result<(kube::Client, String)> {
     let config = match path {
         Some(path) => {
@@ -145,7 +181,7 @@ pub async fn cluster_client(
             .context("no kubeconfig given and none could be inferred")?,
     };
     let url = config.cluster_url.to_string();
-    Ok((kube::Client::try_from(config)?, url))
+    Ok((api_client(config, protocol).await?, url))
 }
 
 /// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
@@ -164,11 +200,13 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     let _lock = lock::lock_root_dir(&config.root_dir)?;
     let (client, url, embedded) = match &settings.api {
         ApiSource::Cluster { kubeconfig } => {
-            let (client, url) = cluster_client(kubeconfig.as_deref()).await?;
+            let (client, url) =
+                cluster_client(kubeconfig.as_deref(), settings.api_protocol).await?;
             (client, url, None)
         }
         ApiSource::Embedded { manifests } => {
-            let embedded = start_embedded(manifests, &config.node_name).await?;
+            let embedded =
+                start_embedded_with(manifests, &config.node_name, settings.api_protocol).await?;
             let url = format!(
                 "{} (embedded, manifests {})",
                 embedded.server.url(),

@@ -31,6 +31,8 @@ struct Inner {
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
     propagation: Histogram,
+    /// Refreshed from the object manager's transport at each scrape.
+    api_connections: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -77,6 +79,12 @@ impl Metrics {
             "Object change seen by the agent -> new content visible in every volume that uses it",
             propagation.clone(),
         );
+        let api_connections = Family::<Labels, Gauge>::default();
+        registry.register(
+            "api_connections",
+            "Connections open to the API server, by protocol (HTTP/1.1, HTTP/2)",
+            api_connections.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -86,6 +94,7 @@ impl Metrics {
                 volume_errors,
                 pods,
                 propagation,
+                api_connections,
             }),
         }
     }
@@ -145,6 +154,13 @@ impl Metrics {
 
     /// The text exposition.
     pub fn encode(&self) -> String {
+        let open = nodelet_object_manager::transport::open_connections();
+        for (protocol, n) in [("HTTP/1.1", open.http1), ("HTTP/2", open.http2)] {
+            self.inner
+                .api_connections
+                .get_or_create(&vec![("protocol".to_owned(), protocol.to_owned())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         if let Ok(registry) = self.inner.registry.lock() {
             let _ = encode(&mut out, &registry);

@@ -23,5 +23,7 @@ mod restart;
 mod cli;
 // Two agents on one root directory: the second exits naming the directory and the pid.
 mod lock;
+// The agent over HTTP/2 (TLS): its watches share a few connections; /metrics shows them.
+mod transport;
 // Starting an API server and an agent for one test.
 mod support;

@@ -59,7 +59,11 @@ pub(crate) async fn client_for(server: &ApiServer, user: &User) -> kube::Client 
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
-    kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+    // The agent's own transport (HTTP/2 where the server offers it), as `nodelet::run` builds.
+    let transport = nodelet_object_manager::transport::TransportConfig::default();
+    nodelet_object_manager::transport::client(config, transport)
+        .map(|(client, _)| client)
+        .unwrap_or_else(|e| panic!("client: {e}"))
 }
 
 pub(crate) fn agent_config(root: &std::path::Path) -> AgentConfig {

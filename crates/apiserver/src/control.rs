@@ -55,10 +55,36 @@ struct OpenWatch {
     name: Option<String>,
 }
 
+/// Client connections open right now, by the protocol they speak (see
+/// [`TestHandle::open_connections`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenConnections {
+    /// Connections whose requests arrive over HTTP/1.1 (or 1.0).
+    pub http1: usize,
+    /// Connections speaking HTTP/2.
+    pub http2: usize,
+    /// Accepted connections that have not sent a request yet (or whose TLS handshake is still
+    /// running).
+    pub unknown: usize,
+}
+
+impl OpenConnections {
+    /// All open connections.
+    pub fn total(&self) -> usize {
+        self.http1 + self.http2 + self.unknown
+    }
+}
+
+/// A connection's protocol as [`Controls`] records it: 0 unknown, 1 HTTP/1.x, 2 HTTP/2.
+pub(crate) type ConnectionProtocol = Arc<std::sync::atomic::AtomicU8>;
+
 /// Mutable test-control state.
 #[derive(Default)]
 pub(crate) struct Controls {
     records: Mutex<Vec<RequestRecord>>,
+    connections: Mutex<std::collections::HashMap<u64, ConnectionProtocol>>,
+    next_connection: std::sync::atomic::AtomicU64,
     watches: Mutex<std::collections::HashMap<u64, OpenWatch>>,
     next_watch: std::sync::atomic::AtomicU64,
     faults: Mutex<Faults>,
@@ -113,6 +139,51 @@ impl Controls {
         OpenWatchGuard {
             shared: Arc::downgrade(shared),
             id,
+        }
+    }
+}
+
+impl Controls {
+    /// Registers an accepted connection; it counts until the guard is dropped. The protocol
+    /// starts unknown and is set by the connection's first request.
+    pub(crate) fn connection_opened(shared: &Arc<Shared>) -> ConnectionGuard {
+        let c = &shared.controls;
+        let id = c
+            .next_connection
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let protocol = ConnectionProtocol::default();
+        lock(&c.connections).insert(id, protocol.clone());
+        ConnectionGuard {
+            shared: Arc::downgrade(shared),
+            id,
+            protocol,
+        }
+    }
+}
+
+/// Keeps a client connection counted as open; held by the connection's task.
+pub(crate) struct ConnectionGuard {
+    shared: std::sync::Weak<Shared>,
+    id: u64,
+    pub(crate) protocol: ConnectionProtocol,
+}
+
+impl ConnectionGuard {
+    /// Records the protocol of a request served on this connection.
+    pub(crate) fn saw(protocol: &ConnectionProtocol, version: http::Version) {
+        let p = if version == http::Version::HTTP_2 {
+            2
+        } else {
+            1
+        };
+        protocol.store(p, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            lock(&s.controls.connections).remove(&self.id);
         }
     }
 }
@@ -246,6 +317,20 @@ impl TestHandle {
                     && name.is_none_or(|n| w.name.as_deref() == Some(n))
             })
             .count()
+    }
+
+    /// Client connections open right now, by protocol (HTTP/1.1 or HTTP/2, as their requests
+    /// arrive). A connection stops counting when it is closed by either side.
+    pub fn open_connections(&self) -> OpenConnections {
+        let mut open = OpenConnections::default();
+        for p in lock(&self.shared.controls.connections).values() {
+            match p.load(std::sync::atomic::Ordering::Relaxed) {
+                1 => open.http1 += 1,
+                2 => open.http2 += 1,
+                _ => open.unknown += 1,
+            }
+        }
+        open
     }
 
     /// Ends every open watch cleanly (the client sees the stream end and resumes).

@@ -93,7 +93,7 @@ mod validation;
 pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
-pub use control::{RequestRecord, TestHandle};
+pub use control::{OpenConnections, RequestRecord, TestHandle};
 pub use error::Error;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
 pub use node_authorizer::NodeAuthorizer;

@@ -48,6 +48,10 @@ struct Cli {
     /// `--auth`, where the Node authorizer limits it as it limits a kubelet). Repeatable.
     #[arg(long, value_name = "NODE=PATH", value_parser = parse_node_kubeconfig)]
     node_kubeconfig_out: Vec<(String, PathBuf)>,
+    /// HTTP/2 streams (concurrent requests, watches included) one client connection may have
+    /// open, as kube-apiserver's flag of the same name.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    http2_max_streams_per_connection: u32,
 }
 
 /// Parses `NODE=PATH`.
@@ -105,7 +109,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = Config::default().listen(cli.listen);
+    let mut config = Config::default()
+        .listen(cli.listen)
+        .http2_max_streams_per_connection(cli.http2_max_streams_per_connection);
     if !cli.plain_http {
         config = config.with_tls().publish_root_ca(true);
     }

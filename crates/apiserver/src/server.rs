@@ -54,6 +54,10 @@ pub struct Config {
     /// root-ca-cert-publisher does: the TLS CA with [`Config::tls`], else a CA generated for
     /// the purpose. Default off (existing tests count the objects in their namespaces).
     pub publish_root_ca: bool,
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised on every connection: how many
+    /// requests (watches included) one connection may have open at once; further streams wait
+    /// in the client. Default 100, kube-apiserver's `--http2-max-streams-per-connection`.
+    pub http2_max_streams_per_connection: u32,
 }
 
 impl Default for Config {
@@ -73,6 +77,7 @@ impl Default for Config {
             auto_service_accounts: true,
             service_account_issuer: "https://kubernetes.default.svc".into(),
             publish_root_ca: false,
+            http2_max_streams_per_connection: 100,
         }
     }
 }
@@ -85,6 +90,10 @@ impl std::fmt::Debug for Config {
             .field("bookmark_interval", &self.bookmark_interval)
             .field("default_watch_timeout", &self.default_watch_timeout)
             .field("initial_namespaces", &self.initial_namespaces)
+            .field(
+                "http2_max_streams_per_connection",
+                &self.http2_max_streams_per_connection,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +103,13 @@ impl Config {
     #[must_use]
     pub fn publish_root_ca(mut self, on: bool) -> Self {
         self.publish_root_ca = on;
+        self
+    }
+
+    /// Sets [`Config::http2_max_streams_per_connection`] (at least 1).
+    #[must_use]
+    pub fn http2_max_streams_per_connection(mut self, n: u32) -> Self {
+        self.http2_max_streams_per_connection = n.max(1);
         self
     }
 

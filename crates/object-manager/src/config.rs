@@ -73,6 +73,16 @@ pub struct ManagerConfig {
     pub initial_backoff: Duration,
     /// Reflector reconnect back-off: largest delay (default 30 s).
     pub max_backoff: Duration,
+    /// Watch: after an API server outage, how often one reflector probes whether the server
+    /// answers again (default 250 ms, jittered); the others wait for that signal instead of
+    /// their back-off.
+    pub recovery_probe_interval: Duration,
+    /// Watch: once the server answers again, waiting reflectors retry within a random delay
+    /// below this (default 250 ms), so they do not all arrive at once.
+    pub recovery_spread: Duration,
+    /// Watch: at most this many of those retries (relists, re-watches) in flight at once
+    /// (default 64).
+    pub recovery_concurrency: usize,
     /// Capacity of the change-notification channel (default 1024); a subscriber that falls
     /// further behind gets `RecvError::Lagged` and should resync everything.
     pub notify_capacity: usize,
@@ -90,6 +100,9 @@ impl Default for ManagerConfig {
             initial_backoff: Duration::from_millis(800),
             max_backoff: Duration::from_secs(30),
             notify_capacity: 1024,
+            recovery_probe_interval: Duration::from_millis(250),
+            recovery_spread: Duration::from_millis(250),
+            recovery_concurrency: 64,
         }
     }
 }

@@ -120,9 +120,11 @@ mod config;
 mod error;
 mod kind;
 mod manager;
+mod recovery;
 mod reflector;
 mod refs;
 pub mod source;
+pub mod transport;
 mod ttl;
 mod watch;
 

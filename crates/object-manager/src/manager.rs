@@ -197,6 +197,11 @@ impl<K: ManagedObject> Manager<K> {
                     max_idle: config.max_idle_time(),
                     idle_check_interval: config.idle_check_interval,
                     backoff,
+                    recovery: crate::recovery::RecoveryConfig {
+                        probe_interval: config.recovery_probe_interval,
+                        spread: config.recovery_spread,
+                        concurrency: config.recovery_concurrency,
+                    },
                 };
                 Backend::Watch(WatchStore::new(
                     source.clone(),

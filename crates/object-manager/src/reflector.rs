@@ -8,7 +8,10 @@
 //!    nothing healthy happened since the last list (then after a back-off step).
 //! 5. Other errors, or a watch that ended within a second without any event → back off, then
 //!    watch again from the last resourceVersion (no relist: nothing is missed).
-//! 6. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
+//! 6. While the API server is unreachable, the manager's shared [`Recovery`] signal replaces
+//!    the back-off: one reflector probes, the others resume when any request succeeds again
+//!    (with jitter and bounded concurrency; steps in `recovery.rs`).
+//! 7. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
 //!    newer run wrote, so there is never more than one effective run per object.
 //!
 //! The task holds only a `Weak` reference to its cell and ends when the cell is dropped or its
@@ -26,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::ObjectKey;
-use crate::source::{ObjectSource, WatchEvent};
+use crate::recovery::{Pause, Recovery};
+use crate::source::{ObjectSource, SourceError, WatchEvent};
 
 /// What a reflector has seen of its object.
 pub(crate) struct CellState<K> {
@@ -99,6 +103,17 @@ pub(crate) struct Reflector<K> {
     pub(crate) epoch: u64,
     pub(crate) backoff: BackoffConfig,
     pub(crate) notify: Option<broadcast::Sender<ObjectKey>>,
+    /// The manager's "API server answers again" signal (6); `None`: plain back-off.
+    pub(crate) recovery: Option<Arc<Recovery>>,
+}
+
+/// Where a reflector stands with respect to the shared recovery signal (6).
+#[derive(Default)]
+struct RecoveryState {
+    /// This reflector holds the prober lease.
+    probing: bool,
+    /// Woken by the end of an outage: the next request holds a permit.
+    woken: bool,
 }
 
 /// The reflector's exit reason.
@@ -133,16 +148,21 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         // A 410 right after a list with no healthy watch in between backs off before the next
         // relist, so a server that keeps answering 410 cannot drive a list/watch hot loop.
         let mut delay_relist = false;
+        let mut rs = RecoveryState::default();
         'relist: loop {
             if delay_relist {
                 tokio::time::sleep(backoff.next_delay()).await;
             }
             // (1)
-            let listed = match self.source.list(namespace, name).await {
+            let listed = {
+                let _permit = self.permit(&mut rs).await;
+                self.answered(self.source.list(namespace, name).await)
+            };
+            let listed = match listed {
                 Ok(listed) => listed,
                 Err(error) => {
                     tracing::debug!(%error, "list failed");
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    self.failed(&error, &mut backoff, &mut rs).await;
                     delay_relist = false;
                     continue 'relist;
                 }
@@ -165,7 +185,11 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             loop {
                 // (3)
                 let started = Instant::now();
-                let mut stream = match self.source.watch(namespace, name, &resource_version).await {
+                let opened = {
+                    let _permit = self.permit(&mut rs).await;
+                    self.answered(self.source.watch(namespace, name, &resource_version).await)
+                };
+                let mut stream = match opened {
                     Ok(stream) => stream,
                     Err(error) if error.is_gone() => {
                         tracing::debug!("watch expired, relisting"); // (4)
@@ -174,12 +198,12 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                     }
                     Err(error) => {
                         tracing::debug!(%error, "watch failed");
-                        tokio::time::sleep(backoff.next_delay()).await; // (5)
+                        self.failed(&error, &mut backoff, &mut rs).await; // (5)
                         continue;
                     }
                 };
                 let mut saw_event = false;
-                let mut failed = false;
+                let mut failed = None;
                 while let Some(item) = stream.next().await {
                     let applied = match item {
                         Ok(WatchEvent::Applied(obj)) => {
@@ -208,7 +232,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         }
                         Err(error) => {
                             tracing::debug!(%error, "watch stream failed");
-                            failed = true;
+                            failed = Some(error);
                             break;
                         }
                     };
@@ -223,7 +247,9 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 if healthy {
                     progressed = true;
                 }
-                if failed || !(saw_event || healthy) {
+                if let Some(error) = failed {
+                    self.failed(&error, &mut backoff, &mut rs).await; // (5)
+                } else if !(saw_event || healthy) {
                     tokio::time::sleep(backoff.next_delay()).await; // (5)
                 } else {
                     backoff.reset();
@@ -232,7 +258,40 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         }
     }
 
-    /// Applies `f` to the cell if this run still owns it (6); `f` says whether the object's
+    /// After a failed request: the back-off, or the shared recovery signal (6).
+    async fn failed(&self, error: &SourceError, backoff: &mut Backoff, rs: &mut RecoveryState) {
+        let delay = backoff.next_delay();
+        let Some(recovery) = &self.recovery else {
+            tokio::time::sleep(delay).await;
+            return;
+        };
+        if let Pause::Recovered = recovery.pause(error, delay, &mut rs.probing).await {
+            backoff.reset();
+            rs.woken = true;
+        }
+    }
+
+    /// A recovery permit when this reflector was woken by the end of an outage (6).
+    async fn permit(&self, rs: &mut RecoveryState) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        if !std::mem::take(&mut rs.woken) {
+            return None;
+        }
+        self.recovery.as_ref()?.permit().await
+    }
+
+    /// Reports an answered request to the recovery signal (6).
+    fn answered<T>(&self, result: Result<T, SourceError>) -> Result<T, SourceError> {
+        let reached = match &result {
+            Ok(_) => true,
+            Err(error) => !Recovery::is_outage(error),
+        };
+        if let (true, Some(recovery)) = (reached, &self.recovery) {
+            recovery.succeeded();
+        }
+        result
+    }
+
+    /// Applies `f` to the cell if this run still owns it (7); `f` says whether the object's
     /// content changed, which is then announced. `false` when the run is superseded.
     fn update(&self, f: impl FnOnce(&mut CellState<K>) -> bool) -> bool {
         let Some(cell) = self.cell.upgrade() else {

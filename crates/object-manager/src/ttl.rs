@@ -265,6 +265,7 @@ impl NodeTtl {
             epoch: 0,
             backoff,
             notify: None,
+            recovery: None,
         };
         tasks.spawn(reflector.run(tasks.root.child_token()));
         NodeTtl {

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kind::ManagedObject;
 use crate::manager::Tasks;
+use crate::recovery::{Recovery, RecoveryConfig};
 use crate::reflector::{BackoffConfig, Cell, Reflector};
 use crate::source::ObjectSource;
 use crate::{Error, ObjectKey};
@@ -31,6 +32,7 @@ pub(crate) struct WatchOptions {
     pub(crate) max_idle: Duration,
     pub(crate) idle_check_interval: Duration,
     pub(crate) backoff: BackoffConfig,
+    pub(crate) recovery: RecoveryConfig,
 }
 
 pub(crate) struct WatchStore<K> {
@@ -43,6 +45,8 @@ struct Inner<K> {
     options: WatchOptions,
     tasks: Tasks,
     notify: broadcast::Sender<ObjectKey>,
+    /// Shared by every reflector: resumes them all when the API server answers again.
+    recovery: Arc<Recovery>,
 }
 
 /// One referenced object (OM-15).
@@ -70,6 +74,7 @@ impl<K: ManagedObject> WatchStore<K> {
             options,
             tasks,
             notify,
+            recovery: Arc::new(Recovery::new(options.recovery)),
         });
         let weak = Arc::downgrade(&inner);
         let cancel = inner.tasks.root.clone();
@@ -237,6 +242,7 @@ impl<K: ManagedObject> Inner<K> {
             epoch,
             backoff: self.options.backoff,
             notify: Some(self.notify.clone()),
+            recovery: Some(self.recovery.clone()),
         };
         self.tasks.spawn(reflector.run(cancel.clone()));
         item.reflector = Some(cancel);
@@ -378,6 +384,11 @@ mod tests {
             backoff: BackoffConfig {
                 initial: Duration::from_millis(800),
                 max: Duration::from_secs(30),
+            },
+            recovery: crate::recovery::RecoveryConfig {
+                probe_interval: Duration::from_millis(250),
+                spread: Duration::from_millis(250),
+                concurrency: 64,
             },
         }
     }
@@ -650,6 +661,44 @@ mod tests {
             1,
             "resumed from the resourceVersion"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_20_s_outage_every_watch_resumes_within_a_second_of_the_server_answering() {
+        let fake = FakeSource::new();
+        let names: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
+        for n in &names {
+            fake.apply("ns", secret(n, "v1", false));
+        }
+        let m = watch(&fake);
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        m.register_pod(&pod("ns", "p", "u", &refs));
+        for n in &names {
+            assert!(read(&m, n).await.is_ok());
+        }
+        settle().await;
+        assert_eq!(fake.open_watches(), 40);
+        let unreachable = SourceError::Transport {
+            source: Arc::new(std::io::Error::other("connection refused")),
+        };
+        fake.set_outage(Some(unreachable));
+        // Long enough for every reflector's own back-off to grow past 10 s.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        for n in &names {
+            fake.apply("ns", secret(n, "v2", false));
+        }
+        fake.set_outage(None);
+        let back = Instant::now();
+        while fake.open_watches() < 40 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let resumed = back.elapsed();
+        assert!(resumed <= Duration::from_secs(1), "{resumed:?}");
+        settle().await;
+        for n in &names {
+            assert_eq!(read(&m, n).await.ok().as_deref(), Some("v2"), "{n}");
+        }
+        assert_eq!(fake.total(Verb::List), 40, "resumed without relisting");
     }
 
     #[tokio::test(start_paused = true)]

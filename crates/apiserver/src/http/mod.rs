@@ -60,15 +60,23 @@ pub(crate) fn spawn_listener(
     })
 }
 
-/// Serves HTTP/1.1 or HTTP/2 on one connection until it closes or `token` is cancelled.
+/// Serves HTTP/1.1 or HTTP/2 on one connection until it closes or `token` is cancelled;
+/// HTTP/2 advertises [`Config::http2_max_streams_per_connection`](crate::Config) streams.
 pub(crate) async fn serve_connection<IO>(shared: Weak<Shared>, io: IO, token: CancellationToken)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let conn_token = token.clone();
+    let Some(s) = shared.upgrade() else { return };
+    // Counted as open (by protocol, for `TestHandle::open_connections`) until this returns.
+    let guard = crate::control::Controls::connection_opened(&s);
+    let max_streams = s.config.http2_max_streams_per_connection;
+    drop(s);
+    let protocol = guard.protocol.clone();
     let svc = service_fn(move |req: hyper::Request<Incoming>| {
         let shared = shared.upgrade();
         let token = conn_token.clone();
+        crate::control::ConnectionGuard::saw(&protocol, req.version());
         async move {
             Ok::<_, Infallible>(match shared {
                 Some(s) => pipeline::handle(s, req, token).await,
@@ -76,10 +84,12 @@ where
             })
         }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(max_streams);
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::select! {
         _ = conn => {}
         () = token.cancelled() => {}
     }
+    drop(guard);
 }

@@ -47,6 +47,8 @@ struct State<K> {
     watch_cache_gets: usize,
     /// Queued failures; `None` matches any verb.
     failures: VecDeque<(Option<Verb>, SourceError)>,
+    /// While set, every request fails with it (an outage), before queued failures.
+    outage: Option<SourceError>,
     watchers: Vec<(Key, EventSender<K>)>,
 }
 
@@ -86,6 +88,7 @@ impl<K> FakeSource<K> {
                 counts: HashMap::new(),
                 watch_cache_gets: 0,
                 failures: VecDeque::new(),
+                outage: None,
                 watchers: Vec::new(),
             })),
             lists_held: Arc::new(lists_held),
@@ -142,6 +145,18 @@ impl<K> FakeSource<K> {
         }
     }
 
+    /// An outage: until called with `None`, every request fails with `err`, and open watch
+    /// streams end with it.
+    pub fn set_outage(&self, err: Option<SourceError>) {
+        let mut s = self.lock();
+        if let Some(err) = &err {
+            for (_, tx) in s.watchers.drain(..) {
+                let _ = tx.send(Err(err.clone()));
+            }
+        }
+        s.outage = err;
+    }
+
     /// End every open watch stream (as a server restart or time-out would).
     pub fn close_watches(&self) {
         self.lock().watchers.clear();
@@ -180,6 +195,9 @@ impl<K> FakeSource<K> {
         *s.counts
             .entry((verb, namespace.to_owned(), name.to_owned()))
             .or_insert(0) += 1;
+        if let Some(err) = &s.outage {
+            return Err(err.clone());
+        }
         match s.failures.front() {
             Some((v, _)) if v.is_none_or(|v| v == verb) => match s.failures.pop_front() {
                 Some((_, err)) => Err(err),

@@ -10,6 +10,9 @@ mod cache_and_get;
 mod faults;
 // The Node authorizer: every request is allowed for system:node:<name> and names one object.
 mod node_identity;
+// The HTTP/2 transport over TLS: multiplexing, sharding at a low stream limit, short requests
+// beside full watch connections, connection loss, auth, the HTTP/1.1 fallback, idle closing.
+mod transport;
 
 use std::time::Duration;
 

@@ -1,0 +1,231 @@
+//! [`Recovery`]: one "the API server answers again" signal shared by every reflector of a
+//! manager, so that after an outage all watches resume within about a second instead of each on
+//! its own back-off schedule (up to 30 s), and without a stampede.
+//!
+//! 1. A request that fails because the server is unreachable (a transport error, 503) marks an
+//!    outage.
+//! 2. During an outage one reflector at a time is the *prober*: it retries every
+//!    [`RecoveryConfig::probe_interval`] (jittered) instead of backing off; the others wait for
+//!    their back-off or for the signal, whichever comes first. A prober that goes away is
+//!    replaced after two probe intervals.
+//! 3. The first request that succeeds while an outage is marked ends it and wakes every waiting
+//!    reflector.
+//! 4. A woken reflector resets its back-off, waits a random delay below
+//!    [`RecoveryConfig::spread`], and then retries holding one of
+//!    [`RecoveryConfig::concurrency`] permits (released when the server answered), so relists and
+//!    re-watches reach the server spread out and bounded.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
+use tokio::time::Instant;
+
+use crate::source::SourceError;
+
+/// Options of the shared recovery signal (see [`ManagerConfig`](crate::ManagerConfig)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecoveryConfig {
+    pub(crate) probe_interval: Duration,
+    pub(crate) spread: Duration,
+    pub(crate) concurrency: usize,
+}
+
+/// The signal and its prober lease; one per manager.
+pub(crate) struct Recovery {
+    config: RecoveryConfig,
+    /// An outage is marked (1).
+    outage: AtomicBool,
+    /// Bumped at the end of each outage (3).
+    recovered: watch::Sender<u64>,
+    /// Until when the current prober's lease runs (2).
+    prober_until: Mutex<Option<Instant>>,
+    /// Retries of woken reflectors (4).
+    permits: Semaphore,
+}
+
+/// What a reflector does after a failed request.
+pub(crate) enum Pause {
+    /// Slept its back-off (or was not in an outage).
+    BackedOff,
+    /// Woken by the end of an outage: retry holding a permit.
+    Recovered,
+}
+
+impl Recovery {
+    pub(crate) fn new(config: RecoveryConfig) -> Self {
+        Recovery {
+            config,
+            outage: AtomicBool::new(false),
+            recovered: watch::channel(0).0,
+            prober_until: Mutex::new(None),
+            permits: Semaphore::new(config.concurrency.max(1)),
+        }
+    }
+
+    /// Whether `error` says the server is unreachable (1).
+    pub(crate) fn is_outage(error: &SourceError) -> bool {
+        matches!(
+            error,
+            SourceError::Transport { .. } | SourceError::Status { code: 503, .. }
+        )
+    }
+
+    /// A request answered: ends a marked outage and wakes the waiting reflectors (3).
+    pub(crate) fn succeeded(&self) {
+        if self.outage.swap(false, Ordering::AcqRel) {
+            tracing::debug!("API server answers again; resuming every watch");
+            self.recovered.send_modify(|n| *n += 1);
+            *self.lock() = None;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.prober_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes (or renews) the prober lease if nobody holds it.
+    fn try_probe(&self, renew: bool) -> bool {
+        let now = Instant::now();
+        let mut until = self.lock();
+        if renew || until.is_none_or(|u| u <= now) {
+            *until = Some(now + self.config.probe_interval * 2);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// After a failed request: sleep `backoff` unless this is an outage, where the prober
+    /// retries soon and the others wake at the end of the outage (2), (4).
+    pub(crate) async fn pause(
+        &self,
+        error: &SourceError,
+        backoff: Duration,
+        probing: &mut bool,
+    ) -> Pause {
+        if !Self::is_outage(error) {
+            *probing = false;
+            tokio::time::sleep(backoff).await;
+            return Pause::BackedOff;
+        }
+        let mut rx = self.recovered.subscribe();
+        rx.borrow_and_update();
+        self.outage.store(true, Ordering::Release);
+        *probing = self.try_probe(*probing);
+        if *probing {
+            let interval = self.config.probe_interval;
+            let jittered = interval.mul_f64(rand::rng().random_range(0.5..1.0));
+            tokio::time::sleep(jittered.min(backoff)).await;
+            return Pause::BackedOff;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => Pause::BackedOff,
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return Pause::BackedOff;
+                }
+                let spread = self.config.spread;
+                if !spread.is_zero() {
+                    let delay = spread.mul_f64(rand::rng().random_range(0.0..1.0));
+                    tokio::time::sleep(delay).await;
+                }
+                Pause::Recovered
+            }
+        }
+    }
+
+    /// A permit for the retry of a woken reflector (4).
+    pub(crate) async fn permit(&self) -> Option<SemaphorePermit<'_>> {
+        self.permits.acquire().await.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recovery() -> Recovery {
+        Recovery::new(RecoveryConfig {
+            probe_interval: Duration::from_millis(200),
+            spread: Duration::from_millis(100),
+            concurrency: 2,
+        })
+    }
+
+    fn unreachable() -> SourceError {
+        SourceError::Transport {
+            source: std::sync::Arc::new(std::io::Error::other("refused")),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_reflectors_wake_when_a_request_succeeds_not_after_their_back_off() {
+        let r = std::sync::Arc::new(recovery());
+        // The first becomes the prober and returns after at most one probe interval.
+        let mut probing = false;
+        let started = Instant::now();
+        assert!(matches!(
+            r.pause(&unreachable(), Duration::from_secs(30), &mut probing)
+                .await,
+            Pause::BackedOff
+        ));
+        assert!(probing);
+        assert!(started.elapsed() <= Duration::from_millis(200));
+        // The second waits: for 30 s, or until the signal.
+        let waiter = {
+            let r = r.clone();
+            tokio::spawn(async move {
+                let mut probing = false;
+                let p = r
+                    .pause(&unreachable(), Duration::from_secs(30), &mut probing)
+                    .await;
+                (matches!(p, Pause::Recovered), probing, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let signalled = Instant::now();
+        r.succeeded();
+        let (recovered, probing, woke) = waiter.await.unwrap_or((false, true, signalled));
+        assert!(recovered);
+        assert!(!probing);
+        assert!(
+            woke - signalled < Duration::from_millis(100),
+            "within the spread"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_other_than_an_outage_sleep_the_whole_back_off() {
+        let r = recovery();
+        let mut probing = false;
+        let started = Instant::now();
+        let forbidden = SourceError::status(403, "Forbidden", "no");
+        r.pause(&forbidden, Duration::from_secs(3), &mut probing)
+            .await;
+        assert!(started.elapsed() >= Duration::from_secs(3));
+        assert!(!probing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_vanished_prober_is_replaced_after_two_probe_intervals() {
+        let r = recovery();
+        assert!(r.try_probe(false));
+        assert!(!r.try_probe(false));
+        tokio::time::sleep(Duration::from_millis(401)).await;
+        assert!(r.try_probe(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn woken_retries_are_bounded_by_the_permits() {
+        let r = recovery();
+        let a = r.permit().await;
+        let b = r.permit().await;
+        assert!(a.is_some() && b.is_some());
+        assert!(r.permits.try_acquire().is_err());
+        drop(a);
+        assert!(r.permits.try_acquire().is_ok());
+    }
+}

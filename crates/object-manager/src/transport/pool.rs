@@ -1,0 +1,419 @@
+//! The connection pool: places each request on a connection with room (steps (1)–(5) of the
+//! module docs), and [`PoolService`], the tower service kube's layers wrap.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use kube::client::Body;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::body::TrackedBody;
+use super::connect::{Connector, Established, Sender};
+use super::{
+    BoxError, ConnectionCounts, Negotiated, SharedFailure, TransportConfig, TransportError,
+    is_watch,
+};
+
+/// What a request is, for placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Long-lived: `watch=true`.
+    Watch = 0,
+    /// Everything else.
+    Short = 1,
+}
+
+/// One open connection and its bookkeeping.
+struct Entry {
+    id: u64,
+    class: Class,
+    conn: Arc<Established>,
+    /// Streams open on it: requests sent whose response body has not ended or been dropped.
+    in_flight: usize,
+    /// When `in_flight` last became 0.
+    idle_since: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    entries: Vec<Entry>,
+    next_id: u64,
+    /// The protocol of the last connection established.
+    last_protocol: Option<Negotiated>,
+    /// Per class: connection attempts started so far, and the last failed one.
+    attempts: [u64; 2],
+    failure: [Option<(u64, SharedFailure)>; 2],
+}
+
+/// The pool behind one `kube::Client`.
+pub(crate) struct Pool {
+    connector: Connector,
+    config: TransportConfig,
+    read_timeout: Option<Duration>,
+    state: Mutex<State>,
+    /// Per class: held while a connection is being opened, so that concurrent requests share
+    /// one new connection instead of each opening their own (3).
+    opening: [tokio::sync::Mutex<()>; 2],
+    reaper_started: AtomicBool,
+}
+
+/// A stream's claim on its connection; dropping it frees the slot (5).
+pub(crate) struct StreamSlot {
+    pool: Weak<Pool>,
+    id: u64,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.release(self.id);
+        }
+    }
+}
+
+impl Entry {
+    /// How many streams this connection may carry for its class (2).
+    fn limit(&self, cap: usize) -> usize {
+        match &self.conn.sender {
+            Sender::Http1(_) => 1,
+            // Short requests all share one connection; beyond the server's limit they wait in
+            // hyper for a stream, which a short request frees soon (4).
+            Sender::Http2(_) if self.class == Class::Short => usize::MAX,
+            Sender::Http2(_) => {
+                let advertised = self.conn.max_streams.load(Ordering::Acquire);
+                watch_limit(advertised, cap)
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.conn.closed.load(Ordering::Acquire)
+    }
+}
+
+/// Watches per HTTP/2 connection: the cap, and 5 % (at least one) below the server's limit.
+pub(crate) fn watch_limit(advertised: usize, cap: usize) -> usize {
+    let headroom = advertised.div_ceil(20).max(1);
+    advertised.saturating_sub(headroom).min(cap).max(1)
+}
+
+impl State {
+    fn purge_closed(&mut self) {
+        self.entries.retain(|e| !e.is_closed());
+    }
+
+    /// The oldest connection of `class` with room; claims a slot on it.
+    fn claim(&mut self, class: Class, cap: usize) -> Option<(Arc<Established>, u64)> {
+        self.purge_closed();
+        let entry = self.entries.iter_mut().find(|e| {
+            e.class == class
+                && e.in_flight < e.limit(cap)
+                && match &e.conn.sender {
+                    // An idle HTTP/1.1 connection whose previous response is not fully
+                    // processed yet is skipped rather than waited for.
+                    Sender::Http1(m) => m.try_lock().is_ok_and(|s| s.is_ready()),
+                    Sender::Http2(_) => true,
+                }
+        })?;
+        entry.in_flight += 1;
+        Some((entry.conn.clone(), entry.id))
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(
+        connector: Connector,
+        config: TransportConfig,
+        read_timeout: Option<Duration>,
+    ) -> Arc<Pool> {
+        Arc::new(Pool {
+            connector,
+            config,
+            read_timeout,
+            state: Mutex::default(),
+            opening: [tokio::sync::Mutex::new(()), tokio::sync::Mutex::new(())],
+            reaper_started: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slot(self: &Arc<Self>, id: u64) -> StreamSlot {
+        StreamSlot {
+            pool: Arc::downgrade(self),
+            id,
+        }
+    }
+
+    fn release(&self, id: u64) {
+        let mut state = self.lock();
+        if let Some(e) = state.entries.iter_mut().find(|e| e.id == id) {
+            e.in_flight = e.in_flight.saturating_sub(1);
+            if e.in_flight == 0 {
+                e.idle_since = Instant::now();
+            }
+        }
+    }
+
+    /// A connection with room for one more request of `class`, opening one if needed (2)–(4).
+    async fn acquire(
+        self: &Arc<Self>,
+        class: Class,
+    ) -> Result<(Arc<Established>, StreamSlot), TransportError> {
+        let cap = self.config.max_streams_per_connection;
+        let (serialize, seen_attempt) = {
+            let mut state = self.lock();
+            if let Some((conn, id)) = state.claim(class, cap) {
+                return Ok((conn, self.slot(id)));
+            }
+            // HTTP/1.1 connections are never shared: no reason to queue for one.
+            (
+                state.last_protocol != Some(Negotiated::Http1),
+                state.attempts[class as usize],
+            )
+        };
+        let _opening = if serialize {
+            Some(self.opening[class as usize].lock().await)
+        } else {
+            None
+        };
+        let attempt = {
+            let mut state = self.lock();
+            if let Some((conn, id)) = state.claim(class, cap) {
+                return Ok((conn, self.slot(id)));
+            }
+            // An attempt made while this request waited failed: fail alike, at once, instead
+            // of every waiter retrying in turn (an outage would take waiters × timeout).
+            if let Some((n, failure)) = &state.failure[class as usize]
+                && *n > seen_attempt
+            {
+                return Err(TransportError::Shared {
+                    message: failure.0.to_string(),
+                });
+            }
+            state.attempts[class as usize] += 1;
+            state.attempts[class as usize]
+        };
+        match self.connector.connect().await {
+            Ok(conn) => {
+                let conn = Arc::new(conn);
+                let protocol = conn.protocol();
+                let id = {
+                    let mut state = self.lock();
+                    state.next_id += 1;
+                    let id = state.next_id;
+                    state.entries.push(Entry {
+                        id,
+                        class,
+                        conn: conn.clone(),
+                        in_flight: 1,
+                        idle_since: Instant::now(),
+                    });
+                    state.last_protocol = Some(protocol);
+                    state.failure[class as usize] = None;
+                    id
+                };
+                tracing::debug!(
+                    authority = self.connector.authority(),
+                    %protocol,
+                    class = ?class,
+                    streams = conn.max_streams.load(Ordering::Acquire),
+                    "API server connection opened"
+                );
+                self.start_reaper();
+                Ok((conn, self.slot(id)))
+            }
+            Err(error) => {
+                let mut state = self.lock();
+                state.failure[class as usize] =
+                    Some((attempt, SharedFailure(error.to_string().into())));
+                Err(error)
+            }
+        }
+    }
+
+    /// Closes connections that stayed empty for `idle_timeout` (5); holds only a `Weak`.
+    fn start_reaper(self: &Arc<Self>) {
+        if self.reaper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let every = (self.config.idle_timeout / 2).max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(pool) = pool.upgrade() else { return };
+                let idle = pool.config.idle_timeout;
+                let now = Instant::now();
+                let mut state = pool.lock();
+                state.purge_closed();
+                state
+                    .entries
+                    .retain(|e| e.in_flight > 0 || now.duration_since(e.idle_since) < idle);
+            }
+        });
+    }
+
+    fn counts(&self) -> ConnectionCounts {
+        let mut state = self.lock();
+        state.purge_closed();
+        let mut counts = ConnectionCounts::default();
+        for e in &state.entries {
+            match e.conn.protocol() {
+                Negotiated::Http1 => counts.http1 += 1,
+                Negotiated::Http2 => counts.http2 += 1,
+            }
+        }
+        counts
+    }
+
+    /// Sends one request on a connection chosen by [`Pool::acquire`].
+    async fn send(
+        self: Arc<Self>,
+        mut req: Request<Body>,
+    ) -> Result<Response<TrackedBody>, BoxError> {
+        let class = if is_watch(req.uri()) {
+            Class::Watch
+        } else {
+            Class::Short
+        };
+        let (conn, slot) = self.acquire(class).await?;
+        let http = |source| TransportError::Http { source };
+        let response: Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>> =
+            match &conn.sender {
+                Sender::Http2(sender) => {
+                    let mut sender = sender.clone();
+                    sender.ready().await.map_err(http)?;
+                    Box::pin(sender.send_request(req))
+                }
+                Sender::Http1(sender) => {
+                    origin_form(&mut req);
+                    let mut sender = sender.lock().await;
+                    sender.ready().await.map_err(http)?;
+                    Box::pin(sender.send_request(req))
+                }
+            };
+        let response = match self.read_timeout {
+            Some(timeout) => tokio::time::timeout(timeout, response)
+                .await
+                .map_err(|_| TransportError::ReadTimeout { timeout })?,
+            None => response.await,
+        }
+        .map_err(http)?;
+        tracing::Span::current().record("http.status_code", response.status().as_u16());
+        let read_timeout = self.read_timeout;
+        Ok(response.map(|body| TrackedBody::new(body, slot, read_timeout)))
+    }
+}
+
+/// HTTP/1.1 wants `/path?query` and a `Host` header; kube's base-URI layer made the URI
+/// absolute (which HTTP/2 needs for `:scheme` and `:authority`).
+fn origin_form(req: &mut Request<Body>) {
+    if let Some(authority) = req.uri().authority().cloned()
+        && !req.headers().contains_key(http::header::HOST)
+        && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
+    {
+        req.headers_mut().insert(http::header::HOST, host);
+    }
+    if let Some(pq) = req.uri().path_and_query().cloned()
+        && let Ok(uri) = http::Uri::builder().path_and_query(pq).build()
+    {
+        *req.uri_mut() = uri;
+    }
+}
+
+/// The tower service at the bottom of the `kube::Client` stack.
+#[derive(Clone)]
+pub(crate) struct PoolService {
+    pool: Arc<Pool>,
+}
+
+impl PoolService {
+    pub(crate) fn new(pool: Arc<Pool>) -> Self {
+        PoolService { pool }
+    }
+}
+
+impl tower::Service<Request<Body>> for PoolService {
+    type Response = Response<TrackedBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let span = tracing::debug_span!(
+            "HTTP",
+            http.method = %req.method(),
+            http.url = %req.uri(),
+            http.status_code = tracing::field::Empty,
+            otel.kind = "client",
+        );
+        Box::pin(self.pool.clone().send(req).instrument(span))
+    }
+}
+
+/// A handle on the transport behind one `kube::Client`: its protocol and connections.
+#[derive(Clone)]
+pub struct Transport {
+    pool: Arc<Pool>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("authority", &self.pool.connector.authority())
+            .field("protocol", &self.protocol())
+            .field("connections", &self.connections())
+            .finish()
+    }
+}
+
+impl Transport {
+    pub(crate) fn new(pool: Arc<Pool>) -> Self {
+        Transport { pool }
+    }
+
+    /// The protocol of the most recently opened connection; `None` before the first.
+    pub fn protocol(&self) -> Option<Negotiated> {
+        self.pool.lock().last_protocol
+    }
+
+    /// This transport's open connections, by protocol.
+    pub fn connections(&self) -> ConnectionCounts {
+        self.pool.counts()
+    }
+
+    /// Opens the connection for short requests now (errors are left for the first request).
+    pub(crate) async fn warm_up(&self) {
+        if let Err(error) = self.pool.acquire(Class::Short).await {
+            tracing::debug!(%error, "API server not reachable yet");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_limit;
+
+    #[test]
+    fn watch_limit_keeps_five_percent_headroom_below_the_server_and_the_cap() {
+        assert_eq!(watch_limit(100, 95), 95);
+        assert_eq!(watch_limit(100, 80), 80);
+        assert_eq!(watch_limit(8, 95), 7);
+        assert_eq!(watch_limit(1, 95), 1);
+        assert_eq!(watch_limit(usize::MAX, 95), 95);
+        assert_eq!(watch_limit(250, 1000), 237);
+    }
+}

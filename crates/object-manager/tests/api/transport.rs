@@ -1,0 +1,227 @@
+//! The HTTP/2 transport against nodelet-apiserver over real TLS + h2, with the real kube client:
+//! multiplexing, sharding below the server's stream limit, short requests beside full watch
+//! connections, connection loss, authentication, and the HTTP/1.1 fallback. Connection counts
+//! are the server's (`TestHandle::open_connections`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use nodelet_apiserver::User;
+use nodelet_object_manager::Strategy;
+use nodelet_object_manager::transport::{self, Negotiated, Protocol, TransportConfig};
+
+use super::*;
+
+async fn tls_server(max_streams: u32) -> (ApiServer, TestHandle) {
+    let server = ApiServer::start(
+        Config::default()
+            .with_tls()
+            .http2_max_streams_per_connection(max_streams),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start apiserver: {e}"));
+    let handle = server.handle();
+    (server, handle)
+}
+
+async fn h2_client(
+    kube_config: kube::Config,
+    transport: TransportConfig,
+) -> (kube::Client, transport::Transport) {
+    let (client, handle) = transport::connect(kube_config, transport)
+        .await
+        .unwrap_or_else(|e| panic!("transport: {e}"));
+    (
+        client,
+        handle.unwrap_or_else(|| panic!("no transport handle")),
+    )
+}
+
+/// Creates `n` ConfigMaps `cm-<i>` and a manager over `client` watching them all through
+/// one pod; returns once every object was read.
+async fn watch_many(handle: &TestHandle, client: kube::Client, n: usize) -> ConfigMapManager {
+    let names: Vec<String> = (0..n).map(|i| format!("cm-{i}")).collect();
+    for name in &names {
+        create(handle, config_map(name, "v1", false));
+    }
+    let m = ConfigMapManager::new(client, config(Strategy::Watch))
+        .unwrap_or_else(|e| panic!("manager: {e}"));
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    m.register_pod(&pod("many", &refs));
+    for name in &names {
+        assert_eq!(read(&m, name).await.as_deref(), Ok("v1"), "{name}");
+    }
+    wait_for(
+        || handle.open_watches("configmaps", None, None) == n,
+        "all watches open",
+    )
+    .await;
+    m
+}
+
+/// Waits (bounded by PATIENCE) until `cond` holds.
+async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn fifty_watches_share_one_http2_connection_beside_the_one_for_short_requests() {
+    let (server, handle) = tls_server(100).await;
+    let (client, t) = h2_client(server.kube_config(), TransportConfig::default()).await;
+    assert_eq!(t.protocol(), Some(Negotiated::Http2));
+    let m = watch_many(&handle, client, 50).await;
+    let open = handle.open_connections();
+    assert_eq!(open.http1, 0, "{open:?}");
+    assert_eq!(open.http2, 2, "one for watches, one for lists: {open:?}");
+    assert_eq!(t.connections().http2, 2);
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_a_server_limit_of_8_streams_50_watches_spread_over_at_least_7_connections() {
+    let (server, handle) = tls_server(8).await;
+    let (client, t) = h2_client(server.kube_config(), TransportConfig::default()).await;
+    let m = watch_many(&handle, client.clone(), 50).await;
+    let open = handle.open_connections();
+    // 7 watches per connection (one stream of headroom): 8 watch connections + 1 for short
+    // requests.
+    assert_eq!(open.http2, 8 + 1, "{open:?}");
+    assert_eq!(t.connections().http2, open.http2);
+
+    // Every watch connection is full (7 of 8 streams): short requests still go through, many
+    // at once, and another watch gets a connection of its own instead of waiting.
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let gets = (0..20).map(|i| {
+        let api = api.clone();
+        async move { api.get(&format!("cm-{i}")).await }
+    });
+    let results = tokio::time::timeout(PATIENCE, futures::future::join_all(gets))
+        .await
+        .unwrap_or_else(|_| panic!("short requests blocked behind full watch connections"));
+    assert!(results.iter().all(Result::is_ok));
+    create(&handle, config_map("late", "v1", false));
+    m.register_pod(&pod("late", &["late"]));
+    assert_eq!(read(&m, "late").await.as_deref(), Ok("v1"));
+    wait_for(
+        || handle.open_watches("configmaps", None, None) == 51,
+        "the 51st watch open",
+    )
+    .await;
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_a_connection_loss_every_watch_resumes_and_no_update_is_missed() {
+    let (server, handle) = tls_server(100).await;
+    let (client, _t) = h2_client(server.kube_config(), TransportConfig::default()).await;
+    let m = watch_many(&handle, client, 20).await;
+    let mut changes = m.subscribe();
+    handle.stop_listener().await;
+    for i in 0..20 {
+        update(&handle, config_map(&format!("cm-{i}"), "v2", false));
+    }
+    handle
+        .restart_listener()
+        .await
+        .unwrap_or_else(|e| panic!("restart: {e}"));
+    let mut pending: std::collections::BTreeSet<String> =
+        (0..20).map(|i| format!("cm-{i}")).collect();
+    let wait = async {
+        while !pending.is_empty() {
+            match changes.recv().await {
+                Ok(key) => {
+                    pending.remove(&key.name);
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("notifications closed"),
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .unwrap_or_else(|_| panic!("updates missed after the connection loss"));
+    for i in 0..20 {
+        assert_eq!(read(&m, &format!("cm-{i}")).await.as_deref(), Ok("v2"));
+    }
+    wait_for(
+        || handle.open_watches("configmaps", None, None) == 20,
+        "every watch open again",
+    )
+    .await;
+    assert_eq!(handle.open_connections().http1, 0);
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn bearer_tokens_authenticate_over_http2_and_the_node_authorizer_still_applies() {
+    let server = ApiServer::start(Config::default().with_tls().with_auth())
+        .await
+        .unwrap_or_else(|e| panic!("start apiserver: {e}"));
+    let handle = server.handle();
+    create(&handle, config_map("cm", "v1", false));
+    let yaml = server.kubeconfig_yaml(&User::node("n1"));
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("kube config: {e}"));
+    let (client, t) = h2_client(config, TransportConfig::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    // No pod of n1 references the ConfigMap: the Node authorizer forbids it, for system:node:n1.
+    let err = api.get("cm").await.err().map(|e| e.to_string());
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("forbidden")),
+        "{err:?}"
+    );
+    assert_eq!(t.protocol(), Some(Negotiated::Http2));
+    assert!(handle.count_by_user("system:node:n1") >= 1);
+    assert_eq!(handle.open_connections().http2, 1);
+}
+
+#[tokio::test]
+async fn a_plain_http_server_is_spoken_to_over_http1_one_connection_per_watch() {
+    let (server, handle) = super::server().await;
+    let (client, t) = h2_client(server.kube_config(), TransportConfig::default()).await;
+    assert_eq!(t.protocol(), Some(Negotiated::Http1));
+    let m = watch_many(&handle, client, 5).await;
+    let open = handle.open_connections();
+    assert_eq!(open.http2, 0, "{open:?}");
+    assert!(open.http1 >= 5, "{open:?}");
+    assert_eq!(t.connections().http1, open.http1);
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn http1_can_be_forced_on_a_server_that_offers_http2() {
+    let (server, handle) = tls_server(100).await;
+    let (client, t) = h2_client(server.kube_config(), TransportConfig::new(Protocol::Http1)).await;
+    let m = watch_many(&handle, client, 3).await;
+    assert_eq!(t.protocol(), Some(Negotiated::Http1));
+    let open = handle.open_connections();
+    assert_eq!(open.http2, 0, "{open:?}");
+    assert!(open.http1 >= 3, "{open:?}");
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_left_empty_are_closed_after_the_idle_time_out() {
+    let (server, handle) = tls_server(100).await;
+    let mut tc = TransportConfig::default();
+    tc.idle_timeout = Duration::from_millis(300);
+    let (client, t) = h2_client(server.kube_config(), tc).await;
+    let m = watch_many(&handle, client, 10).await;
+    assert_eq!(handle.open_connections().http2, 2);
+    m.unregister_pod(&pod("many", &[]));
+    wait_for(
+        || handle.open_connections().total() == 0,
+        "idle connections closed",
+    )
+    .await;
+    assert_eq!(t.connections().http2, 0);
+    m.shutdown().await;
+}
