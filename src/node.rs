@@ -1,11 +1,16 @@
 //! `--register-node`: the agent's Node (labels, a NoSchedule taint, Ready condition) and its
 //! Lease in `kube-node-lease`, renewed every 10 s.
+//!
+//! A Node that already exists (left by a kubelet, created by hand or by an older nodelet) is
+//! reconciled as the kubelet does under NodeRestriction: labels and status only. Its taints
+//! are never changed (a node may set them only when it creates itself), and a missing
+//! `nodelet.io/agent` taint is reported once as a warning.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -66,9 +71,9 @@ pub(crate) async fn run(
             _ = lease_tick.tick() => {
                 if !registered {
                     match register(&nodes, &config, &metrics).await {
-                        Ok(()) => {
+                        Ok(outcome) => {
                             registered = true;
-                            info!("node registered");
+                            outcome.log(&config.node_name);
                         }
                         Err(error) => {
                             warn!(%error, "node registration failed; retrying");
@@ -122,56 +127,134 @@ fn taint() -> Value {
     json!({"key": AGENT_TAINT_KEY, "value": "true", "effect": "NoSchedule"})
 }
 
-/// Create the Node, or add our labels and taint to an existing one. Annotations (the TTL
-/// controller's `node.alpha.kubernetes.io/ttl`) are never touched.
+/// What registration found and did, logged once by [`run`].
+#[derive(Debug, Default)]
+struct Registration {
+    /// The Node existed before this agent (it was reconciled, not created).
+    existed: bool,
+    /// The existing Node has no `nodelet.io/agent` NoSchedule/NoExecute taint.
+    missing_taint: bool,
+    /// The API server refused the label update (NodeRestriction: a label a node may not set).
+    labels_refused: Option<String>,
+}
+
+impl Registration {
+    fn log(&self, node: &str) {
+        if !self.existed {
+            info!("node registered");
+            return;
+        }
+        info!("existing node reconciled (labels and status; taints are left alone)");
+        if let Some(error) = &self.labels_refused {
+            warn!(%error, "the API server refused this node's labels; they stay as they are");
+        }
+        if self.missing_taint {
+            warn!(
+                node,
+                taint = "nodelet.io/agent=true:NoSchedule",
+                fix = %format!("kubectl taint node {node} nodelet.io/agent=true:NoSchedule"),
+                "the existing Node lacks nodelet's taint, and a node may set its taints only when \
+                 it creates its Node: ordinary pods can be scheduled to this node and will never \
+                 run here; an admin can add the taint"
+            );
+        }
+    }
+}
+
+/// Create the Node (labels, taint), or reconcile an existing one the way the kubelet does: only
+/// what NodeRestriction lets a node change (its labels, its status), never its taints, which a
+/// node may set only when it creates itself. Annotations (the TTL controller's
+/// `node.alpha.kubernetes.io/ttl`) are never touched.
 async fn register(
     nodes: &Api<Node>,
     config: &AgentConfig,
     metrics: &Metrics,
-) -> Result<(), kube::Error> {
+) -> Result<Registration, kube::Error> {
     metrics.api_request("get");
-    match nodes.get_opt(&config.node_name).await? {
-        None => {
-            let node: Node = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": config.node_name, "labels": labels(config)},
-                "spec": {"taints": [taint()]},
-            }))
-            .map_err(kube::Error::SerdeError)?;
-            metrics.api_request("create");
-            match nodes.create(&PostParams::default(), &node).await {
+    let mut existing = nodes.get_opt(&config.node_name).await?;
+    if existing.is_none() {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": config.node_name, "labels": labels(config)},
+            "spec": {"taints": [taint()]},
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        metrics.api_request("create");
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {
+                patch_status(nodes, config, metrics).await?;
+                return Ok(Registration::default());
+            }
+            // Created meanwhile by someone else: reconcile it as an existing Node.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                metrics.api_request("get");
+                existing = nodes.get_opt(&config.node_name).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut outcome = Registration {
+        existed: true,
+        ..Registration::default()
+    };
+    if let Some(node) = &existing {
+        outcome.missing_taint = !has_agent_taint(node);
+        let changed = changed_labels(node, &labels(config));
+        if !changed.is_empty() {
+            metrics.api_request("patch");
+            let patch = Patch::Merge(json!({"metadata": {"labels": changed}}));
+            match nodes
+                .patch(&config.node_name, &PatchParams::default(), &patch)
+                .await
+            {
                 Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                // A label NodeRestriction forbids (e.g. from `nodeLabels`): retrying cannot
+                // help, and the Lease and heartbeat matter more than labels.
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    outcome.labels_refused = Some(e.message);
+                }
                 Err(e) => return Err(e),
             }
         }
-        Some(node) => {
-            let mut taints: Vec<Value> = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .map(|ts| {
-                    ts.iter()
-                        .filter_map(|t| serde_json::to_value(t).ok())
-                        .collect()
-                })
-                .unwrap_or_default();
-            if !taints.iter().any(|t| t["key"] == AGENT_TAINT_KEY) {
-                taints.push(taint());
-            }
-            metrics.api_request("patch");
-            nodes
-                .patch(
-                    &config.node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        json!({"metadata": {"labels": labels(config)}, "spec": {"taints": taints}}),
-                    ),
-                )
-                .await?;
-        }
     }
-    patch_status(nodes, config, metrics).await
+    patch_status(nodes, config, metrics).await?;
+    Ok(outcome)
+}
+
+/// Whether the Node carries the `nodelet.io/agent` taint with an effect that keeps pods away.
+fn has_agent_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter().any(|t| {
+                t.key == AGENT_TAINT_KEY && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+            })
+        })
+}
+
+/// The labels in `wanted` whose value on `node` differs (others' labels stay untouched).
+fn changed_labels(node: &Node, wanted: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let current = node.metadata.labels.clone().unwrap_or_default();
+    wanted
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The Ready condition to post: `lastTransitionTime` moves only when the status changes (as
+/// the kubelet's `setNodeReadyCondition`), so a steady `True` keeps the time it became `True`.
+fn ready_condition(previous: Option<&NodeCondition>, now: &str) -> Value {
+    let since = previous
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or_else(|| now.to_owned(), |t| t.0.to_string());
+    json!({
+        "type": "Ready", "status": "True", "reason": "KubeletReady",
+        "message": "nodelet is posting ready status",
+        "lastHeartbeatTime": now, "lastTransitionTime": since,
+    })
 }
 
 async fn patch_status(
@@ -179,14 +262,17 @@ async fn patch_status(
     config: &AgentConfig,
     metrics: &Metrics,
 ) -> Result<(), kube::Error> {
+    metrics.api_request("get");
+    let current = nodes.get_opt(&config.node_name).await?;
+    let previous = current
+        .as_ref()
+        .and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
     let now = now_secs();
     let allocatable = allocatable();
     let status = json!({"status": {
-        "conditions": [{
-            "type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "nodelet is posting ready status",
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }],
+        "conditions": [ready_condition(previous, &now)],
         "addresses": [{"type": "Hostname", "address": config.node_name}],
         "capacity": allocatable, "allocatable": allocatable,
         "nodeInfo": {
@@ -242,5 +328,47 @@ async fn renew_lease(
                 .map(|_| ())
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(status: &str, since: &str) -> NodeCondition {
+        serde_json::from_value(json!({"type": "Ready", "status": status,
+            "lastTransitionTime": since}))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_ready_condition_keeps_its_transition_time_while_it_stays_true() {
+        let now = "2026-01-02T03:04:05Z";
+        let kept = ready_condition(Some(&condition("True", "2020-01-01T00:00:00Z")), now);
+        assert_eq!(kept["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_eq!(kept["lastHeartbeatTime"], now);
+        let flipped = ready_condition(Some(&condition("Unknown", "2020-01-01T00:00:00Z")), now);
+        assert_eq!(flipped["lastTransitionTime"], now);
+        assert_eq!(ready_condition(None, now)["lastTransitionTime"], now);
+    }
+
+    #[test]
+    fn only_labels_whose_value_differs_are_patched() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n",
+            "labels": {"a": "1", "b": "2", "theirs": "x"}}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let wanted = BTreeMap::from([
+            ("a".to_owned(), "1".to_owned()),
+            ("b".to_owned(), "3".to_owned()),
+            ("c".to_owned(), "4".to_owned()),
+        ]);
+        let changed = changed_labels(&node, &wanted);
+        assert_eq!(
+            changed.into_iter().collect::<Vec<_>>(),
+            [
+                ("b".to_owned(), "3".to_owned()),
+                ("c".to_owned(), "4".to_owned())
+            ]
+        );
     }
 }

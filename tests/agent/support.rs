@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodelet::{Agent, AgentConfig};
-use nodelet_apiserver::{ApiServer, User};
+use nodelet_apiserver::{ApiServer, TestHandle, User};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
@@ -79,9 +79,19 @@ impl World {
     }
 
     pub(crate) async fn start_with(tweak: impl FnOnce(&mut AgentConfig)) -> World {
+        Self::start_seeded(|_| {}, tweak).await
+    }
+
+    /// Like [`World::start_with`], with `seed` run on the server before the agent starts (for
+    /// objects the agent must find already there, such as its Node).
+    pub(crate) async fn start_seeded(
+        seed: impl FnOnce(&TestHandle),
+        tweak: impl FnOnce(&mut AgentConfig),
+    ) -> World {
         let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth())
             .await
             .unwrap_or_else(|e| panic!("api server: {e}"));
+        seed(&server.handle());
         let admin = client_for(&server, &User::admin()).await;
         let node_client = client_for(&server, &User::node(NODE)).await;
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

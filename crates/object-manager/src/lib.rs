@@ -17,6 +17,8 @@
 //!   references (OM-3 / OM-4); the managers register exactly these.
 //! * [`source::ObjectSource`]: the seam to the API server. [`source::KubeSource`] is the real
 //!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
+//! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
+//!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
 //!
@@ -118,6 +120,7 @@
 
 mod config;
 mod error;
+mod health;
 mod kind;
 mod manager;
 mod recovery;
@@ -133,6 +136,7 @@ mod testutil;
 
 pub use config::{ManagerConfig, ObjectKey, Strategy};
 pub use error::Error;
+pub use health::WatchHealth;
 pub use kind::ManagedObject;
 pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
 pub use refs::{referenced_config_map_names, referenced_secret_names};

@@ -313,6 +313,16 @@ impl<K: ManagedObject> Manager<K> {
         }
     }
 
+    /// The health of every watched object (Watch only; empty for Get and Cache): when the API
+    /// server last answered its watch and whether the latest request failed, so an outage is
+    /// visible while `get` keeps serving the last seen objects. Sorted by object.
+    pub fn watch_health(&self) -> Vec<crate::WatchHealth> {
+        match &self.shared.backend {
+            Backend::Watch(store) => store.health(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Current counters.
     pub fn stats(&self) -> ManagerStats {
         let registered_pods = self.lock_pods().len();

@@ -18,6 +18,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::{HealthCell, Recording, WatchHealth};
 use crate::kind::ManagedObject;
 use crate::manager::Tasks;
 use crate::recovery::{Recovery, RecoveryConfig};
@@ -59,6 +60,8 @@ struct Item<K> {
     last_access: Instant,
     immutable: bool,
     epoch: u64,
+    /// What the reflector runs last heard from the API server (`health.rs`).
+    health: Arc<HealthCell>,
 }
 
 impl<K: ManagedObject> WatchStore<K> {
@@ -95,6 +98,7 @@ impl<K: ManagedObject> WatchStore<K> {
             last_access: Instant::now(),
             immutable: false,
             epoch: 0,
+            health: Arc::default(),
         });
         if item.refs.is_empty() && item.reflector.is_none() && !inner.tasks.root.is_cancelled() {
             inner.start(key, item);
@@ -208,6 +212,18 @@ impl<K: ManagedObject> WatchStore<K> {
         )
     }
 
+    /// The health of every referenced object's watch, sorted by object.
+    pub(crate) fn health(&self) -> Vec<WatchHealth> {
+        let mut out: Vec<WatchHealth> = self
+            .inner
+            .lock()
+            .iter()
+            .map(|(key, item)| item.health.snapshot(key.clone(), item.reflector.is_some()))
+            .collect();
+        out.sort_by(|a, b| a.object.cmp(&b.object));
+        out
+    }
+
     /// OM-21: stop every item; nothing is (re)started afterwards (the root token is cancelled
     /// by the caller first).
     pub(crate) fn stop_all(&self) {
@@ -235,7 +251,10 @@ impl<K: ManagedObject> Inner<K> {
         });
         let cancel = self.tasks.root.child_token();
         let reflector = Reflector {
-            source: self.source.clone(),
+            source: Arc::new(Recording {
+                inner: self.source.clone(),
+                health: item.health.clone(),
+            }),
             key: key.clone(),
             kind: K::SINGULAR,
             cell: Arc::downgrade(&item.cell),

@@ -2,10 +2,11 @@
 //! against a kind cluster (default), any cluster (`--kubeconfig`), or the embedded API server
 //! (`--embedded`), with the real agent binary running on the host.
 //!
-//! Flow: check tools → cluster (create/reuse kind, or the given kubeconfig, or start
+//! Flow: node name (`--node-name`, or the node of `--node-kubeconfig`'s `system:node:`
+//! identity; a mismatch is refused before anything starts) → check tools → cluster (create/reuse kind, or the given kubeconfig, or start
 //! `nodelet-apiserver --tls --auth`) → node identity (CSR on kind, `--node-kubeconfig`, a node
 //! token from the embedded server, else admin and the report says so) → build and start the agent → run the scenarios → report → teardown (agent,
-//! its Node, the kind cluster we created; skipped with `--keep`, also run on failure and Ctrl-C).
+//! its Node unless it existed before, the kind cluster we created; skipped with `--keep`, also run on failure and Ctrl-C).
 
 mod agent;
 mod kind;
@@ -45,11 +46,14 @@ pub(crate) struct Args {
     /// Name of the kind cluster to create or reuse.
     #[arg(long, default_value = "nodelet-e2e")]
     cluster_name: String,
-    /// Node name the agent registers and pods are bound to.
-    #[arg(long, default_value = "nodelet-e2e")]
-    node_name: String,
-    /// A kubeconfig with a `system:node:<node-name>` identity for the agent.
-    #[arg(long, value_name = "PATH")]
+    /// Node name the agent registers and pods are bound to [default: the name in the
+    /// `system:node:<name>` identity of --node-kubeconfig, else nodelet-e2e]. A name that
+    /// differs from that identity's is refused before anything starts.
+    #[arg(long)]
+    node_name: Option<String>,
+    /// A kubeconfig with a `system:node:<node-name>` identity for the agent (the embedded server
+    /// makes its own).
+    #[arg(long, value_name = "PATH", conflicts_with = "embedded")]
     node_kubeconfig: Option<PathBuf>,
     /// Leave the cluster and the agent running for inspection.
     #[arg(long)]
@@ -164,11 +168,37 @@ fn run(
     teardown: &mut Teardown,
     interrupted: &AtomicBool,
 ) -> Result<bool> {
+    // Node name: --node-name, or the node of --node-kubeconfig's identity; a mismatch is
+    // refused here, before anything starts.
+    let node_kubeconfig_user = match &args.node_kubeconfig {
+        None => None,
+        Some(path) => match node_identity::user_of(path) {
+            Ok(user) => Some(user),
+            Err(err) if args.node_name.is_some() => {
+                eprintln!(
+                    "e2e: could not check that --node-name matches --node-kubeconfig: {err:#}"
+                );
+                None
+            }
+            Err(err) => {
+                return Err(err.context(
+                    "--node-name not given, and the identity of --node-kubeconfig could not be \
+                     read to take the node name from it; pass --node-name",
+                ));
+            }
+        },
+    };
+    let node_name = node_identity::resolve_node_name(
+        args.node_name.as_deref(),
+        node_kubeconfig_user.as_deref(),
+    )?;
+    eprintln!("e2e: node name {node_name}");
+
     // Cluster.
     let mut embedded_node_kubeconfig = None;
     let (mode, admin) = if args.embedded {
         let target = agent::build_binaries()?;
-        let server = agent::start_embedded_apiserver(&target, work, &args.node_name)?;
+        let server = agent::start_embedded_apiserver(&target, work, &node_name)?;
         teardown.apiserver = Some(server.process);
         embedded_node_kubeconfig = Some(server.node_kubeconfig);
         ("embedded", Kubectl::new(&server.admin_kubeconfig, None)?)
@@ -189,13 +219,17 @@ fn run(
     }
 
     // Node identity.
-    let node_user = format!("system:node:{}", args.node_name);
+    let node_user = format!("system:node:{node_name}");
     let (agent_kubeconfig, identity, note) = if let Some(path) = &args.node_kubeconfig {
-        (path.clone(), node_user, None)
+        (
+            path.clone(),
+            node_kubeconfig_user.unwrap_or(node_user),
+            None,
+        )
     } else if let Some(path) = embedded_node_kubeconfig {
         (path, node_user, None)
     } else if mode == "kind" {
-        match node_identity::obtain(&admin, &args.node_name, work) {
+        match node_identity::obtain(&admin, &node_name, work) {
             Ok(path) => (path, node_user, None),
             Err(err) => (
                 admin.kubeconfig.clone(),
@@ -222,13 +256,30 @@ fn run(
     let spec = AgentSpec {
         binary: target.join("nodelet"),
         kubeconfig: agent_kubeconfig,
-        node_name: args.node_name.clone(),
+        node_name: node_name.clone(),
         root_dir: work.join("root"),
         log: work.join("agent.log"),
     };
+    // A Node that was there before the run (a real node's, or one left on purpose) is not ours
+    // to delete at teardown.
+    let node_existed = !admin
+        .run(&[
+            "get",
+            "node",
+            &node_name,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])?
+        .trim()
+        .is_empty();
     let agent = Arc::new(Mutex::new(agent::start_agent(&spec)?));
     teardown.agent = Some(agent.clone());
-    teardown.node = Some((admin.clone(), args.node_name.clone()));
+    if node_existed {
+        eprintln!("e2e: node {node_name} existed before the run; teardown leaves it in place");
+    } else {
+        teardown.node = Some((admin.clone(), node_name.clone()));
+    }
     eprintln!("e2e: agent started (log {})", spec.log.display());
 
     // Scenarios.
@@ -239,7 +290,7 @@ fn run(
             .map_err(|e| anyhow::anyhow!("building the admin kube client: {e}"))?;
         let target = nodelet_e2e::Target {
             admin: client,
-            node_name: args.node_name.clone(),
+            node_name: node_name.clone(),
             root_dir: spec.root_dir.clone(),
             agent: Arc::new(ProcessAgent {
                 spec: spec.clone(),
@@ -305,5 +356,27 @@ impl nodelet_e2e::AgentControl for ProcessAgent {
         })
         .await
         .map_err(|e| e.to_string())?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("e2e").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_node_name_is_optional_so_a_node_identity_can_supply_it() {
+        let args = parse(&["--kubeconfig", "a", "--node-kubeconfig", "n"]).unwrap();
+        assert_eq!(args.node_name, None);
+        let args = parse(&["--node-name", "dev-1"]).unwrap();
+        assert_eq!(args.node_name.as_deref(), Some("dev-1"));
+    }
+
+    #[test]
+    fn a_node_kubeconfig_does_not_go_with_the_embedded_server() {
+        assert!(parse(&["--embedded", "--node-kubeconfig", "n"]).is_err());
     }
 }

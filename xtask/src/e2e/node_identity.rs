@@ -1,6 +1,8 @@
 //! A `system:node:<name>` client identity for the agent, obtained the way a kubelet bootstraps
 //! one: a CertificateSigningRequest for signer `kubernetes.io/kube-apiserver-client-kubelet`,
-//! approved with the admin credentials, signed by the controller manager.
+//! approved with the admin credentials, signed by the controller manager. Also: the node name a
+//! given `--node-kubeconfig` stands for, so the agent never runs as one node while watching the
+//! pods of another.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -61,6 +63,54 @@ pub(crate) fn csr_object(name: &str, csr: &NodeCsr) -> Value {
             "expirationSeconds": 86400
         }
     })
+}
+
+/// The node name when neither `--node-name` nor a node identity gives one.
+pub(crate) const DEFAULT_NODE_NAME: &str = "nodelet-e2e";
+
+/// The user `kubeconfig` authenticates as, asked of its API server (`kubectl auth whoami`, a
+/// SelfSubjectReview), e.g. `system:node:dev-1`.
+pub(crate) fn user_of(kubeconfig: &Path) -> Result<String> {
+    let kubectl = Kubectl::new(kubeconfig, None)?;
+    let user = kubectl
+        .run(&[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .with_context(|| format!("asking the API server who {} is", kubeconfig.display()))?;
+    let user = user.trim();
+    if user.is_empty() {
+        bail!("the API server named no user for {}", kubeconfig.display());
+    }
+    Ok(user.to_string())
+}
+
+/// The node name of a `system:node:<name>` user.
+pub(crate) fn node_of_user(user: &str) -> Option<&str> {
+    user.strip_prefix("system:node:").filter(|n| !n.is_empty())
+}
+
+/// The node name of the run: `--node-name` if given, else the name in the agent's
+/// `system:node:<name>` identity (`identity`, from `--node-kubeconfig`), else
+/// [`DEFAULT_NODE_NAME`].
+///
+/// # Errors
+/// `--node-name` differs from the node of a `system:node:` identity: the Node authorizer would
+/// refuse every request for the pods of `--node-name`, so the run must not start.
+pub(crate) fn resolve_node_name(given: Option<&str>, identity: Option<&str>) -> Result<String> {
+    match (given, identity.and_then(node_of_user)) {
+        (Some(given), Some(node)) if given != node => bail!(
+            "--node-name {given:?} does not match the identity of --node-kubeconfig, \
+             {user:?} (node {node:?}): the Node authorizer would refuse the agent every pod of \
+             node {given:?}; pass --node-name {node} or leave it out",
+            user = identity.unwrap_or_default()
+        ),
+        (Some(given), _) => Ok(given.to_string()),
+        (None, Some(node)) => Ok(node.to_string()),
+        (None, None) => Ok(DEFAULT_NODE_NAME.to_string()),
+    }
 }
 
 /// Requests, approves and collects a node client certificate, then writes a kubeconfig for it
@@ -179,5 +229,45 @@ mod tests {
             .decode(obj["spec"]["request"].as_str().unwrap())
             .unwrap();
         assert_eq!(String::from_utf8(request).unwrap(), csr.csr_pem);
+    }
+
+    #[test]
+    fn without_node_name_the_node_identity_names_the_node() {
+        assert_eq!(
+            resolve_node_name(None, Some("system:node:dev-node-1")).unwrap(),
+            "dev-node-1"
+        );
+    }
+
+    #[test]
+    fn a_node_name_matching_the_identity_is_accepted() {
+        assert_eq!(
+            resolve_node_name(Some("dev-node-1"), Some("system:node:dev-node-1")).unwrap(),
+            "dev-node-1"
+        );
+    }
+
+    #[test]
+    fn a_node_name_differing_from_the_identity_is_refused_naming_both() {
+        let err = resolve_node_name(Some("nodelet-e2e"), Some("system:node:dev-node-1"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"nodelet-e2e\""), "{err}");
+        assert!(err.contains("\"dev-node-1\""), "{err}");
+        assert!(err.contains("system:node:dev-node-1"), "{err}");
+    }
+
+    #[test]
+    fn other_identities_leave_the_name_to_the_flag_or_the_default() {
+        assert_eq!(
+            resolve_node_name(None, Some("kubernetes-admin")).unwrap(),
+            DEFAULT_NODE_NAME
+        );
+        assert_eq!(resolve_node_name(None, None).unwrap(), DEFAULT_NODE_NAME);
+        assert_eq!(
+            resolve_node_name(Some("n1"), Some("system:admin")).unwrap(),
+            "n1"
+        );
+        assert_eq!(node_of_user("system:node:"), None);
     }
 }
