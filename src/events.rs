@@ -9,17 +9,27 @@
 //! error. (kube-rs's `Recorder` keys its cache without the note, so a changed message only bumped
 //! the count of the first Event and never reached the API.)
 //!
-//! For each queued event the background task:
+//! Like the kubelet's `EventCorrelator` (client-go `tools/record/events_cache.go`, defaults in
+//! `limits`), events are bounded even when the message changes on every occurrence. Messages
+//! are cut to 1024 bytes (the API server's note limit) when queued. For each queued event the
+//! background task:
 //!
-//! 1. looks the identity up in the [`Correlator`]; an entry whose last occurrence is within
+//! 1. **aggregates** similar events: same pod, type and reason with a different message. From
+//!    the 10th distinct message of such a group (each within 10 minutes of the previous event
+//!    of the group), the event is published as the group's one combined event, message
+//!    `(combined from similar events): <message>`, whose count grows from then on;
+//! 2. looks the identity up in the [`Correlator`]; an entry whose last occurrence is within
 //!    [`AGGREGATION_WINDOW`] (10 min) is a repeat;
-//! 2. a repeat PATCHes (`application/merge-patch+json`) `count` and `lastTimestamp` of the existing
-//!    Event; if that Event is gone (404, e.g. expired by the API server's event TTL) it is created
-//!    again under the same name with the running count;
-//! 3. anything else is created: `metadata.name` = `<pod name>.<16 hex digits>` (nanoseconds since
+//! 3. the **spam filter** takes a token from the pod's bucket (burst 25, refilled at one per
+//!    5 minutes), for a creation or a repeat alike; without a token the event is dropped
+//!    (debug log), as upstream does;
+//! 4. a repeat PATCHes (`application/merge-patch+json`) `count`, `lastTimestamp` and `message`
+//!    of the existing Event; if that Event is gone (404, e.g. expired by the API server's event
+//!    TTL) it is created again under the same name with the running count;
+//! 5. anything else is created: `metadata.name` = `<pod name>.<16 hex digits>` (nanoseconds since
 //!    the epoch, strictly increasing, like client-go), `count` 1, `firstTimestamp` =
 //!    `lastTimestamp` = now;
-//! 4. on success the identity is recorded; the cache holds at most [`CACHE_CAPACITY`] identities,
+//! 6. on success the identity is recorded; the cache holds at most [`CACHE_CAPACITY`] identities,
 //!    dropping those older than the window first, then the least recently seen.
 //!
 //! `source.component` and `reportingComponent` are `nodelet`, not `kubelet`: reasons and messages
@@ -42,6 +52,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::metrics::Metrics;
+
+mod limits;
+
+use limits::{Aggregated, Aggregator, SimilarKey, SpamFilter, truncate_message};
 
 /// A repeat of an identical event within this time of its last occurrence updates the existing
 /// Event (count, lastTimestamp) instead of creating a new one.
@@ -77,12 +91,14 @@ struct PodEvent {
 }
 
 /// What makes two events the same: the kubelet's correlator aggregates on the message too.
+/// A group's combined event has `combined` set and the group's first combined message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct EventKey {
     pub(crate) uid: String,
     pub(crate) kind: EventKind,
     pub(crate) reason: String,
     pub(crate) message: String,
+    pub(crate) combined: bool,
 }
 
 /// A published Event, as remembered for aggregation.
@@ -135,6 +151,8 @@ impl EventPublisher {
             node: node.to_owned(),
             metrics,
             correlator: Correlator::new(AGGREGATION_WINDOW, CACHE_CAPACITY),
+            aggregator: Aggregator::default(),
+            spam: SpamFilter::default(),
             names: EventNames::default(),
         };
         tracker.spawn(async move {
@@ -168,7 +186,7 @@ impl EventPublisher {
             pod: reference,
             kind,
             reason: reason.to_owned(),
-            message,
+            message: truncate_message(message),
         });
     }
 }
@@ -191,7 +209,7 @@ impl Correlator {
         }
     }
 
-    /// (1) Whether `key` occurring at `now` repeats a published Event.
+    /// (2) Whether `key` occurring at `now` repeats a published Event.
     pub(crate) fn step(&self, key: &EventKey, now: Instant) -> Step {
         match self.entries.get(key) {
             Some(p) if now.saturating_duration_since(p.seen) <= self.window => Step::Repeat {
@@ -203,7 +221,7 @@ impl Correlator {
         }
     }
 
-    /// (4) Remembers a published Event, evicting expired then least recently seen entries.
+    /// (6) Remembers a published Event, evicting expired then least recently seen entries.
     pub(crate) fn record(&mut self, key: EventKey, published: Published) {
         if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
             let now = published.seen;
@@ -254,29 +272,67 @@ struct Writer {
     node: String,
     metrics: Metrics,
     correlator: Correlator,
+    aggregator: Aggregator,
+    spam: SpamFilter,
     names: EventNames,
 }
 
 impl Writer {
-    async fn publish(&mut self, event: PodEvent) {
+    async fn publish(&mut self, mut event: PodEvent) {
         let (Some(namespace), Some(pod_name)) =
             (event.pod.namespace.clone(), event.pod.name.clone())
         else {
             return;
         };
-        let key = EventKey {
-            uid: event.pod.uid.clone().unwrap_or_default(),
+        let uid = event.pod.uid.clone().unwrap_or_default();
+        let at = Instant::now();
+        // (1) Similar events with changing messages end up in one combined event.
+        let similar = SimilarKey {
+            uid: uid.clone(),
             kind: event.kind,
             reason: event.reason.clone(),
-            message: event.message.clone(),
         };
+        let combined = match self.aggregator.aggregate(&similar, &event.message, at) {
+            Aggregated::Single => false,
+            Aggregated::Combined(message) => {
+                event.message = message;
+                true
+            }
+        };
+        let key = EventKey {
+            uid: uid.clone(),
+            kind: event.kind,
+            reason: event.reason.clone(),
+            message: if combined {
+                String::new()
+            } else {
+                event.message.clone()
+            },
+            combined,
+        };
+        // (2)
+        let step = self.correlator.step(&key, at);
+        // (3) The spam filter, for creations and repeats alike.
+        if !self.spam.allow(&uid, at) {
+            debug!(
+                reason = %event.reason,
+                pod.namespace = %namespace,
+                pod.name = %pod_name,
+                "event dropped by the spam filter"
+            );
+            return;
+        }
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let now = Timestamp::now();
-        let result = match self.correlator.step(&key, Instant::now()) {
-            // (2)
+        let result = match step {
+            // (4)
             Step::Repeat { name, count, first } => {
                 self.metrics.api_request("patch");
-                let patch = serde_json::json!({"count": count, "lastTimestamp": Time(now)});
+                let patch = serde_json::json!({
+                    "count": count,
+                    "lastTimestamp": Time(now),
+                    "message": event.message,
+                });
                 match api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -292,7 +348,7 @@ impl Writer {
                     Err(error) => Err(error),
                 }
             }
-            // (3)
+            // (5)
             Step::Create => {
                 let name = self.names.next(&pod_name, now);
                 self.metrics.api_request("create");
@@ -303,7 +359,7 @@ impl Writer {
             }
         };
         match result {
-            // (4)
+            // (6)
             Ok((name, count, first)) => self.correlator.record(
                 key,
                 Published {
@@ -383,6 +439,7 @@ mod tests {
             kind: EventKind::Warning,
             reason: "FailedMount".into(),
             message: message.into(),
+            combined: false,
         }
     }
 
@@ -482,5 +539,93 @@ mod tests {
         assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
         assert!(b > a);
+    }
+
+    /// Issue 11, item 3: a mount failing on every retry with a different message (40 times,
+    /// one pod), then a 4,232-byte message about another pod, published through the real kube
+    /// client to `nodelet-apiserver`. Upstream's correlator turns the 40 into 9 single events
+    /// and one combined event, and stops at the 25-event burst; the long message is cut.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changing_messages_are_combined_after_ten_and_bounded_by_the_spam_filter() {
+        use kube::api::ListParams;
+
+        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = server.client();
+        let shutdown = CancellationToken::new();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let publisher = EventPublisher::start(
+            client.clone(),
+            "n1",
+            Metrics::new(),
+            shutdown.clone(),
+            &tracker,
+        );
+        let pod = |name: &str, uid: &str| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(name.into());
+            pod.metadata.namespace = Some("default".into());
+            pod.metadata.uid = Some(uid.into());
+            pod
+        };
+        let failing = pod("p", "u1");
+        for n in 1..=40 {
+            let message = format!(
+                "MountVolume.SetUp failed for volume \"v\" : write file /v/..2026_11_23_01_43_{n:02}.72/k: File name too long"
+            );
+            publisher.push(&failing, EventKind::Warning, "FailedMount", message);
+        }
+        // Events are published in order: once this one is there, all are.
+        let long = "d".repeat(4232);
+        publisher.push(&pod("q", "u2"), EventKind::Warning, "FailedMount", long);
+        let api: Api<Event> = Api::namespaced(client, "default");
+        let events = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let list = api.list(&ListParams::default()).await.map(|l| l.items);
+                if let Ok(items) = list
+                    && items
+                        .iter()
+                        .any(|e| e.involved_object.name.as_deref() == Some("q"))
+                {
+                    return items;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the last event was never published"));
+        let about = |name: &str| -> Vec<&Event> {
+            events
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(name))
+                .collect()
+        };
+        let failed = about("p");
+        let combined: Vec<_> = failed
+            .iter()
+            .filter(|e| {
+                e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("(combined from similar events): "))
+            })
+            .collect();
+        assert_eq!(failed.len(), 10, "Event objects about the failing pod");
+        assert_eq!(combined.len(), 1);
+        assert_eq!(combined[0].count, Some(16), "the 10th to the 25th event");
+        let written: i32 = failed.iter().filter_map(|e| e.count).sum();
+        assert_eq!(written, 25, "the spam filter's burst");
+        let long = about("q");
+        assert_eq!(long.len(), 1);
+        let message = long[0].message.as_deref().unwrap_or_default();
+        assert!(
+            message.len() <= 1024 && message.ends_with(" ..."),
+            "{}",
+            message.len()
+        );
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        server.shutdown().await;
     }
 }

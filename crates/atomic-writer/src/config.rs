@@ -90,7 +90,7 @@ pub mod fault {
         RemoveStaleDataTmp,
         /// (5) before creating the new data directory.
         CreateDataDir,
-        /// (6) before each payload file (and the manifest) is written.
+        /// (6) before each payload file is written.
         WriteFile,
         /// (7) before the durability `fsync`s of the new files and directories.
         SyncDataDir,

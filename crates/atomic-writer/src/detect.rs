@@ -7,18 +7,23 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::Error;
-use crate::layout::{self, ManifestEntry};
+use crate::layout;
 use crate::payload::FileProjection;
 
-/// (4) Whether any payload file is missing from `old_dir`, is not a regular file there, or has
-/// other bytes, mode or owner. Mode and owner are compared with the manifest when the old data
-/// directory has one (so `set_perms` changes do not count), else with the files on disk.
+/// (4) Whether any payload file is missing from the current data directory `old_name`, is not
+/// a regular file there, or has other bytes, mode or owner. Modes and owners are compared with
+/// what the previous write asked for when its directory name records it (so `set_perms`
+/// changes do not count), else (the kubelet's directories) with the files on disk.
 pub(crate) fn differs(
-    old_dir: &Path,
+    target: &Path,
+    old_name: &str,
     files: &BTreeMap<String, &FileProjection>,
 ) -> Result<bool, Error> {
-    // An unreadable manifest is treated like a missing one: compare with the disk.
-    let manifest = layout::read_manifest(old_dir).ok().flatten();
+    let old_dir = target.join(old_name);
+    let recorded = layout::recorded_digest(old_name);
+    if recorded.is_some_and(|digest| digest != layout::modes_digest(files)) {
+        return Ok(true);
+    }
     for (relative, file) in files {
         let path = old_dir.join(relative);
         let meta = match fs::symlink_metadata(&path) {
@@ -37,22 +42,12 @@ pub(crate) fn differs(
         if !meta.is_file() || meta.len() != file.data.len() as u64 {
             return Ok(true);
         }
-        let recorded: Option<ManifestEntry> = match &manifest {
-            Some(entries) => match entries.get(relative) {
-                Some(entry) => Some(*entry),
-                None => return Ok(true),
-            },
-            None => None,
-        };
-        let (mode, owner_matches) = match recorded {
-            Some((mode, uid)) => (mode, uid == file.fs_user),
-            None => (
-                meta.permissions().mode() & 0o7777,
-                file.fs_user.is_none_or(|uid| uid == meta.uid()),
-            ),
-        };
-        if mode != file.mode || !owner_matches {
-            return Ok(true);
+        if recorded.is_none() {
+            let mode = meta.permissions().mode() & 0o7777;
+            let owner_matches = file.fs_user.is_none_or(|uid| uid == meta.uid());
+            if mode != file.mode || !owner_matches {
+                return Ok(true);
+            }
         }
         match same_contents(&path, &file.data) {
             Ok(true) => {}

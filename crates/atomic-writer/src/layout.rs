@@ -1,4 +1,4 @@
-//! The on-disk layout: reserved names, data directory naming, the mode manifest, the AW-8
+//! The on-disk layout: reserved names, data directory naming (with the modes digest), the AW-8
 //! removal set and the read side ([`read_visible`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,24 +15,66 @@ use crate::payload::FileProjection;
 pub const DATA_DIR_NAME: &str = "..data";
 /// Name of the transient symlink renamed over `..data` during a swap (AW-2).
 pub const DATA_TMP_NAME: &str = "..data_tmp";
-/// Name of the manifest this writer keeps inside each data directory: the requested mode and
-/// owner of every file, so that change detection compares with what was asked for, not with
-/// modes a `set_perms` hook (fsGroup) changed afterwards. Never reachable through visible names.
+/// Name of the manifest older versions of this writer kept inside each data directory. A data
+/// directory holding one is adopted, and replaced by the next write (which writes none).
 pub const MANIFEST_NAME: &str = "..nodelet_manifest";
 
-const MANIFEST_HEADER: &str = "nodelet-atomic-writer manifest 1\n";
+/// Digits of the random part of a data directory name this writer creates.
+const RANDOM_DIGITS: usize = 10;
+/// Digits of the requested-modes digest that follows the random part.
+const DIGEST_DIGITS: usize = 20;
 
-/// A new data directory name: `..<UTC yyyy_MM_dd_HH_mm_ss>.<random decimal digits>` (AW-2).
-pub(crate) fn new_data_dir_name() -> String {
+/// A new data directory name: `..<UTC yyyy_MM_dd_HH_mm_ss>.<random decimal digits>` (AW-2),
+/// the digits being 10 random ones followed by the 20-digit [`modes_digest`] of the payload
+/// (the kubelet's random part has at most 10 digits, so a 30-digit one is always ours).
+pub(crate) fn new_data_dir_name(digest: u64) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     hasher.write_u32(std::process::id());
     let random = hasher.finish() % 10_000_000_000;
     format!(
-        "..{}.{random}",
-        chrono::Utc::now().format("%Y_%m_%d_%H_%M_%S")
+        "..{}.{random:0rw$}{digest:0dw$}",
+        chrono::Utc::now().format("%Y_%m_%d_%H_%M_%S"),
+        rw = RANDOM_DIGITS,
+        dw = DIGEST_DIGITS,
     )
+}
+
+/// The [`modes_digest`] recorded in a data directory name made by [`new_data_dir_name`];
+/// `None` for names of the kubelet or of older versions of this writer.
+pub(crate) fn recorded_digest(name: &str) -> Option<u64> {
+    let (_, random) = name.strip_prefix("..")?.split_once('.')?;
+    if random.len() != RANDOM_DIGITS + DIGEST_DIGITS || !random.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    random.get(RANDOM_DIGITS..)?.parse().ok()
+}
+
+/// A digest of what the payload asks for beyond contents: every cleaned path with its mode
+/// and owner (64-bit FNV-1a, stable across versions and platforms). Recorded in the data
+/// directory's name, it lets change detection compare requested modes with requested modes,
+/// not with modes a `set_perms` hook (fsGroup) changed afterwards, without a file of ours in the
+/// data directory.
+pub(crate) fn modes_digest(files: &BTreeMap<String, &FileProjection>) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    };
+    for (path, file) in files {
+        let uid = file
+            .fs_user
+            .map_or_else(|| "-".to_owned(), |u| u.to_string());
+        // Length-prefixed path: no two payloads feed the same bytes.
+        feed(format!("{} {path} {:o} {uid}\n", path.len(), file.mode).as_bytes());
+    }
+    hash
 }
 
 /// Whether `name` has the shape of a data directory name (AW-2), ours or the kubelet's.
@@ -81,60 +123,6 @@ pub(crate) fn describe(meta: &fs::Metadata, path: &Path) -> String {
     } else {
         "a special file".to_owned()
     }
-}
-
-/// Requested mode and owner of one file, as recorded in the manifest.
-pub(crate) type ManifestEntry = (u32, Option<u32>);
-
-/// Serialises the manifest for `files` (cleaned path → file).
-pub(crate) fn encode_manifest(files: &BTreeMap<String, &FileProjection>) -> Vec<u8> {
-    let mut out = MANIFEST_HEADER.as_bytes().to_vec();
-    for (path, file) in files {
-        let uid = file
-            .fs_user
-            .map_or_else(|| "-".to_owned(), |u| u.to_string());
-        out.extend_from_slice(format!("{:o} {uid} {} {path}\n", file.mode, path.len()).as_bytes());
-    }
-    out
-}
-
-/// Reads the manifest of the data directory `dir`; `None` if it is absent or not ours.
-pub(crate) fn read_manifest(dir: &Path) -> io::Result<Option<BTreeMap<String, ManifestEntry>>> {
-    let bytes = match fs::read(dir.join(MANIFEST_NAME)) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(decode_manifest(&bytes))
-}
-
-fn decode_manifest(bytes: &[u8]) -> Option<BTreeMap<String, ManifestEntry>> {
-    let mut rest = bytes.strip_prefix(MANIFEST_HEADER.as_bytes())?;
-    let mut entries = BTreeMap::new();
-    while !rest.is_empty() {
-        let (mode, after) = split_field(rest)?;
-        let (uid, after) = split_field(after)?;
-        let (len, after) = split_field(after)?;
-        let mode = u32::from_str_radix(mode, 8).ok()?;
-        let uid = match uid {
-            "-" => None,
-            n => Some(n.parse().ok()?),
-        };
-        let len: usize = len.parse().ok()?;
-        let path = after.get(..len)?;
-        if after.get(len) != Some(&b'\n') {
-            return None;
-        }
-        entries.insert(String::from_utf8(path.to_vec()).ok()?, (mode, uid));
-        rest = after.get(len + 1..)?;
-    }
-    Some(entries)
-}
-
-fn split_field(bytes: &[u8]) -> Option<(&str, &[u8])> {
-    let space = bytes.iter().position(|b| *b == b' ')?;
-    let field = std::str::from_utf8(bytes.get(..space)?).ok()?;
-    Some((field, bytes.get(space + 1..)?))
 }
 
 /// AW-8: every path under the data directory `dir` (files and directories, relative, reserved
@@ -253,9 +241,9 @@ mod tests {
 
     #[test]
     fn new_data_dir_names_have_the_kubelet_shape() {
-        let name = new_data_dir_name();
+        let name = new_data_dir_name(7);
         assert!(is_data_dir_name(&name), "{name}");
-        assert_ne!(name, new_data_dir_name());
+        assert_ne!(name, new_data_dir_name(7));
     }
 
     #[test]
@@ -271,32 +259,37 @@ mod tests {
     }
 
     #[test]
-    fn manifest_round_trips_paths_with_spaces_and_newlines() {
+    fn new_names_are_kubelet_shaped_and_carry_the_modes_digest() {
         let a = FileProjection::new(b"x".to_vec(), 0o600).with_fs_user(1000);
-        let b = FileProjection::new(b"y".to_vec(), 0o644);
-        let files: BTreeMap<String, &FileProjection> = [
-            ("dir/with space".to_owned(), &a),
-            ("new\nline".to_owned(), &b),
-        ]
-        .into_iter()
-        .collect();
-        let decoded = decode_manifest(&encode_manifest(&files));
-        let expected: BTreeMap<String, ManifestEntry> = [
-            ("dir/with space".to_owned(), (0o600, Some(1000))),
-            ("new\nline".to_owned(), (0o644, None)),
-        ]
-        .into_iter()
-        .collect();
-        assert_eq!(decoded, Some(expected));
+        let files: BTreeMap<String, &FileProjection> =
+            [("dir/with space".to_owned(), &a)].into_iter().collect();
+        let digest = modes_digest(&files);
+        let name = new_data_dir_name(digest);
+        assert!(is_data_dir_name(&name), "{name}");
+        assert_eq!(recorded_digest(&name), Some(digest));
+        assert_eq!(recorded_digest(&new_data_dir_name(0)), Some(0));
+        assert_eq!(
+            recorded_digest(&new_data_dir_name(u64::MAX)),
+            Some(u64::MAX)
+        );
+        // The kubelet's and older nodelets' names carry none.
+        assert_eq!(recorded_digest("..2024_05_01_10_20_30.1234567890"), None);
     }
 
     #[test]
-    fn a_damaged_manifest_is_ignored() {
-        assert_eq!(decode_manifest(b"garbage"), None);
-        assert_eq!(
-            decode_manifest(b"nodelet-atomic-writer manifest 1\n644 - 9 short\n"),
-            None
-        );
+    fn the_modes_digest_changes_with_any_path_mode_or_owner_but_not_contents() {
+        let base = FileProjection::new(b"x".to_vec(), 0o600);
+        let other_bytes = FileProjection::new(b"y".to_vec(), 0o600);
+        let other_mode = FileProjection::new(b"x".to_vec(), 0o640);
+        let owned = FileProjection::new(b"x".to_vec(), 0o600).with_fs_user(0);
+        let digest = |path: &str, f: &FileProjection| {
+            modes_digest(&[(path.to_owned(), f)].into_iter().collect())
+        };
+        let d = digest("a", &base);
+        assert_eq!(digest("a", &other_bytes), d);
+        assert_ne!(digest("a", &other_mode), d);
+        assert_ne!(digest("a", &owned), d);
+        assert_ne!(digest("b", &base), d);
     }
 
     // AW-12 `TestPathsToRemove`: the AW-8 test vectors.

@@ -34,14 +34,18 @@
 //!
 //! ```text
 //! target/
-//! ├── ..2024_01_31_12_00_05.84130917/    data directory, mode 0755
-//! │   ├── ..nodelet_manifest            requested modes/owners (this crate only, see below)
+//! ├── ..2024_01_31_12_00_05.0084130917<20-digit modes digest>/
+//! │   │                                 data directory, mode 0755: exactly the payload
 //! │   ├── podName                       real file, mode = payload mode
 //! │   └── user/labels                   real directories (0755) and files
-//! ├── ..data    -> ..2024_01_31_12_00_05.84130917
+//! ├── ..data    -> ..2024_01_31_12_00_05.0084130917<digest>
 //! ├── podName   -> ..data/podName
 //! └── user      -> ..data/user
 //! ```
+//!
+//! The data directory's name has the kubelet's shape (`..<UTC time>.<digits>`); its digits are
+//! 10 random ones followed by a digest of the requested modes and owners (see below), so the
+//! data directory holds the payload's files and nothing else.
 //!
 //! An update writes a complete new data directory next to the old one, renames a `..data_tmp`
 //! symlink over `..data` (one atomic `rename(2)`), then fixes up the visible symlinks and removes
@@ -64,11 +68,12 @@
 //! 3. **Paths to remove** (AW-8): entries of the current data directory that are neither
 //!    payload paths nor their ancestors.
 //! 4. **Change detection** (AW-7): the payload differs if any file is missing, is not a regular
-//!    file, or has other bytes, mode or owner. If nothing differs and nothing is to be removed,
-//!    skip to step 10 ([`WriteOutcome::Unchanged`]).
+//!    file, or has other bytes, mode or owner, or if the data directory holds a manifest of an
+//!    older version of this crate. If nothing differs and nothing is to be removed, skip to
+//!    step 10 ([`WriteOutcome::Unchanged`]).
 //! 5. **Create the new data directory**, mode exactly 0755.
 //! 6. **Write every file**: parent directories 0755, the bytes, `chown` to `fs_user` (gid
-//!    unchanged), the mode exactly (umask-independent); then the manifest.
+//!    unchanged), the mode exactly (umask-independent).
 //! 7. **Call `set_perms`** with the new data directory's path; then `fsync` every file, every
 //!    directory and the data directory (after all writes, so one journal commit covers most).
 //! 8. **Create `..data_tmp`** pointing to the new data directory; `fsync` the target.
@@ -99,11 +104,15 @@
 //! 3. **Mode and owner changes are applied.** The kubelet compares only contents (AW-7), so a
 //!    mode-only change never reaches an existing volume. Here a change of mode or `fs_user`
 //!    produces a new data directory, atomically, like a content change. To make this immune to a
-//!    `set_perms` hook that adjusts modes afterwards (fsGroup adds group bits), each data
-//!    directory holds a small manifest, `..nodelet_manifest`, with the requested mode and owner
-//!    of every file; without a manifest (a directory written by the kubelet) the modes on disk
-//!    are compared. A path that is a directory in the old data but a file in the payload is a
-//!    change, not an error (upstream fails non-deterministically).
+//!    `set_perms` hook that adjusts modes afterwards (fsGroup adds group bits), the data
+//!    directory's name ends in a 20-digit digest (64-bit FNV-1a) of every file's path,
+//!    requested mode and owner, and the next write compares the digest of its own request with
+//!    it, not with the modes on disk. Nothing is added to the data directory: it holds exactly
+//!    the payload, like the kubelet's. Without a digest (a directory written by the kubelet) the
+//!    modes on disk are compared. A directory written by an older version of this crate (with a
+//!    `..nodelet_manifest` file, [`MANIFEST_NAME`]) is adopted and rewritten, without the file,
+//!    by the next write. A path that is a directory in the old data but a file in the payload
+//!    is a change, not an error (upstream fails non-deterministically).
 //! 4. **Hostile target contents.** If a visible name the payload needs is occupied by something
 //!    that is not our symlink, or `..data` / `..data_tmp` is not a symlink of ours, the write
 //!    fails with a clear error and changes nothing (the kubelet silently skips such names, so

@@ -154,8 +154,11 @@ impl AtomicWriter {
                         }
                         .relocated(&old_dir, &through_link)
                     })?;
+                // A manifest of an older version of this writer goes with a rewrite.
+                let legacy = fs::symlink_metadata(old_dir.join(MANIFEST_NAME)).is_ok();
                 !to_remove.is_empty()
-                    || differs(&old_dir, &files)
+                    || legacy
+                    || differs(&self.target, name, &files)
                         .map_err(|e| e.relocated(&old_dir, &through_link))?
             }
         };
@@ -275,8 +278,9 @@ impl AtomicWriter {
         files: &BTreeMap<String, &FileProjection>,
         set_perms: Option<SetPerms<'_>>,
     ) -> Result<String, Error> {
-        // (5) Create the new data directory, mode exactly 0755.
-        let (name, dir) = self.create_data_dir()?;
+        // (5) Create the new data directory, mode exactly 0755, its name recording the
+        // requested modes and owners.
+        let (name, dir) = self.create_data_dir(layout::modes_digest(files))?;
         let result = self
             .fill_data_dir(&dir, files, set_perms)
             .and_then(|()| self.publish(&name));
@@ -292,10 +296,10 @@ impl AtomicWriter {
     }
 
     /// (5) Creates `..<timestamp>.<random>` with mode 0755.
-    fn create_data_dir(&self) -> Result<(String, PathBuf), Error> {
+    fn create_data_dir(&self, digest: u64) -> Result<(String, PathBuf), Error> {
         let mut last = None;
         for _ in 0..CREATE_ATTEMPTS {
-            let name = layout::new_data_dir_name();
+            let name = layout::new_data_dir_name(digest);
             let dir = self.target.join(&name);
             let created = self
                 .config
@@ -322,7 +326,7 @@ impl AtomicWriter {
         })
     }
 
-    /// (6) and (7): files, manifest, `set_perms`, then the durability syncs of the new tree.
+    /// (6) and (7): files, `set_perms`, then the durability syncs of the new tree.
     fn fill_data_dir(
         &self,
         dir: &Path,
@@ -357,18 +361,6 @@ impl AtomicWriter {
                     self.sync_files(&mut unsynced)?;
                 }
             }
-        }
-        let manifest = dir.join(MANIFEST_NAME);
-        self.config
-            .inject(FaultPoint::WriteFile)
-            .map_err(|cause| Error::WriteFile {
-                path: manifest.clone(),
-                cause,
-            })?;
-        let manifest_file = FileProjection::new(layout::encode_manifest(files), 0o644);
-        let handle = write_file(&manifest, &manifest_file)?;
-        if self.config.fsync {
-            unsynced.push((manifest, handle));
         }
 
         // (7) The caller's permission hook, on the full path of the new data directory; then

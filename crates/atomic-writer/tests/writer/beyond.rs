@@ -166,8 +166,9 @@ fn an_owner_change_is_applied_and_chown_uses_the_given_uid() {
 
 #[test]
 fn modes_changed_by_set_perms_do_not_count_as_a_change() {
-    // An fsGroup-style hook adds group read to every file (PL-11); without the manifest the
-    // next identical write would see 0640 != 0600 and rewrite on every sync.
+    // An fsGroup-style hook adds group read to every file (PL-11); without the record of the
+    // requested modes the next identical write would see 0640 != 0600 and rewrite on every
+    // sync.
     let dir = tempfile::tempdir().unwrap();
     let p = payload(&[("tls/key", b"k", 0o600), ("ca", b"c", 0o644)]);
     let mut add_group_read = |data_dir: &Path| -> io::Result<()> {
@@ -223,20 +224,83 @@ fn a_directory_written_without_a_manifest_is_compared_by_the_modes_on_disk() {
 }
 
 #[test]
-fn a_damaged_manifest_falls_back_to_the_modes_on_disk() {
+fn a_directory_of_an_older_nodelet_is_adopted_and_its_manifest_removed_on_the_next_write() {
+    // Issue 11, item 6: older versions kept `..nodelet_manifest` in the data directory.
     let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("..2024_01_31_12_00_05.84130917");
+    fs::create_dir_all(&data).unwrap();
+    fs::write(data.join("a"), b"1").unwrap();
+    fs::set_permissions(data.join("a"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::write(
+        data.join("..nodelet_manifest"),
+        b"nodelet-atomic-writer manifest 1\n600 - 1 a\n",
+    )
+    .unwrap();
+    symlink("..2024_01_31_12_00_05.84130917", dir.path().join("..data")).unwrap();
+    symlink("..data/a", dir.path().join("a")).unwrap();
     let p = payload(&[("a", b"1", 0o600)]);
-    let mut w = written(dir.path(), &p);
-    let manifest = dir
-        .path()
-        .join("..data")
-        .join(nodelet_atomic_writer::MANIFEST_NAME);
-    fs::set_permissions(&manifest, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(&manifest, b"not a manifest").unwrap();
+    let mut w = writer(dir.path());
+    assert_eq!(w.write(&p, None).unwrap(), WriteOutcome::Written);
+    assert_layout(dir.path(), &p);
     assert_eq!(w.write(&p, None).unwrap(), WriteOutcome::Unchanged);
-    let loosened = payload(&[("a", b"1", 0o644)]);
-    assert_eq!(w.write(&loosened, None).unwrap(), WriteOutcome::Written);
-    assert_layout(dir.path(), &loosened);
+}
+
+#[test]
+fn the_data_directory_holds_exactly_the_payload_and_mode_changes_are_still_seen() {
+    // Issue 11, item 6: a container listing `..data/` sees its ConfigMap's keys and nothing
+    // else, while mode and owner changes are detected and fsGroup-style hook bits are not.
+    let dir = tempfile::tempdir().unwrap();
+    let p = payload(&[("a", b"1", 0o600), ("sub/b", b"2", 0o400)]);
+    let mut add_group_read = |data_dir: &Path| -> io::Result<()> {
+        for path in [data_dir.join("a"), data_dir.join("sub/b")] {
+            let mode = fs::metadata(&path)?.permissions().mode();
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode | 0o040))?;
+        }
+        Ok(())
+    };
+    let mut w = writer(dir.path());
+    assert_eq!(
+        w.write(&p, Some(&mut add_group_read)).unwrap(),
+        WriteOutcome::Written
+    );
+    let listing = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir.join("..data"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listing(dir.path()), ["a", "sub"]);
+    assert_eq!(
+        w.write(&p, Some(&mut add_group_read)).unwrap(),
+        WriteOutcome::Unchanged
+    );
+    // 0600 + hook = 0640 on disk; asking for 0640 is still a change of the requested mode.
+    let asked = payload(&[("a", b"1", 0o640), ("sub/b", b"2", 0o400)]);
+    assert_eq!(
+        w.write(&asked, Some(&mut add_group_read)).unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(listing(dir.path()), ["a", "sub"]);
+    let uid = fs::metadata(dir.path()).unwrap().uid();
+    let owned: Payload = [
+        (
+            "a",
+            FileProjection::new(b"1".to_vec(), 0o640).with_fs_user(uid),
+        ),
+        ("sub/b", FileProjection::new(b"2".to_vec(), 0o400)),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        w.write(&owned, Some(&mut add_group_read)).unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(
+        w.write(&owned, Some(&mut add_group_read)).unwrap(),
+        WriteOutcome::Unchanged
+    );
 }
 
 #[test]

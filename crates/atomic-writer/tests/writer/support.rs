@@ -6,8 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nodelet_atomic_writer::{
-    AtomicWriter, DATA_DIR_NAME, DATA_TMP_NAME, FileProjection, MANIFEST_NAME, Payload,
-    WriterConfig, clean_path, read_visible,
+    AtomicWriter, DATA_DIR_NAME, DATA_TMP_NAME, FileProjection, Payload, WriterConfig, clean_path,
+    read_visible,
 };
 
 /// What a container should see: cleaned path → (bytes, mode).
@@ -58,7 +58,7 @@ pub(crate) fn data_link(dir: &Path) -> Option<PathBuf> {
     fs::read_link(dir.join(DATA_DIR_NAME)).ok()
 }
 
-/// The tree under `..data` (files only, the manifest excluded); empty without `..data`.
+/// The tree under `..data` (files, every one of them); empty without `..data`.
 pub(crate) fn data_tree(dir: &Path) -> Tree {
     let Some(target) = data_link(dir) else {
         return Tree::new();
@@ -75,9 +75,6 @@ fn collect(dir: &Path, prefix: &str, out: &mut Tree) {
     for entry in entries {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if prefix.is_empty() && name == MANIFEST_NAME {
-            continue;
-        }
         let relative = if prefix.is_empty() {
             name
         } else {
@@ -94,7 +91,8 @@ fn collect(dir: &Path, prefix: &str, out: &mut Tree) {
 }
 
 /// Asserts the state after a successful write of `payload` (AW-6, AW-11): the visible tree
-/// equals the payload exactly, `..data` points to the only data directory, no `..data_tmp`
+/// equals the payload exactly, the data directory holds exactly the payload's files, `..data`
+/// points to the only data directory, no `..data_tmp`
 /// remains, and every top-level name of the payload is a symlink `name -> ..data/name`.
 pub(crate) fn assert_layout(dir: &Path, payload: &Payload) {
     let want = expected(payload);
@@ -117,6 +115,10 @@ pub(crate) fn assert_layout(dir: &Path, payload: &Payload) {
         .mode()
         & 0o7777;
     assert_eq!(mode, 0o755, "data directory mode");
+    // Issue 11, item 6: the data directory holds exactly the payload, nothing of the writer's.
+    let held: Vec<String> = data_tree(dir).into_keys().collect();
+    let files: Vec<String> = want.keys().cloned().collect();
+    assert_eq!(held, files, "files in the data directory");
     for path in want.keys() {
         let top = path.split('/').next().unwrap();
         assert_eq!(

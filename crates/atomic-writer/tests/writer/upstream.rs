@@ -179,11 +179,7 @@ fn write_once_empty_payload_creates_data_link_and_an_empty_data_dir() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(
-        names,
-        ["..nodelet_manifest"],
-        "only the manifest, no payload file"
-    );
+    assert!(names.is_empty(), "an empty data directory: {names:?}");
 }
 
 // ---- TestUpdate (AW-5, AW-7, AW-8, AW-10) ----

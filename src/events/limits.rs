@@ -1,0 +1,241 @@
+//! The bounds of the kubelet's event correlator (client-go `tools/record/events_cache.go`) that
+//! sit in front of the de-duplicating [`Correlator`](super::Correlator): the aggregation of
+//! similar events, the per-object spam filter, and the message length cap.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::EventKind;
+
+/// Similar events (same object, type and reason, different messages) within this time of the
+/// previous one count towards [`AGGREGATE_MAX_EVENTS`] (upstream
+/// `defaultAggregateIntervalInSeconds` = 600).
+pub(crate) const AGGREGATE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The distinct messages after which similar events are combined into one (upstream
+/// `defaultAggregateMaxEvents` = 10).
+pub(crate) const AGGREGATE_MAX_EVENTS: usize = 10;
+
+/// The prefix of a combined event's message (upstream `EventAggregatorByReasonMessageFunc`).
+pub(crate) const COMBINED_PREFIX: &str = "(combined from similar events): ";
+
+/// Events (creations and count updates) one object may burst (upstream `defaultSpamBurst`).
+pub(crate) const SPAM_BURST: f64 = 25.0;
+
+/// The spam filter's refill: one event per 5 minutes and object (upstream `defaultSpamQPS` =
+/// 1/300).
+pub(crate) const SPAM_REFILL: Duration = Duration::from_secs(300);
+
+/// The longest message published, in bytes: the API server's limit on an event note
+/// (`NoteLengthLimit`, 1024 in `pkg/apis/core/validation`); longer messages are cut at a
+/// character boundary and end in `" ..."`, as the scheduler truncates its event messages.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// The most objects or aggregate groups remembered (upstream `maxLruCacheEntries`).
+pub(crate) const CACHE_CAPACITY: usize = 4096;
+
+/// What makes events similar: same involved object, type and reason (the source is always this
+/// agent on this node).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SimilarKey {
+    pub(crate) uid: String,
+    pub(crate) kind: EventKind,
+    pub(crate) reason: String,
+}
+
+/// The result of [`Aggregator::aggregate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Aggregated {
+    /// Publish the event as it is.
+    Single,
+    /// Publish it as the group's combined event, with this message.
+    Combined(String),
+}
+
+/// Combines similar events with changing messages (upstream `EventAggregator`): from the
+/// [`AGGREGATE_MAX_EVENTS`]th distinct message of a group within [`AGGREGATE_INTERVAL`] of each
+/// other, events are published as one combined event per group whose count grows.
+#[derive(Debug, Default)]
+pub(crate) struct Aggregator {
+    groups: HashMap<SimilarKey, Group>,
+}
+
+#[derive(Debug)]
+struct Group {
+    messages: HashSet<String>,
+    last: Instant,
+}
+
+/// Token buckets per involved object (upstream `EventSourceObjectSpamFilter`).
+#[derive(Debug, Default)]
+pub(crate) struct SpamFilter {
+    buckets: HashMap<String, Bucket>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Aggregator {
+    /// Records `message` in its group at `now` and says how to publish it.
+    pub(crate) fn aggregate(
+        &mut self,
+        key: &SimilarKey,
+        message: &str,
+        now: Instant,
+    ) -> Aggregated {
+        if !self.groups.contains_key(key) && self.groups.len() >= CACHE_CAPACITY {
+            evict_oldest(&mut self.groups, |g| g.last);
+        }
+        let group = self.groups.entry(key.clone()).or_insert_with(|| Group {
+            messages: HashSet::new(),
+            last: now,
+        });
+        if now.saturating_duration_since(group.last) > AGGREGATE_INTERVAL {
+            group.messages.clear();
+        }
+        group.messages.insert(message.to_owned());
+        group.last = now;
+        if group.messages.len() < AGGREGATE_MAX_EVENTS {
+            return Aggregated::Single;
+        }
+        // Keep the set below the threshold (upstream pops one at random): every further
+        // distinct message is combined too.
+        if let Some(any) = group.messages.iter().find(|m| *m != message).cloned() {
+            group.messages.remove(&any);
+        }
+        Aggregated::Combined(format!("{COMBINED_PREFIX}{message}"))
+    }
+}
+
+impl SpamFilter {
+    /// Whether an event about object `uid` may be published at `now` (takes a token).
+    pub(crate) fn allow(&mut self, uid: &str, now: Instant) -> bool {
+        if !self.buckets.contains_key(uid) && self.buckets.len() >= CACHE_CAPACITY {
+            evict_oldest(&mut self.buckets, |b| b.at);
+        }
+        let bucket = self.buckets.entry(uid.to_owned()).or_insert(Bucket {
+            tokens: SPAM_BURST,
+            at: now,
+        });
+        let refill =
+            now.saturating_duration_since(bucket.at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        bucket.tokens = (bucket.tokens + refill).min(SPAM_BURST);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// `message`, cut to [`MAX_MESSAGE_BYTES`] at a character boundary with a `" ..."` suffix.
+pub(crate) fn truncate_message(mut message: String) -> String {
+    const SUFFIX: &str = " ...";
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MAX_MESSAGE_BYTES - SUFFIX.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(SUFFIX);
+    message
+}
+
+/// Drops the entry seen longest ago.
+fn evict_oldest<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    seen: impl Fn(&V) -> Instant,
+) {
+    let oldest = map
+        .iter()
+        .min_by_key(|(_, v)| seen(v))
+        .map(|(k, _)| k.clone());
+    if let Some(k) = oldest {
+        map.remove(&k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn similar() -> SimilarKey {
+        SimilarKey {
+            uid: "u1".into(),
+            kind: EventKind::Warning,
+            reason: "FailedMount".into(),
+        }
+    }
+
+    #[test]
+    fn the_tenth_distinct_message_within_ten_minutes_is_combined_and_so_are_later_ones() {
+        let mut a = Aggregator::default();
+        let t0 = Instant::now();
+        for n in 1..AGGREGATE_MAX_EVENTS {
+            let at = t0 + Duration::from_secs(60 * n as u64);
+            assert_eq!(
+                a.aggregate(&similar(), &format!("m{n}"), at),
+                Aggregated::Single
+            );
+            // A repeat of a known message is not a new distinct one.
+            assert_eq!(a.aggregate(&similar(), "m1", at), Aggregated::Single);
+        }
+        let at = t0 + Duration::from_secs(600);
+        assert_eq!(
+            a.aggregate(&similar(), "m10", at),
+            Aggregated::Combined("(combined from similar events): m10".into())
+        );
+        assert_eq!(
+            a.aggregate(&similar(), "m11", at),
+            Aggregated::Combined("(combined from similar events): m11".into())
+        );
+        // Another reason is another group.
+        let other = SimilarKey {
+            reason: "Failed".into(),
+            ..similar()
+        };
+        assert_eq!(a.aggregate(&other, "m12", at), Aggregated::Single);
+    }
+
+    #[test]
+    fn a_gap_longer_than_the_interval_starts_the_group_again() {
+        let mut a = Aggregator::default();
+        let t0 = Instant::now();
+        for n in 1..AGGREGATE_MAX_EVENTS {
+            a.aggregate(&similar(), &format!("m{n}"), t0);
+        }
+        let later = t0 + AGGREGATE_INTERVAL + Duration::from_secs(1);
+        assert_eq!(a.aggregate(&similar(), "m10", later), Aggregated::Single);
+    }
+
+    #[test]
+    fn an_object_may_burst_25_events_then_one_per_five_minutes() {
+        let mut f = SpamFilter::default();
+        let t0 = Instant::now();
+        let allowed = (0..40).filter(|_| f.allow("u1", t0)).count();
+        assert_eq!(allowed, 25);
+        assert!(f.allow("u2", t0), "buckets are per object");
+        assert!(!f.allow("u1", t0 + Duration::from_secs(299)));
+        assert!(f.allow("u1", t0 + Duration::from_secs(301)));
+        assert!(!f.allow("u1", t0 + Duration::from_secs(302)));
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_1024_bytes_at_a_character_boundary() {
+        let short = "x".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(truncate_message(short.clone()), short);
+        let long = format!("{}é{}", "x".repeat(1019), "y".repeat(4000));
+        let cut = truncate_message(long);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with("x ..."), "{cut}");
+    }
+}
