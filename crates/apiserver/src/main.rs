@@ -107,8 +107,9 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = Config::default().listen(cli.listen);
     if !cli.plain_http {
-        config = config.with_tls().publish_root_ca(true);
+        config = config.with_tls();
     }
+    config = config.like_a_cluster();
     if cli.auth {
         config = config.with_auth();
     }

@@ -54,6 +54,12 @@ pub struct Config {
     /// root-ca-cert-publisher does: the TLS CA with [`Config::tls`], else a CA generated for
     /// the purpose. Default off (existing tests count the objects in their namespaces).
     pub publish_root_ca: bool,
+    /// ServiceAccount admission on pod create: the pod's account must exist, and the
+    /// `kube-api-access-*` token volume and its mounts are injected unless
+    /// `automountServiceAccountToken: false` (pod, else account) says otherwise. Default off:
+    /// a bare server keeps a created pod's spec as the test wrote it (many tests assert on
+    /// volumes and mounts); the binary and the agent's embedded mode turn it on.
+    pub service_account_admission: bool,
 }
 
 impl Default for Config {
@@ -73,6 +79,7 @@ impl Default for Config {
             auto_service_accounts: true,
             service_account_issuer: "https://kubernetes.default.svc".into(),
             publish_root_ca: false,
+            service_account_admission: false,
         }
     }
 }
@@ -94,6 +101,23 @@ impl Config {
     #[must_use]
     pub fn publish_root_ca(mut self, on: bool) -> Self {
         self.publish_root_ca = on;
+        self
+    }
+
+    /// Sets [`Config::service_account_admission`].
+    #[must_use]
+    pub fn service_account_admission(mut self, on: bool) -> Self {
+        self.service_account_admission = on;
+        self
+    }
+
+    /// What a cluster's controllers and admission do for pods: [`Config::auto_service_accounts`],
+    /// [`Config::publish_root_ca`] and [`Config::service_account_admission`], all on.
+    #[must_use]
+    pub fn like_a_cluster(mut self) -> Self {
+        self.auto_service_accounts = true;
+        self.publish_root_ca = true;
+        self.service_account_admission = true;
         self
     }
 
@@ -184,6 +208,7 @@ impl ApiServer {
         );
         let mut registry = Registry::new(store);
         registry.auto_service_accounts = config.auto_service_accounts;
+        registry.service_account_admission = config.service_account_admission;
         if config.publish_root_ca {
             registry.root_ca = Some(match &extras.tls {
                 Some(tls) => tls.ca_pem().to_string(),
