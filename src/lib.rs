@@ -88,7 +88,9 @@ impl std::fmt::Debug for Embedded {
 }
 
 /// Starts `nodelet-apiserver` over HTTPS (a CA generated at start, published as
-/// `kube-root-ca.crt` in every namespace) with authentication and the Node authorizer, loads
+/// `kube-root-ca.crt` in every namespace) with authentication, the Node authorizer, a `default`
+/// ServiceAccount per namespace and ServiceAccount admission (pods get the `kube-api-access-*`
+/// token volume a cluster gives them), loads
 /// `manifests` (edits apply live), and builds a client for `node` with a node identity that
 /// trusts that CA.
 ///
@@ -110,7 +112,7 @@ pub async fn start_embedded_with(
     let config = nodelet_apiserver::Config::default()
         .with_auth()
         .with_tls()
-        .publish_root_ca(true);
+        .like_a_cluster();
     let server = ApiServer::start(config)
         .await
         .context("starting the embedded API server")?;

@@ -53,3 +53,109 @@ async fn editing_a_manifest_file_updates_the_projected_file() {
     drop(embedded.sync);
     embedded.server.shutdown().await;
 }
+
+/// Issue 12: offline pods get what a cluster's ServiceAccount admission gives them, and the
+/// agent mounts it: the `kube-api-access-*` projected volume with a token from the TokenRequest
+/// endpoint, the server's CA from `kube-root-ca.crt` and the namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_pod_mounts_the_kube_api_access_volume_a_cluster_gives_it() {
+    let manifests = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(
+        manifests.path(),
+        "pod.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: shop\nspec:\n  nodeName: {NODE}\n  containers:\n  - name: c\n    image: x\n"
+        ),
+    );
+    let embedded = nodelet::start_embedded(manifests.path(), NODE)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(embedded.server.url().starts_with("https://"));
+    let agent = Agent::start(agent_config(root.path()), embedded.node_client.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let pod = embedded
+        .server
+        .handle()
+        .get("v1", "Pod", Some("shop"), "p")
+        .unwrap_or_else(|| panic!("pod not loaded from the manifests"));
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+    let volume = pod["spec"]["volumes"][0]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(volume.starts_with("kube-api-access-"), "{pod}");
+    let dir = root.path().join(format!(
+        "pods/{uid}/volumes/kubernetes.io~projected/{volume}"
+    ));
+    let ca = embedded.server.ca_pem().unwrap_or_default();
+    wait_for_content(&dir.join("ca.crt"), ca.as_bytes()).await;
+    wait_for_content(&dir.join("namespace"), b"shop").await;
+    let token = std::fs::read_to_string(dir.join("token")).unwrap_or_default();
+    assert_eq!(token.split('.').count(), 3, "a JWT");
+    agent.shutdown().await;
+    drop(embedded.sync);
+    embedded.server.shutdown().await;
+}
+
+/// `nodelet --manifests`: the admin kubeconfig carries the CA and a token, is readable only by
+/// its owner, and reaches the embedded server over HTTPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_read() {
+    use clap::Parser as _;
+    let manifests = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(manifests.path(), "cm.yaml", &config_map("hello"));
+    let cli = nodelet::Cli::try_parse_from([
+        "nodelet",
+        "--manifests",
+        manifests.path().to_str().unwrap_or_default(),
+        "--root-dir",
+        root.path().to_str().unwrap_or_default(),
+        "--listen",
+        "none",
+        "--register-node=false",
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(nodelet::run(settings, async {
+        let _ = stop_rx.await;
+    }));
+    let kc = root.path().join("admin.kubeconfig");
+    let text = tokio::time::timeout(SAFETY, async {
+        loop {
+            if let Ok(t) = std::fs::read_to_string(&kc) {
+                break t;
+            }
+            crate::support::poll_pause().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no admin.kubeconfig"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&kc)
+            .map(|m| m.permissions().mode())
+            .unwrap_or_default();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    assert!(text.contains("server: https://127.0.0.1:"), "{text}");
+    assert!(text.contains("certificate-authority-data"), "{text}");
+    let (client, _) = nodelet::cluster_client(Some(&kc))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "default");
+    let cm = cms.get("app").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        cm.data.and_then(|d| d.get("greeting").cloned()).as_deref(),
+        Some("hello")
+    );
+    let _ = stop_tx.send(());
+    run.await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+}

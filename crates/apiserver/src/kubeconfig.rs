@@ -32,7 +32,7 @@ impl ApiServer {
             "current-context": NAME,
             "preferences": {},
         });
-        serde_yaml::to_string(&doc).unwrap_or_default()
+        serde_saphyr::to_string(&doc).unwrap_or_default()
     }
 
     /// Writes [`ApiServer::kubeconfig_yaml`] to `path` atomically: a temporary file beside it

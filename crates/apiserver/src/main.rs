@@ -113,8 +113,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .listen(cli.listen)
         .http2_max_streams_per_connection(cli.http2_max_streams_per_connection);
     if !cli.plain_http {
-        config = config.with_tls().publish_root_ca(true);
+        config = config.with_tls();
     }
+    config = config.like_a_cluster();
     if cli.auth {
         config = config.with_auth();
     }

@@ -10,10 +10,13 @@
 //!    their file changes.
 //! 3. Parse each changed file: multi-document YAML (or JSON), `kind: List` expanded, every
 //!    document an object of a served kind with a name. Plain scalars such as `0400` are the
-//!    YAML 1.1 octal integers Kubernetes reads (256), not serde_yaml's YAML 1.2 strings. A file that fails is reported with its
-//!    path and error ([`ManifestSync::errors`]) and keeps the objects it defined before.
+//!    YAML 1.1 octal integers Kubernetes reads (256); quoted ones stay strings. A file that is
+//!    not YAML is reported with its path and error ([`ManifestSync::errors`]); every bad
+//!    document is reported with its path, its index in the file and the reason. A file with a
+//!    problem keeps the objects it defined before (its good documents are still applied).
 //! 4. Create the namespaces the objects reference but no file defines.
-//! 5. Create or replace (unconditionally) the objects of the changed files, namespaces first.
+//! 5. Create or replace (unconditionally) the objects of the changed files, namespaces first,
+//!    then service accounts.
 //! 6. Delete the objects that a changed or removed file defined before and that no file defines
 //!    now (an object defined by two files survives the deletion of one).
 //!
@@ -27,7 +30,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize as _;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -63,20 +65,29 @@ pub enum ManifestError {
     },
 }
 
-/// One malformed or rejected manifest file.
+/// One malformed manifest file, or one bad document in a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProblem {
     /// The file.
     pub path: PathBuf,
-    /// What is wrong, e.g. `document 2: missing kind` or the API server's rejection.
+    /// The bad document's index in the file, from 1 (empty documents not counted); `None`
+    /// when the file as a whole cannot be read (not UTF-8, not YAML).
+    pub document: Option<usize>,
+    /// What is wrong, e.g. `missing kind` or the API server's rejection.
     pub error: String,
 }
 
 impl std::fmt::Display for FileProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.error)
+        match self.document {
+            Some(n) => write!(f, "{}: document {n}: {}", self.path.display(), self.error),
+            None => write!(f, "{}: {}", self.path.display(), self.error),
+        }
     }
 }
+
+/// A problem of one file: the document (from 1) it concerns, if any, and the reason.
+type DocProblem = (Option<usize>, String);
 
 /// What the last pass left: its number and the files it could not apply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -111,7 +122,7 @@ struct Syncer {
     handle: TestHandle,
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
-    problems: BTreeMap<PathBuf, String>,
+    problems: BTreeMap<PathBuf, Vec<DocProblem>>,
     applied: Applied,
     passes: u64,
 }
@@ -218,7 +229,7 @@ impl Syncer {
         let mut now: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
         list_files(&self.dir, &mut now);
         // (2) + (3)
-        let mut changed: Vec<(PathBuf, Vec<Value>)> = Vec::new();
+        let mut changed: Vec<(PathBuf, Vec<Document>)> = Vec::new();
         let mut removed: Vec<PathBuf> = Vec::new();
         for path in self.files.keys() {
             if !now.contains_key(path) {
@@ -231,13 +242,13 @@ impl Syncer {
                 continue;
             }
             match parse(bytes) {
-                Ok(objs) => {
+                Ok(docs) => {
                     self.problems.remove(path);
-                    changed.push((path.clone(), objs));
+                    changed.push((path.clone(), docs));
                 }
                 Err(error) => {
                     tracing::warn!(path = %path.display(), %error, "malformed manifest; keeping its objects");
-                    self.problems.insert(path.clone(), error);
+                    self.problems.insert(path.clone(), vec![(None, error)]);
                 }
             }
         }
@@ -254,23 +265,53 @@ impl Syncer {
             self.files.remove(p);
         }
         // (4) + (5)
-        for (path, objs) in &mut changed {
-            objs.sort_by_key(|o| o.get("kind").and_then(Value::as_str) != Some("Namespace"));
+        for (path, docs) in &mut changed {
+            // Namespaces, then ServiceAccounts (pods are admitted against them), then the rest.
+            docs.sort_by_key(|d| {
+                match d
+                    .object
+                    .as_ref()
+                    .ok()
+                    .and_then(|o| o.get("kind"))
+                    .and_then(Value::as_str)
+                {
+                    Some("Namespace") => 0,
+                    Some("ServiceAccount") => 1,
+                    _ => 2,
+                }
+            });
             let mut keys = Vec::new();
-            let mut failure = None;
-            for obj in objs.iter() {
-                match self.apply(obj) {
-                    Ok(k) => keys.push(k),
-                    Err(e) => {
+            let mut failures: Vec<DocProblem> = Vec::new();
+            let mut unreadable = false;
+            for doc in docs.iter() {
+                let result = match &doc.object {
+                    Ok(obj) => self.apply(obj).map_err(|e| {
                         // Still defined by the file: a rejected update must not delete it.
                         keys.extend(key_of(obj));
-                        failure = Some(e);
+                        e
+                    }),
+                    Err(e) => {
+                        unreadable = true;
+                        Err(e.clone())
+                    }
+                };
+                match result {
+                    Ok(k) => keys.push(k),
+                    Err(error) => {
+                        tracing::warn!(path = %path.display(), document = doc.index, %error, "manifest document not applied");
+                        failures.push((Some(doc.index), error));
                     }
                 }
             }
-            if let Some(error) = failure {
-                tracing::warn!(path = %path.display(), %error, "manifest rejected");
-                self.problems.insert(path.clone(), error);
+            if unreadable {
+                // A document that no longer says what it defines keeps what it defined.
+                if let Some(before) = self.files.get(path.as_path()) {
+                    keys.extend(before.objects.iter().cloned());
+                }
+            }
+            if !failures.is_empty() {
+                failures.sort_by_key(|(n, _)| *n);
+                self.problems.insert(path.clone(), failures);
             }
             let bytes = now.get(path.as_path()).cloned().unwrap_or_default();
             self.files.insert(
@@ -307,9 +348,12 @@ impl Syncer {
             problems: self
                 .problems
                 .iter()
-                .map(|(p, e)| FileProblem {
-                    path: p.clone(),
-                    error: e.clone(),
+                .flat_map(|(p, list)| {
+                    list.iter().map(|(document, error)| FileProblem {
+                        path: p.clone(),
+                        document: *document,
+                        error: error.clone(),
+                    })
                 })
                 .collect(),
         }
@@ -447,18 +491,24 @@ fn list_files(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
     }
 }
 
-/// (3) The objects of one file, or why it is malformed.
-fn parse(bytes: &[u8]) -> Result<Vec<Value>, String> {
+/// One document of a manifest file (a `kind: List` gives one per item): the object, or why it
+/// is not one.
+struct Document {
+    /// Index of the document in its file, from 1.
+    index: usize,
+    object: Result<Value, String>,
+}
+
+/// (3) The documents of one file, or why the file as a whole cannot be read. Plain scalars
+/// with a leading zero (`0644`) are YAML 1.1 octal integers, as Kubernetes (go-yaml) reads them.
+fn parse(bytes: &[u8]) -> Result<Vec<Document>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    let mut docs = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let n = i + 1;
-        docs.push(Value::deserialize(doc).map_err(|e| format!("document {n}: {e}"))?);
-    }
-    let docs = with_yaml11_octals(text, docs);
+    let options = serde_saphyr::options!(legacy_octal_numbers: true);
+    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
+        .map_err(|e| format!("not YAML: {}", first_line(&e.to_string())))?;
     let mut out = Vec::new();
     for (i, v) in docs.into_iter().enumerate() {
-        let n = i + 1;
+        let index = i + 1;
         if v.is_null() {
             continue;
         }
@@ -471,113 +521,47 @@ fn parse(bytes: &[u8]) -> Result<Vec<Value>, String> {
             _ => vec![v],
         };
         for item in items {
-            if !item.is_object() {
-                return Err(format!("document {n}: not an object"));
-            }
-            for field in ["apiVersion", "kind"] {
-                if item
-                    .get(field)
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    return Err(format!("document {n}: missing {field}"));
-                }
-            }
-            if meta_str(&item, "name").is_none_or(str::is_empty) {
-                return Err(format!("document {n}: missing metadata.name"));
-            }
-            out.push(item);
+            out.push(Document {
+                index,
+                object: check_document(item),
+            });
         }
     }
     Ok(out)
 }
 
-/// Whether `token` is a YAML 1.1 octal integer as Kubernetes (go-yaml) reads it: `^0[0-7]+$`.
-fn yaml11_octal(token: &str) -> Option<i64> {
-    let digits = token.strip_prefix('0')?;
-    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-        return None;
-    }
-    i64::from_str_radix(digits, 8).ok()
+/// A YAML request body (apply patches, `kubectl create -f x.yaml` with a YAML content type),
+/// read as [`parse`] reads manifests (YAML 1.1 octals).
+pub(crate) fn yaml_from_slice(bytes: &[u8]) -> Result<Value, String> {
+    let options = serde_saphyr::options!(legacy_octal_numbers: true);
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    serde_saphyr::from_str_with_options(text, options)
+        .map_err(|e| first_line(&e.to_string()).to_string())
 }
 
-/// Reads plain scalars such as `defaultMode: 0400` as the YAML 1.1 octal integers Kubernetes
-/// sees (256), where serde_yaml (YAML 1.2) reads the string `"0400"`.
-///
-/// serde_yaml does not say whether a scalar was quoted, so: (a) every token that looks like a
-/// YAML 1.1 octal is rewritten to the YAML 1.2 form `0o400`; (b) the rewritten text is parsed
-/// again; (c) a string of `docs` is replaced only where the re-parse found exactly that octal as
-/// an integer — which only a plain scalar can give. Quoted strings, block scalars and comments
-/// that contained the token re-parse as different strings (or not at all) and are kept as read.
-fn with_yaml11_octals(text: &str, docs: Vec<Value>) -> Vec<Value> {
-    // (a)
-    let mut rewritten = String::with_capacity(text.len() + 16);
-    let mut any = false;
-    let mut token = String::new();
-    let flush = |token: &mut String, out: &mut String, any: &mut bool| {
-        if yaml11_octal(token).is_some() {
-            out.push_str("0o");
-            out.push_str(&token[1..]);
-            *any = true;
-        } else {
-            out.push_str(token);
-        }
-        token.clear();
-    };
-    for c in text.chars() {
-        if c.is_whitespace() || matches!(c, ',' | '[' | ']' | '{' | '}') {
-            flush(&mut token, &mut rewritten, &mut any);
-            rewritten.push(c);
-        } else {
-            token.push(c);
-        }
-    }
-    flush(&mut token, &mut rewritten, &mut any);
-    if !any {
-        return docs;
-    }
-    // (b)
-    let reparsed: Result<Vec<Value>, _> = serde_yaml::Deserializer::from_str(&rewritten)
-        .map(Value::deserialize)
-        .collect();
-    match reparsed {
-        Ok(again) if again.len() == docs.len() => docs
-            .into_iter()
-            .zip(&again)
-            .map(|(doc, again)| take_octals(doc, again))
-            .collect(),
-        _ => docs,
-    }
+/// The first line of a parser's message (the rest is a source excerpt, which may hold data).
+fn first_line(message: &str) -> &str {
+    message.lines().next().unwrap_or(message)
 }
 
-/// (c) `read`, with each string that `again` holds as its YAML 1.1 octal integer replaced.
-fn take_octals(read: Value, again: &Value) -> Value {
-    match (read, again) {
-        (Value::String(s), Value::Number(n))
-            if yaml11_octal(&s).is_some_and(|o| n.as_i64() == Some(o)) =>
+/// A document is an object with `apiVersion`, `kind` and `metadata.name`.
+fn check_document(item: Value) -> Result<Value, String> {
+    if !item.is_object() {
+        return Err("not an object".into());
+    }
+    for field in ["apiVersion", "kind"] {
+        if item
+            .get(field)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
         {
-            Value::Number(n.clone())
+            return Err(format!("missing {field}"));
         }
-        (Value::Object(map), Value::Object(again)) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| {
-                    let v = match again.get(&k) {
-                        Some(a) => take_octals(v, a),
-                        None => v,
-                    };
-                    (k, v)
-                })
-                .collect(),
-        ),
-        (Value::Array(items), Value::Array(again)) if items.len() == again.len() => Value::Array(
-            items
-                .into_iter()
-                .zip(again)
-                .map(|(v, a)| take_octals(v, a))
-                .collect(),
-        ),
-        (read, _) => read,
     }
+    if meta_str(&item, "name").is_none_or(str::is_empty) {
+        return Err("missing metadata.name".into());
+    }
+    Ok(item)
 }
 
 #[cfg(test)]
@@ -591,20 +575,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(objs.len(), 2);
-        assert_eq!(objs[1]["kind"], "Secret");
+        assert_eq!(objs[1].object.as_ref().unwrap()["kind"], "Secret");
+        assert_eq!((objs[0].index, objs[1].index), (1, 2));
     }
 
     #[test]
-    fn a_document_without_a_kind_or_name_makes_the_file_malformed() {
-        let e = parse(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nmetadata: {name: b}\n").unwrap_err();
-        assert_eq!(e, "document 2: missing kind");
-        let e = parse(b"apiVersion: v1\nkind: ConfigMap\n").unwrap_err();
-        assert_eq!(e, "document 1: missing metadata.name");
-        assert!(
-            parse(b"a: [unclosed")
-                .unwrap_err()
-                .starts_with("document 1:")
+    fn every_document_without_a_kind_or_name_is_reported_with_its_index() {
+        let docs = parse(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nmetadata: {name: b}\n---\napiVersion: v1\nkind: ConfigMap\n").unwrap();
+        let bad: Vec<(usize, String)> = docs
+            .iter()
+            .filter_map(|d| d.object.as_ref().err().map(|e| (d.index, e.clone())))
+            .collect();
+        assert_eq!(
+            bad,
+            [
+                (2, "missing kind".to_string()),
+                (3, "missing metadata.name".to_string())
+            ]
         );
+        assert!(docs[0].object.is_ok());
+        let Err(e) = parse(b"a: [unclosed") else {
+            panic!("an unclosed bracket parsed")
+        };
+        assert!(e.starts_with("not YAML: ") && e.contains("line 1"), "{e}");
     }
 
     #[test]
@@ -638,6 +631,7 @@ data:
 "#,
         )
         .unwrap();
+        let objs: Vec<Value> = objs.into_iter().map(|d| d.object.unwrap()).collect();
         let vols = &objs[0]["spec"]["volumes"];
         assert_eq!(vols[0]["configMap"]["defaultMode"], json!(256));
         assert_eq!(vols[1]["secret"]["defaultMode"], json!(493));
@@ -659,11 +653,19 @@ data:
     }
 
     #[test]
-    fn serde_yaml_alone_reads_a_plain_leading_zero_number_as_a_string() {
-        // Why `with_yaml11_octals` exists (YAML 1.2 core schema as serde_yaml implements it).
-        let v: Value = serde_yaml::from_str("m: 0400").unwrap();
-        assert_eq!(v["m"], json!("0400"));
-        let v: Value = serde_yaml::from_str("m: 0o400").unwrap();
-        assert_eq!(v["m"], json!(256));
+    fn default_mode_0644_is_420_as_kubectl_reads_it() {
+        let docs = parse(b"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  volumes:\n  - {name: v, configMap: {name: c, defaultMode: 0644}}\n  - {name: w, secret: {secretName: s, defaultMode: 0o600}}\n").unwrap();
+        let pod = docs[0].object.as_ref().unwrap();
+        assert_eq!(
+            pod["spec"]["volumes"][0]["configMap"]["defaultMode"],
+            json!(420)
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][1]["secret"]["defaultMode"],
+            json!(384)
+        );
+        // Without the YAML 1.1 option, YAML 1.2 reads 0644 as the decimal 644.
+        let plain: Value = serde_saphyr::from_str("m: 0644").unwrap();
+        assert_ne!(plain["m"], json!(420));
     }
 }

@@ -25,6 +25,16 @@ pub(crate) struct ResourceInfo {
     pub(crate) return_deleted_object: bool,
 }
 
+impl ResourceInfo {
+    /// Discovery categories: pods are in `all` (`kubectl get all`), as upstream.
+    pub(crate) fn categories(&self) -> &'static [&'static str] {
+        match (self.group, self.plural) {
+            ("", "pods") => &["all"],
+            _ => &[],
+        }
+    }
+}
+
 /// Index of a resource in [`RESOURCES`]; cheap to copy and to use in store keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct ResourceId(pub(crate) usize);

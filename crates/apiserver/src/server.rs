@@ -58,6 +58,12 @@ pub struct Config {
     /// requests (watches included) one connection may have open at once; further streams wait
     /// in the client. Default 100, kube-apiserver's `--http2-max-streams-per-connection`.
     pub http2_max_streams_per_connection: u32,
+    /// ServiceAccount admission on pod create: the pod's account must exist, and the
+    /// `kube-api-access-*` token volume and its mounts are injected unless
+    /// `automountServiceAccountToken: false` (pod, else account) says otherwise. Default off:
+    /// a bare server keeps a created pod's spec as the test wrote it (many tests assert on
+    /// volumes and mounts); the binary and the agent's embedded mode turn it on.
+    pub service_account_admission: bool,
 }
 
 impl Default for Config {
@@ -78,6 +84,7 @@ impl Default for Config {
             service_account_issuer: "https://kubernetes.default.svc".into(),
             publish_root_ca: false,
             http2_max_streams_per_connection: 100,
+            service_account_admission: false,
         }
     }
 }
@@ -110,6 +117,23 @@ impl Config {
     #[must_use]
     pub fn http2_max_streams_per_connection(mut self, n: u32) -> Self {
         self.http2_max_streams_per_connection = n.max(1);
+        self
+    }
+
+    /// Sets [`Config::service_account_admission`].
+    #[must_use]
+    pub fn service_account_admission(mut self, on: bool) -> Self {
+        self.service_account_admission = on;
+        self
+    }
+
+    /// What a cluster's controllers and admission do for pods: [`Config::auto_service_accounts`],
+    /// [`Config::publish_root_ca`] and [`Config::service_account_admission`], all on.
+    #[must_use]
+    pub fn like_a_cluster(mut self) -> Self {
+        self.auto_service_accounts = true;
+        self.publish_root_ca = true;
+        self.service_account_admission = true;
         self
     }
 
@@ -200,6 +224,7 @@ impl ApiServer {
         );
         let mut registry = Registry::new(store);
         registry.auto_service_accounts = config.auto_service_accounts;
+        registry.service_account_admission = config.service_account_admission;
         if config.publish_root_ca {
             registry.root_ca = Some(match &extras.tls {
                 Some(tls) => tls.ca_pem().to_string(),

@@ -96,6 +96,9 @@ fn resource_list(g: &str, v: &str) -> Value {
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
         }
+        if !r.categories().is_empty() {
+            entry["categories"] = json!(r.categories());
+        }
         list.push(entry);
         for (sub, verbs) in r.subresources {
             let kind = match *sub {

@@ -8,6 +8,7 @@ mod handlers;
 mod pipeline;
 mod request_info;
 mod response;
+mod table;
 mod watch;
 
 use std::convert::Infallible;

@@ -1,6 +1,7 @@
 //! The request pipeline: (1) classify, (2) injected latency, (3) authenticate, (4) injected
-//! fault, (5) authorize, (6) dispatch (a full JSON answer is re-encoded as protobuf when the
-//! client's `Accept` prefers it), (7) record.
+//! fault, (5) authorize, (6) dispatch (a `get` or `list` answer becomes a `Table` when the
+//! client's `Accept` asks for one; a full JSON answer is re-encoded as protobuf when it
+//! prefers that), (7) record.
 //!
 //! Admin endpoints under `/nodelet/` skip steps 2–5 and are not recorded.
 
@@ -34,6 +35,9 @@ pub(crate) async fn handle(
     let info = RequestInfo::parse(req.method(), &path, req.uri().query());
     let protobuf = info.verb != "watch" && response::prefers_protobuf(req.headers());
     let json_acceptable = response::accepts_json(req.headers());
+    let table = matches!(info.verb.as_str(), "get" | "list")
+        && info.resource_request
+        && super::table::wants_table(req.headers());
     let span = tracing::debug_span!("request", verb = %info.verb, resource = %info.resource, namespace = info.namespace.as_deref(), name = info.name.as_deref());
     // (2)
     let latency = shared.controls.latency();
@@ -76,6 +80,18 @@ pub(crate) async fn handle(
                 }
             }
         }
+    };
+    let resp = if table && resp.status() == http::StatusCode::OK {
+        let include = info
+            .query
+            .get("includeObject")
+            .map_or("Metadata", String::as_str);
+        response::map_json(resp, |v| {
+            super::table::to_table(&v, include, chrono::Utc::now())
+        })
+        .await
+    } else {
+        resp
     };
     let resp = if protobuf {
         response::to_protobuf(resp, json_acceptable).await

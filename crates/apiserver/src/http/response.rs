@@ -175,3 +175,37 @@ pub(crate) fn accepts_json(headers: &http::HeaderMap) -> bool {
             )
         })
 }
+
+/// Applies `f` to a full JSON response's body (other responses pass unchanged).
+pub(crate) async fn map_json(
+    resp: http::Response<Body>,
+    f: impl FnOnce(Value) -> Value,
+) -> http::Response<Body> {
+    let is_json = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = body
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+    else {
+        return error(&ApiError::new(
+            500,
+            "InternalError",
+            "reading the response body",
+        ));
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) => {
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            let body = serde_json::to_vec(&f(v)).unwrap_or_default();
+            http::Response::from_parts(parts, full(body))
+        }
+        Err(_) => http::Response::from_parts(parts, full(bytes)),
+    }
+}

@@ -23,6 +23,7 @@ use crate::typed::json_type;
 
 mod delete;
 mod list;
+mod service_account;
 
 /// Options shared by create, update and patch.
 #[derive(Debug, Clone, Default)]
@@ -93,6 +94,8 @@ pub(crate) struct Registry {
     /// Publish this CA bundle as ConfigMap `kube-root-ca.crt` in every new namespace
     /// (`Config::publish_root_ca`).
     pub(crate) root_ca: Option<String>,
+    /// ServiceAccount admission on pod create (`Config::service_account_admission`).
+    pub(crate) service_account_admission: bool,
 }
 
 pub(crate) fn now() -> String {
@@ -244,6 +247,7 @@ impl Registry {
             store,
             auto_service_accounts: true,
             root_ca: None,
+            service_account_admission: false,
         }
     }
 
@@ -315,8 +319,11 @@ impl Registry {
             let name = meta_str(&body, "name").unwrap_or("");
             crate::node_restriction::admit_node(node, name, &body, None)?;
         }
-        // (3) strategy
+        // (3) strategy, and ServiceAccount admission for pods
         strategy::prepare_for_create(res, &mut body);
+        if res == crate::resources::PODS && self.service_account_admission {
+            service_account::admit(s, ns, &mut body)?;
+        }
         // (4) validate
         let name = meta_str(&body, "name").unwrap_or("").to_string();
         let errs = strategy::validate_create(res, &body);

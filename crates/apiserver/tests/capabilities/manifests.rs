@@ -127,8 +127,10 @@ async fn a_malformed_file_is_reported_with_its_path_and_keeps_the_loaded_objects
     .clone();
     assert_eq!(report.problems.len(), 1);
     assert_eq!(report.problems[0].path, dir.path().join("app.yaml"));
+    assert_eq!(report.problems[0].document, None);
     assert!(
-        report.problems[0].error.starts_with("document 1:"),
+        report.problems[0].error.starts_with("not YAML: ")
+            && report.problems[0].error.contains("line 3"),
         "{}",
         report.problems[0]
     );
@@ -156,6 +158,7 @@ async fn an_object_the_server_rejects_is_reported_with_the_api_message() {
         .expect("start");
     let problems = sync.errors();
     assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].document, Some(1));
     assert!(
         problems[0]
             .error
@@ -163,6 +166,56 @@ async fn an_object_the_server_rejects_is_reported_with_the_api_message() {
         "{}",
         problems[0]
     );
+}
+
+/// Issue 11, item 4: a file with an unserved Deployment, a good ConfigMap and a Secret with
+/// bad base64 reported only the Secret; every bad document is reported, with file, document
+/// index and reason, and the good one is applied.
+#[tokio::test]
+async fn every_bad_document_of_a_file_is_reported_with_its_index_and_reason() {
+    let server = start(Config::default()).await;
+    let h = server.handle();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "mixed.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: good}\ndata: {k: v}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\ndata: {password: \"not base64!\"}\n---\n\
+         apiVersion: v1\nmetadata: {name: kindless}\n",
+    );
+    let sync = ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("start");
+    let problems = sync.errors();
+    let path = dir.path().join("mixed.yaml");
+    let got: Vec<(Option<usize>, &str)> = problems
+        .iter()
+        .map(|p| {
+            assert_eq!(p.path, path);
+            (p.document, p.error.as_str())
+        })
+        .collect();
+    assert_eq!(got.len(), 3, "{problems:#?}");
+    assert_eq!(got[0].0, Some(1));
+    assert!(
+        got[0].1.contains("kind \"Deployment\" is not served"),
+        "{}",
+        got[0].1
+    );
+    assert_eq!(got[1].0, Some(3));
+    assert!(got[1].1.starts_with("Secret \"creds\""), "{}", got[1].1);
+    assert!(
+        !got[1].1.contains("not base64!"),
+        "the value leaked: {}",
+        got[1].1
+    );
+    assert_eq!(got[2], (Some(4), "missing kind"));
+    assert_eq!(
+        problems[0].to_string(),
+        format!("{}: document 1: {}", path.display(), got[0].1)
+    );
+    assert_eq!(cm_value(&h, "default", "good", "k").as_deref(), Some("v"));
 }
 
 #[tokio::test]

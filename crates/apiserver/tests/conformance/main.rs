@@ -13,6 +13,8 @@ mod pagination;
 mod pipeline;
 // Pod defaulting, status subresource, generation and graceful deletion.
 mod pods;
+// Default ServiceAccounts, kube-root-ca.crt and ServiceAccount admission (kube-api-access).
+mod service_accounts;
 // Label and field selectors on list and watch.
 mod selectors;
 // Validation and defaulting with upstream messages; immutability; dryRun.
