@@ -19,6 +19,8 @@
 //!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
 //! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
+//! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
+//!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
 //!
@@ -45,8 +47,11 @@
 //! Every request names one object (GET by name; LIST/WATCH with
 //! `fieldSelector=metadata.name=<name>`), which is what the Node authorizer allows a node
 //! identity (`system:node:<node>`) for objects its pods reference; no namespace-wide list is
-//! ever made. kube's client speaks HTTP/1.1, so each running watch holds one connection to the
-//! API server (the kubelet multiplexes its watches over HTTP/2). The Cache strategy's TTL comes from a watch on the agent's own Node
+//! ever made. kube's default client speaks HTTP/1.1, so each running watch would hold one
+//! connection to the API server; build the client with [`transport::client`] instead and the
+//! watches share a few HTTP/2 connections, sharded below the server's stream limit (as the
+//! kubelet multiplexes its watches). After an outage, one reflector probes and every watch
+//! resumes as soon as a request succeeds again (see `reflector.rs`, `recovery.rs`). The Cache strategy's TTL comes from a watch on the agent's own Node
 //! (`metadata.name=<node>`), also allowed.
 //!
 //! # Invariants

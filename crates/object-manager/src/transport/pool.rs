@@ -164,6 +164,11 @@ impl Pool {
         }
     }
 
+    /// Forgets a connection found unusable.
+    fn discard(&self, id: u64) {
+        self.lock().entries.retain(|e| e.id != id);
+    }
+
     /// A connection with room for one more request of `class`, opening one if needed (2)–(4).
     async fn acquire(
         self: &Arc<Self>,
@@ -286,22 +291,43 @@ impl Pool {
         } else {
             Class::Short
         };
-        let (conn, slot) = self.acquire(class).await?;
         let http = |source| TransportError::Http { source };
-        let response: Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>> =
-            match &conn.sender {
-                Sender::Http2(sender) => {
-                    let mut sender = sender.clone();
-                    sender.ready().await.map_err(http)?;
-                    Box::pin(sender.send_request(req))
-                }
-                Sender::Http1(sender) => {
-                    origin_form(&mut req);
-                    let mut sender = sender.lock().await;
-                    sender.ready().await.map_err(http)?;
-                    Box::pin(sender.send_request(req))
-                }
-            };
+        // A connection can close between being chosen and being used (the server went away,
+        // an HTTP/1.1 body was dropped): the request is not sent yet, so choose again.
+        let mut attempts = 0;
+        let (response, slot) = loop {
+            attempts += 1;
+            let (conn, slot) = self.acquire(class).await?;
+            let response: Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>> =
+                match &conn.sender {
+                    Sender::Http2(sender) => {
+                        let mut sender = sender.clone();
+                        match sender.ready().await {
+                            Ok(()) => Box::pin(sender.send_request(req)),
+                            Err(_) if attempts < 3 => {
+                                self.discard(slot.id);
+                                continue;
+                            }
+                            Err(e) => return Err(http(e).into()),
+                        }
+                    }
+                    Sender::Http1(sender) => {
+                        let mut sender = sender.lock().await;
+                        match sender.ready().await {
+                            Ok(()) => {
+                                origin_form(&mut req);
+                                Box::pin(sender.send_request(req))
+                            }
+                            Err(_) if attempts < 3 => {
+                                self.discard(slot.id);
+                                continue;
+                            }
+                            Err(e) => return Err(http(e).into()),
+                        }
+                    }
+                };
+            break (response, slot);
+        };
         let response = match self.read_timeout {
             Some(timeout) => tokio::time::timeout(timeout, response)
                 .await

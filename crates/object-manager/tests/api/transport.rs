@@ -225,3 +225,129 @@ async fn connections_left_empty_are_closed_after_the_idle_time_out() {
     assert_eq!(t.connections().http2, 0);
     m.shutdown().await;
 }
+
+/// A TLS server on 127.0.0.1 whose certificate names only `api.nodelet.test` and which
+/// requires a client certificate signed by its CA; answers every request with a ConfigMap.
+/// Returns its URL, the CA (DER), a client certificate and key (PEM), and what it saw:
+/// (client certificate presented, HTTP version) per request.
+struct CertServer {
+    url: String,
+    ca_der: Vec<u8>,
+    client_pem: (String, String),
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(bool, http::Version)>>>,
+}
+
+async fn cert_server() -> CertServer {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap_or_else(|e| panic!("{e}"));
+    let issuer = Issuer::new(ca, ca_key);
+    let server_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let server_cert = CertificateParams::new(vec!["api.nodelet.test".to_owned()])
+        .and_then(|p| p.signed_by(&server_key, &issuer))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let client_cert = CertificateParams::new(Vec::<String>::new())
+        .and_then(|p| p.signed_by(&client_key, &issuer))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(ca_cert.der().clone())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| {
+            b.with_client_cert_verifier(verifier).with_single_cert(
+                vec![server_cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into()),
+            )
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_by_server = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                continue;
+            };
+            let has_cert = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
+            let seen = seen_by_server.clone();
+            let svc =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    if let Ok(mut s) = seen.lock() {
+                        s.push((has_cert, req.version()));
+                    }
+                    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "x", "namespace": "default", "resourceVersion": "1"}})
+                    .to_string();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(body)),
+                        ))
+                    }
+                });
+            tokio::spawn(async move {
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                let _ = builder
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    CertServer {
+        url: format!("https://{addr}"),
+        ca_der: ca_cert.der().to_vec(),
+        client_pem: (client_cert.pem(), client_key.serialize_pem()),
+        seen,
+    }
+}
+
+#[tokio::test]
+async fn the_kubeconfig_client_certificate_and_tls_server_name_are_honoured_over_http2() {
+    use base64::Engine as _;
+    let server = cert_server().await;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let mut config = kube::Config::new(server.url.parse().unwrap_or_default());
+    config.root_cert = Some(vec![server.ca_der.clone()]);
+    config.auth_info = serde_json::from_value(serde_json::json!({
+        "client-certificate-data": b64(&server.client_pem.0),
+        "client-key-data": b64(&server.client_pem.1),
+    }))
+    .unwrap_or_else(|e| panic!("auth info: {e}"));
+
+    // The certificate names api.nodelet.test, not 127.0.0.1: verification fails without the
+    // tls-server-name override...
+    let (client, _) = transport::client(config.clone(), TransportConfig::default())
+        .unwrap_or_else(|e| panic!("transport: {e}"));
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    assert!(api.get("x").await.is_err());
+    // ...and succeeds with it, presenting the client certificate, over HTTP/2.
+    config.tls_server_name = Some("api.nodelet.test".to_owned());
+    let (client, t) = h2_client(config, TransportConfig::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let cm = api.get("x").await.unwrap_or_else(|e| panic!("get: {e}"));
+    assert_eq!(cm.metadata.name.as_deref(), Some("x"));
+    assert_eq!(t.protocol(), Some(Negotiated::Http2));
+    let seen = server.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(seen, vec![(true, http::Version::HTTP_2)]);
+}

@@ -1,0 +1,334 @@
+//! Scale figures for the README (issue 10): the real `nodelet` binary (a child process, so its
+//! connections, RSS and CPU are its own) on a node identity against `nodelet-apiserver` (in
+//! this process) over TLS, once with `--api-protocol auto` (HTTP/2) and once with
+//! `--api-protocol http1`, same workload:
+//!
+//! 1. Start the API server (TLS, auth, 100 streams per connection); create 1,000 distinct
+//!    objects (500 ConfigMaps, 500 Secrets); start the agent.
+//! 2. Create 110 pods mounting them all (10 pods × 10 volumes, 100 pods × 9); time from the
+//!    first pod created until every volume's file is on disk.
+//! 3. Settle 2 s, then: TCP connections the agent holds to the server (its sockets in
+//!    `/proc/<pid>/fd` matched against `/proc/net/tcp*`, and the server's own count by protocol),
+//!    and the agent's RSS.
+//! 4. 50 updates/s for 20 s, each to a different object: API write → new content visible,
+//!    p50 / p99 / max.
+//! 5. Forced listener restart: close the listener and every connection, wait 5 s, listen again,
+//!    then update 200 objects at once: time from each write until it is on disk, p50 / p99 /
+//!    max, and connections afterwards.
+//!
+//! `cargo bench -p nodelet --bench scale` (about 2 minutes). Prints one line per figure.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodelet_apiserver::{ApiServer, TestHandle, User};
+use serde_json::json;
+
+const PODS: usize = 110;
+const OBJECTS: usize = 1000;
+const RATE: u32 = 50;
+const UPDATE_WINDOW: Duration = Duration::from_secs(20);
+const OUTAGE: Duration = Duration::from_secs(5);
+const AFTER_RESTART: usize = 200;
+const NODE: &str = "bench-node";
+
+fn main() {
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !"scale".contains(&a))
+    {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    for protocol in ["auto", "http1"] {
+        rt.block_on(run(protocol));
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Established TCP connections of `pid` whose remote port is `port`.
+fn tcp_connections(pid: u32, port: u16) -> usize {
+    let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|t| {
+            let t = t.to_string_lossy().into_owned();
+            t.strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .map(str::to_owned)
+        })
+        .collect();
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) = (f.get(2), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let rport = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if *state == "01" && rport == Some(port) && inodes.contains(*inode) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summary(mut v: Vec<Duration>) -> String {
+    v.sort();
+    format!(
+        "n={}, p50 {:.1?}, p99 {:.1?}, max {:.1?}",
+        v.len(),
+        percentile(&v, 0.5),
+        percentile(&v, 0.99),
+        v.last().copied().unwrap_or_default()
+    )
+}
+
+/// Object `j`: even → ConfigMap `cm-j`, odd → Secret `s-j`; one key `k`.
+fn object(j: usize, value: &str) -> serde_json::Value {
+    if j.is_multiple_of(2) {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{j}"), "namespace": "default"},
+            "data": {"k": value}})
+    } else {
+        use base64::Engine as _;
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("s-{j}"), "namespace": "default"},
+            "data": {"k": base64::engine::general_purpose::STANDARD.encode(value)}})
+    }
+}
+
+fn volume(j: usize) -> serde_json::Value {
+    if j.is_multiple_of(2) {
+        json!({"name": format!("v{j}"), "configMap": {"name": format!("cm-{j}")}})
+    } else {
+        json!({"name": format!("v{j}"), "secret": {"secretName": format!("s-{j}")}})
+    }
+}
+
+fn volume_dir(j: usize) -> String {
+    if j.is_multiple_of(2) {
+        format!("kubernetes.io~configmap/v{j}")
+    } else {
+        format!("kubernetes.io~secret/v{j}")
+    }
+}
+
+/// Writes each `(path, expected, since)` and waits until all are visible: the latency of each.
+async fn wait_all(mut pending: Vec<(PathBuf, String, Instant)>) -> Vec<Duration> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut done = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        assert!(Instant::now() < deadline, "{} never updated", pending.len());
+        pending.retain(|(path, expected, since)| {
+            if std::fs::read(path).ok().as_deref() == Some(expected.as_bytes()) {
+                done.push(since.elapsed());
+                false
+            } else {
+                true
+            }
+        });
+        // Polling many files costs the agent CPU: back off with the number pending.
+        let pause = Duration::from_micros(500).max(Duration::from_micros(5) * pending.len() as u32);
+        tokio::time::sleep(pause).await;
+    }
+    done
+}
+
+fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["--kubeconfig", kubeconfig.to_str().unwrap_or_default()])
+        .args(["--node-name", NODE, "--listen", "none"])
+        .args(["--root-dir", root.to_str().unwrap_or_default()])
+        .args(["--api-protocol", protocol])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning nodelet: {e}"))
+}
+
+async fn run(protocol: &str) {
+    let label = if protocol == "http1" {
+        "HTTP/1.1"
+    } else {
+        "HTTP/2"
+    };
+    // (1)
+    let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth().with_tls())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let h = server.handle();
+    let port = server.addr().port();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.path().join("node.kubeconfig");
+    server
+        .write_kubeconfig(&kubeconfig, &User::node(NODE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    for j in 0..OBJECTS {
+        h.create(object(j, "v0")).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let root = dir.path().join("root");
+    let mut child = spawn_agent(&kubeconfig, &root, protocol);
+    let pid = child.id();
+
+    // (2)
+    let started = Instant::now();
+    let mut files: Vec<PathBuf> = vec![PathBuf::new(); OBJECTS];
+    let mut next = 0;
+    for i in 0..PODS {
+        let n = if i < OBJECTS - 9 * PODS { 10 } else { 9 };
+        let objs: Vec<usize> = (next..next + n).collect();
+        next += n;
+        let pod = h
+            .create(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("p-{i}"), "namespace": "default"},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x",
+                    "volumeMounts": objs.iter().map(|j| json!({"name": format!("v{j}"), "mountPath": format!("/v{j}")})).collect::<Vec<_>>()}],
+                    "volumes": objs.iter().map(|j| volume(*j)).collect::<Vec<_>>()}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        let vols = root.join("pods").join(uid).join("volumes");
+        for j in objs {
+            files[j] = vols.join(volume_dir(j)).join("k");
+        }
+    }
+    let mounted = wait_all(
+        files
+            .iter()
+            .map(|f| (f.clone(), "v0".to_owned(), started))
+            .collect(),
+    )
+    .await;
+    let mount_all = mounted.iter().max().copied().unwrap_or_default();
+    println!(
+        "scale/{label}/mount: {PODS} pods x {} volumes ({OBJECTS} objects) all on disk {mount_all:.2?} after the first pod was created",
+        OBJECTS as f64 / PODS as f64
+    );
+
+    // (3)
+    wait_watches(&h, OBJECTS).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let open = h.open_connections();
+    println!(
+        "scale/{label}/connections: agent holds {} TCP connections to the API server (server sees HTTP/2 {}, HTTP/1.1 {}); {} watches open",
+        tcp_connections(pid, port),
+        open.http2,
+        open.http1,
+        h.open_watches("configmaps", None, None) + h.open_watches("secrets", None, None)
+    );
+    println!("scale/{label}/rss: {:.1} MiB", rss_kib(pid) as f64 / 1024.0);
+
+    // (4)
+    let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
+    let every = Duration::from_secs(1) / RATE;
+    let mut pending = Vec::new();
+    let mut latencies = Vec::with_capacity(total);
+    let t0 = Instant::now();
+    for n in 0..total {
+        let due = t0 + every * n as u32;
+        while Instant::now() < due {
+            check(&mut pending, &mut latencies);
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        let j = (n * 7) % OBJECTS;
+        let value = format!("u{n}");
+        let since = Instant::now();
+        h.update(object(j, &value))
+            .unwrap_or_else(|e| panic!("{e}"));
+        pending.push((files[j].clone(), value, since));
+    }
+    latencies.extend(wait_all(pending).await);
+    println!(
+        "scale/{label}/update-latency: {RATE} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}",
+        summary(latencies)
+    );
+    println!(
+        "scale/{label}/rss-after-updates: {:.1} MiB",
+        rss_kib(pid) as f64 / 1024.0
+    );
+
+    // (5)
+    h.stop_listener().await;
+    tokio::time::sleep(OUTAGE).await;
+    h.restart_listener()
+        .await
+        .unwrap_or_else(|e| panic!("restart: {e}"));
+    let back = Instant::now();
+    let mut pending = Vec::new();
+    for k in 0..AFTER_RESTART {
+        let j = (k * 5 + 1) % OBJECTS;
+        let value = format!("r{k}");
+        let since = Instant::now();
+        h.update(object(j, &value))
+            .unwrap_or_else(|e| panic!("{e}"));
+        pending.push((files[j].clone(), value, since));
+    }
+    let recovered = wait_all(pending).await;
+    let all = back.elapsed();
+    println!(
+        "scale/{label}/recovery: listener closed {OUTAGE:?}, then {AFTER_RESTART} updates right after it listens again: all on disk {all:.2?} after the restart; per update {}",
+        summary(recovered)
+    );
+    wait_watches(&h, OBJECTS).await;
+    let open = h.open_connections();
+    println!(
+        "scale/{label}/connections-after-recovery: {} TCP (server sees HTTP/2 {}, HTTP/1.1 {})",
+        tcp_connections(pid, port),
+        open.http2,
+        open.http1
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    server.shutdown().await;
+}
+
+fn check(pending: &mut Vec<(PathBuf, String, Instant)>, done: &mut Vec<Duration>) {
+    pending.retain(|(path, expected, since)| {
+        if std::fs::read(path).ok().as_deref() == Some(expected.as_bytes()) {
+            done.push(since.elapsed());
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// Waits until `n` ConfigMap + Secret watches are open (after a restart: all resumed).
+async fn wait_watches(h: &TestHandle, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while h.open_watches("configmaps", None, None) + h.open_watches("secrets", None, None) < n {
+        assert!(Instant::now() < deadline, "watches never all open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
