@@ -266,6 +266,8 @@ async fn pod_source(
     let api: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={}", state.config.node_name);
     let mut probe = tokio::time::interval(crate::api_health::PROBE_INTERVAL);
+    // Ticks missed while healthy (the branch is off) must not burst when the watch fails.
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let probe_api = api.clone();
     let mut stream = watcher::watcher(api, watcher::Config::default().fields(&selector))
         .default_backoff()
