@@ -57,6 +57,8 @@ pub(crate) struct AgentState {
     pub(crate) secrets: SecretManager,
     pub(crate) metrics: Metrics,
     pub(crate) ready: watch::Receiver<bool>,
+    /// The pod watch's health (`/metrics`, `/pods`).
+    pub(crate) pod_watch: crate::api_health::PodWatchHealth,
 }
 
 impl std::fmt::Debug for Agent {
@@ -161,6 +163,7 @@ impl Agent {
             secrets,
             metrics,
             ready,
+            pod_watch: crate::api_health::PodWatchHealth::default(),
         });
         tracker.spawn(
             pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())
@@ -262,6 +265,10 @@ async fn pod_source(
 ) {
     let api: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={}", state.config.node_name);
+    let mut probe = tokio::time::interval(crate::api_health::PROBE_INTERVAL);
+    // Ticks missed while healthy (the branch is off) must not burst when the watch fails.
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let probe_api = api.clone();
     let mut stream = watcher::watcher(api, watcher::Config::default().fields(&selector))
         .default_backoff()
         .boxed();
@@ -288,9 +295,17 @@ async fn pod_source(
                 retry_failed_pods(&state, &known, change, referenced_secret_names);
                 continue;
             }
+            _ = probe.tick(), if state.pod_watch.is_failing() => {
+                probe_pods(&state, &probe_api, &selector).await;
+                continue;
+            }
             e = stream.next() => e,
         };
         let Some(event) = event else { break };
+        match &event {
+            Ok(_) => state.pod_watch.success(),
+            Err(error) => state.pod_watch.failure(&error.to_string()),
+        }
         match event {
             Ok(Event::Init) => {
                 state.metrics.api_request("list");
@@ -341,6 +356,23 @@ async fn pod_source(
         }
     }
     state.metrics.set_watches("pods", 0);
+}
+
+/// While the pod watch fails: one small list of this node's pods (allowed to a node identity);
+/// an answer means the API server is reachable again (the watch itself re-watches silently).
+async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
+    state.metrics.api_request("list");
+    let params = kube::api::ListParams::default().fields(selector).limit(1);
+    match tokio::time::timeout(
+        crate::api_health::PROBE_INTERVAL,
+        api.list_metadata(&params),
+    )
+    .await
+    {
+        Ok(Ok(_)) => state.pod_watch.success(),
+        Ok(Err(error)) => state.pod_watch.failure(&error.to_string()),
+        Err(_elapsed) => state.pod_watch.failure("probe timed out"),
+    }
 }
 
 /// Beyond the kubelet: a pod whose last sync failed (a missing object or key for its
@@ -450,7 +482,7 @@ pub(crate) fn pods_json(state: &AgentState) -> Value {
             })
         })
         .collect();
-    json!({"node": state.config.node_name, "pods": pods})
+    json!({"node": state.config.node_name, "api": crate::api_health::api_json(state), "pods": pods})
 }
 
 fn volume_json(v: &nodelet_volume_manager::VolumeSnapshot) -> Value {
@@ -515,5 +547,6 @@ pub(crate) fn metrics_text(state: &AgentState) -> String {
         *phases.entry(format!("{:?}", w.phase)).or_default() += 1;
     }
     m.set_pods(&phases.into_iter().collect::<Vec<_>>());
+    crate::api_health::update_metrics(state);
     m.encode()
 }

@@ -1,5 +1,17 @@
 //! The agent's HTTP endpoints: `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/pods`
 //! (JSON).
+//!
+//! # What health and readiness mean
+//! - `/healthz`: 200 while the HTTP server runs.
+//! - `/readyz`: 200 once the agent has listed its pods for the first time (its loops run and
+//!   every listed pod's volumes are desired), 503 before. Like the kubelet's `/healthz`, it
+//!   checks the agent itself, not the API server: during an API outage it stays 200, because
+//!   the agent keeps its volumes as they are, catches up when the server answers again, and a
+//!   restart would not help.
+//! - The API connection is reported instead by `/metrics` (`nodelet_api_reachable` 0/1,
+//!   `nodelet_watches_failing{resource}`, `nodelet_watch_last_success_timestamp_seconds{resource}`)
+//!   and `/pods` (`api.reachable`, and per watch `lastSuccess`, `failingSince`, `failures`,
+//!   `lastError`); see `api_health.rs` for what counts as failing.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

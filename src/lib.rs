@@ -41,6 +41,7 @@
 //! ```
 
 mod agent;
+mod api_health;
 mod config;
 mod counting;
 mod events;

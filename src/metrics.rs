@@ -33,6 +33,9 @@ struct Inner {
     propagation: Histogram,
     /// Refreshed from the object manager's transport at each scrape.
     api_connections: Family<Labels, Gauge>,
+    api_reachable: Gauge,
+    watches_failing: Family<Labels, Gauge>,
+    watch_last_success: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -85,6 +88,24 @@ impl Metrics {
             "Connections open to the API server, by protocol (HTTP/1.1, HTTP/2)",
             api_connections.clone(),
         );
+        let api_reachable = Gauge::default();
+        registry.register(
+            "api_reachable",
+            "1 while no watch of the agent is failing (pods, configmaps, secrets), 0 during an API outage",
+            api_reachable.clone(),
+        );
+        let watches_failing = Family::<Labels, Gauge>::default();
+        registry.register(
+            "watches_failing",
+            "Watches whose latest request to the API server failed, by resource",
+            watches_failing.clone(),
+        );
+        let watch_last_success = Family::<Labels, Gauge>::default();
+        registry.register(
+            "watch_last_success_timestamp_seconds",
+            "Oldest last answer from the API server among the running watches of a resource (Unix time; 0 = never answered)",
+            watch_last_success.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -95,6 +116,9 @@ impl Metrics {
                 pods,
                 propagation,
                 api_connections,
+                api_reachable,
+                watches_failing,
+                watch_last_success,
             }),
         }
     }
@@ -144,6 +168,23 @@ impl Metrics {
                 .pods
                 .get_or_create(&vec![("phase".to_owned(), phase.clone())])
                 .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Set the API connection gauges: `reachable`, and per resource the number of failing
+    /// watches and the oldest last answer (Unix seconds; no series without running watches).
+    pub fn set_api_health(&self, reachable: bool, resources: &[(String, usize, Option<i64>)]) {
+        self.inner.api_reachable.set(i64::from(reachable));
+        self.inner.watch_last_success.clear();
+        for (resource, failing, oldest) in resources {
+            let labels = vec![("resource".to_owned(), resource.clone())];
+            self.inner
+                .watches_failing
+                .get_or_create(&labels)
+                .set(i64::try_from(*failing).unwrap_or(i64::MAX));
+            if let Some(t) = oldest {
+                self.inner.watch_last_success.get_or_create(&labels).set(*t);
+            }
         }
     }
 

@@ -92,3 +92,145 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
     }
     world.stop().await;
 }
+
+/// Waits until `/pods` satisfies `cond`; returns that document.
+async fn wait_for_pods(addr: SocketAddr, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    let found = tokio::time::timeout(SAFETY, async {
+        loop {
+            let (_, body) = get(addr, "/pods").await;
+            last = serde_json::from_str(&body).unwrap_or(Value::Null);
+            if cond(&last) {
+                return last.clone();
+            }
+            crate::support::poll_pause().await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("/pods never showed {what}; last: {last:#}"))
+}
+
+fn metric(text: &str, series: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(String::from))
+}
+
+/// Issue 11 item 8: while the API server is down, `/readyz` stays 200 (readiness is the agent's
+/// own loops, as the kubelet's `/healthz`), and `/metrics` and `/pods` show the outage: the API
+/// is unreachable, which watches fail since when, and when each was last answered; all of it
+/// clears once the server answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_shows_in_metrics_and_pods_while_readyz_stays_ok() {
+    let world = World::start_with(|c| c.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let addr = world
+        .with_agent(|a| a.http_addr())
+        .await
+        .unwrap_or_else(|| panic!("no listener"));
+    let h = world.server.handle();
+    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    h.create(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"nodeName": crate::support::NODE,
+            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "cm"}}]}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let healthy = wait_for_pods(addr, "a mounted volume and a healthy API", |v| {
+        v["pods"][0]["volumes"][0]["state"] == "Mounted" && v["api"]["reachable"] == true
+    })
+    .await;
+    let watches = healthy["api"]["watches"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let cm = watches
+        .iter()
+        .find(|w| w["resource"] == "configmaps")
+        .unwrap_or_else(|| panic!("no configmap watch in {healthy:#}"));
+    assert_eq!(
+        (cm["namespace"].as_str(), cm["name"].as_str()),
+        (Some("default"), Some("cm"))
+    );
+    assert!(
+        cm["lastSuccess"].is_string() && cm["failingSince"].is_null(),
+        "{cm:#}"
+    );
+    let (_, text) = get(addr, "/metrics").await;
+    assert_eq!(
+        metric(&text, "nodelet_api_reachable").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "nodelet_watches_failing{resource=\"configmaps\"}").as_deref(),
+        Some("0")
+    );
+    let since = metric(
+        &text,
+        "nodelet_watch_last_success_timestamp_seconds{resource=\"configmaps\"}",
+    )
+    .and_then(|v| v.parse::<i64>().ok())
+    .unwrap_or(0);
+    assert!(since > 0, "{text}");
+
+    h.stop_listener().await;
+    let down = wait_for_pods(addr, "the outage", |v| {
+        v["api"]["reachable"] == false
+            && v["api"]["watches"].as_array().is_some_and(|ws| {
+                ["pods", "configmaps"].iter().all(|r| {
+                    ws.iter()
+                        .any(|w| w["resource"] == *r && w["failingSince"].is_string())
+                })
+            })
+    })
+    .await;
+    assert!(
+        down["api"]["watches"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|w| w["failingSince"].is_null() || w["lastError"].is_string()),
+        "{down:#}"
+    );
+    assert_eq!(get(addr, "/readyz").await, (200, "ok".to_owned()));
+    let (_, text) = get(addr, "/metrics").await;
+    assert_eq!(
+        metric(&text, "nodelet_api_reachable").as_deref(),
+        Some("0"),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "nodelet_watches_failing{resource=\"configmaps\"}").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "nodelet_watches_failing{resource=\"pods\"}").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+
+    h.restart_listener()
+        .await
+        .unwrap_or_else(|e| panic!("restart: {e}"));
+    let up = wait_for_pods(addr, "the API reachable again", |v| {
+        v["api"]["reachable"] == true
+    })
+    .await;
+    assert!(
+        up["api"]["watches"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|w| w["failingSince"].is_null() && w["lastError"].is_null()),
+        "{up:#}"
+    );
+    let (_, text) = get(addr, "/metrics").await;
+    assert_eq!(
+        metric(&text, "nodelet_api_reachable").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    world.stop().await;
+}

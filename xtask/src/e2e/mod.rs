@@ -55,6 +55,11 @@ pub(crate) struct Args {
     /// makes its own).
     #[arg(long, value_name = "PATH", conflicts_with = "embedded")]
     node_kubeconfig: Option<PathBuf>,
+    /// Create the agent's Node, without nodelet's taint, before the agent starts (as a
+    /// previous kubelet or an older nodelet leaves it); the agent must reconcile it without
+    /// touching its taints. Deleted at teardown.
+    #[arg(long)]
+    existing_node: bool,
     /// Leave the cluster and the agent running for inspection.
     #[arg(long)]
     keep: bool,
@@ -273,12 +278,24 @@ fn run(
         ])?
         .trim()
         .is_empty();
+    if args.existing_node && !node_existed {
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node_name, "labels": {"kubernetes.io/hostname": node_name}}});
+        admin
+            .run_with_input(&["create", "-f", "-"], &node.to_string())
+            .context("creating the agent's Node for --existing-node")?;
+        teardown.node = Some((admin.clone(), node_name.clone()));
+        eprintln!("e2e: --existing-node: created node {node_name} without nodelet's taint");
+    }
     let agent = Arc::new(Mutex::new(agent::start_agent(&spec)?));
     teardown.agent = Some(agent.clone());
     if node_existed {
         eprintln!("e2e: node {node_name} existed before the run; teardown leaves it in place");
     } else {
         teardown.node = Some((admin.clone(), node_name.clone()));
+    }
+    if args.existing_node {
+        check_existing_node(&admin, &node_name)?;
     }
     eprintln!("e2e: agent started (log {})", spec.log.display());
 
@@ -324,6 +341,45 @@ fn run(
         bail!("no scenario matched --filter {:?}", args.filter);
     }
     Ok(report.failed() == 0)
+}
+
+/// `--existing-node`: waits until the agent has renewed its Lease and posted Ready on the Node
+/// created before it started, and checks it left the Node's taints alone (NodeRestriction
+/// refuses a node's taint change after creation, so touching them would stall registration).
+fn check_existing_node(admin: &Kubectl, node: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let lease = admin.run(&[
+            "get",
+            "lease",
+            node,
+            "-n",
+            "kube-node-lease",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])?;
+        let ready = admin.run(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])?;
+        if !lease.trim().is_empty() && ready.trim() == "True" {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("--existing-node: the agent renewed no Lease or posted no Ready status in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let taints = admin.run(&["get", "node", node, "-o", "jsonpath={.spec.taints}"])?;
+    if !taints.trim().is_empty() {
+        bail!("--existing-node: the agent changed the taints of the existing Node: {taints}");
+    }
+    eprintln!("e2e: --existing-node: Lease renewed and Ready posted; taints untouched");
+    Ok(())
 }
 
 /// The admin kubeconfig flattened into one file for the agent (the user's file may reference

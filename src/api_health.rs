@@ -1,0 +1,178 @@
+//! The API connection as the agent sees it, for `/metrics` and `/pods`: the health of the pod
+//! watch ([`PodWatchHealth`], recorded by the pod source) and of every object watch (from the
+//! object managers' `watch_health`).
+//!
+//! A watch is *failing* from its first failed request (connection refused or reset, time-out,
+//! error status) until the API server answers it again; the API is *reachable* while no watch
+//! is failing. The pod watch's client re-watches silently after an outage (no event until
+//! something changes), so while it fails the pod source probes with a one-item list of its pods
+//! ([`PROBE_INTERVAL`]) and an answer ends the failure.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::agent::AgentState;
+
+/// How often the pod source probes the API server while the pod watch is failing.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The pod watch's health: the last answer and the current run of failures.
+#[derive(Debug, Default)]
+pub(crate) struct PodWatchHealth {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct State {
+    last_success: Option<SystemTime>,
+    failing_since: Option<SystemTime>,
+    failures: u32,
+    last_error: Option<String>,
+}
+
+impl PodWatchHealth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The API server answered the pod watch (an event) or the probe.
+    pub(crate) fn success(&self) {
+        *self.lock() = State {
+            last_success: Some(SystemTime::now()),
+            ..State::default()
+        };
+    }
+
+    /// A pod watch request failed; `error` is the client's text (no payloads).
+    pub(crate) fn failure(&self, error: &str) {
+        let mut s = self.lock();
+        s.failing_since.get_or_insert_with(SystemTime::now);
+        s.failures = s.failures.saturating_add(1);
+        s.last_error = Some(error.to_owned());
+    }
+
+    /// Whether the latest pod watch request failed.
+    pub(crate) fn is_failing(&self) -> bool {
+        self.lock().failing_since.is_some()
+    }
+}
+
+/// One watch, whichever its kind, as `/pods` and `/metrics` show it.
+struct Row {
+    resource: &'static str,
+    object: Value,
+    running: bool,
+    last_success: Option<SystemTime>,
+    failing_since: Option<SystemTime>,
+    failures: u32,
+    last_error: Option<String>,
+}
+
+fn rows(state: &AgentState) -> Vec<Row> {
+    let pods = state.pod_watch.lock().clone();
+    let mut rows = vec![Row {
+        resource: "pods",
+        object: json!({"fieldSelector": format!("spec.nodeName={}", state.config.node_name)}),
+        running: true,
+        last_success: pods.last_success,
+        failing_since: pods.failing_since,
+        failures: pods.failures,
+        last_error: pods.last_error,
+    }];
+    let objects = [
+        ("configmaps", state.configmaps.watch_health()),
+        ("secrets", state.secrets.watch_health()),
+    ];
+    for (resource, list) in objects {
+        rows.extend(list.into_iter().map(|h| Row {
+            resource,
+            object: json!({"namespace": h.object.namespace, "name": h.object.name}),
+            running: h.running,
+            last_success: h.last_success,
+            failing_since: h.failing_since,
+            failures: h.consecutive_failures,
+            last_error: h.last_error,
+        }));
+    }
+    rows
+}
+
+fn rfc3339(t: Option<SystemTime>) -> Value {
+    t.map_or(Value::Null, |t| {
+        json!(
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        )
+    })
+}
+
+fn unix_seconds(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The `api` part of `/pods`: reachability and every watch's health.
+pub(crate) fn api_json(state: &AgentState) -> Value {
+    let rows = rows(state);
+    let reachable = rows.iter().all(|r| r.failing_since.is_none());
+    let watches: Vec<Value> = rows
+        .into_iter()
+        .map(|r| {
+            let mut w = json!({
+                "resource": r.resource, "running": r.running,
+                "lastSuccess": rfc3339(r.last_success),
+                "failingSince": rfc3339(r.failing_since),
+                "failures": r.failures, "lastError": r.last_error,
+            });
+            if let (Some(w), Some(o)) = (w.as_object_mut(), r.object.as_object()) {
+                w.extend(o.clone());
+            }
+            w
+        })
+        .collect();
+    json!({"reachable": reachable, "watches": watches})
+}
+
+/// Sets `nodelet_api_reachable`, `nodelet_watches_failing` and
+/// `nodelet_watch_last_success_timestamp_seconds` (per resource: the oldest last answer among
+/// its running watches, so it lags while any one of them is not being answered).
+pub(crate) fn update_metrics(state: &AgentState) {
+    let rows = rows(state);
+    let reachable = rows.iter().all(|r| r.failing_since.is_none());
+    let per_resource: Vec<(String, usize, Option<i64>)> = ["pods", "configmaps", "secrets"]
+        .into_iter()
+        .map(|resource| {
+            let of = || rows.iter().filter(move |r| r.resource == resource);
+            let failing = of().filter(|r| r.failing_since.is_some()).count();
+            let oldest = of()
+                .filter(|r| r.running)
+                .map(|r| r.last_success.map_or(0, unix_seconds))
+                .min();
+            (resource.to_owned(), failing, oldest)
+        })
+        .collect();
+    state.metrics.set_api_health(reachable, &per_resource);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_lasts_until_the_next_answer() {
+        let h = PodWatchHealth::default();
+        assert!(!h.is_failing());
+        h.failure("connection refused");
+        h.failure("connection refused");
+        let s = h.lock().clone();
+        assert!(h.is_failing());
+        assert_eq!(s.failures, 2);
+        h.success();
+        assert!(!h.is_failing());
+        let s = h.lock().clone();
+        assert_eq!((s.failures, s.last_error), (0, None));
+        assert!(s.last_success.is_some());
+    }
+}
