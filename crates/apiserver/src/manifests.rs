@@ -285,11 +285,8 @@ impl Syncer {
             let mut unreadable = false;
             for doc in docs.iter() {
                 let result = match &doc.object {
-                    Ok(obj) => self.apply(obj).map_err(|e| {
-                        // Still defined by the file: a rejected update must not delete it.
-                        keys.extend(key_of(obj));
-                        e
-                    }),
+                    // Still defined by the file: a rejected update must not delete it.
+                    Ok(obj) => self.apply(obj).inspect_err(|_| keys.extend(key_of(obj))),
                     Err(e) => {
                         unreadable = true;
                         Err(e.clone())
