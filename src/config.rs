@@ -344,9 +344,28 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
     if text.trim().is_empty() {
         return Ok(FileConfig::default());
     }
-    serde_yaml::from_str(&text).map_err(|e| {
-        // serde names the field: "unknown field `x`", "syncFrequency: invalid type ...".
-        invalid(&path.display().to_string(), e.to_string())
+    // serde_path_to_error names the field of a type error ("syncFrequency: ..."); saphyr's first
+    // line gives the place and the reason (the rest of its message is a source excerpt).
+    let mut field = String::new();
+    serde_saphyr::with_deserializer_from_str(&text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            field = e.path().to_string();
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let message = e.to_string();
+        let reason = message
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ");
+        let text = if field.is_empty() || field == "." {
+            reason.to_string()
+        } else {
+            format!("{field}: {reason}")
+        };
+        invalid(&path.display().to_string(), text)
     })
 }
 
@@ -487,6 +506,7 @@ mod tests {
             "configMapAndSecretChangeDetectionStrategy: unknown configmap and secret manager mode: Sometimes",
         );
         check("syncFrequency: soon\n", "syncFrequency:");
+        check("syncFrequency: [1]\n", "syncFrequency: line 1 column 16");
         check(
             "syncFrequency: 0s\n",
             "syncFrequency: must be greater than 0",
