@@ -98,13 +98,20 @@ impl Recovery {
         }
     }
 
-    /// After a failed request: sleep `backoff` unless this is an outage, where the prober
-    /// retries soon and the others wake at the end of the outage (2), (4).
+    /// How many outages ended so far: read before a request, handed to [`Recovery::pause`].
+    pub(crate) fn generation(&self) -> u64 {
+        *self.recovered.borrow()
+    }
+
+    /// After a failed request (sent at [`Recovery::generation`] `seen`): sleep `backoff` unless
+    /// this is an outage, where the prober retries soon and the others wake at the end of the
+    /// outage — at once if it ended since the request was sent (2), (4).
     pub(crate) async fn pause(
         &self,
         error: &SourceError,
         backoff: Duration,
         probing: &mut bool,
+        seen: u64,
     ) -> Pause {
         if !Self::is_outage(error) {
             *probing = false;
@@ -112,7 +119,11 @@ impl Recovery {
             return Pause::BackedOff;
         }
         let mut rx = self.recovered.subscribe();
-        rx.borrow_and_update();
+        if *rx.borrow_and_update() != seen {
+            *probing = false;
+            self.spread().await;
+            return Pause::Recovered;
+        }
         self.outage.store(true, Ordering::Release);
         *probing = self.try_probe(*probing);
         if *probing {
@@ -127,13 +138,18 @@ impl Recovery {
                 if changed.is_err() {
                     return Pause::BackedOff;
                 }
-                let spread = self.config.spread;
-                if !spread.is_zero() {
-                    let delay = spread.mul_f64(rand::rng().random_range(0.0..1.0));
-                    tokio::time::sleep(delay).await;
-                }
+                self.spread().await;
                 Pause::Recovered
             }
+        }
+    }
+
+    /// A random delay below the spread (4).
+    async fn spread(&self) {
+        let spread = self.config.spread;
+        if !spread.is_zero() {
+            let delay = spread.mul_f64(rand::rng().random_range(0.0..1.0));
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -168,7 +184,7 @@ mod tests {
         let mut probing = false;
         let started = Instant::now();
         assert!(matches!(
-            r.pause(&unreachable(), Duration::from_secs(30), &mut probing)
+            r.pause(&unreachable(), Duration::from_secs(30), &mut probing, 0)
                 .await,
             Pause::BackedOff
         ));
@@ -180,7 +196,7 @@ mod tests {
             tokio::spawn(async move {
                 let mut probing = false;
                 let p = r
-                    .pause(&unreachable(), Duration::from_secs(30), &mut probing)
+                    .pause(&unreachable(), Duration::from_secs(30), &mut probing, 0)
                     .await;
                 (matches!(p, Pause::Recovered), probing, Instant::now())
             })
@@ -203,10 +219,25 @@ mod tests {
         let mut probing = false;
         let started = Instant::now();
         let forbidden = SourceError::status(403, "Forbidden", "no");
-        r.pause(&forbidden, Duration::from_secs(3), &mut probing)
+        r.pause(&forbidden, Duration::from_secs(3), &mut probing, 0)
             .await;
         assert!(started.elapsed() >= Duration::from_secs(3));
         assert!(!probing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_failed_before_the_outage_ended_retries_at_once() {
+        let r = recovery();
+        let seen = r.generation();
+        r.outage.store(true, Ordering::Release);
+        r.succeeded();
+        let started = Instant::now();
+        let mut probing = false;
+        let p = r
+            .pause(&unreachable(), Duration::from_secs(30), &mut probing, seen)
+            .await;
+        assert!(matches!(p, Pause::Recovered));
+        assert!(started.elapsed() < Duration::from_millis(300));
     }
 
     #[tokio::test(start_paused = true)]

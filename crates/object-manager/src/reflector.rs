@@ -114,6 +114,8 @@ struct RecoveryState {
     probing: bool,
     /// Woken by the end of an outage: the next request holds a permit.
     woken: bool,
+    /// The recovery generation when the last request was sent.
+    generation: u64,
 }
 
 /// The reflector's exit reason.
@@ -265,18 +267,24 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             tokio::time::sleep(delay).await;
             return;
         };
-        if let Pause::Recovered = recovery.pause(error, delay, &mut rs.probing).await {
+        if let Pause::Recovered = recovery
+            .pause(error, delay, &mut rs.probing, rs.generation)
+            .await
+        {
             backoff.reset();
             rs.woken = true;
         }
     }
 
     /// A recovery permit when this reflector was woken by the end of an outage (6).
+    /// Also notes the recovery generation the request is sent at.
     async fn permit(&self, rs: &mut RecoveryState) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let recovery = self.recovery.as_ref()?;
+        rs.generation = recovery.generation();
         if !std::mem::take(&mut rs.woken) {
             return None;
         }
-        self.recovery.as_ref()?.permit().await
+        recovery.permit().await
     }
 
     /// Reports an answered request to the recovery signal (6).
