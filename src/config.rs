@@ -286,6 +286,23 @@ impl Cli {
             None => file.register_node.unwrap_or(embedded),
         };
         agent.node_labels = file.node_labels.unwrap_or_default();
+        // As the kubelet: a label NodeRestriction refuses would stall registration forever.
+        let refused: Vec<&str> = agent
+            .node_labels
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !crate::node::node_may_set_label(k))
+            .collect();
+        if !refused.is_empty() {
+            return Err(invalid(
+                "nodeLabels",
+                format!(
+                    "a node may not set {refused:?}: labels in the kubernetes.io and k8s.io \
+                     namespaces must be under kubelet.kubernetes.io or node.kubernetes.io or one \
+                     of the well-known node labels (NodeRestriction)"
+                ),
+            ));
+        }
         if let Some(secs) = file.node_lease_duration_seconds {
             if secs <= 0 {
                 return Err(invalid(
@@ -512,6 +529,10 @@ mod tests {
             "syncFrequency: must be greater than 0",
         );
         check("bogusField: 1\n", "bogusField");
+        check(
+            "nodeLabels: {node-role.kubernetes.io/worker: \"\", team: a}\n",
+            "nodeLabels: a node may not set [\"node-role.kubernetes.io/worker\"]",
+        );
         check("kind: Pod\n", "kind: must be KubeletConfiguration");
     }
 }

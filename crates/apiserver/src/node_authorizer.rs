@@ -18,7 +18,8 @@
 //!    `list`/`watch` by `metadata.name`, of its own Node only.
 //! 5. Leases: `get`/`create`/`update`/`patch`/`delete` of its own Lease in `kube-node-lease`.
 //! 6. Events (`v1` and `events.k8s.io`): `create`/`update`/`patch`.
-//! 7. Non-resource `GET`s (discovery, `/version`, health, OIDC) — for every authenticated user.
+//! 7. Non-resource `GET`s (discovery, `/version`, health, OIDC) and `create` of
+//!    `selfsubjectreviews` (`kubectl auth whoami`) — for every authenticated user.
 //!
 //! Denials are 403 with the upstream message and reason texts, e.g.
 //! `configmaps "x" is forbidden: User "system:node:n1" cannot get resource "configmaps" in API
@@ -210,6 +211,13 @@ impl Authorizer for NodeAuthorizer {
             } else {
                 Decision::Deny(String::new())
             };
+        }
+        // system:basic-user: every authenticated user may ask who it is.
+        if a.api_group == "authentication.k8s.io"
+            && a.resource == "selfsubjectreviews"
+            && a.verb == "create"
+        {
+            return Decision::Allow;
         }
         match a.user.node_name() {
             Some(node) if !node.is_empty() => self.node_request(node, a),

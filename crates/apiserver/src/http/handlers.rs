@@ -27,6 +27,9 @@ pub(crate) async fn resource(
     req: http::Request<Incoming>,
     token: CancellationToken,
 ) -> Result<http::Response<Body>, ApiError> {
+    if info.api_group == "authentication.k8s.io" && info.resource == "selfsubjectreviews" {
+        return self_subject_review(info, &req);
+    }
     let res = resources::by_path(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(ApiError::page_not_found)?;
     let r = res.info();
@@ -105,6 +108,33 @@ pub(crate) async fn resource(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (`kubectl auth whoami`): the
+/// authenticated user's name and groups. Nothing is stored.
+fn self_subject_review<B>(
+    info: &RequestInfo,
+    req: &http::Request<B>,
+) -> Result<http::Response<Body>, ApiError> {
+    if info.verb != "create" || info.name.is_some() || info.namespace.is_some() {
+        return Err(ApiError::method_not_allowed());
+    }
+    if info.api_version != "v1" {
+        return Err(ApiError::page_not_found());
+    }
+    let user = req
+        .extensions()
+        .get::<crate::auth::User>()
+        .cloned()
+        .unwrap_or_else(crate::auth::User::admin);
+    Ok(response::json(
+        201,
+        &serde_json::json!({
+            "kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+        }),
+    ))
 }
 
 /// Subresource routing point: `status` is served here, `token` (TokenRequest) by

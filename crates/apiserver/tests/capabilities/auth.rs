@@ -433,6 +433,30 @@ async fn node_restriction_allows_taints_only_when_a_node_creates_itself() {
         .expect("admins modify taints");
 }
 
+/// `kubectl auth whoami` (a SelfSubjectReview) answers with the caller's identity, so tools
+/// (`cargo xtask e2e`) can tell which node a kubeconfig stands for.
+#[tokio::test]
+async fn a_self_subject_review_names_the_caller() {
+    let (_server, node) = setup().await;
+    let req = http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+            )
+            .expect("body"),
+        )
+        .expect("request");
+    let review: serde_json::Value = node.request(req).await.expect("whoami");
+    assert_eq!(review["kind"], "SelfSubjectReview");
+    assert_eq!(review["status"]["userInfo"]["username"], "system:node:n1");
+    assert!(
+        review["status"]["userInfo"]["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g == "system:nodes"))
+    );
+}
+
 #[tokio::test]
 async fn a_node_records_events_in_both_event_apis() {
     let (_server, node) = setup().await;
