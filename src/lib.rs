@@ -55,7 +55,9 @@ mod lock;
 mod metrics;
 mod node;
 mod propagation;
+mod state;
 mod status;
+mod views;
 mod volumes;
 
 use std::future::Future;
