@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::agent::AgentState;
+use crate::state::AgentState;
 
 /// How often the pod source probes the API server while the pod watch is failing.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);

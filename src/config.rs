@@ -72,6 +72,11 @@ impl AgentConfig {
     }
 }
 
+/// Why `--manifests` is refused by an agent built without the `embedded` feature.
+pub(crate) const NO_EMBEDDED: &str = "this nodelet was built without the `embedded` feature \
+     (no embedded API server); connect to a cluster with --kubeconfig, or build with default \
+     features";
+
 /// Where the agent's API server is.
 #[derive(Debug, Clone)]
 pub enum ApiSource {
@@ -81,7 +86,8 @@ pub enum ApiSource {
         /// The kubeconfig file, if given.
         kubeconfig: Option<PathBuf>,
     },
-    /// `--manifests DIR`: an embedded API server seeded from and synced with DIR.
+    /// `--manifests DIR`: an embedded API server seeded from and synced with DIR (only with the
+    /// `embedded` feature; without it [`Cli::settings`] refuses `--manifests` and `run` fails).
     Embedded {
         /// The manifests directory.
         manifests: PathBuf,
@@ -108,7 +114,8 @@ pub struct Cli {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
     #[arg(long, value_name = "PATH", conflicts_with = "manifests")]
     pub kubeconfig: Option<PathBuf>,
-    /// Run an embedded API server seeded from (and kept in sync with) the YAML files in DIR.
+    /// Run an embedded API server seeded from (and kept in sync with) the YAML files in DIR
+    /// (needs the default `embedded` feature).
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
     /// This node's name (default with --manifests: `nodelet`; otherwise required).
@@ -233,6 +240,9 @@ impl Cli {
             ));
         }
         let embedded = self.manifests.is_some();
+        if embedded && !cfg!(feature = "embedded") {
+            return Err(invalid("--manifests", NO_EMBEDDED));
+        }
         let node_name = match (&self.node_name, embedded) {
             (Some(n), _) => n.clone(),
             (None, true) => DEFAULT_EMBEDDED_NODE_NAME.to_owned(),
@@ -444,6 +454,7 @@ mod tests {
         assert_eq!(parse_duration(""), None);
     }
 
+    #[cfg(feature = "embedded")]
     #[test]
     fn manifests_mode_has_a_default_node_name_root_dir_and_registers_the_node() {
         let s = cli(&["--manifests", "./examples"]).settings();
@@ -461,6 +472,20 @@ mod tests {
             s.ok().and_then(|s| s.agent.listen),
             None,
             "cluster mode: opt-in"
+        );
+    }
+
+    #[cfg(not(feature = "embedded"))]
+    #[test]
+    fn manifests_is_refused_naming_the_missing_embedded_feature() {
+        let err = cli(&["--manifests", "./examples"])
+            .settings()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("invalid configuration: --manifests: this nodelet was built without the `embedded` feature"),
+            "{err:?}"
         );
     }
 

@@ -25,7 +25,8 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{AgentState, metrics_text, pods_json};
+use crate::state::AgentState;
+use crate::views::{metrics_text, pods_json};
 
 /// Binds `addr` and serves until `shutdown`; returns the bound address.
 pub(crate) async fn serve(

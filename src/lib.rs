@@ -13,6 +13,12 @@
 //! * [`run`]: what the binary does: connect (or start the embedded API server for
 //!   `--manifests`), start an [`Agent`], wait for a stop signal, shut down within 5 s.
 //!
+//! # Features
+//!
+//! * `embedded` (default): the offline mode, `--manifests DIR` and [`start_embedded`], which
+//!   link `nodelet-apiserver` (HTTP server, CA, token signer, directory watcher) into the agent.
+//!   Built with `--no-default-features`, the agent has none of them and refuses `--manifests`.
+//!
 //! ```text
 //! pods (watch spec.nodeName=N) ─► PodWorkers ─► ConfigSyncer ─► VolumeManager (files)
 //!                                              │             └► EnvFileRuntime (env files)
@@ -50,16 +56,21 @@ mod lock;
 mod metrics;
 mod node;
 mod propagation;
+mod state;
 mod status;
+mod views;
 mod volumes;
 
 use std::future::Future;
 
 use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+#[cfg(feature = "embedded")]
 use nodelet_apiserver::{ApiServer, ManifestSync, User};
 use nodelet_object_manager::transport::{self, Protocol, TransportConfig};
-use tracing::{info, warn};
+use tracing::info;
+#[cfg(feature = "embedded")]
+use tracing::warn;
 
 pub use agent::Agent;
 pub use config::{
@@ -71,6 +82,7 @@ pub use node::AGENT_TAINT_KEY;
 pub use status::CONFIG_READY_CONDITION;
 
 /// An embedded API server seeded from a manifests directory, with the agent's client.
+#[cfg(feature = "embedded")]
 pub struct Embedded {
     /// The server.
     pub server: ApiServer,
@@ -80,6 +92,7 @@ pub struct Embedded {
     pub node_client: kube::Client,
 }
 
+#[cfg(feature = "embedded")]
 impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedded")
@@ -97,6 +110,7 @@ impl std::fmt::Debug for Embedded {
 ///
 /// # Errors
 /// The server cannot start, the directory cannot be read or watched.
+#[cfg(feature = "embedded")]
 pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::Result<Embedded> {
     start_embedded_with(manifests, node, Protocol::Auto).await
 }
@@ -105,6 +119,7 @@ pub async fn start_embedded(manifests: &std::path::Path, node: &str) -> anyhow::
 ///
 /// # Errors
 /// As [`start_embedded`].
+#[cfg(feature = "embedded")]
 pub async fn start_embedded_with(
     manifests: &std::path::Path,
     node: &str,
@@ -132,6 +147,7 @@ pub async fn start_embedded_with(
     })
 }
 
+#[cfg(feature = "embedded")]
 async fn client_from_yaml(yaml: &str, protocol: Protocol) -> anyhow::Result<kube::Client> {
     let kubeconfig = Kubeconfig::from_yaml(yaml).context("parsing kubeconfig")?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -201,6 +217,14 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     let config = settings.agent;
     // First of all: one agent per root directory. Held until this function returns.
     let _lock = lock::lock_root_dir(&config.root_dir)?;
+    #[cfg(not(feature = "embedded"))]
+    let (client, url) = match &settings.api {
+        ApiSource::Cluster { kubeconfig } => {
+            cluster_client(kubeconfig.as_deref(), settings.api_protocol).await?
+        }
+        ApiSource::Embedded { .. } => anyhow::bail!(config::NO_EMBEDDED),
+    };
+    #[cfg(feature = "embedded")]
     let (client, url, embedded) = match &settings.api {
         ApiSource::Cluster { kubeconfig } => {
             let (client, url) =
@@ -221,6 +245,7 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     let agent = Agent::start(config.clone(), client).await?;
     // Only now that every start-up check passed (root directory lock, API server, listen
     // address): the admin kubeconfig of the embedded server.
+    #[cfg(feature = "embedded")]
     if let Some(embedded) = &embedded {
         let admin = config.root_dir.join("admin.kubeconfig");
         if let Err(error) = embedded.server.write_kubeconfig(&admin, &User::admin()) {
@@ -238,6 +263,7 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     stop.await;
     info!("stopping");
     agent.shutdown().await;
+    #[cfg(feature = "embedded")]
     if let Some(embedded) = embedded {
         drop(embedded.sync);
         embedded.server.shutdown().await;

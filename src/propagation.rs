@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::AgentState;
+use crate::state::AgentState;
 
 /// Give up on a change after this long (a failing remount never converges).
 const GIVE_UP: Duration = Duration::from_secs(120);

@@ -13,7 +13,8 @@ mod node_identity;
 // Pod events: core/v1 Events aggregated by message like the kubelet's correlator (PL-9, VM-10),
 // created and patched under the node identity.
 mod events;
-// `--manifests` mode: a file edit reaches the volume.
+// `--manifests` mode: a file edit reaches the volume (needs the `embedded` feature).
+#[cfg(feature = "embedded")]
 mod manifests;
 // A pod whose sync failed is retried as soon as an object it references changes.
 mod retry;
@@ -21,7 +22,9 @@ mod retry;
 mod restart;
 // The binary: bad configuration exits with code 64.
 mod cli;
-// Two agents on one root directory: the second exits naming the directory and the pid.
+// Two agents on one root directory: the second exits naming the directory and the pid (the
+// binary runs with `--manifests`: needs the `embedded` feature).
+#[cfg(feature = "embedded")]
 mod lock;
 // The agent over HTTP/2 (TLS): its watches share a few connections; /metrics shows them.
 mod transport;

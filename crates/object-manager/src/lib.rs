@@ -132,6 +132,7 @@ mod recovery;
 mod reflector;
 mod refs;
 pub mod source;
+mod tasks;
 pub mod transport;
 mod ttl;
 mod watch;

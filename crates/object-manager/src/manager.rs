@@ -3,18 +3,16 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use tokio::runtime::Handle;
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::kind::ManagedObject;
 use crate::reflector::BackoffConfig;
 use crate::source::{KubeSource, ObjectSource, ReadFrom};
+use crate::tasks::Tasks;
 use crate::ttl::{NodeTtl, TtlStore};
 use crate::watch::{WatchOptions, WatchStore};
 use crate::{Error, ManagerConfig, ObjectKey, Strategy};
@@ -47,32 +45,6 @@ pub struct ManagerStats {
     /// Background tasks alive right now (reflectors, including ones still winding down, the
     /// idle sweeper and the node-TTL watch).
     pub background_tasks: usize,
-}
-
-/// The runtime, task tracker and root cancellation token every background task hangs off.
-#[derive(Clone)]
-pub(crate) struct Tasks {
-    handle: Handle,
-    tracker: TaskTracker,
-    pub(crate) root: CancellationToken,
-}
-
-impl Tasks {
-    #[cfg(test)]
-    pub(crate) fn for_tests() -> Self {
-        Tasks {
-            handle: Handle::current(),
-            tracker: TaskTracker::new(),
-            root: CancellationToken::new(),
-        }
-    }
-
-    pub(crate) fn spawn<F>(&self, task: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        self.tracker.spawn_on(task, &self.handle);
-    }
 }
 
 struct Shared<K> {
@@ -161,11 +133,7 @@ impl<K: ManagedObject> Manager<K> {
         config: ManagerConfig,
     ) -> Result<Self, Error> {
         let handle = Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let tasks = Tasks {
-            handle,
-            tracker: TaskTracker::new(),
-            root: CancellationToken::new(),
-        };
+        let tasks = Tasks::new(handle);
         let (notify, _) = broadcast::channel(config.notify_capacity.max(1));
         let backoff = BackoffConfig {
             initial: config.initial_backoff,
@@ -335,7 +303,7 @@ impl<K: ManagedObject> Manager<K> {
             registered_pods,
             referenced_objects,
             running_watches,
-            background_tasks: self.shared.tasks.tracker.len(),
+            background_tasks: self.shared.tasks.len(),
         }
     }
 
@@ -348,8 +316,7 @@ impl<K: ManagedObject> Manager<K> {
         if let Backend::Watch(store) = &self.shared.backend {
             store.stop_all();
         }
-        tasks.tracker.close();
-        tasks.tracker.wait().await;
+        tasks.close_and_wait().await;
     }
 
     fn lock_pods(&self) -> MutexGuard<'_, HashMap<PodKey, Vec<String>>> {

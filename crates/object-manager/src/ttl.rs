@@ -21,9 +21,9 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::kind::ManagedObject;
-use crate::manager::Tasks;
 use crate::reflector::{BackoffConfig, Cell, Reflector};
 use crate::source::{ObjectSource, ReadFrom};
+use crate::tasks::Tasks;
 use crate::{Error, ObjectKey};
 
 /// The node annotation holding the TTL in seconds (OM-12).

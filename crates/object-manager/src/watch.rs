@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::health::{HealthCell, Recording, WatchHealth};
 use crate::kind::ManagedObject;
-use crate::manager::Tasks;
 use crate::recovery::{Recovery, RecoveryConfig};
 use crate::reflector::{BackoffConfig, Cell, Reflector};
 use crate::source::ObjectSource;
+use crate::tasks::Tasks;
 use crate::{Error, ObjectKey};
 
 /// Options of the watch store, from `ManagerConfig`.
@@ -392,7 +392,7 @@ mod tests {
     }
 
     fn test_tasks() -> Tasks {
-        crate::manager::Tasks::for_tests()
+        Tasks::for_tests()
     }
 
     fn options() -> WatchOptions {

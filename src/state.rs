@@ -1,0 +1,24 @@
+//! [`AgentState`]: what the agent's background tasks, the propagation tracker and the HTTP
+//! endpoints share. Its own module so that `agent.rs` (which builds it), `http.rs`,
+//! `propagation.rs` and `views.rs` (which read it) depend on it and not on each other.
+
+use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use nodelet_podworker::{ConfigSyncer, PodWorkers};
+use nodelet_volume_manager::VolumeManager;
+use tokio::sync::watch;
+
+use crate::config::AgentConfig;
+use crate::metrics::Metrics;
+
+/// What the background tasks and the HTTP endpoints share.
+pub(crate) struct AgentState {
+    pub(crate) config: AgentConfig,
+    pub(crate) workers: PodWorkers<ConfigSyncer>,
+    pub(crate) volumes: VolumeManager,
+    pub(crate) configmaps: ConfigMapManager,
+    pub(crate) secrets: SecretManager,
+    pub(crate) metrics: Metrics,
+    pub(crate) ready: watch::Receiver<bool>,
+    /// The pod watch's health (`/metrics`, `/pods`).
+    pub(crate) pod_watch: crate::api_health::PodWatchHealth,
+}
