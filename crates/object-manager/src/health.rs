@@ -160,9 +160,10 @@ mod tests {
         assert!(healthy[0].last_success.is_some());
         assert_eq!(healthy[0].failing_since, None);
 
-        fake.fail_next(3, SourceError::status(503, "ServiceUnavailable", "down"));
-        fake.close_watches();
-        // The re-watch waits one back-off step (0.8–1.6 s), the next one more than 1.6 s.
+        // An outage: the open watch ends with the error and every request fails until it ends
+        // (the recovery prober retries every 250 ms, so a fixed number of failures would be
+        // used up within the first second).
+        fake.set_outage(Some(SourceError::status(503, "ServiceUnavailable", "down")));
         tokio::time::sleep(Duration::from_secs(2)).await;
         let failing = &m.watch_health()[0];
         assert!(failing.failing_since.is_some(), "{failing:?}");
@@ -173,6 +174,7 @@ mod tests {
         );
         assert_eq!(failing.last_success, healthy[0].last_success);
 
+        fake.set_outage(None);
         tokio::time::sleep(Duration::from_secs(120)).await;
         let recovered = &m.watch_health()[0];
         assert_eq!(recovered.failing_since, None, "{recovered:?}");
