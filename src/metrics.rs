@@ -79,7 +79,7 @@ impl Metrics {
         ]);
         registry.register(
             "propagation_latency_seconds",
-            "Object change seen by the agent -> new content visible in every volume that uses it",
+            "Object change seen by the volume manager -> new content on disk, one sample per volume that uses it",
             propagation.clone(),
         );
         let api_connections = Family::<Labels, Gauge>::default();

@@ -90,6 +90,28 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
     ] {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
+    assert!(
+        text.contains("nodelet_propagation_latency_seconds_count 0"),
+        "the first mount is not a propagation:\n{text}"
+    );
+
+    // A change of the object reaches the volume: one propagation sample (from the volume
+    // manager's update seam, no polling).
+    h.update(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v2"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut last = String::new();
+    let sampled = tokio::time::timeout(SAFETY, async {
+        loop {
+            last = get(addr, "/metrics").await.1;
+            if last.contains("nodelet_propagation_latency_seconds_count 1") {
+                return;
+            }
+            crate::support::poll_pause().await;
+        }
+    })
+    .await;
+    assert!(sampled.is_ok(), "no propagation sample:\n{last}");
     world.stop().await;
 }
 

@@ -13,7 +13,9 @@
 //!   [`update_pod`](VolumeManager::update_pod) / [`remove_pod`](VolumeManager::remove_pod),
 //!   [`wait_for_attach_and_mount`](VolumeManager::wait_for_attach_and_mount),
 //!   [`wait_for_unmount`](VolumeManager::wait_for_unmount), [`run`](VolumeManager::run) (the
-//!   reconciler task) and [`snapshot`](VolumeManager::snapshot) for a `/pods` endpoint.
+//!   reconciler task), [`snapshot`](VolumeManager::snapshot) for a `/pods` endpoint and
+//!   [`subscribe_updates`](VolumeManager::subscribe_updates): a [`VolumeUpdate`] per volume
+//!   set up again after an object change (the agent's propagation histogram).
 //! * [`Config`] — root directory, tmpfs policy, the kubelet's time-outs and backoff, resync.
 //! * [`VolumePlugin`] and [`PluginRegistry`] — the plugin seam, open to other crates; the
 //!   built-in [`plugins`] are configMap, secret, projected, downwardAPI and emptyDir. They
@@ -71,7 +73,7 @@
 //! 2. **The reconciler marks** every mounted volume of a desired pod in that namespace that
 //!    reads the object `remount_required` (and any operation in flight on it as stale), ends
 //!    the backoff of every such volume whose last operation failed (the object may have been
-//!    what was missing), and runs a pass at once.
+//!    what was missing), records when it saw the change, and runs a pass at once.
 //! 3. **The pass starts a remount** for each marked volume that has no operation in flight
 //!    and is not backing off.
 //! 4. **The plugin sets the volume up again**: it reads the object through the manager (no
@@ -190,6 +192,7 @@ mod reconciler;
 mod reconstruct;
 mod snapshot;
 pub mod token;
+mod updates;
 
 pub use config::{Config, MemoryMedium};
 pub use error::{Error, SetUpError, WaitCause};
@@ -198,3 +201,4 @@ pub use manager::VolumeManager;
 pub use plugins::{PluginRegistry, VolumePlugin};
 pub use snapshot::{PodVolumes, VolumeSnapshot, VolumeState};
 pub use token::{KubeTokenSource, Token, TokenError, TokenSource};
+pub use updates::VolumeUpdate;

@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) passes: AtomicU64,
     pub(crate) configmaps: ConfigMapManager,
     pub(crate) secrets: SecretManager,
+    /// Remounts caused by object changes, for [`VolumeManager::subscribe_updates`].
+    pub(crate) updates: tokio::sync::broadcast::Sender<crate::VolumeUpdate>,
 }
 
 /// Everything behind the one lock: both worlds, operations and per-volume status.
@@ -66,6 +68,9 @@ pub(crate) struct State {
     pub(crate) ops: Operations,
     /// Last SetUp/TearDown error per unique volume name (for the snapshot).
     pub(crate) last_errors: std::collections::HashMap<String, String>,
+    /// Per unique volume name: when the earliest object change not yet taken in by a SetUp
+    /// was seen (update path step (2)); moved into the SetUp that starts next.
+    pub(crate) change_seen: std::collections::HashMap<String, Instant>,
 }
 
 impl VolumeManager {
@@ -118,6 +123,7 @@ impl VolumeManager {
             asw: ActualState::default(),
             ops: Operations::new(config.initial_backoff, config.max_backoff),
             last_errors: std::collections::HashMap::new(),
+            change_seen: std::collections::HashMap::new(),
         };
         let inner = Inner {
             registry: config.plugins.clone(),
@@ -132,6 +138,7 @@ impl VolumeManager {
             passes: AtomicU64::new(0),
             configmaps,
             secrets,
+            updates: crate::updates::channel(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -306,6 +313,13 @@ impl VolumeManager {
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
     pub fn mounted_volumes(&self, pod_uid: &str) -> Vec<String> {
         self.inner.lock().asw.mounted_for_pod(pod_uid)
+    }
+
+    /// A [`VolumeUpdate`](crate::VolumeUpdate) for every volume set up again after a change
+    /// of an object it reads, sent when its SetUp succeeds. Only updates sent after this call
+    /// arrive; a subscriber more than 1,024 behind lags and misses some.
+    pub fn subscribe_updates(&self) -> tokio::sync::broadcast::Receiver<crate::VolumeUpdate> {
+        self.inner.updates.subscribe()
     }
 
     /// A counter bumped whenever the desired pods, the actual state or a pod's errors change

@@ -16,6 +16,7 @@ use crate::events::{EventType, reasons};
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
 use crate::plugins::{ObjectKind, SetUpContext, TearDownContext, VolumePlugin};
+use crate::updates::VolumeUpdate;
 
 /// A mount or remount to run.
 struct MountJob {
@@ -24,6 +25,8 @@ struct MountJob {
     volume: Volume,
     plugin: Arc<dyn VolumePlugin>,
     remount: bool,
+    /// When the earliest object change this SetUp takes in was seen, if any.
+    change_seen: Option<Instant>,
 }
 
 /// A teardown to run.
@@ -117,6 +120,7 @@ impl Inner {
                         volume: v.volume.clone(),
                         plugin: v.plugin.clone(),
                         remount,
+                        change_seen: st.change_seen.remove(&v.unique),
                     }),
                     Err(Refusal::BackingOff(at)) => soonest(at),
                     Err(Refusal::Pending) => {}
@@ -161,10 +165,23 @@ impl Inner {
         // (5) Record the result; a change that arrived meanwhile keeps the flag set.
         let failure = {
             let mut st = self.lock();
-            let dirty = st.ops.finish(&job.unique, result.is_ok(), Instant::now());
+            let now = Instant::now();
+            let dirty = st.ops.finish(&job.unique, result.is_ok(), now);
             match result {
                 Ok(outcome) => {
                     st.last_errors.remove(&job.unique);
+                    if let Some(change_seen) = job.change_seen {
+                        // Nobody listening is fine: the update is for observers only.
+                        let _ = self.updates.send(VolumeUpdate {
+                            pod_uid: uid.clone(),
+                            namespace: job.pod.metadata.namespace.clone().unwrap_or_default(),
+                            volume: name.clone(),
+                            objects: outcome.objects.clone(),
+                            written: outcome.written,
+                            change_seen,
+                            at: now,
+                        });
+                    }
                     st.asw.insert(
                         job.unique.clone(),
                         MountedVolume {
@@ -187,6 +204,11 @@ impl Inner {
                 }
                 Err(e) => {
                     let message = e.to_string();
+                    if let Some(seen) = job.change_seen {
+                        // The change is still not on disk: the retry carries its time on.
+                        let earliest = st.change_seen.entry(job.unique.clone()).or_insert(seen);
+                        *earliest = (*earliest).min(seen);
+                    }
                     st.last_errors.insert(job.unique.clone(), message.clone());
                     if let Some(m) = st.asw.get_mut(&job.unique) {
                         m.remount_required = true;
@@ -225,6 +247,7 @@ impl Inner {
             match result {
                 Ok(()) => {
                     st.asw.remove(&job.unique);
+                    st.change_seen.remove(&job.unique);
                     st.ops.forget(&job.unique);
                     st.last_errors.remove(&job.unique);
                     if st.dsw.pod(&v.pod_uid).is_none() {
@@ -281,6 +304,7 @@ impl Inner {
         for unique in affected {
             if let Some(m) = st.asw.get_mut(&unique) {
                 m.remount_required = true;
+                st.change_seen.entry(unique.clone()).or_insert(now);
             }
             st.ops.object_changed(&unique, now);
         }

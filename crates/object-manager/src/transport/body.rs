@@ -11,7 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::BoxError;
-use super::pool::StreamSlot;
+use super::slot::StreamSlot;
 
 /// A response body counted against its connection's stream limit while it is open.
 pub(crate) struct TrackedBody {

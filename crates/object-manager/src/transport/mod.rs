@@ -58,6 +58,7 @@
 mod body;
 mod connect;
 mod pool;
+mod slot;
 
 use std::fmt;
 use std::str::FromStr;

@@ -16,10 +16,23 @@ use tracing::Instrument;
 
 use super::body::TrackedBody;
 use super::connect::{Connector, Established, Sender};
+use super::slot::{SlotOwner, StreamSlot};
 use super::{
     BoxError, ConnectionCounts, Negotiated, SharedFailure, TransportConfig, TransportError,
     is_watch,
 };
+
+impl SlotOwner for Pool {
+    fn release(&self, id: u64) {
+        let mut state = self.lock();
+        if let Some(e) = state.entries.iter_mut().find(|e| e.id == id) {
+            e.in_flight = e.in_flight.saturating_sub(1);
+            if e.in_flight == 0 {
+                e.idle_since = Instant::now();
+            }
+        }
+    }
+}
 
 /// What a request is, for placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,20 +75,6 @@ pub(crate) struct Pool {
     /// one new connection instead of each opening their own (3).
     opening: [tokio::sync::Mutex<()>; 2],
     reaper_started: AtomicBool,
-}
-
-/// A stream's claim on its connection; dropping it frees the slot (5).
-pub(crate) struct StreamSlot {
-    pool: Weak<Pool>,
-    id: u64,
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.release(self.id);
-        }
-    }
 }
 
 impl Entry {
@@ -148,20 +147,8 @@ impl Pool {
     }
 
     fn slot(self: &Arc<Self>, id: u64) -> StreamSlot {
-        StreamSlot {
-            pool: Arc::downgrade(self),
-            id,
-        }
-    }
-
-    fn release(&self, id: u64) {
-        let mut state = self.lock();
-        if let Some(e) = state.entries.iter_mut().find(|e| e.id == id) {
-            e.in_flight = e.in_flight.saturating_sub(1);
-            if e.in_flight == 0 {
-                e.idle_since = Instant::now();
-            }
-        }
+        let owner: Weak<dyn SlotOwner> = Arc::downgrade(self) as Weak<Pool>;
+        StreamSlot::new(owner, id)
     }
 
     /// Forgets a connection found unusable.
@@ -305,7 +292,7 @@ impl Pool {
                         match sender.ready().await {
                             Ok(()) => Box::pin(sender.send_request(req)),
                             Err(_) if attempts < 3 => {
-                                self.discard(slot.id);
+                                self.discard(slot.id());
                                 continue;
                             }
                             Err(e) => return Err(http(e).into()),
@@ -319,7 +306,7 @@ impl Pool {
                                 Box::pin(sender.send_request(req))
                             }
                             Err(_) if attempts < 3 => {
-                                self.discard(slot.id);
+                                self.discard(slot.id());
                                 continue;
                             }
                             Err(e) => return Err(http(e).into()),

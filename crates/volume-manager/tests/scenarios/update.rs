@@ -4,6 +4,7 @@
 use std::fs;
 
 use nodelet_volume_manager::events::reasons;
+use nodelet_volume_manager::plugins::ObjectKind;
 use serde_json::json;
 
 use crate::support::*;
@@ -181,4 +182,40 @@ async fn one_object_in_several_volumes_and_pods_updates_all_of_them() {
             .all(|d| files(d) == text(&[("data-1", "value-2")]))
     })
     .await;
+}
+
+// The observer seam (`VolumeManager::subscribe_updates`): a remount caused by an object change
+// is reported once its `..data` swap is on disk, with the object's new resourceVersion and the
+// time the change was seen; the first mount is not an update and is not reported.
+#[tokio::test]
+async fn a_remount_after_an_object_change_is_reported_to_update_subscribers() {
+    let env = Env::start_with(options()).await;
+    let mut updates = env.vm.subscribe_updates();
+    env.create(config_map("cm", json!({"data-1": "value-1"})));
+    let pod = env.create_pod("p", json!([{"name": "cfg", "configMap": {"name": "cm"}}]));
+    env.add_and_mount(&pod).await;
+    assert!(
+        updates.try_recv().is_err(),
+        "the first mount is not an update"
+    );
+    let dir = env.dir(&pod, CM, "cfg");
+
+    let changed = env.update(config_map("cm", json!({"data-1": "value-2"})));
+    let update = within(updates.recv()).await.unwrap();
+    // Sent after the write: the new content is already visible.
+    assert_eq!(files(&dir), text(&[("data-1", "value-2")]));
+    assert_eq!(Some(update.pod_uid.as_str()), pod.metadata.uid.as_deref());
+    assert_eq!(update.namespace, "default");
+    assert_eq!(update.volume, "cfg");
+    assert!(update.written);
+    assert!(update.change_seen <= update.at);
+    let [object] = update.objects.as_slice() else {
+        panic!("one object expected: {:?}", update.objects)
+    };
+    assert_eq!(object.object.kind, ObjectKind::ConfigMap);
+    assert_eq!(object.object.name, "cm");
+    assert_eq!(
+        object.resource_version.as_deref(),
+        changed["metadata"]["resourceVersion"].as_str()
+    );
 }

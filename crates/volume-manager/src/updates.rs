@@ -1,0 +1,38 @@
+//! [`VolumeUpdate`]: the observer seam. The reconciler reports every successful remount that
+//! an object change caused, with the object versions it projected and the time the manager
+//! was told of the change, so an observer (the agent's propagation histogram) measures
+//! "change seen → volume current" without polling the snapshot or reading the objects again.
+
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use crate::plugins::ObjectVersion;
+
+/// Updates kept for a slow subscriber before it lags (and misses some).
+pub(crate) const CAPACITY: usize = 1024;
+
+/// One volume set up again after a change of an object it reads (update path step (5)).
+#[derive(Debug, Clone)]
+pub struct VolumeUpdate {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The volume's name in the pod spec.
+    pub volume: String,
+    /// The objects the SetUp projected, with their resourceVersions.
+    pub objects: Vec<ObjectVersion>,
+    /// Whether new content was written (`..data` swapped); false when the payload was
+    /// already current.
+    pub written: bool,
+    /// When the manager received the earliest object-change notification this SetUp took in
+    /// (update path step (1)); the SetUp started after it.
+    pub change_seen: Instant,
+    /// When the SetUp finished.
+    pub at: Instant,
+}
+
+/// The sending half, owned by the manager.
+pub(crate) fn channel() -> broadcast::Sender<VolumeUpdate> {
+    broadcast::channel(CAPACITY).0
+}
