@@ -5,6 +5,7 @@
 
 mod discovery;
 mod handlers;
+mod list_options;
 mod pipeline;
 mod request_info;
 mod response;

@@ -24,7 +24,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use super::handlers::list_options;
+use super::list_options::list_options;
 use super::request_info::RequestInfo;
 use super::response::Body;
 use crate::control::{Controls, OpenWatchGuard};
