@@ -63,10 +63,12 @@
 mod auth;
 #[cfg(feature = "client")]
 mod client;
+mod config;
 mod control;
 mod defaults;
 mod error;
 mod extras;
+mod handle;
 mod http;
 mod kubeconfig;
 mod manifests;
@@ -80,6 +82,7 @@ mod registry;
 mod resources;
 mod selectors;
 mod server;
+mod state;
 mod status;
 mod store;
 mod strategic;
@@ -87,16 +90,19 @@ mod strategy;
 mod tls;
 mod token_auth;
 mod token_request;
+mod token_signer;
 mod typed;
 mod validation;
 
 pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
-pub use control::{OpenConnections, RequestRecord, TestHandle};
+pub use config::Config;
+pub use control::{OpenConnections, RequestRecord};
 pub use error::Error;
+pub use handle::TestHandle;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
 pub use node_authorizer::NodeAuthorizer;
-pub use server::{ApiServer, Config};
+pub use server::ApiServer;
 pub use status::{ApiError, Cause};
 pub use token_auth::TokenAuthenticator;

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::control::TestHandle;
+use crate::handle::TestHandle;
 use crate::registry::meta_str;
 use crate::resources;
 

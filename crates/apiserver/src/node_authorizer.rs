@@ -42,9 +42,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::auth::{Attributes, Authorizer, Decision};
-use crate::extras::ServerLink;
 use crate::resources::PODS;
-use crate::server::Shared;
+use crate::state::{ServerLink, Shared};
 use crate::store::Key;
 
 /// The Node authorizer (see the module docs). Only meaningful when installed by

@@ -15,7 +15,7 @@ use super::response::{self, Body};
 use super::watch;
 use crate::registry::{DeleteOptions, PatchKind, WriteOptions, parse_rv};
 use crate::resources::{self, ResourceId};
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::status::ApiError;
 
 /// Largest request body accepted (as upstream: 3 MiB).

@@ -1,0 +1,67 @@
+//! The state one running server shares between its listener, the request pipeline, the
+//! capabilities and every `TestHandle`: data only; `server.rs` builds it, `http` reads it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock, Weak};
+
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::control::Controls;
+use crate::extras::Extras;
+use crate::registry::Registry;
+use crate::store::Notice;
+
+/// Lets the token authenticator and the Node authorizer (built before the server) read the
+/// store of the server they were installed in. Set once, at start.
+pub(crate) type ServerLink = Arc<OnceLock<Weak<Shared>>>;
+
+/// The running listener: its token ends the accept loop and every connection on it.
+pub(crate) struct Listener {
+    pub(crate) token: CancellationToken,
+    pub(crate) task: Option<JoinHandle<()>>,
+}
+
+/// State shared by the listener, the pipeline and every `TestHandle`.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) registry: Registry,
+    pub(crate) controls: Arc<Controls>,
+    /// The bound address (fixed for the server's life, so restarts reuse the port).
+    pub(crate) addr: SocketAddr,
+    pub(crate) listener: AsyncMutex<Listener>,
+    /// Cancelled on shutdown: ends the listener, connections, watches and the bookmark ticker.
+    pub(crate) shutdown: CancellationToken,
+    /// Tokens, the service-account token signer and TLS material (`extras.rs`).
+    pub(crate) extras: Extras,
+}
+
+impl Shared {
+    /// `http://ADDR` or, with TLS, `https://ADDR`.
+    pub(crate) fn url(&self) -> String {
+        let scheme = if self.extras.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Sends a BOOKMARK at the current resourceVersion to every watch that allows bookmarks.
+    pub(crate) fn bookmark_now(&self) {
+        let s = self.registry.store.lock();
+        s.notify(Notice::Bookmark(s.rv));
+    }
+
+    /// Ends every open watch cleanly (the client sees the stream end and resumes).
+    pub(crate) fn close_watches(&self) {
+        self.registry.store.lock().notify(Notice::CloseWatches);
+    }
+
+    /// Drops the event history (see `TestHandle::compact`).
+    pub(crate) fn compact(&self) {
+        self.registry.store.lock().compact();
+    }
+}
