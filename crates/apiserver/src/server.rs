@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::User;
+use crate::auth::{Authenticator, Authorizer, User};
 use crate::config::Config;
 use crate::error::Error;
 use crate::extras::Extras;
@@ -17,7 +17,7 @@ use crate::handle::TestHandle;
 use crate::node_authorizer::NodeAuthorizer;
 use crate::registry::{Registry, WriteOptions};
 use crate::resources::NAMESPACES;
-use crate::state::{Listener, ServerLink, Shared};
+use crate::state::{Listener, Shared};
 use crate::store::Store;
 use crate::token_auth::TokenAuthenticator;
 
@@ -39,15 +39,8 @@ impl ApiServer {
     ///
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound.
-    pub async fn start(mut config: Config) -> Result<ApiServer, Error> {
-        // The token authenticator and the Node authorizer read the server they serve through
-        // `link`, set once the shared state exists.
-        let link = ServerLink::default();
-        if config.auth {
-            config.authenticator = Arc::new(TokenAuthenticator::linked(link.clone()));
-            config.authorizer = Arc::new(NodeAuthorizer::linked(link.clone()));
-        }
-        let extras = Extras::prepare(&config)?;
+    pub async fn start(config: Config) -> Result<ApiServer, Error> {
+        let extras = Arc::new(Extras::prepare(&config)?);
         let listener = crate::http::bind(config.listen)?;
         let addr = listener.local_addr().map_err(|source| Error::Bind {
             addr: config.listen,
@@ -76,11 +69,28 @@ impl ApiServer {
                 )
                 .map_err(Error::Rejected)?;
         }
+        let registry = Arc::new(registry);
+        // The capabilities get the registry and the token state they read at construction.
+        let (authenticator, authorizer): (Arc<dyn Authenticator>, Arc<dyn Authorizer>) =
+            if config.auth {
+                (
+                    Arc::new(TokenAuthenticator::for_server(
+                        registry.clone(),
+                        extras.clone(),
+                        config.service_account_issuer.clone(),
+                    )),
+                    Arc::new(NodeAuthorizer::for_registry(registry.clone())),
+                )
+            } else {
+                (config.authenticator.clone(), config.authorizer.clone())
+            };
         let shutdown = CancellationToken::new();
         let token = shutdown.child_token();
         let shared = Arc::new(Shared {
             config,
             registry,
+            authenticator,
+            authorizer,
             controls: Arc::default(),
             addr,
             listener: AsyncMutex::new(Listener {
@@ -90,7 +100,6 @@ impl ApiServer {
             shutdown,
             extras,
         });
-        let _ = link.set(Arc::downgrade(&shared));
         let task = crate::http::spawn_listener(Arc::downgrade(&shared), listener, token);
         shared.listener.lock().await.task = Some(task);
         spawn_bookmark_ticker(Arc::downgrade(&shared));

@@ -2,21 +2,18 @@
 //! capabilities and every `TestHandle`: data only; `server.rs` builds it, `http` reads it.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Authenticator, Authorizer};
 use crate::config::Config;
 use crate::control::Controls;
 use crate::extras::Extras;
 use crate::registry::Registry;
 use crate::store::Notice;
-
-/// Lets the token authenticator and the Node authorizer (built before the server) read the
-/// store of the server they were installed in. Set once, at start.
-pub(crate) type ServerLink = Arc<OnceLock<Weak<Shared>>>;
 
 /// The running listener: its token ends the accept loop and every connection on it.
 pub(crate) struct Listener {
@@ -27,7 +24,13 @@ pub(crate) struct Listener {
 /// State shared by the listener, the pipeline and every `TestHandle`.
 pub(crate) struct Shared {
     pub(crate) config: Config,
-    pub(crate) registry: Registry,
+    pub(crate) registry: Arc<Registry>,
+    /// Who a request is: [`Config::authenticator`], or the bearer-token authenticator built
+    /// for this server with [`Config::auth`].
+    pub(crate) authenticator: Arc<dyn Authenticator>,
+    /// What a user may do: [`Config::authorizer`], or the Node authorizer built for this
+    /// server with [`Config::auth`].
+    pub(crate) authorizer: Arc<dyn Authorizer>,
     pub(crate) controls: Arc<Controls>,
     /// The bound address (fixed for the server's life, so restarts reuse the port).
     pub(crate) addr: SocketAddr,
@@ -35,7 +38,7 @@ pub(crate) struct Shared {
     /// Cancelled on shutdown: ends the listener, connections, watches and the bookmark ticker.
     pub(crate) shutdown: CancellationToken,
     /// Tokens, the service-account token signer and TLS material (`extras.rs`).
-    pub(crate) extras: Extras,
+    pub(crate) extras: Arc<Extras>,
 }
 
 impl Shared {

@@ -5,12 +5,14 @@
 //! runs with anonymous authentication disabled).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::auth::{Authenticator, Headers, Unauthenticated, User};
+use crate::extras::Extras;
+use crate::registry::Registry;
 use crate::resources::{PODS, SERVICEACCOUNTS};
-use crate::state::ServerLink;
 
 /// Maps `Authorization: Bearer <token>` to a [`User`].
 ///
@@ -21,7 +23,18 @@ use crate::state::ServerLink;
 #[derive(Clone, Default)]
 pub struct TokenAuthenticator {
     table: HashMap<String, User>,
-    link: ServerLink,
+    /// With [`Config::with_auth`](crate::Config::with_auth): the server whose minted and
+    /// service-account tokens are accepted.
+    server: Option<ServerTokens>,
+}
+
+/// What the authenticator of one server reads: its registry (service accounts and pods a
+/// token names), its minted tokens and signer, and the issuer its tokens carry.
+#[derive(Clone)]
+struct ServerTokens {
+    registry: Arc<Registry>,
+    extras: Arc<Extras>,
+    issuer: String,
 }
 
 impl TokenAuthenticator {
@@ -29,14 +42,19 @@ impl TokenAuthenticator {
     pub fn new(table: HashMap<String, User>) -> Self {
         TokenAuthenticator {
             table,
-            link: ServerLink::default(),
+            server: None,
         }
     }
 
-    pub(crate) fn linked(link: ServerLink) -> Self {
+    /// The authenticator of the server with this registry, token state and issuer.
+    pub(crate) fn for_server(registry: Arc<Registry>, extras: Arc<Extras>, issuer: String) -> Self {
         TokenAuthenticator {
             table: HashMap::new(),
-            link,
+            server: Some(ServerTokens {
+                registry,
+                extras,
+                issuer,
+            }),
         }
     }
 }
@@ -64,11 +82,7 @@ impl Authenticator for TokenAuthenticator {
         if let Some(user) = self.table.get(token) {
             return Ok(user.clone());
         }
-        let shared = self
-            .link
-            .get()
-            .and_then(std::sync::Weak::upgrade)
-            .ok_or(Unauthenticated)?;
+        let shared = self.server.as_ref().ok_or(Unauthenticated)?;
         if let Some(user) = shared.extras.user_for_token(token) {
             return Ok(user);
         }
@@ -77,7 +91,7 @@ impl Authenticator for TokenAuthenticator {
         let claims = shared
             .extras
             .signer
-            .verify(token, &shared.config.service_account_issuer)
+            .verify(token, &shared.issuer)
             .ok_or(Unauthenticated)?;
         let k = claims.get("kubernetes.io").ok_or(Unauthenticated)?;
         let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);

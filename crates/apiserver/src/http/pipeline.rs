@@ -45,7 +45,7 @@ pub(crate) async fn handle(
         tokio::time::sleep(latency).await;
     }
     // (3)
-    let user = shared.config.authenticator.authenticate(req.headers()).ok();
+    let user = shared.authenticator.authenticate(req.headers()).ok();
     let resp = match &user {
         None => response::error(&ApiError::unauthorized()),
         Some(user) => {
@@ -67,7 +67,7 @@ pub(crate) async fn handle(
                     field_selector: info.query.get("fieldSelector").cloned(),
                     path: info.path.clone(),
                 };
-                match shared.config.authorizer.authorize(&attrs) {
+                match shared.authorizer.authorize(&attrs) {
                     Decision::Deny(reason) => response::error(&forbidden(&info, &attrs, &reason)),
                     // (6)
                     Decision::Allow => {
