@@ -23,13 +23,12 @@ pub struct Config {
     /// Namespaces created at start. Default `default`, `kube-system`, `kube-public`,
     /// `kube-node-lease`.
     pub initial_namespaces: Vec<String>,
-    /// Who a request is. Default [`AllowAll`] (everyone is `system:admin`).
-    pub authenticator: Arc<dyn Authenticator>,
-    /// What a user may do. Default [`AllowAll`].
-    pub authorizer: Arc<dyn Authorizer>,
-    /// Bearer-token authentication and the Node authorizer (see [`Config::with_auth`]); when
-    /// on, it replaces [`Config::authenticator`] and [`Config::authorizer`]. Default off.
-    pub auth: bool,
+    /// Who a request is. Default [`AllowAll`] (everyone is `system:admin`);
+    /// [`Config::with_auth`] sets [`Authentication::BearerTokens`].
+    pub authenticator: Authentication,
+    /// What a user may do. Default [`AllowAll`]; [`Config::with_auth`] sets
+    /// [`Authorization::Node`].
+    pub authorizer: Authorization,
     /// Serve HTTPS with a CA and server certificate generated at start (see
     /// [`Config::with_tls`]). Default off (plain HTTP).
     pub tls: bool,
@@ -65,9 +64,8 @@ impl Default for Config {
             initial_namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
                 .map(String::from)
                 .to_vec(),
-            authenticator: Arc::new(AllowAll),
-            authorizer: Arc::new(AllowAll),
-            auth: false,
+            authenticator: Authentication::Given(Arc::new(AllowAll)),
+            authorizer: Authorization::Given(Arc::new(AllowAll)),
             tls: false,
             auto_service_accounts: true,
             service_account_issuer: "https://kubernetes.default.svc".into(),
@@ -150,14 +148,14 @@ impl Config {
     /// Sets [`Config::authenticator`].
     #[must_use]
     pub fn authenticator(mut self, a: Arc<dyn Authenticator>) -> Self {
-        self.authenticator = a;
+        self.authenticator = Authentication::Given(a);
         self
     }
 
     /// Sets [`Config::authorizer`].
     #[must_use]
     pub fn authorizer(mut self, a: Arc<dyn Authorizer>) -> Self {
-        self.authorizer = a;
+        self.authorizer = Authorization::Given(a);
         self
     }
 
@@ -170,10 +168,36 @@ impl Config {
 
     /// Turns on bearer-token authentication ([`TokenAuthenticator`](crate::TokenAuthenticator)) and the Node authorizer
     /// ([`NodeAuthorizer`](crate::NodeAuthorizer)): `system:masters` may do everything,
-    /// `system:node:<name>` what a kubelet may, everyone else nothing. Sets [`Config::auth`].
+    /// `system:node:<name>` what a kubelet may, everyone else nothing. Sets
+    /// [`Config::authenticator`] to [`Authentication::BearerTokens`] and [`Config::authorizer`]
+    /// to [`Authorization::Node`].
     #[must_use]
     pub fn with_auth(mut self) -> Self {
-        self.auth = true;
+        self.authenticator = Authentication::BearerTokens;
+        self.authorizer = Authorization::Node;
         self
     }
+}
+
+/// Who a request is ([`Config::authenticator`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Authentication {
+    /// This authenticator.
+    Given(Arc<dyn Authenticator>),
+    /// Bearer tokens: the server builds a [`TokenAuthenticator`](crate::TokenAuthenticator)
+    /// at start that accepts the tokens it mints ([`ApiServer::token_for`](crate::ApiServer::token_for))
+    /// and the service-account tokens it issues; the admin kube config carries an admin token.
+    BearerTokens,
+}
+
+/// What a user may do ([`Config::authorizer`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Authorization {
+    /// This authorizer.
+    Given(Arc<dyn Authorizer>),
+    /// The server builds a [`NodeAuthorizer`](crate::NodeAuthorizer) over its store at start;
+    /// node users' TokenRequests also get the NodeRestriction checks.
+    Node,
 }

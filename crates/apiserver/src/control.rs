@@ -1,5 +1,5 @@
 //! Test controls: the request log, open connections and watches, fault injection and latency
-//! (read by the pipeline, set through `TestHandle`).
+//! (read by the pipeline, set through `ServerHandle`).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -39,7 +39,7 @@ struct Faults {
     resource: Option<String>,
 }
 
-/// An open watch, as [`crate::TestHandle::open_watches`] counts it.
+/// An open watch, as [`crate::ServerHandle::open_watches`] counts it.
 #[derive(Debug, Clone)]
 struct OpenWatch {
     resource: String,
@@ -48,7 +48,7 @@ struct OpenWatch {
 }
 
 /// Client connections open right now, by the protocol they speak (see
-/// [`crate::TestHandle::open_connections`]).
+/// [`crate::ServerHandle::open_connections`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OpenConnections {
@@ -150,7 +150,7 @@ impl Controls {
         }
     }
 
-    /// Every request served since start or the last [`crate::TestHandle::reset_requests`].
+    /// Every request served since start or the last [`crate::ServerHandle::reset_requests`].
     pub(crate) fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.records).clone()
     }
@@ -230,7 +230,7 @@ impl Controls {
         };
     }
 
-    /// Like [`crate::TestHandle::fail_next`], but only requests with this verb (`get`, `list`,
+    /// Like [`crate::ServerHandle::fail_next`], but only requests with this verb (`get`, `list`,
     /// `watch`, ...) and/or resource (`configmaps`) fail and count; others are served.
     pub(crate) fn fail_next_matching(
         &self,

@@ -1,4 +1,4 @@
-//! `TestHandle`, the cloneable remote control over a running server: direct store access for
+//! `ServerHandle`, the cloneable remote control over a running server: direct store access for
 //! seeding, the test controls (`control.rs`), listener stop/restart and minted tokens.
 
 use std::sync::Arc;
@@ -13,18 +13,20 @@ use crate::registry::{DeleteOptions, WriteOptions, meta_str};
 use crate::resources::{self, ResourceId};
 use crate::state::Shared;
 
-/// A cloneable remote control over a running [`ApiServer`](crate::ApiServer).
+/// A cloneable handle on a running [`ApiServer`](crate::ApiServer) (from
+/// [`ApiServer::handle`](crate::ApiServer::handle)): what tests use to seed and steer it, and
+/// what offline mode's [`ManifestSync`](crate::ManifestSync) writes through.
 ///
 /// Store methods act like the matching HTTP verbs (same defaulting, validation, events and
 /// resourceVersions) without going through HTTP, authentication or fault injection.
 #[derive(Clone)]
-pub struct TestHandle {
+pub struct ServerHandle {
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for TestHandle {
+impl std::fmt::Debug for ServerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestHandle")
+        f.debug_struct("ServerHandle")
             .field("addr", &self.shared.addr)
             .finish()
     }
@@ -60,9 +62,9 @@ fn ns_of(res: ResourceId, namespace: Option<&str>) -> &str {
     }
 }
 
-impl TestHandle {
+impl ServerHandle {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        TestHandle { shared }
+        ServerHandle { shared }
     }
 
     /// `http://127.0.0.1:PORT`, or `https://...` with [`Config::tls`](crate::Config::tls).
@@ -70,7 +72,7 @@ impl TestHandle {
         self.shared.url()
     }
 
-    /// Every request served since start or the last [`TestHandle::reset_requests`].
+    /// Every request served since start or the last [`ServerHandle::reset_requests`].
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.controls.requests()
     }
@@ -125,7 +127,7 @@ impl TestHandle {
         self.shared.controls.fail_next(n, status)
     }
 
-    /// Like [`TestHandle::fail_next`], but only requests with this verb (`get`, `list`,
+    /// Like [`ServerHandle::fail_next`], but only requests with this verb (`get`, `list`,
     /// `watch`, ...) and/or resource (`configmaps`) fail and count; others are served.
     pub fn fail_next_matching(
         &self,
@@ -227,7 +229,7 @@ impl TestHandle {
     /// Replaces an object's `status` (a PUT to the `status` subresource).
     ///
     /// # Errors
-    /// As [`TestHandle::update`].
+    /// As [`ServerHandle::update`].
     pub fn update_status(&self, obj: Value) -> Result<Value, Error> {
         let (res, ns, name) = target(&obj)?;
         self.shared
@@ -246,7 +248,7 @@ impl TestHandle {
 
     /// Deletes an object with default options, exactly like a DELETE without a body: a pod
     /// bound to a node is only marked (deletionTimestamp + grace period); see
-    /// [`TestHandle::delete_now`].
+    /// [`ServerHandle::delete_now`].
     ///
     /// # Errors
     /// [`Error::UnknownKind`], or [`Error::Rejected`] (NotFound).
@@ -269,7 +271,7 @@ impl TestHandle {
     /// pod at once. Objects with finalizers are still only marked.
     ///
     /// # Errors
-    /// As [`TestHandle::delete`].
+    /// As [`ServerHandle::delete`].
     pub fn delete_now(
         &self,
         api_version: &str,

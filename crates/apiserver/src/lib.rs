@@ -4,7 +4,7 @@
 //! # Principal types
 //! - [`ApiServer`]: binds a loopback port and serves the API in background tasks; [`Config`]
 //!   holds the options (history size, bookmark interval, address, authn/authz seams).
-//! - [`TestHandle`]: a cloneable remote control — direct store access for seeding (create,
+//! - [`ServerHandle`]: a cloneable remote control — direct store access for seeding (create,
 //!   update, delete, get without HTTP), fault injection, latency, watch closing, history
 //!   compaction, listener stop/restart, and a record of every request ([`RequestRecord`]).
 //! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
@@ -97,10 +97,10 @@ mod validation;
 pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
-pub use config::Config;
+pub use config::{Authentication, Authorization, Config};
 pub use control::{OpenConnections, RequestRecord};
 pub use error::Error;
-pub use handle::TestHandle;
+pub use handle::ServerHandle;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
 pub use node_authorizer::NodeAuthorizer;
 pub use server::ApiServer;

@@ -10,10 +10,10 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, Authorizer, User};
-use crate::config::Config;
+use crate::config::{Authentication, Authorization, Config};
 use crate::error::Error;
 use crate::extras::Extras;
-use crate::handle::TestHandle;
+use crate::handle::ServerHandle;
 use crate::node_authorizer::NodeAuthorizer;
 use crate::registry::{Registry, WriteOptions};
 use crate::resources::NAMESPACES;
@@ -71,19 +71,18 @@ impl ApiServer {
         }
         let registry = Arc::new(registry);
         // The capabilities get the registry and the token state they read at construction.
-        let (authenticator, authorizer): (Arc<dyn Authenticator>, Arc<dyn Authorizer>) =
-            if config.auth {
-                (
-                    Arc::new(TokenAuthenticator::for_server(
-                        registry.clone(),
-                        extras.clone(),
-                        config.service_account_issuer.clone(),
-                    )),
-                    Arc::new(NodeAuthorizer::for_registry(registry.clone())),
-                )
-            } else {
-                (config.authenticator.clone(), config.authorizer.clone())
-            };
+        let authenticator: Arc<dyn Authenticator> = match &config.authenticator {
+            Authentication::Given(a) => a.clone(),
+            Authentication::BearerTokens => Arc::new(TokenAuthenticator::for_server(
+                registry.clone(),
+                extras.clone(),
+                config.service_account_issuer.clone(),
+            )),
+        };
+        let authorizer: Arc<dyn Authorizer> = match &config.authorizer {
+            Authorization::Given(a) => a.clone(),
+            Authorization::Node => Arc::new(NodeAuthorizer::for_registry(registry.clone())),
+        };
         let shutdown = CancellationToken::new();
         let token = shutdown.child_token();
         let shared = Arc::new(Shared {
@@ -118,8 +117,8 @@ impl ApiServer {
     }
 
     /// A cloneable remote control for tests and seeding.
-    pub fn handle(&self) -> TestHandle {
-        TestHandle::new(self.shared.clone())
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.shared.clone())
     }
 
     /// The PEM of the CA that signed the server certificate, with [`Config::tls`](crate::Config::tls).
@@ -132,7 +131,7 @@ impl ApiServer {
     }
 
     /// A bearer token that authenticates as `user` for this server's life (with
-    /// [`Config::auth`] off every request is admin anyway).
+    /// [`Config::with_auth`] not set every request is admin anyway).
     pub fn token_for(&self, user: &User) -> String {
         self.handle().token_for(user)
     }

@@ -1,5 +1,5 @@
 //! The state one running server shares between its listener, the request pipeline, the
-//! capabilities and every `TestHandle`: data only; `server.rs` builds it, `http` reads it.
+//! capabilities and every `ServerHandle`: data only; `server.rs` builds it, `http` reads it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,15 +21,13 @@ pub(crate) struct Listener {
     pub(crate) task: Option<JoinHandle<()>>,
 }
 
-/// State shared by the listener, the pipeline and every `TestHandle`.
+/// State shared by the listener, the pipeline and every `ServerHandle`.
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) registry: Arc<Registry>,
-    /// Who a request is: [`Config::authenticator`], or the bearer-token authenticator built
-    /// for this server with [`Config::auth`].
+    /// Who a request is, built at start from [`Config::authenticator`].
     pub(crate) authenticator: Arc<dyn Authenticator>,
-    /// What a user may do: [`Config::authorizer`], or the Node authorizer built for this
-    /// server with [`Config::auth`].
+    /// What a user may do, built at start from [`Config::authorizer`].
     pub(crate) authorizer: Arc<dyn Authorizer>,
     pub(crate) controls: Arc<Controls>,
     /// The bound address (fixed for the server's life, so restarts reuse the port).
@@ -63,7 +61,7 @@ impl Shared {
         self.registry.store.lock().notify(Notice::CloseWatches);
     }
 
-    /// Drops the event history (see `TestHandle::compact`).
+    /// Drops the event history (see `ServerHandle::compact`).
     pub(crate) fn compact(&self) {
         self.registry.store.lock().compact();
     }

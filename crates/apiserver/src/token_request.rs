@@ -13,6 +13,7 @@
 use serde_json::{Value, json};
 
 use crate::auth::User;
+use crate::config::Authorization;
 use crate::registry::now;
 use crate::resources::{NODES, PODS, ResourceInfo, SECRETS, SERVICEACCOUNTS};
 use crate::state::Shared;
@@ -94,7 +95,7 @@ pub(crate) fn create(
     let bound = spec.get("boundObjectRef").filter(|b| !b.is_null());
     if let Some(node) = user
         .and_then(User::node_name)
-        .filter(|_| shared.config.auth)
+        .filter(|_| matches!(shared.config.authorizer, Authorization::Node))
     {
         node_restriction(shared, ns, sa, node, bound)?;
     }

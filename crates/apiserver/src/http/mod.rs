@@ -96,7 +96,7 @@ where
 {
     let conn_token = token.clone();
     let Some(s) = shared.upgrade() else { return };
-    // Counted as open (by protocol, for `TestHandle::open_connections`) until this returns.
+    // Counted as open (by protocol, for `ServerHandle::open_connections`) until this returns.
     let guard = s.controls.connection_opened();
     let max_streams = s.config.http2_max_streams_per_connection;
     drop(s);

@@ -158,7 +158,7 @@ fn non_resource(shared: &Arc<Shared>, path: &str) -> Option<Result<Value, ApiErr
     }
 }
 
-/// `/nodelet/...` admin endpoints for tools without a `TestHandle` (curl, other processes).
+/// `/nodelet/...` admin endpoints for tools without a `ServerHandle` (curl, other processes).
 async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http::Response<Body> {
     let ok = || response::json(200, &json!({"status": "ok"}));
     match (method.as_str(), rest.trim_end_matches('/')) {
