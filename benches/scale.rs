@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodelet_apiserver::{ApiServer, TestHandle, User};
+use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use serde_json::json;
 
 const PODS: usize = 110;
@@ -325,7 +325,7 @@ fn check(pending: &mut Vec<(PathBuf, String, Instant)>, done: &mut Vec<Duration>
 }
 
 /// Waits until `n` ConfigMap + Secret watches are open (after a restart: all resumed).
-async fn wait_watches(h: &TestHandle, n: usize) {
+async fn wait_watches(h: &ServerHandle, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while h.open_watches("configmaps", None, None) + h.open_watches("secrets", None, None) < n {
         assert!(Instant::now() < deadline, "watches never all open");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodelet::{Agent, AgentConfig};
-use nodelet_apiserver::{ApiServer, TestHandle, User};
+use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
@@ -85,7 +85,7 @@ impl World {
     /// Like [`World::start_with`], with `seed` run on the server before the agent starts (for
     /// objects the agent must find already there, such as its Node).
     pub(crate) async fn start_seeded(
-        seed: impl FnOnce(&TestHandle),
+        seed: impl FnOnce(&ServerHandle),
         tweak: impl FnOnce(&mut AgentConfig),
     ) -> World {
         let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth())

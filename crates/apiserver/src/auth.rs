@@ -28,6 +28,34 @@ impl User {
             groups: vec!["system:masters".into(), "system:authenticated".into()],
         }
     }
+
+    /// A kubelet's identity: `system:node:<name>` in `system:nodes`.
+    pub fn node(name: &str) -> Self {
+        User {
+            name: format!("system:node:{name}"),
+            groups: vec!["system:nodes".into(), "system:authenticated".into()],
+        }
+    }
+
+    /// A service account's identity: `system:serviceaccount:<ns>:<name>`.
+    pub fn service_account(namespace: &str, name: &str) -> Self {
+        User {
+            name: format!("system:serviceaccount:{namespace}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ],
+        }
+    }
+
+    /// The node name of a `system:node:<name>` user in `system:nodes`.
+    pub fn node_name(&self) -> Option<&str> {
+        if !self.groups.iter().any(|g| g == "system:nodes") {
+            return None;
+        }
+        self.name.strip_prefix("system:node:")
+    }
 }
 
 /// The request headers an authenticator sees.

@@ -1,16 +1,21 @@
 //! The `client` feature: an admin `kube::Client` and `kube::Config` for a running server.
 
+use std::sync::Arc;
+
+use crate::auth::User;
+use crate::config::Authentication;
 use crate::error::Error;
 use crate::server::ApiServer;
+use crate::state::Shared;
 
 impl ApiServer {
     /// A `kube::Config` pointing at this server as `system:admin` (default namespace `default`;
     /// with [`Config::tls`](crate::Config::tls) the generated CA, with
-    /// [`Config::auth`](crate::Config::auth) an admin bearer token).
+    /// [`Config::with_auth`](crate::Config::with_auth) an admin bearer token).
     pub fn kube_config(&self) -> kube::Config {
         let config =
             kube::Config::new(http::Uri::from_maybe_shared(self.url()).unwrap_or_default());
-        crate::extras::admin_kube_config(self.shared(), config)
+        admin_kube_config(self.shared(), config)
     }
 
     /// An admin `kube::Client` for this server, or the error building it.
@@ -32,4 +37,18 @@ impl ApiServer {
         self.try_client()
             .expect("building a kube client for nodelet-apiserver")
     }
+}
+
+/// Adds the CA (TLS) and an admin bearer token (auth) to a kube config for this server.
+pub(crate) fn admin_kube_config(shared: &Arc<Shared>, mut config: kube::Config) -> kube::Config {
+    if let Some(tls) = &shared.extras.tls {
+        config.root_cert = Some(vec![tls.ca_der()]);
+    }
+    if matches!(shared.config.authenticator, Authentication::BearerTokens) {
+        let token = shared.extras.mint_token(&User::admin());
+        if let Ok(info) = serde_json::from_value(serde_json::json!({ "token": token })) {
+            config.auth_info = info;
+        }
+    }
+    config
 }

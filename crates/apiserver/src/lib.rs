@@ -4,7 +4,7 @@
 //! # Principal types
 //! - [`ApiServer`]: binds a loopback port and serves the API in background tasks; [`Config`]
 //!   holds the options (history size, bookmark interval, address, authn/authz seams).
-//! - [`TestHandle`]: a cloneable remote control — direct store access for seeding (create,
+//! - [`ServerHandle`]: a cloneable remote control — direct store access for seeding (create,
 //!   update, delete, get without HTTP), fault injection, latency, watch closing, history
 //!   compaction, listener stop/restart, and a record of every request ([`RequestRecord`]).
 //! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
@@ -63,10 +63,12 @@
 mod auth;
 #[cfg(feature = "client")]
 mod client;
+mod config;
 mod control;
 mod defaults;
 mod error;
 mod extras;
+mod handle;
 mod http;
 mod kubeconfig;
 mod manifests;
@@ -80,6 +82,7 @@ mod registry;
 mod resources;
 mod selectors;
 mod server;
+mod state;
 mod status;
 mod store;
 mod strategic;
@@ -87,16 +90,19 @@ mod strategy;
 mod tls;
 mod token_auth;
 mod token_request;
+mod token_signer;
 mod typed;
 mod validation;
 
 pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
-pub use control::{OpenConnections, RequestRecord, TestHandle};
+pub use config::{Authentication, Authorization, Config};
+pub use control::{OpenConnections, RequestRecord};
 pub use error::Error;
+pub use handle::ServerHandle;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
 pub use node_authorizer::NodeAuthorizer;
-pub use server::{ApiServer, Config};
+pub use server::ApiServer;
 pub use status::{ApiError, Cause};
 pub use token_auth::TokenAuthenticator;

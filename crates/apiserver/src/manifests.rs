@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::control::TestHandle;
+use crate::handle::ServerHandle;
 use crate::registry::meta_str;
 use crate::resources;
 
@@ -119,7 +119,7 @@ struct FileState {
 type Applied = HashMap<ObjKey, Value>;
 
 struct Syncer {
-    handle: TestHandle,
+    handle: ServerHandle,
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
     problems: BTreeMap<PathBuf, Vec<DocProblem>>,
@@ -135,7 +135,7 @@ impl ManifestSync {
     /// # Errors
     /// [`ManifestError::ReadDir`] if `dir` cannot be listed, [`ManifestError::Watch`] if it
     /// cannot be watched. Malformed files are not errors: see [`ManifestSync::report`].
-    pub async fn start(handle: TestHandle, dir: &Path) -> Result<ManifestSync, ManifestError> {
+    pub async fn start(handle: ServerHandle, dir: &Path) -> Result<ManifestSync, ManifestError> {
         let mut syncer = Syncer {
             handle,
             dir: dir.to_path_buf(),

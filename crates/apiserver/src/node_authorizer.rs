@@ -42,17 +42,24 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::auth::{Attributes, Authorizer, Decision};
-use crate::extras::ServerLink;
+use crate::registry::Registry;
 use crate::resources::PODS;
-use crate::server::Shared;
 use crate::store::Key;
 
-/// The Node authorizer (see the module docs). Only meaningful when installed by
-/// [`Config::with_auth`](crate::Config::with_auth), which links it to the server's store;
-/// unlinked it allows admins and denies everyone else.
-#[derive(Debug, Clone, Default)]
+/// The Node authorizer (see the module docs). Only meaningful when built by the server for
+/// [`Config::with_auth`](crate::Config::with_auth), with the server's registry to read; built
+/// with `Default` it has no store, and allows admins and denies everyone else.
+#[derive(Clone, Default)]
 pub struct NodeAuthorizer {
-    link: ServerLink,
+    registry: Option<Arc<Registry>>,
+}
+
+impl std::fmt::Debug for NodeAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAuthorizer")
+            .field("has_store", &self.registry.is_some())
+            .finish()
+    }
 }
 
 /// What a node's request is checked against in the pod graph.
@@ -65,12 +72,11 @@ enum Vertex {
 }
 
 impl NodeAuthorizer {
-    pub(crate) fn linked(link: ServerLink) -> Self {
-        NodeAuthorizer { link }
-    }
-
-    fn shared(&self) -> Option<Arc<Shared>> {
-        self.link.get().and_then(std::sync::Weak::upgrade)
+    /// The Node authorizer of the server whose registry this is.
+    pub(crate) fn for_registry(registry: Arc<Registry>) -> Self {
+        NodeAuthorizer {
+            registry: Some(registry),
+        }
     }
 
     fn node_request(&self, node: &str, a: &Attributes) -> Decision {
@@ -111,8 +117,9 @@ impl NodeAuthorizer {
         };
         let ns = a.namespace.as_deref().unwrap_or("");
         let found = self
-            .shared()
-            .is_some_and(|s| pods_on_node_reference(&s, node, ns, v, name));
+            .registry
+            .as_deref()
+            .is_some_and(|r| pods_on_node_reference(r, node, ns, v, name));
         if found {
             Decision::Allow
         } else {
@@ -185,12 +192,12 @@ impl NodeAuthorizer {
     /// NodeRestriction on an existing pod: allowed if it is bound to `node` (or gone, so the
     /// handler answers 404), else denied with `why`.
     fn own_pod_or(&self, node: &str, a: &Attributes, why: String) -> Decision {
-        let Some(shared) = self.shared() else {
+        let Some(registry) = self.registry.as_deref() else {
             return Decision::Deny(why);
         };
         let ns = a.namespace.as_deref().unwrap_or("");
         let name = a.name.as_deref().unwrap_or("");
-        let s = shared.registry.store.lock();
+        let s = registry.store.lock();
         match s.get(&Key::new(PODS, ns, name)) {
             None => Decision::Allow,
             Some(pod) if node_name(pod) == Some(node) => Decision::Allow,
@@ -260,8 +267,14 @@ fn node_name(pod: &Value) -> Option<&str> {
 }
 
 /// Whether a pod in `ns` bound to `node` is (for [`Vertex::Pod`]) or references the object.
-fn pods_on_node_reference(shared: &Shared, node: &str, ns: &str, v: Vertex, name: &str) -> bool {
-    let s = shared.registry.store.lock();
+fn pods_on_node_reference(
+    registry: &Registry,
+    node: &str,
+    ns: &str,
+    v: Vertex,
+    name: &str,
+) -> bool {
+    let s = registry.store.lock();
     if v == Vertex::Pod {
         return s
             .get(&Key::new(PODS, ns, name))

@@ -331,7 +331,7 @@ impl ApiError {
         )
     }
 
-    /// An injected fault (`TestHandle::fail_next`) with the reason a real server pairs with `code`.
+    /// An injected fault (`ServerHandle::fail_next`) with the reason a real server pairs with `code`.
     pub(crate) fn injected(code: u16) -> Self {
         let (reason, message) = match code {
             429 => (

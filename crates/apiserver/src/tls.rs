@@ -2,22 +2,15 @@
 //! certificate for `localhost`, `127.0.0.1` and `::1` generated at start (ECDSA P-256, rcgen),
 //! served with rustls on ring; HTTP/2 and HTTP/1.1 are offered by ALPN.
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
-use crate::server::{ApiServer, Shared};
-
-/// A handshake that takes longer than this is dropped (the connection is closed).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The generated CA and the acceptor serving the server certificate it signed.
 pub(crate) struct TlsMaterial {
@@ -100,50 +93,13 @@ impl TlsMaterial {
         self.ca_der.clone()
     }
 
+    /// The acceptor serving the server certificate.
+    pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.acceptor.clone()
+    }
+
     /// The CA certificate, PEM.
     pub(crate) fn ca_pem(&self) -> &str {
         &self.ca_pem
-    }
-}
-
-/// Serves one accepted connection, after a TLS handshake when TLS is on.
-pub(crate) async fn serve(shared: Weak<Shared>, stream: TcpStream, token: CancellationToken) {
-    let acceptor = shared
-        .upgrade()
-        .and_then(|s| s.extras.tls.as_ref().map(|t| t.acceptor.clone()));
-    let Some(acceptor) = acceptor else {
-        return crate::http::serve_connection(shared, stream, token).await;
-    };
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
-    let tls = tokio::select! {
-        r = handshake => r,
-        () = token.cancelled() => return,
-    };
-    match tls {
-        Ok(Ok(tls)) => crate::http::serve_connection(shared, tls, token).await,
-        // A client that gave up or does not trust the CA: nothing to answer.
-        Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
-        Err(_) => tracing::debug!("TLS handshake timed out"),
-    }
-}
-
-impl ApiServer {
-    /// The PEM of the CA that signed the server certificate, with [`Config::tls`](crate::Config::tls).
-    pub fn ca_pem(&self) -> Option<String> {
-        self.handle()
-            .shared()
-            .extras
-            .tls
-            .as_ref()
-            .map(|t| t.ca_pem().to_string())
-    }
-}
-
-impl crate::server::Config {
-    /// Serves HTTPS with a CA generated at start (sets [`Config::tls`](crate::Config::tls)).
-    #[must_use]
-    pub fn with_tls(mut self) -> Self {
-        self.tls = true;
-        self
     }
 }

@@ -1,29 +1,40 @@
-//! Bearer-token authentication: static tokens, tokens minted with [`ApiServer::token_for`],
+//! Bearer-token authentication: static tokens, tokens minted with [`ApiServer::token_for`](crate::ApiServer::token_for),
 //! and service-account JWTs issued by this server's TokenRequest endpoint.
 //!
 //! A request without a token, or with one that matches nothing, is answered 401 (the server
 //! runs with anonymous authentication disabled).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::auth::{Authenticator, Headers, Unauthenticated, User};
-use crate::control::TestHandle;
-use crate::extras::ServerLink;
+use crate::extras::Extras;
+use crate::registry::Registry;
 use crate::resources::{PODS, SERVICEACCOUNTS};
-use crate::server::{ApiServer, Config};
 
 /// Maps `Authorization: Bearer <token>` to a [`User`].
 ///
-/// Installed by [`Config::with_auth`], it also accepts tokens minted with
-/// [`ApiServer::token_for`] and service-account tokens from `serviceaccounts/{sa}/token`
+/// Installed by [`Config::with_auth`](crate::Config::with_auth), it also accepts tokens minted with
+/// [`ApiServer::token_for`](crate::ApiServer::token_for) and service-account tokens from `serviceaccounts/{sa}/token`
 /// (while the service account, and the pod the token is bound to, still exist). Built with
-/// [`TokenAuthenticator::new`] and set through [`Config::authenticator`] it knows only its table.
+/// [`TokenAuthenticator::new`] and set through [`Config::authenticator`](crate::Config::authenticator) it knows only its table.
 #[derive(Clone, Default)]
 pub struct TokenAuthenticator {
     table: HashMap<String, User>,
-    link: ServerLink,
+    /// With [`Config::with_auth`](crate::Config::with_auth): the server whose minted and
+    /// service-account tokens are accepted.
+    server: Option<ServerTokens>,
+}
+
+/// What the authenticator of one server reads: its registry (service accounts and pods a
+/// token names), its minted tokens and signer, and the issuer its tokens carry.
+#[derive(Clone)]
+struct ServerTokens {
+    registry: Arc<Registry>,
+    extras: Arc<Extras>,
+    issuer: String,
 }
 
 impl TokenAuthenticator {
@@ -31,14 +42,19 @@ impl TokenAuthenticator {
     pub fn new(table: HashMap<String, User>) -> Self {
         TokenAuthenticator {
             table,
-            link: ServerLink::default(),
+            server: None,
         }
     }
 
-    pub(crate) fn linked(link: ServerLink) -> Self {
+    /// The authenticator of the server with this registry, token state and issuer.
+    pub(crate) fn for_server(registry: Arc<Registry>, extras: Arc<Extras>, issuer: String) -> Self {
         TokenAuthenticator {
             table: HashMap::new(),
-            link,
+            server: Some(ServerTokens {
+                registry,
+                extras,
+                issuer,
+            }),
         }
     }
 }
@@ -66,11 +82,7 @@ impl Authenticator for TokenAuthenticator {
         if let Some(user) = self.table.get(token) {
             return Ok(user.clone());
         }
-        let shared = self
-            .link
-            .get()
-            .and_then(std::sync::Weak::upgrade)
-            .ok_or(Unauthenticated)?;
+        let shared = self.server.as_ref().ok_or(Unauthenticated)?;
         if let Some(user) = shared.extras.user_for_token(token) {
             return Ok(user);
         }
@@ -79,7 +91,7 @@ impl Authenticator for TokenAuthenticator {
         let claims = shared
             .extras
             .signer
-            .verify(token, &shared.config.service_account_issuer)
+            .verify(token, &shared.issuer)
             .ok_or(Unauthenticated)?;
         let k = claims.get("kubernetes.io").ok_or(Unauthenticated)?;
         let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -103,62 +115,6 @@ impl Authenticator for TokenAuthenticator {
             }
         }
         Ok(User::service_account(&ns, &sa))
-    }
-}
-
-impl User {
-    /// A kubelet's identity: `system:node:<name>` in `system:nodes`.
-    pub fn node(name: &str) -> Self {
-        User {
-            name: format!("system:node:{name}"),
-            groups: vec!["system:nodes".into(), "system:authenticated".into()],
-        }
-    }
-
-    /// A service account's identity: `system:serviceaccount:<ns>:<name>`.
-    pub fn service_account(namespace: &str, name: &str) -> Self {
-        User {
-            name: format!("system:serviceaccount:{namespace}:{name}"),
-            groups: vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{namespace}"),
-                "system:authenticated".into(),
-            ],
-        }
-    }
-
-    /// The node name of a `system:node:<name>` user in `system:nodes`.
-    pub fn node_name(&self) -> Option<&str> {
-        if !self.groups.iter().any(|g| g == "system:nodes") {
-            return None;
-        }
-        self.name.strip_prefix("system:node:")
-    }
-}
-
-impl Config {
-    /// Turns on bearer-token authentication ([`TokenAuthenticator`]) and the Node authorizer
-    /// ([`NodeAuthorizer`](crate::NodeAuthorizer)): `system:masters` may do everything,
-    /// `system:node:<name>` what a kubelet may, everyone else nothing. Sets [`Config::auth`].
-    #[must_use]
-    pub fn with_auth(mut self) -> Self {
-        self.auth = true;
-        self
-    }
-}
-
-impl ApiServer {
-    /// A bearer token that authenticates as `user` for this server's life (with
-    /// [`Config::auth`] off every request is admin anyway).
-    pub fn token_for(&self, user: &User) -> String {
-        self.handle().token_for(user)
-    }
-}
-
-impl TestHandle {
-    /// As [`ApiServer::token_for`].
-    pub fn token_for(&self, user: &User) -> String {
-        self.shared().mint_token(user)
     }
 }
 

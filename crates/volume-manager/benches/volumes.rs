@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
-use nodelet_apiserver::{ApiServer, TestHandle};
+use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::{Config, EventSink, EventType, KubeTokenSource, VolumeManager};
 use serde_json::json;
@@ -40,7 +40,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 struct Bed {
     server: ApiServer,
-    api: TestHandle,
+    api: ServerHandle,
     vm: VolumeManager,
     configmaps: ConfigMapManager,
     secrets: SecretManager,
@@ -148,7 +148,7 @@ async fn propagation(bed: &Bed, updates: usize) {
     );
 }
 
-fn create_pods(api: &TestHandle, round: usize) -> Vec<Arc<Pod>> {
+fn create_pods(api: &ServerHandle, round: usize) -> Vec<Arc<Pod>> {
     let ns = "default";
     let _ = api.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "kube-root-ca.crt", "namespace": ns},

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::response::{self, Body};
 use crate::resources::{self, RESOURCES};
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::status::ApiError;
 
 /// The Kubernetes version this server reports (the API surface it imitates).

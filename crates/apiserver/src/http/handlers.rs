@@ -9,14 +9,14 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::list_options::list_options;
 use super::request_info::RequestInfo;
 use super::response::{self, Body};
 use super::watch;
-use crate::registry::{DeleteOptions, ListOptions, PatchKind, WriteOptions, parse_rv};
+use crate::registry::{DeleteOptions, PatchKind, WriteOptions, parse_rv};
 use crate::resources::{self, ResourceId};
-use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::Shared;
-use crate::status::{ApiError, FieldError};
+use crate::state::Shared;
+use crate::status::ApiError;
 
 /// Largest request body accepted (as upstream: 3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -308,34 +308,6 @@ fn write_options<B>(info: &RequestInfo, req: &http::Request<B>) -> Result<WriteO
     Ok(WriteOptions {
         dry_run: dry_run(info)?,
         node,
-    })
-}
-
-pub(crate) fn list_options(info: &RequestInfo, res: ResourceId) -> Result<ListOptions, ApiError> {
-    let q = &info.query;
-    let limit = match q.get("limit").filter(|l| !l.is_empty()) {
-        Some(l) => Some(
-            l.parse::<usize>()
-                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
-        ),
-        None => None,
-    };
-    if q.get("sendInitialEvents").is_some_and(|v| v == "true") {
-        return Err(ApiError::invalid_list_options(&[FieldError::forbidden(
-            "sendInitialEvents",
-            "sendInitialEvents is forbidden for list",
-        )]));
-    }
-    Ok(ListOptions {
-        labels: LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))?,
-        fields: FieldSelector::parse(
-            q.get("fieldSelector").map_or("", String::as_str),
-            res.info(),
-        )?,
-        limit,
-        continue_token: q.get("continue").cloned(),
-        resource_version: q.get("resourceVersion").cloned(),
-        resource_version_match: q.get("resourceVersionMatch").cloned(),
     })
 }
 

@@ -1,10 +1,12 @@
 //! The HTTP side: binding, the accept loop and per-connection serving. Each connection runs
 //! until the client closes it or the listener's token is cancelled (stop/shutdown).
 //!
-//! TLS plugs in at [`serve_connection`]: wrap the accepted stream before serving it.
+//! With [`Config::tls`](crate::Config::tls) the accepted stream is wrapped by a TLS handshake
+//! (`tls.rs` holds the material) before [`serve_connection`] serves it.
 
 mod discovery;
 mod handlers;
+mod list_options;
 mod pipeline;
 mod request_info;
 mod response;
@@ -14,17 +16,21 @@ mod watch;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Weak;
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
-use crate::server::Shared;
+use crate::state::Shared;
+
+/// A TLS handshake that takes longer than this is dropped (the connection is closed).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds `addr` with `SO_REUSEADDR`, so a restarted listener gets the same port back.
 pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -56,9 +62,30 @@ pub(crate) fn spawn_listener(
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            tokio::spawn(crate::tls::serve(shared.clone(), stream, token.clone()));
+            tokio::spawn(serve(shared.clone(), stream, token.clone()));
         }
     })
+}
+
+/// Serves one accepted connection, after a TLS handshake when TLS is on.
+async fn serve(shared: Weak<Shared>, stream: TcpStream, token: CancellationToken) {
+    let acceptor = shared
+        .upgrade()
+        .and_then(|s| s.extras.tls.as_ref().map(crate::tls::TlsMaterial::acceptor));
+    let Some(acceptor) = acceptor else {
+        return serve_connection(shared, stream, token).await;
+    };
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+    let tls = tokio::select! {
+        r = handshake => r,
+        () = token.cancelled() => return,
+    };
+    match tls {
+        Ok(Ok(tls)) => serve_connection(shared, tls, token).await,
+        // A client that gave up or does not trust the CA: nothing to answer.
+        Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+        Err(_) => tracing::debug!("TLS handshake timed out"),
+    }
 }
 
 /// Serves HTTP/1.1 or HTTP/2 on one connection until it closes or `token` is cancelled;
@@ -69,8 +96,8 @@ where
 {
     let conn_token = token.clone();
     let Some(s) = shared.upgrade() else { return };
-    // Counted as open (by protocol, for `TestHandle::open_connections`) until this returns.
-    let guard = crate::control::Controls::connection_opened(&s);
+    // Counted as open (by protocol, for `ServerHandle::open_connections`) until this returns.
+    let guard = s.controls.connection_opened();
     let max_streams = s.config.http2_max_streams_per_connection;
     drop(s);
     let protocol = guard.protocol.clone();

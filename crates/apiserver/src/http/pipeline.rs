@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -18,7 +18,7 @@ use super::{discovery, handlers};
 use crate::auth::{Attributes, Decision};
 use crate::control::RequestRecord;
 use crate::resources;
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::status::ApiError;
 
 /// Handles one request end to end; never fails (errors become `Status` responses).
@@ -45,7 +45,7 @@ pub(crate) async fn handle(
         tokio::time::sleep(latency).await;
     }
     // (3)
-    let user = shared.config.authenticator.authenticate(req.headers()).ok();
+    let user = shared.authenticator.authenticate(req.headers()).ok();
     let resp = match &user {
         None => response::error(&ApiError::unauthorized()),
         Some(user) => {
@@ -67,7 +67,7 @@ pub(crate) async fn handle(
                     field_selector: info.query.get("fieldSelector").cloned(),
                     path: info.path.clone(),
                 };
-                match shared.config.authorizer.authorize(&attrs) {
+                match shared.authorizer.authorize(&attrs) {
                     Decision::Deny(reason) => response::error(&forbidden(&info, &attrs, &reason)),
                     // (6)
                     Decision::Allow => {
@@ -139,30 +139,44 @@ async fn dispatch(
     if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
         return Err(ApiError::method_not_allowed());
     }
-    if let Some(v) = crate::extras::non_resource(shared, &info.path) {
+    if let Some(v) = non_resource(shared, &info.path) {
         return v.map(|v| response::json(200, &v));
     }
     discovery::non_resource(shared, &info.path)
 }
 
-/// `/nodelet/...` admin endpoints for tools without a `TestHandle` (curl, other processes).
+/// Non-resource endpoints served beyond the core set: OIDC discovery for service-account
+/// tokens and the OpenAPI v3 stubs kubectl needs. `None`: not one of ours.
+fn non_resource(shared: &Arc<Shared>, path: &str) -> Option<Result<Value, ApiError>> {
+    match path.trim_end_matches('/') {
+        "/.well-known/openid-configuration" => {
+            Some(Ok(shared.extras.signer.openid_configuration()))
+        }
+        "/openid/v1/jwks" => Some(Ok(shared.extras.signer.jwks())),
+        p if p.starts_with("/openapi/v3") => Some(crate::openapi::v3(p)),
+        _ => None,
+    }
+}
+
+/// `/nodelet/...` admin endpoints for tools without a `ServerHandle` (curl, other processes).
 async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http::Response<Body> {
-    let handle = crate::control::TestHandle::new(shared.clone());
     let ok = || response::json(200, &json!({"status": "ok"}));
     match (method.as_str(), rest.trim_end_matches('/')) {
         ("POST", "close-watches") => {
-            handle.close_watches();
+            shared.close_watches();
             ok()
         }
         ("POST", "compact") => {
-            handle.compact();
+            shared.compact();
             ok()
         }
         (_, r) if r.starts_with("latency/") => {
             // /nodelet/latency/{milliseconds}
             match r.trim_start_matches("latency/").parse::<u64>() {
                 Ok(ms) if method == http::Method::POST => {
-                    handle.set_latency(std::time::Duration::from_millis(ms));
+                    shared
+                        .controls
+                        .set_latency(std::time::Duration::from_millis(ms));
                     ok()
                 }
                 _ => response::error(&ApiError::bad_request(
@@ -171,11 +185,12 @@ async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http:
             }
         }
         ("POST", "bookmark") => {
-            handle.bookmark_now();
+            shared.bookmark_now();
             ok()
         }
         ("GET", "requests") => {
-            let list: Vec<_> = handle
+            let list: Vec<_> = shared
+                .controls
                 .requests()
                 .into_iter()
                 .map(|r| json!({"verb": r.verb, "resource": r.resource, "subresource": r.subresource, "namespace": r.namespace, "name": r.name, "user": r.user, "status": r.status}))
@@ -183,7 +198,7 @@ async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http:
             response::json(200, &json!({"requests": list}))
         }
         ("DELETE", "requests") => {
-            handle.reset_requests();
+            shared.controls.reset_requests();
             ok()
         }
         (_, r) if r.starts_with("fail/") => {
@@ -194,7 +209,7 @@ async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http:
                 parts.next().and_then(|s| s.parse().ok()),
             ) {
                 (Some(n), Some(code)) if method == http::Method::POST => {
-                    handle.fail_next(n, code);
+                    shared.controls.fail_next(n, code);
                     ok()
                 }
                 _ => response::error(&ApiError::bad_request(

@@ -24,13 +24,13 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use super::handlers::list_options;
+use super::list_options::list_options;
 use super::request_info::RequestInfo;
 use super::response::Body;
-use crate::control::{Controls, OpenWatchGuard};
+use crate::control::OpenWatchGuard;
 use crate::registry::{ListOptions, parse_rv};
 use crate::resources::ResourceId;
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::status::{ApiError, FieldError};
 use crate::store::{Event, EventType, Notice};
 
@@ -220,8 +220,7 @@ pub(crate) fn serve(
 
     let (tx, out) = mpsc::channel::<Bytes>(64);
     let stop = token.clone();
-    let open = Controls::watch_opened(
-        shared,
+    let open = shared.controls.watch_opened(
         &info.resource,
         info.namespace.as_deref(),
         info.name.as_deref(),

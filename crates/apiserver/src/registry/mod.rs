@@ -1,5 +1,5 @@
 //! The verbs on stored objects (get, list, create, update, patch, delete), independent of HTTP:
-//! the HTTP handlers and `TestHandle` both drive this.
+//! the HTTP handlers and `ServerHandle` both drive this.
 //!
 //! Every write runs under the store lock: (1) read the current object, (2) check preconditions
 //! (resourceVersion, uid, namespace existence; NodeRestriction admission for a node writing a

@@ -5,7 +5,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAccount};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodelet_apiserver::{ApiServer, Config, TestHandle, User};
+use nodelet_apiserver::{ApiServer, Config, ServerHandle, User};
 use serde_json::json;
 
 use super::{client_for, client_with_token, start, status};
@@ -21,7 +21,7 @@ fn pod(name: &str, node: &str, spec: serde_json::Value) -> serde_json::Value {
 
 /// Namespace `ns` with configmaps a, b, c and secrets s, t; pod p1 on n1 uses a (volume),
 /// s (env) and service account `runner`; pod p2 on n2 uses c.
-fn seed(h: &TestHandle) {
+fn seed(h: &ServerHandle) {
     h.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
         .expect("ns");
     for n in ["a", "b", "c"] {

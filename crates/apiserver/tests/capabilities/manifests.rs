@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use nodelet_apiserver::{Config, ManifestSync, TestHandle};
+use nodelet_apiserver::{Config, ManifestSync, ServerHandle};
 use serde_json::Value;
 
 use super::{eventually, start};
@@ -18,7 +18,7 @@ fn write(dir: &Path, name: &str, text: &str) {
     std::fs::rename(&tmp, &path).expect("rename");
 }
 
-fn cm_value(h: &TestHandle, ns: &str, name: &str, key: &str) -> Option<String> {
+fn cm_value(h: &ServerHandle, ns: &str, name: &str, key: &str) -> Option<String> {
     h.get("v1", "ConfigMap", Some(ns), name)
         .and_then(|c| c["data"][key].as_str().map(str::to_string))
 }
@@ -74,7 +74,7 @@ async fn editing_a_file_updates_its_objects_in_place() {
     let _sync = ManifestSync::start(h.clone(), dir.path())
         .await
         .expect("start");
-    let uid = |h: &TestHandle| {
+    let uid = |h: &ServerHandle| {
         h.get("v1", "ConfigMap", Some("shop"), "app")
             .map(|c| c["metadata"]["uid"].clone())
             .unwrap_or(Value::Null)
@@ -301,7 +301,7 @@ async fn a_plain_octal_default_mode_is_256_and_a_quoted_one_is_reported_for_its_
         .await
         .expect("start");
     assert!(sync.errors().is_empty(), "{:?}", sync.errors());
-    let mode = |h: &TestHandle| {
+    let mode = |h: &ServerHandle| {
         h.get("v1", "Pod", Some("default"), "modes")
             .map(|p| p["spec"]["volumes"][0]["configMap"]["defaultMode"].clone())
     };

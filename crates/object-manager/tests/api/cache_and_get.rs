@@ -73,7 +73,7 @@ async fn om6_get_reads_live_without_registration() {
 }
 
 /// Node `n1` annotated with `ttl` and a Cache manager reading it.
-async fn cache_with_node_ttl(ttl: &str) -> (ApiServer, TestHandle, ConfigMapManager) {
+async fn cache_with_node_ttl(ttl: &str) -> (ApiServer, ServerHandle, ConfigMapManager) {
     let (server, handle) = server().await;
     create(
         &handle,

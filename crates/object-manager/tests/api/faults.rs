@@ -4,7 +4,7 @@ use nodelet_object_manager::Strategy;
 
 use super::*;
 
-async fn watching(server: &ApiServer, handle: &TestHandle) -> ConfigMapManager {
+async fn watching(server: &ApiServer, handle: &ServerHandle) -> ConfigMapManager {
     create(handle, config_map("cm", "v1", false));
     let m = manager(server, config(Strategy::Watch));
     m.register_pod(&pod("p", &["cm"]));

@@ -17,7 +17,7 @@ mod transport;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use nodelet_apiserver::{ApiServer, Config, TestHandle};
+use nodelet_apiserver::{ApiServer, Config, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, ObjectKey, Strategy};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A started server and its handle.
-pub(crate) async fn server() -> (ApiServer, TestHandle) {
+pub(crate) async fn server() -> (ApiServer, ServerHandle) {
     let server = ApiServer::start(Config::default())
         .await
         .unwrap_or_else(|e| panic!("start apiserver: {e}"));
@@ -58,11 +58,11 @@ pub(crate) fn config_map(name: &str, value: &str, immutable: bool) -> Value {
     cm
 }
 
-pub(crate) fn create(handle: &TestHandle, obj: Value) {
+pub(crate) fn create(handle: &ServerHandle, obj: Value) {
     handle.create(obj).unwrap_or_else(|e| panic!("create: {e}"));
 }
 
-pub(crate) fn update(handle: &TestHandle, obj: Value) {
+pub(crate) fn update(handle: &ServerHandle, obj: Value) {
     handle.update(obj).unwrap_or_else(|e| panic!("update: {e}"));
 }
 

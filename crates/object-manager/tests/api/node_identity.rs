@@ -11,7 +11,7 @@ const NODE: &str = "n1";
 
 /// A server with authentication and the Node authorizer, a node `n1` with TTL annotation 0
 /// and a pod bound to it referencing `a` and `frozen` (configmaps and secrets) and `missing`.
-async fn secured() -> (ApiServer, TestHandle, Pod) {
+async fn secured() -> (ApiServer, ServerHandle, Pod) {
     let server = ApiServer::start(Config::default().with_auth())
         .await
         .unwrap_or_else(|e| panic!("start apiserver: {e}"));

@@ -1,7 +1,7 @@
 //! The HTTP/2 transport against nodelet-apiserver over real TLS + h2, with the real kube client:
 //! multiplexing, sharding below the server's stream limit, short requests beside full watch
 //! connections, connection loss, authentication, and the HTTP/1.1 fallback. Connection counts
-//! are the server's (`TestHandle::open_connections`).
+//! are the server's (`ServerHandle::open_connections`).
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use nodelet_object_manager::transport::{self, Negotiated, Protocol, TransportCon
 
 use super::*;
 
-async fn tls_server(max_streams: u32) -> (ApiServer, TestHandle) {
+async fn tls_server(max_streams: u32) -> (ApiServer, ServerHandle) {
     let server = ApiServer::start(
         Config::default()
             .with_tls()
@@ -40,7 +40,7 @@ async fn h2_client(
 
 /// Creates `n` ConfigMaps `cm-<i>` and a manager over `client` watching them all through
 /// one pod; returns once every object was read.
-async fn watch_many(handle: &TestHandle, client: kube::Client, n: usize) -> ConfigMapManager {
+async fn watch_many(handle: &ServerHandle, client: kube::Client, n: usize) -> ConfigMapManager {
     let names: Vec<String> = (0..n).map(|i| format!("cm-{i}")).collect();
     for name in &names {
         create(handle, config_map(name, "v1", false));

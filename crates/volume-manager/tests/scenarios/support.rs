@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_apiserver::{ApiServer, TestHandle};
+use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
 use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
@@ -40,7 +40,7 @@ impl Default for Options {
 
 pub(crate) struct Env {
     pub(crate) server: ApiServer,
-    pub(crate) api: TestHandle,
+    pub(crate) api: ServerHandle,
     pub(crate) root: tempfile::TempDir,
     pub(crate) vm: VolumeManager,
     pub(crate) events: RecordingSink,

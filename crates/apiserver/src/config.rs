@@ -1,0 +1,203 @@
+//! [`Config`]: the server's options and their builder methods.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::auth::{AllowAll, Authenticator, Authorizer};
+
+/// Server options. `Config::default()` suits tests.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Address to bind. Default `127.0.0.1:0` (a free loopback port).
+    pub listen: SocketAddr,
+    /// Events kept for watch resumption and exact reads. Default 10 000: enough for any test
+    /// and for an offline node, small enough (a few MiB) to keep memory flat.
+    pub history_limit: usize,
+    /// Interval of the periodic BOOKMARK sent to watches with `allowWatchBookmarks=true`.
+    /// Default 60 s, as a real server sends them about once a minute.
+    pub bookmark_interval: Duration,
+    /// Watch duration when the client gives no `timeoutSeconds`. Default 30 min.
+    pub default_watch_timeout: Duration,
+    /// Namespaces created at start. Default `default`, `kube-system`, `kube-public`,
+    /// `kube-node-lease`.
+    pub initial_namespaces: Vec<String>,
+    /// Who a request is. Default [`AllowAll`] (everyone is `system:admin`);
+    /// [`Config::with_auth`] sets [`Authentication::BearerTokens`].
+    pub authenticator: Authentication,
+    /// What a user may do. Default [`AllowAll`]; [`Config::with_auth`] sets
+    /// [`Authorization::Node`].
+    pub authorizer: Authorization,
+    /// Serve HTTPS with a CA and server certificate generated at start (see
+    /// [`Config::with_tls`]). Default off (plain HTTP).
+    pub tls: bool,
+    /// Create the `default` ServiceAccount in every new namespace, as the controller manager
+    /// does. Default on.
+    pub auto_service_accounts: bool,
+    /// `iss` of service account tokens and the OIDC discovery issuer. Default
+    /// `https://kubernetes.default.svc`.
+    pub service_account_issuer: String,
+    /// Publish ConfigMap `kube-root-ca.crt` (key `ca.crt`) in every namespace, as a cluster's
+    /// root-ca-cert-publisher does: the TLS CA with [`Config::tls`], else a CA generated for
+    /// the purpose. Default off (existing tests count the objects in their namespaces).
+    pub publish_root_ca: bool,
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised on every connection: how many
+    /// requests (watches included) one connection may have open at once; further streams wait
+    /// in the client. Default 100, kube-apiserver's `--http2-max-streams-per-connection`.
+    pub http2_max_streams_per_connection: u32,
+    /// ServiceAccount admission on pod create: the pod's account must exist, and the
+    /// `kube-api-access-*` token volume and its mounts are injected unless
+    /// `automountServiceAccountToken: false` (pod, else account) says otherwise. Default off:
+    /// a bare server keeps a created pod's spec as the test wrote it (many tests assert on
+    /// volumes and mounts); the binary and the agent's embedded mode turn it on.
+    pub service_account_admission: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            history_limit: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            default_watch_timeout: Duration::from_secs(1800),
+            initial_namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
+                .map(String::from)
+                .to_vec(),
+            authenticator: Authentication::Given(Arc::new(AllowAll)),
+            authorizer: Authorization::Given(Arc::new(AllowAll)),
+            tls: false,
+            auto_service_accounts: true,
+            service_account_issuer: "https://kubernetes.default.svc".into(),
+            publish_root_ca: false,
+            http2_max_streams_per_connection: 100,
+            service_account_admission: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("history_limit", &self.history_limit)
+            .field("bookmark_interval", &self.bookmark_interval)
+            .field("default_watch_timeout", &self.default_watch_timeout)
+            .field("initial_namespaces", &self.initial_namespaces)
+            .field(
+                "http2_max_streams_per_connection",
+                &self.http2_max_streams_per_connection,
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// Sets [`Config::publish_root_ca`].
+    #[must_use]
+    pub fn publish_root_ca(mut self, on: bool) -> Self {
+        self.publish_root_ca = on;
+        self
+    }
+
+    /// Sets [`Config::http2_max_streams_per_connection`] (at least 1).
+    #[must_use]
+    pub fn http2_max_streams_per_connection(mut self, n: u32) -> Self {
+        self.http2_max_streams_per_connection = n.max(1);
+        self
+    }
+
+    /// Sets [`Config::service_account_admission`].
+    #[must_use]
+    pub fn service_account_admission(mut self, on: bool) -> Self {
+        self.service_account_admission = on;
+        self
+    }
+
+    /// What a cluster's controllers and admission do for pods: [`Config::auto_service_accounts`],
+    /// [`Config::publish_root_ca`] and [`Config::service_account_admission`], all on.
+    #[must_use]
+    pub fn like_a_cluster(mut self) -> Self {
+        self.auto_service_accounts = true;
+        self.publish_root_ca = true;
+        self.service_account_admission = true;
+        self
+    }
+
+    /// Sets [`Config::listen`].
+    #[must_use]
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Sets [`Config::history_limit`].
+    #[must_use]
+    pub fn history_limit(mut self, n: usize) -> Self {
+        self.history_limit = n;
+        self
+    }
+
+    /// Sets [`Config::bookmark_interval`].
+    #[must_use]
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+
+    /// Sets [`Config::authenticator`].
+    #[must_use]
+    pub fn authenticator(mut self, a: Arc<dyn Authenticator>) -> Self {
+        self.authenticator = Authentication::Given(a);
+        self
+    }
+
+    /// Sets [`Config::authorizer`].
+    #[must_use]
+    pub fn authorizer(mut self, a: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = Authorization::Given(a);
+        self
+    }
+
+    /// Serves HTTPS with a CA generated at start (sets [`Config::tls`](crate::Config::tls)).
+    #[must_use]
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// Turns on bearer-token authentication ([`TokenAuthenticator`](crate::TokenAuthenticator)) and the Node authorizer
+    /// ([`NodeAuthorizer`](crate::NodeAuthorizer)): `system:masters` may do everything,
+    /// `system:node:<name>` what a kubelet may, everyone else nothing. Sets
+    /// [`Config::authenticator`] to [`Authentication::BearerTokens`] and [`Config::authorizer`]
+    /// to [`Authorization::Node`].
+    #[must_use]
+    pub fn with_auth(mut self) -> Self {
+        self.authenticator = Authentication::BearerTokens;
+        self.authorizer = Authorization::Node;
+        self
+    }
+}
+
+/// Who a request is ([`Config::authenticator`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Authentication {
+    /// This authenticator.
+    Given(Arc<dyn Authenticator>),
+    /// Bearer tokens: the server builds a [`TokenAuthenticator`](crate::TokenAuthenticator)
+    /// at start that accepts the tokens it mints ([`ApiServer::token_for`](crate::ApiServer::token_for))
+    /// and the service-account tokens it issues; the admin kube config carries an admin token.
+    BearerTokens,
+}
+
+/// What a user may do ([`Config::authorizer`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Authorization {
+    /// This authorizer.
+    Given(Arc<dyn Authorizer>),
+    /// The server builds a [`NodeAuthorizer`](crate::NodeAuthorizer) over its store at start;
+    /// node users' TokenRequests also get the NodeRestriction checks.
+    Node,
+}

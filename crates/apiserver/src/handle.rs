@@ -1,0 +1,340 @@
+//! `ServerHandle`, the cloneable remote control over a running server: direct store access for
+//! seeding, the test controls (`control.rs`), listener stop/restart and minted tokens.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::auth::User;
+use crate::control::{OpenConnections, RequestRecord};
+use crate::error::Error;
+use crate::registry::{DeleteOptions, WriteOptions, meta_str};
+use crate::resources::{self, ResourceId};
+use crate::state::Shared;
+
+/// A cloneable handle on a running [`ApiServer`](crate::ApiServer) (from
+/// [`ApiServer::handle`](crate::ApiServer::handle)): what tests use to seed and steer it, and
+/// what offline mode's [`ManifestSync`](crate::ManifestSync) writes through.
+///
+/// Store methods act like the matching HTTP verbs (same defaulting, validation, events and
+/// resourceVersions) without going through HTTP, authentication or fault injection.
+#[derive(Clone)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("addr", &self.shared.addr)
+            .finish()
+    }
+}
+
+fn resolve(api_version: &str, kind: &str) -> Result<ResourceId, Error> {
+    resources::by_kind(api_version, kind).ok_or_else(|| Error::UnknownKind {
+        api_version: api_version.into(),
+        kind: kind.into(),
+    })
+}
+
+fn target(obj: &Value) -> Result<(ResourceId, String, String), Error> {
+    let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    let res = resolve(av, kind)?;
+    let ns = if res.info().namespaced {
+        meta_str(obj, "namespace")
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default")
+            .to_string()
+    } else {
+        String::new()
+    };
+    Ok((res, ns, meta_str(obj, "name").unwrap_or("").to_string()))
+}
+
+fn ns_of(res: ResourceId, namespace: Option<&str>) -> &str {
+    if res.info().namespaced {
+        namespace.unwrap_or("default")
+    } else {
+        ""
+    }
+}
+
+impl ServerHandle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        ServerHandle { shared }
+    }
+
+    /// `http://127.0.0.1:PORT`, or `https://...` with [`Config::tls`](crate::Config::tls).
+    pub fn url(&self) -> String {
+        self.shared.url()
+    }
+
+    /// Every request served since start or the last [`ServerHandle::reset_requests`].
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.controls.requests()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn reset_requests(&self) {
+        self.shared.controls.reset_requests()
+    }
+
+    /// Counts recorded requests with this verb and resource; `None` matches any namespace/name.
+    /// A list with `watch=true` counts as `watch`.
+    pub fn count(
+        &self,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> usize {
+        self.shared.controls.count(verb, resource, namespace, name)
+    }
+
+    /// Counts recorded requests by user name.
+    pub fn count_by_user(&self, user: &str) -> usize {
+        self.shared.controls.count_by_user(user)
+    }
+
+    /// Counts the watches open right now on `resource`; `None` matches any namespace/name
+    /// (the name of a watch is its `metadata.name=` field selector, if any).
+    pub fn open_watches(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> usize {
+        self.shared.controls.open_watches(resource, namespace, name)
+    }
+
+    /// Client connections open right now, by protocol (HTTP/1.1 or HTTP/2, as their requests
+    /// arrive). A connection stops counting when it is closed by either side.
+    pub fn open_connections(&self) -> OpenConnections {
+        self.shared.controls.open_connections()
+    }
+
+    /// Ends every open watch cleanly (the client sees the stream end and resumes).
+    pub fn close_watches(&self) {
+        self.shared.close_watches();
+    }
+
+    /// Answers the next `n` API requests (not `/nodelet/...`) with `status` and a `Status`
+    /// body; 429 and 503 carry `Retry-After: 1`.
+    pub fn fail_next(&self, n: usize, status: u16) {
+        self.shared.controls.fail_next(n, status)
+    }
+
+    /// Like [`ServerHandle::fail_next`], but only requests with this verb (`get`, `list`,
+    /// `watch`, ...) and/or resource (`configmaps`) fail and count; others are served.
+    pub fn fail_next_matching(
+        &self,
+        n: usize,
+        status: u16,
+        verb: Option<&str>,
+        resource: Option<&str>,
+    ) {
+        self.shared
+            .controls
+            .fail_next_matching(n, status, verb, resource)
+    }
+
+    /// Delays every request by `d` before it is handled (zero turns it off).
+    pub fn set_latency(&self, d: Duration) {
+        self.shared.controls.set_latency(d)
+    }
+
+    /// Drops the event history: resuming a watch or an exact list from any resourceVersion
+    /// handed out so far answers 410 `Expired`. Open watches continue.
+    pub fn compact(&self) {
+        self.shared.compact();
+    }
+
+    /// Sends a BOOKMARK now to every watch that allows bookmarks.
+    pub fn bookmark_now(&self) {
+        self.shared.bookmark_now();
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.registry.store.lock().rv
+    }
+
+    /// Closes the listening socket and every connection (clients see connection errors).
+    pub async fn stop_listener(&self) {
+        let mut l = self.shared.listener.lock().await;
+        l.token.cancel();
+        if let Some(t) = l.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    /// Listens again on the same port.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] if the port was taken meanwhile; [`Error::ShutDown`] after shutdown.
+    pub async fn restart_listener(&self) -> Result<(), Error> {
+        let shared = &self.shared;
+        if shared.shutdown.is_cancelled() {
+            return Err(Error::ShutDown);
+        }
+        let mut l = shared.listener.lock().await;
+        if l.task.as_ref().is_some_and(|t| !t.is_finished()) && !l.token.is_cancelled() {
+            return Ok(());
+        }
+        l.token.cancel();
+        if let Some(t) = l.task.take() {
+            let _ = t.await;
+        }
+        let listener = crate::http::bind(shared.addr)?;
+        let token = shared.shutdown.child_token();
+        l.task = Some(crate::http::spawn_listener(
+            Arc::downgrade(shared),
+            listener,
+            token.clone(),
+        ));
+        l.token = token;
+        Ok(())
+    }
+
+    /// Creates an object; `apiVersion` and `kind` pick the resource, `metadata.namespace`
+    /// (default `default`) the namespace.
+    ///
+    /// # Errors
+    /// [`Error::UnknownKind`], or [`Error::Rejected`] with the API error (AlreadyExists, Invalid, ...).
+    pub fn create(&self, obj: Value) -> Result<Value, Error> {
+        let (res, ns, _) = target(&obj)?;
+        self.shared
+            .registry
+            .create(res, &ns, obj, WriteOptions::default())
+            .map_err(Error::Rejected)
+    }
+
+    /// Replaces an object (a PUT). Without `metadata.resourceVersion` the update is
+    /// unconditional; with it, a stale version is a Conflict.
+    ///
+    /// # Errors
+    /// [`Error::UnknownKind`], or [`Error::Rejected`] (NotFound, Conflict, Invalid, ...).
+    pub fn update(&self, obj: Value) -> Result<Value, Error> {
+        let (res, ns, name) = target(&obj)?;
+        self.shared
+            .registry
+            .update(res, &ns, &name, None, obj, WriteOptions::default())
+            .map(|(v, _)| v)
+            .map_err(Error::Rejected)
+    }
+
+    /// Replaces an object's `status` (a PUT to the `status` subresource).
+    ///
+    /// # Errors
+    /// As [`ServerHandle::update`].
+    pub fn update_status(&self, obj: Value) -> Result<Value, Error> {
+        let (res, ns, name) = target(&obj)?;
+        self.shared
+            .registry
+            .update(
+                res,
+                &ns,
+                &name,
+                Some("status"),
+                obj,
+                WriteOptions::default(),
+            )
+            .map(|(v, _)| v)
+            .map_err(Error::Rejected)
+    }
+
+    /// Deletes an object with default options, exactly like a DELETE without a body: a pod
+    /// bound to a node is only marked (deletionTimestamp + grace period); see
+    /// [`ServerHandle::delete_now`].
+    ///
+    /// # Errors
+    /// [`Error::UnknownKind`], or [`Error::Rejected`] (NotFound).
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), Error> {
+        let res = resolve(api_version, kind)?;
+        self.shared
+            .registry
+            .delete(res, ns_of(res, namespace), name, &DeleteOptions::default())
+            .map(|_| ())
+            .map_err(Error::Rejected)
+    }
+
+    /// Deletes with `gracePeriodSeconds=0` (what the kubelet sends after cleanup): removes a
+    /// pod at once. Objects with finalizers are still only marked.
+    ///
+    /// # Errors
+    /// As [`ServerHandle::delete`].
+    pub fn delete_now(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), Error> {
+        let res = resolve(api_version, kind)?;
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        self.shared
+            .registry
+            .delete(res, ns_of(res, namespace), name, &opts)
+            .map(|_| ())
+            .map_err(Error::Rejected)
+    }
+
+    /// Assigns an unbound pod to `node` (a POST to `pods/binding`, as the scheduler does).
+    ///
+    /// # Errors
+    /// [`Error::Rejected`]: NotFound, or Conflict when the pod is already bound or deleting.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, Error> {
+        self.shared
+            .registry
+            .bind(namespace, name, node, WriteOptions::default())
+            .map_err(Error::Rejected)
+    }
+
+    /// Reads an object (`None` if absent or the kind is not served).
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let res = resources::by_kind(api_version, kind)?;
+        self.shared
+            .registry
+            .get(res, ns_of(res, namespace), name)
+            .ok()
+            .map(|v| (*v).clone())
+    }
+
+    /// Lists objects of a kind (all namespaces when `namespace` is `None`), sorted by namespace
+    /// and name.
+    pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let Some(res) = resources::by_kind(api_version, kind) else {
+            return Vec::new();
+        };
+        let s = self.shared.registry.store.lock();
+        let rv = s.rv;
+        s.snapshot(res, namespace, rv)
+            .into_iter()
+            .map(|(_, v)| (*v).clone())
+            .collect()
+    }
+
+    /// A bearer token that authenticates as `user` (see
+    /// [`ApiServer::token_for`](crate::ApiServer::token_for)).
+    pub fn token_for(&self, user: &User) -> String {
+        self.shared.extras.mint_token(user)
+    }
+}
