@@ -152,7 +152,7 @@ impl Agent {
             secrets,
             metrics,
             ready,
-            pod_watch: crate::api_health::PodWatchHealth::default(),
+            pod_watch: crate::pod_watch::PodWatchHealth::default(),
         });
         tracker.spawn(
             pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())
@@ -254,7 +254,7 @@ async fn pod_source(
 ) {
     let api: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={}", state.config.node_name);
-    let mut probe = tokio::time::interval(crate::api_health::PROBE_INTERVAL);
+    let mut probe = tokio::time::interval(crate::pod_watch::PROBE_INTERVAL);
     // Ticks missed while healthy (the branch is off) must not burst when the watch fails.
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let probe_api = api.clone();
@@ -352,12 +352,7 @@ async fn pod_source(
 async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
     state.metrics.api_request("list");
     let params = kube::api::ListParams::default().fields(selector).limit(1);
-    match tokio::time::timeout(
-        crate::api_health::PROBE_INTERVAL,
-        api.list_metadata(&params),
-    )
-    .await
-    {
+    match tokio::time::timeout(crate::pod_watch::PROBE_INTERVAL, api.list_metadata(&params)).await {
         Ok(Ok(_)) => state.pod_watch.success(),
         Ok(Err(error)) => state.pod_watch.failure(&error.to_string()),
         Err(_elapsed) => state.pod_watch.failure("probe timed out"),

@@ -1,63 +1,18 @@
 //! The API connection as the agent sees it, for `/metrics` and `/pods`: the health of the pod
-//! watch ([`PodWatchHealth`], recorded by the pod source) and of every object watch (from the
+//! watch (`pod_watch::PodWatchHealth`, recorded by the pod source) and of every object watch (from the
 //! object managers' `watch_health`).
 //!
 //! A watch is *failing* from its first failed request (connection refused or reset, time-out,
 //! error status) until the API server answers it again; the API is *reachable* while no watch
 //! is failing. The pod watch's client re-watches silently after an outage (no event until
 //! something changes), so while it fails the pod source probes with a one-item list of its pods
-//! ([`PROBE_INTERVAL`]) and an answer ends the failure.
+//! (`pod_watch::PROBE_INTERVAL`) and an answer ends the failure.
 
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
 use crate::state::AgentState;
-
-/// How often the pod source probes the API server while the pod watch is failing.
-pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The pod watch's health: the last answer and the current run of failures.
-#[derive(Debug, Default)]
-pub(crate) struct PodWatchHealth {
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct State {
-    last_success: Option<SystemTime>,
-    failing_since: Option<SystemTime>,
-    failures: u32,
-    last_error: Option<String>,
-}
-
-impl PodWatchHealth {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The API server answered the pod watch (an event) or the probe.
-    pub(crate) fn success(&self) {
-        *self.lock() = State {
-            last_success: Some(SystemTime::now()),
-            ..State::default()
-        };
-    }
-
-    /// A pod watch request failed; `error` is the client's text (no payloads).
-    pub(crate) fn failure(&self, error: &str) {
-        let mut s = self.lock();
-        s.failing_since.get_or_insert_with(SystemTime::now);
-        s.failures = s.failures.saturating_add(1);
-        s.last_error = Some(error.to_owned());
-    }
-
-    /// Whether the latest pod watch request failed.
-    pub(crate) fn is_failing(&self) -> bool {
-        self.lock().failing_since.is_some()
-    }
-}
 
 /// One watch, whichever its kind, as `/pods` and `/metrics` show it.
 struct Row {
@@ -71,7 +26,7 @@ struct Row {
 }
 
 fn rows(state: &AgentState) -> Vec<Row> {
-    let pods = state.pod_watch.lock().clone();
+    let pods = state.pod_watch.snapshot();
     let mut rows = vec![Row {
         resource: "pods",
         object: json!({"fieldSelector": format!("spec.nodeName={}", state.config.node_name)}),
@@ -154,25 +109,4 @@ pub(crate) fn update_metrics(state: &AgentState) {
         })
         .collect();
     state.metrics.set_api_health(reachable, &per_resource);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failure_lasts_until_the_next_answer() {
-        let h = PodWatchHealth::default();
-        assert!(!h.is_failing());
-        h.failure("connection refused");
-        h.failure("connection refused");
-        let s = h.lock().clone();
-        assert!(h.is_failing());
-        assert_eq!(s.failures, 2);
-        h.success();
-        assert!(!h.is_failing());
-        let s = h.lock().clone();
-        assert_eq!((s.failures, s.last_error), (0, None));
-        assert!(s.last_success.is_some());
-    }
 }

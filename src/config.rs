@@ -301,7 +301,7 @@ impl Cli {
             .node_labels
             .keys()
             .map(String::as_str)
-            .filter(|k| !crate::node::node_may_set_label(k))
+            .filter(|k| !crate::node_labels::node_may_set_label(k))
             .collect();
         if !refused.is_empty() {
             return Err(invalid(

@@ -55,6 +55,8 @@ mod http;
 mod lock;
 mod metrics;
 mod node;
+mod node_labels;
+mod pod_watch;
 mod propagation;
 mod state;
 mod status;

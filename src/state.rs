@@ -20,5 +20,5 @@ pub(crate) struct AgentState {
     pub(crate) metrics: Metrics,
     pub(crate) ready: watch::Receiver<bool>,
     /// The pod watch's health (`/metrics`, `/pods`).
-    pub(crate) pod_watch: crate::api_health::PodWatchHealth,
+    pub(crate) pod_watch: crate::pod_watch::PodWatchHealth,
 }
