@@ -36,6 +36,9 @@ pub enum Error {
         /// Why the wait ended.
         cause: WaitCause,
     },
+    /// The pod's `metadata.uid` is missing or not a single path component; the pod is refused.
+    #[error(transparent)]
+    InvalidPodUid(nodelet_object_manager::PodUidError),
     /// The root directory could not be created or probed.
     #[error("prepare root directory {}: {cause}", path.display())]
     RootDir {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use nodelet_object_manager::{ConfigMapManager, PodUid, SecretManager};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -164,16 +164,32 @@ impl VolumeManager {
     /// reconciler; unsupported ones are reported once with an `UnsupportedVolume` event. The
     /// latest pod object is kept, and the pod's mounted volumes are marked for remount (so
     /// downward API changes reach the files). Never blocks.
+    ///
+    /// A pod whose UID is missing or not a single path component is refused: nothing is
+    /// recorded (so nothing is created outside `<root>/pods/<uid>/`) and a `FailedMount`
+    /// warning event names the pod.
     pub fn add_pod(&self, pod: Arc<Pod>) {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = match PodUid::from_pod(&pod) {
+            Ok(uid) => uid,
+            Err(error) => {
+                self.inner.events.event(
+                    &pod,
+                    EventType::Warning,
+                    reasons::FAILED_MOUNT,
+                    error.to_string(),
+                );
+                return;
+            }
+        };
+        let uid = uid.as_str();
         let desired = desired_pod(pod.clone(), &self.inner.registry);
         let fresh = {
             let mut st = self.inner.lock();
-            let fresh = st.dsw.set_pod(&uid, desired);
-            st.asw.mark_pod_remount_required(&uid);
+            let fresh = st.dsw.set_pod(uid, desired);
+            st.asw.mark_pod_remount_required(uid);
             for v in st
                 .dsw
-                .pod(&uid)
+                .pod(uid)
                 .map(|p| p.volumes.clone())
                 .unwrap_or_default()
             {
@@ -225,7 +241,8 @@ impl VolumeManager {
     ///
     /// # Errors
     /// [`Error::VolumesNotMounted`] after `config.wait_timeout` (2 min 3 s) or when the
-    /// populator recorded pod errors — unless every volume is mounted by then.
+    /// populator recorded pod errors — unless every volume is mounted by then;
+    /// [`Error::InvalidPodUid`] at once for a pod without a usable UID.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future only stops waiting.
@@ -234,7 +251,8 @@ impl VolumeManager {
         if expected.is_empty() {
             return Ok(());
         }
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = PodUid::from_pod(pod).map_err(Error::InvalidPodUid)?;
+        let uid = uid.as_str();
         let mut rx = self.inner.changed.subscribe();
         self.add_pod(Arc::new(pod.clone()));
         let deadline = Instant::now() + self.inner.config.wait_timeout;
@@ -242,7 +260,7 @@ impl VolumeManager {
             rx.borrow_and_update();
             {
                 let mut st = self.inner.lock();
-                let errors = st.dsw.pop_pod_errors(&uid);
+                let errors = st.dsw.pop_pod_errors(uid);
                 if !errors.is_empty() {
                     break WaitCause::PodErrors(errors);
                 }
@@ -267,7 +285,7 @@ impl VolumeManager {
         unmounted.sort();
         let mut failed_to_process: Vec<String> = expected
             .iter()
-            .filter(|(_, u)| !st.dsw.contains(&uid, u))
+            .filter(|(_, u)| !st.dsw.contains(uid, u))
             .map(|(o, _)| o.clone())
             .collect();
         failed_to_process.sort();
@@ -422,6 +440,47 @@ mod tests {
 
     fn cm(name: &str, value: &str) -> ConfigMap {
         serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": value}})).unwrap()
+    }
+
+    fn tree(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path.clone());
+                }
+                out.push(path);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    // Issue 13 (PodUid): a pod without a UID must not become the directory `pods/`, and a UID
+    // like `../x` must not leave `<root>/pods/`. The pod is refused with an error and a
+    // FailedMount event naming it; nothing is created under the root (`pods/../x` would be `<root>/x`).
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_without_a_usable_uid_is_refused_and_creates_nothing() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        let root = bed._root.path().to_path_buf();
+        let before = tree(&root);
+        for uid in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
+            let mut p = (*pod("cm")).clone();
+            p.metadata.uid = uid.map(str::to_owned);
+            let err = bed.vm.wait_for_attach_and_mount(&p).await.unwrap_err();
+            assert!(matches!(err, Error::InvalidPodUid(_)), "{uid:?}: {err}");
+            assert!(err.to_string().contains("pod ns/p"), "{uid:?}: {err}");
+            bed.vm.add_pod(Arc::new(p));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(tree(&root), before);
+        let refused = bed.events.with_reason(reasons::FAILED_MOUNT);
+        assert_eq!(refused.len(), 5, "{refused:?}");
+        assert!(refused.iter().all(|e| e.message.starts_with("pod ns/p has")));
+        bed.shutdown.cancel();
     }
 
     // VM-9: a failing mount is retried after 500 ms, 1 s, 2 s, ... (each failure is a
