@@ -14,7 +14,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
 use nodelet_object_manager::{
-    ConfigMapManager, ManagerConfig, ObjectKey, SecretManager, referenced_config_map_names,
+    ConfigMapManager, ManagerConfig, ObjectKey, PodUid, SecretManager, referenced_config_map_names,
     referenced_secret_names,
 };
 use nodelet_podworker::{
@@ -239,8 +239,17 @@ fn counted<K: Send + Sync + 'static>(
     })
 }
 
-fn uid(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_default()
+/// Validates a watched pod's UID once, where pods enter the node (issue 13): a pod without a
+/// UID, or with one that is not a single path component (`../x`), is skipped with a warning
+/// naming its namespace/name. It never reaches the workers, the volume manager or `<root>/pods`.
+fn admitted_uid(pod: &Pod) -> Option<PodUid> {
+    match PodUid::from_pod(pod) {
+        Ok(uid) => Some(uid),
+        Err(error) => {
+            warn!(%error, "pod skipped: unusable metadata.uid");
+            None
+        }
+    }
 }
 
 /// The pod source: a watch of pods with `spec.nodeName=<node>` feeding the pod workers, and
@@ -264,15 +273,15 @@ async fn pod_source(
     let workers = &state.workers;
     let mut configmap_changes = state.configmaps.subscribe();
     let mut secret_changes = state.secrets.subscribe();
-    let mut known: HashMap<String, Pod> = HashMap::new();
-    let mut listing: Option<HashSet<String>> = None;
+    let mut known: HashMap<PodUid, Pod> = HashMap::new();
+    let mut listing: Option<HashSet<PodUid>> = None;
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     let mut first_list = true;
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
             _ = housekeeping.tick() => {
-                let desired: HashSet<String> = known.keys().cloned().collect();
+                let desired: HashSet<String> = known.keys().map(PodUid::to_string).collect();
                 workers.sync_known_pods(&desired);
                 continue;
             }
@@ -301,24 +310,27 @@ async fn pod_source(
                 listing = Some(HashSet::new());
             }
             Ok(Event::InitApply(pod)) => {
+                let Some(uid) = admitted_uid(&pod) else {
+                    continue;
+                };
                 if let Some(l) = listing.as_mut() {
-                    l.insert(uid(&pod));
+                    l.insert(uid.clone());
                 }
-                known.insert(uid(&pod), pod.clone());
-                desire_volumes(&state, &pod);
+                desire_volumes(&state, &uid, &pod);
+                known.insert(uid, pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::InitDone) => {
                 state.metrics.api_request("watch");
                 state.metrics.set_watches("pods", 1);
                 let listed = listing.take().unwrap_or_default();
-                let gone: Vec<Pod> = known
+                let gone: Vec<(PodUid, Pod)> = known
                     .iter()
                     .filter(|(u, _)| !listed.contains(*u))
-                    .map(|(_, p)| p.clone())
+                    .map(|(u, p)| (u.clone(), p.clone()))
                     .collect();
-                for pod in gone {
-                    known.remove(&uid(&pod));
+                for (uid, pod) in gone {
+                    known.remove(&uid);
                     workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
                 }
                 if first_list {
@@ -330,12 +342,18 @@ async fn pod_source(
                 }
             }
             Ok(Event::Apply(pod)) => {
-                known.insert(uid(&pod), pod.clone());
-                desire_volumes(&state, &pod);
+                let Some(uid) = admitted_uid(&pod) else {
+                    continue;
+                };
+                desire_volumes(&state, &uid, &pod);
+                known.insert(uid, pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::Delete(pod)) => {
-                known.remove(&uid(&pod));
+                let Some(uid) = admitted_uid(&pod) else {
+                    continue;
+                };
+                known.remove(&uid);
                 workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
             }
             Err(error) => {
@@ -366,7 +384,7 @@ async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
 /// manager, and a running container's environment never changes (UP-3).
 fn retry_failed_pods(
     state: &AgentState,
-    known: &HashMap<String, Pod>,
+    known: &HashMap<PodUid, Pod>,
     change: Result<ObjectKey, broadcast::error::RecvError>,
     references: fn(&Pod) -> Vec<String>,
 ) {
@@ -382,7 +400,10 @@ fn retry_failed_pods(
         .filter(|w| w.phase == WorkerPhase::Syncing && w.last_error.is_some())
         .map(|w| w.uid)
         .collect();
-    for (uid, pod) in known.iter().filter(|(uid, _)| failed.contains(*uid)) {
+    for (uid, pod) in known
+        .iter()
+        .filter(|(uid, _)| failed.contains(uid.as_str()))
+    {
         let affected = key.as_ref().is_none_or(|key| {
             pod.metadata.namespace.as_deref() == Some(key.namespace.as_str())
                 && references(pod).contains(&key.name)
@@ -401,14 +422,14 @@ fn retry_failed_pods(
 /// (`pods_synced`), every listed pod's reconstructed volumes are desired and adopted, never
 /// torn down and set up again. The pod is registered with the object managers first (PW-13).
 /// (SyncPod registers and adds it too; both are idempotent.)
-fn desire_volumes(state: &AgentState, pod: &Pod) {
+fn desire_volumes(state: &AgentState, uid: &PodUid, pod: &Pod) {
     let terminal = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     );
     if pod.metadata.deletion_timestamp.is_none()
         && !terminal
-        && !state.workers.is_termination_requested(&uid(pod))
+        && !state.workers.is_termination_requested(uid.as_str())
     {
         // PW-13: registered before anything reads objects for it (SyncPod does the same).
         state.secrets.register_pod(pod);
@@ -419,7 +440,7 @@ fn desire_volumes(state: &AgentState, pod: &Pod) {
 
 /// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the
 /// agent was down) are terminated: volumes torn down, directories removed.
-fn terminate_orphans(state: &AgentState, listed: &HashSet<String>) {
+fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
     let dir = state.config.root_dir.join("pods");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return;
@@ -428,7 +449,7 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<String>) {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        if listed.contains(&name) || state.workers.phase(&name).is_some() {
+        if listed.contains(name.as_str()) || state.workers.phase(&name).is_some() {
             continue;
         }
         info!(pod.uid = %name, "terminating pod found only on disk");
@@ -437,5 +458,31 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<String>) {
         state
             .workers
             .update_pod(PodUpdate::new(UpdateType::Kill, pod));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: Option<&str>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some("default".into());
+        p.metadata.name = Some("web".into());
+        p.metadata.uid = uid.map(str::to_owned);
+        p
+    }
+
+    // Issue 13: the pod source admits only pods whose UID is one plain path component; the
+    // others never reach the workers, the volume manager or `<root>/pods/<uid>/`.
+    #[test]
+    fn the_pod_source_skips_pods_without_a_usable_uid() {
+        for bad in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
+            assert_eq!(admitted_uid(&pod(bad)), None, "{bad:?}");
+        }
+        assert_eq!(
+            admitted_uid(&pod(Some("6f1c-42"))).map(|u| u.to_string()),
+            Some("6f1c-42".to_owned())
+        );
     }
 }

@@ -122,7 +122,12 @@ mod tests {
     #[test]
     fn a_pod_without_a_uid_is_refused_naming_the_pod() {
         let err = PodUid::from_pod(&pod(None)).unwrap_err();
-        assert_eq!(err, PodUidError::Missing { pod: "ns/web".into() });
+        assert_eq!(
+            err,
+            PodUidError::Missing {
+                pod: "ns/web".into()
+            }
+        );
         assert_eq!(err.to_string(), "pod ns/web has no metadata.uid");
         assert!(matches!(
             PodUid::from_pod(&pod(Some(""))),

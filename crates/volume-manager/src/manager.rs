@@ -479,7 +479,11 @@ mod tests {
         assert_eq!(tree(&root), before);
         let refused = bed.events.with_reason(reasons::FAILED_MOUNT);
         assert_eq!(refused.len(), 5, "{refused:?}");
-        assert!(refused.iter().all(|e| e.message.starts_with("pod ns/p has")));
+        assert!(
+            refused
+                .iter()
+                .all(|e| e.message.starts_with("pod ns/p has"))
+        );
         bed.shutdown.cancel();
     }
 
