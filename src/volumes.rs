@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_podworker::{VolumeError, Volumes};
-use nodelet_volume_manager::{Error, VolumeManager, WaitCause};
+use nodelet_volume_manager::{Error, PodUid, VolumeManager, WaitCause};
 
 /// Adapts [`VolumeManager`] to [`Volumes`]. A wait that ends because the manager shut down is
 /// an interruption (no event); a time-out is a failure with the kubelet's text, so the
@@ -36,8 +36,10 @@ impl Volumes for ManagedVolumes {
     }
 
     fn remove_pod(&self, pod: &Pod) {
-        self.0
-            .remove_pod(pod.metadata.uid.as_deref().unwrap_or_default());
+        // A pod without a usable UID was never added (the volume manager refuses it).
+        if let Ok(uid) = PodUid::from_pod(pod) {
+            self.0.remove_pod(&uid);
+        }
     }
 
     async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError> {

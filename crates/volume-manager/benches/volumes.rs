@@ -18,7 +18,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
-use nodelet_volume_manager::{Config, EventSink, EventType, KubeTokenSource, VolumeManager};
+use nodelet_volume_manager::{
+    Config, EventSink, EventType, KubeTokenSource, PodUid, VolumeManager,
+};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -202,7 +204,7 @@ async fn startup(bed: &Bed, rounds: usize) -> Vec<Arc<Pod>> {
         samples.push(start.elapsed());
         if round + 1 < rounds {
             for p in &pods {
-                bed.vm.remove_pod(p.metadata.uid.as_deref().unwrap());
+                bed.vm.remove_pod(&PodUid::from_pod(p).unwrap());
             }
             for p in &pods {
                 bed.vm.wait_for_unmount(p).await.unwrap();
@@ -265,7 +267,7 @@ fn main() {
         let pods = startup(&bed, env_usize("STARTUP_ROUNDS", 5)).await;
         idle(env_usize("IDLE_SECS", 10) as u64).await;
         for p in &pods {
-            bed.vm.remove_pod(p.metadata.uid.as_deref().unwrap());
+            bed.vm.remove_pod(&PodUid::from_pod(p).unwrap());
         }
         for p in &pods {
             bed.vm.wait_for_unmount(p).await.unwrap();

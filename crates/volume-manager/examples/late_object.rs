@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::RecordingSink;
-use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, VolumeManager};
+use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, PodUid, VolumeManager};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -128,7 +128,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (vm, api) = (vm.clone(), api.clone());
         let at = start + Duration::from_secs_f64(case.at * scale);
         waits.push(tokio::spawn(async move {
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let uid = PodUid::from_pod(&pod)?;
             tokio::time::sleep_until(at).await;
             let object = config_map(case.name, true);
             if case.missing_key {

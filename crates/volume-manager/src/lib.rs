@@ -133,7 +133,7 @@
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 //! use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, source::FakeSource};
-//! use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
+//! use nodelet_volume_manager::{Config, MemoryMedium, PodUid, VolumeManager};
 //! use nodelet_volume_manager::{events::NoEvents, token::FakeTokenSource};
 //! use serde_json::json;
 //! use tokio_util::sync::CancellationToken;
@@ -166,7 +166,7 @@
 //! let dir = volumes.host().volume_dir("uid-1", "kubernetes.io/configmap", "cfg");
 //! assert_eq!(std::fs::read_to_string(dir.join("port"))?, "8080");
 //!
-//! volumes.remove_pod("uid-1"); // containers stopped (VM-13)
+//! volumes.remove_pod(&PodUid::from_pod(&pod)?); // containers stopped (VM-13)
 //! volumes.wait_for_unmount(&pod).await?;
 //! assert!(!dir.exists());
 //! shutdown.cancel();

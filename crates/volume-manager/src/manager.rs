@@ -220,8 +220,8 @@ impl VolumeManager {
 
     /// VM-6 / VM-13: the pod's runtime may be removed; its volumes are torn down (call after
     /// its containers stopped). Never blocks; use [`wait_for_unmount`](Self::wait_for_unmount).
-    pub fn remove_pod(&self, pod_uid: &str) {
-        self.inner.lock().dsw.remove_pod(pod_uid);
+    pub fn remove_pod(&self, pod_uid: &PodUid) {
+        self.inner.lock().dsw.remove_pod(pod_uid.as_str());
         self.inner.bump();
     }
 
@@ -329,8 +329,8 @@ impl VolumeManager {
     }
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
-    pub fn mounted_volumes(&self, pod_uid: &str) -> Vec<String> {
-        self.inner.lock().asw.mounted_for_pod(pod_uid)
+    pub fn mounted_volumes(&self, pod_uid: &PodUid) -> Vec<String> {
+        self.inner.lock().asw.mounted_for_pod(pod_uid.as_str())
     }
 
     /// A [`VolumeUpdate`](crate::VolumeUpdate) for every volume set up again after a change
@@ -523,7 +523,11 @@ mod tests {
         bed.configmaps.apply("ns", cm("late", "v1"));
         let created = Instant::now();
         let mut rx = bed.vm.subscribe();
-        while bed.vm.mounted_volumes("u1").is_empty() {
+        while bed
+            .vm
+            .mounted_volumes(&PodUid::new("u1").unwrap())
+            .is_empty()
+        {
             rx.changed().await.unwrap();
         }
         let delay = Instant::now() - created;

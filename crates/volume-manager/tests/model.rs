@@ -13,7 +13,7 @@ use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::token::FakeTokenSource;
-use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
+use nodelet_volume_manager::{Config, MemoryMedium, PodUid, VolumeManager};
 use proptest::prelude::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -148,7 +148,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 desired.insert(i, ());
             }
             Op::RemovePod(i) => {
-                vm.remove_pod(&format!("uid-{i}"));
+                vm.remove_pod(&PodUid::new(format!("uid-{i}")).unwrap());
                 desired.remove(&i);
             }
             Op::Write(o, v) => {

@@ -3,6 +3,7 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
+use nodelet_volume_manager::PodUid;
 use serde_json::json;
 
 use crate::support::*;
@@ -40,7 +41,11 @@ async fn removing_a_pod_tears_down_its_volume_directories() {
         .join(&uid)
         .join("plugins/kubernetes.io~empty-dir");
     assert_eq!(fs::read_dir(&markers).map(|d| d.count()).unwrap_or(0), 0);
-    assert!(env.vm.mounted_volumes(&uid).is_empty());
+    assert!(
+        env.vm
+            .mounted_volumes(&PodUid::new(uid.clone()).unwrap())
+            .is_empty()
+    );
     assert!(env.vm.snapshot().iter().all(|p| p.pod_uid != uid));
     // The other pod is untouched.
     assert_eq!(files(&env.dir(&keep, CM, "cfg")).len(), 3);

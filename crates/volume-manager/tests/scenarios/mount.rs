@@ -4,7 +4,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 
 use nodelet_volume_manager::events::reasons;
-use nodelet_volume_manager::{Error, VolumeState, WaitCause};
+use nodelet_volume_manager::{Error, PodUid, VolumeState, WaitCause};
 use serde_json::json;
 
 use crate::support::*;
@@ -42,7 +42,7 @@ async fn a_config_map_volume_is_laid_out_exactly_as_the_kubelet_does() {
     );
     assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o7777, 0o777);
     assert_eq!(
-        env.vm.mounted_volumes(pod.metadata.uid.as_deref().unwrap()),
+        env.vm.mounted_volumes(&PodUid::from_pod(&pod).unwrap()),
         ["cfg"]
     );
     assert!(env.events.events().is_empty());

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
-use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
+use nodelet_volume_manager::{
+    Config, KubeTokenSource, MemoryMedium, PodUid, TokenSource, VolumeManager,
+};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -223,7 +225,7 @@ impl Env {
 
     /// SyncTerminatedPod (PW-6): volumes gone, then unregister.
     pub(crate) async fn remove_pod(&self, pod: &Arc<Pod>) {
-        self.vm.remove_pod(pod.metadata.uid.as_deref().unwrap());
+        self.vm.remove_pod(&PodUid::from_pod(pod).unwrap());
         within(self.vm.wait_for_unmount(pod)).await.unwrap();
         self.secrets.unregister_pod(pod);
         self.configmaps.unregister_pod(pod);
