@@ -393,7 +393,7 @@ fn retry_failed_pods(
         Err(broadcast::error::RecvError::Lagged(_)) => None,
         Err(broadcast::error::RecvError::Closed) => return,
     };
-    let failed: HashSet<String> = state
+    let failed: HashSet<PodUid> = state
         .workers
         .snapshot()
         .into_iter()

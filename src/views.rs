@@ -21,7 +21,7 @@ pub(crate) fn pods_json(state: &AgentState) -> Value {
         .into_iter()
         .map(|w| {
             let vols: Vec<Value> = volumes
-                .get(&w.uid)
+                .get(w.uid.as_str())
                 .map(|p| p.volumes.iter().map(volume_json).collect())
                 .unwrap_or_default();
             json!({

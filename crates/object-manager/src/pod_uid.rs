@@ -89,6 +89,24 @@ impl fmt::Display for PodUid {
     }
 }
 
+impl PartialEq<str> for PodUid {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for PodUid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for PodUid {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
 impl AsRef<str> for PodUid {
     fn as_ref(&self) -> &str {
         &self.0

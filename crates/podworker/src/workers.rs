@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_volume_manager::PodUid;
 use rand::Rng as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -127,8 +128,8 @@ impl WorkerConfig {
 /// A worker's state for `/pods`, metrics and tests.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WorkerSnapshot {
-    /// Pod UID.
-    pub uid: String,
+    /// Pod UID (serialized as a plain string).
+    pub uid: PodUid,
     /// Pod namespace.
     pub namespace: String,
     /// Pod name.
@@ -195,14 +196,14 @@ impl<S> std::fmt::Debug for PodWorkers<S> {
 struct Inner<S> {
     syncer: Arc<S>,
     config: WorkerConfig,
-    workers: Mutex<HashMap<String, Worker>>,
+    workers: Mutex<HashMap<PodUid, Worker>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     changed: watch::Sender<u64>,
 }
 
 impl<S> Inner<S> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Worker>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<PodUid, Worker>> {
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
     fn notify_changed(&self) {
@@ -221,10 +222,6 @@ struct Worker {
     syncs: u64,
     last_sync: Option<SystemTime>,
     last_error: Option<String>,
-}
-
-fn uid_of(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_default()
 }
 
 /// Whether `update` asks for termination, and with which grace period.
@@ -258,11 +255,16 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// Deliver an update for a pod: start its worker on first sight, else replace its pending
     /// update and wake it (PW-1, PW-2). Never blocks.
+    ///
+    /// A pod without a usable UID ([`PodUid::from_pod`] fails) gets no worker and is ignored:
+    /// the pod source validates and reports such pods before they get here (issue 13).
     pub fn update_pod(&self, update: PodUpdate) {
         if self.inner.shutdown.is_cancelled() {
             return;
         }
-        let uid = uid_of(&update.pod);
+        let Ok(uid) = PodUid::from_pod(&update.pod) else {
+            return;
+        };
         let termination = termination_request(&update);
         let mut workers = self.inner.lock();
         if let Some(w) = workers.get_mut(&uid) {
@@ -325,13 +327,13 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Reconcile with the pods that should exist (`desired` UIDs): workers of other pods are
     /// asked to terminate, and finished workers of other pods are forgotten (PW-1
     /// `SyncKnownPods`). Returns the UIDs forgotten.
-    pub fn sync_known_pods(&self, desired: &HashSet<String>) -> Vec<String> {
+    pub fn sync_known_pods(&self, desired: &HashSet<String>) -> Vec<PodUid> {
         let mut forgotten = Vec::new();
         let mut to_kill = Vec::new();
         {
             let mut workers = self.inner.lock();
             workers.retain(|uid, w| {
-                if desired.contains(uid) {
+                if desired.contains(uid.as_str()) {
                     return true;
                 }
                 match w.phase {
@@ -369,7 +371,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// A snapshot of every worker, sorted by namespace and name.
     pub fn snapshot(&self) -> Vec<WorkerSnapshot> {
         let workers = self.inner.lock();
-        let mut out: BTreeMap<(String, String, String), WorkerSnapshot> = BTreeMap::new();
+        let mut out: BTreeMap<(String, String, PodUid), WorkerSnapshot> = BTreeMap::new();
         for (uid, w) in workers.iter() {
             let namespace = w.pod.metadata.namespace.clone().unwrap_or_default();
             let name = w.pod.metadata.name.clone().unwrap_or_default();
@@ -428,7 +430,7 @@ struct Work {
 async fn run_worker<S: PodSyncer>(
     inner: Weak<Inner<S>>,
     syncer: Arc<S>,
-    uid: String,
+    uid: PodUid,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -439,13 +441,13 @@ async fn run_worker<S: PodSyncer>(
         if let Some(at) = next {
             loop {
                 tokio::select! {
-                    () = wake.notified() => if has_pending(&inner, &uid) { break },
+                    () = wake.notified() => if has_pending(&inner, uid.as_str()) { break },
                     () = tokio::time::sleep_until(at) => break,
                     () = shutdown.cancelled() => return,
                 }
             }
         }
-        let Some(work) = take_work(&inner, &uid) else {
+        let Some(work) = take_work(&inner, uid.as_str()) else {
             return;
         };
         let span = info_span!("sync pod", phase = ?work.phase);
@@ -456,7 +458,7 @@ async fn run_worker<S: PodSyncer>(
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        let (requeue, finished) = complete_work(&inner, &uid, &work, result);
+        let (requeue, finished) = complete_work(&inner, uid.as_str(), &work, result);
         inner.notify_changed();
         if finished {
             return;

@@ -316,6 +316,31 @@ async fn shutdown_stops_every_worker_and_later_updates_are_ignored() {
     assert_eq!(script.calls(), vec!["sync a 1"]);
 }
 
+// Issue 13: a pod without a usable UID (none, or not one path component) gets no worker, so
+// nothing is ever synced for `pods/` or `pods/../x`; a pod with a plain UID next to them does.
+#[tokio::test(start_paused = true)]
+async fn a_pod_without_a_usable_uid_gets_no_worker() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    let mut missing = pod("x", 1);
+    missing.metadata.uid = None;
+    w.update_pod(PodUpdate::new(UpdateType::Create, missing));
+    for bad in ["", "../x", ".."] {
+        w.update_pod(PodUpdate::new(UpdateType::Create, pod(bad, 1)));
+    }
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    wait_syncs(&w, "a", 1).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let uids: Vec<String> = w.snapshot().iter().map(|s| s.uid.to_string()).collect();
+    assert_eq!(uids, ["a"]);
+    assert!(
+        script.calls().iter().all(|c| c.starts_with("sync a ")),
+        "{:?}",
+        script.calls()
+    );
+    w.shutdown().await;
+}
+
 /// Model test: random bursts of create/update/kill for a few pods, random sync outcomes.
 /// Invariants: a pod's callbacks never overlap; each pod's callbacks follow the phase order
 /// (sync* → terminating+ → terminated once); nothing runs after terminated; every killed pod
