@@ -181,8 +181,8 @@ impl VolumeManager {
                 return;
             }
         };
+        let desired = desired_pod(&uid, pod.clone(), &self.inner.registry);
         let uid = uid.as_str();
-        let desired = desired_pod(pod.clone(), &self.inner.registry);
         let fresh = {
             let mut st = self.inner.lock();
             let fresh = st.dsw.set_pod(uid, desired);
@@ -247,11 +247,11 @@ impl VolumeManager {
     /// # Cancel safety
     /// Cancel-safe: dropping the future only stops waiting.
     pub async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), Error> {
-        let expected = expected_volumes(pod, &self.inner.registry);
+        let uid = PodUid::from_pod(pod).map_err(Error::InvalidPodUid)?;
+        let expected = expected_volumes(&uid, pod, &self.inner.registry);
         if expected.is_empty() {
             return Ok(());
         }
-        let uid = PodUid::from_pod(pod).map_err(Error::InvalidPodUid)?;
         let uid = uid.as_str();
         let mut rx = self.inner.changed.subscribe();
         self.add_pod(Arc::new(pod.clone()));
@@ -307,13 +307,17 @@ impl VolumeManager {
     /// # Cancel safety
     /// Cancel-safe.
     pub async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), Error> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // A pod without a usable UID was refused by `add_pod`: it has nothing on disk.
+        let Ok(uid) = PodUid::from_pod(pod) else {
+            return Ok(());
+        };
+        let uid = uid.as_str();
         let mut rx = self.inner.changed.subscribe();
         self.inner.bump();
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
-            if self.inner.lock().asw.present_for_pod(&uid).is_empty() {
+            if self.inner.lock().asw.present_for_pod(uid).is_empty() {
                 return Ok(());
             }
             tokio::select! {
@@ -321,7 +325,7 @@ impl VolumeManager {
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
-        let mounted = self.inner.lock().asw.present_for_pod(&uid);
+        let mounted = self.inner.lock().asw.present_for_pod(uid);
         if mounted.is_empty() {
             return Ok(());
         }

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_object_manager::PodUid;
 
 use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume};
 use crate::plugins::PluginRegistry;
@@ -50,8 +51,8 @@ fn used_volumes(pod: &Pod) -> Vec<&Volume> {
 /// VM-4 `processPodVolumes` for one pod: a desired volume per used, supported volume; used
 /// volumes without a plugin are recorded as unsupported; a volume name that cannot be a
 /// directory name is a pod error.
-pub(crate) fn desired_pod(pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPod {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
+pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPod {
+    let uid = uid.as_str();
     let mut volumes = Vec::new();
     let mut unsupported = Vec::new();
     let mut errors = BTreeSet::new();
@@ -67,7 +68,7 @@ pub(crate) fn desired_pod(pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPo
         }
         match registry.find(volume) {
             Some(plugin) => volumes.push(DesiredVolume {
-                unique: unique_volume_name(plugin.name(), &uid, &volume.name),
+                unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
                 objects: plugin.referenced_objects(volume),
                 plugin,
@@ -89,14 +90,18 @@ pub(crate) fn desired_pod(pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPo
 }
 
 /// `(outer name, unique name)` of every volume `wait_for_attach_and_mount` waits for.
-pub(crate) fn expected_volumes(pod: &Pod, registry: &PluginRegistry) -> Vec<(String, String)> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
+pub(crate) fn expected_volumes(
+    uid: &PodUid,
+    pod: &Pod,
+    registry: &PluginRegistry,
+) -> Vec<(String, String)> {
+    let uid = uid.as_str();
     used_volumes(pod)
         .into_iter()
         .filter_map(|v| {
             registry
                 .find(v)
-                .map(|p| (v.name.clone(), unique_volume_name(p.name(), &uid, &v.name)))
+                .map(|p| (v.name.clone(), unique_volume_name(p.name(), uid, &v.name)))
         })
         .collect()
 }
@@ -145,10 +150,14 @@ mod tests {
         )
     }
 
+    fn u1() -> PodUid {
+        PodUid::new("u1").unwrap()
+    }
+
     // VM-2, VM-4: unique names, unused volumes skipped, unsupported ones recorded.
     #[test]
     fn used_volumes_become_desired_and_unused_ones_are_skipped() {
-        let d = desired_pod(pod(), &PluginRegistry::default());
+        let d = desired_pod(&u1(), pod(), &PluginRegistry::default());
         let names: Vec<_> = d.volumes.iter().map(|v| v.unique.as_str()).collect();
         assert_eq!(
             names,
@@ -170,7 +179,7 @@ mod tests {
 
     #[test]
     fn expected_volumes_are_the_supported_used_ones() {
-        let expected = expected_volumes(&pod(), &PluginRegistry::default());
+        let expected = expected_volumes(&u1(), &pod(), &PluginRegistry::default());
         let outer: Vec<_> = expected.iter().map(|(o, _)| o.as_str()).collect();
         assert_eq!(outer, ["cfg", "init-cfg", "../evil"]);
     }
