@@ -21,6 +21,8 @@
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
 //!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
+//! * [`PodUid`] / [`PodUidError`]: a pod UID validated once (non-empty, one path component),
+//!   the key the node's pod state uses; re-exported by nodelet-volume-manager.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
 //!
