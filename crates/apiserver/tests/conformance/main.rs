@@ -22,9 +22,15 @@ mod validation;
 // Watch replay, resume, 410 and relist, bookmarks, streaming lists, reflectors, timeouts.
 mod watch;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use nodelet_apiserver::{ApiServer, Config};
+use serde_json::{Value, json};
+
+/// Safety net for awaiting a stream item; never reached when the server works.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A started server and an admin client for it.
 pub(crate) async fn start() -> (ApiServer, kube::Client) {
@@ -46,6 +52,16 @@ pub(crate) fn cm(name: &str, key: &str, value: &str) -> ConfigMap {
         "data": {key: value},
     }))
     .expect("valid configmap")
+}
+
+/// A pod `name` with one `busybox` container `c`; the keys of `extra_spec` (an object) are
+/// added to, or replace, those of that spec (`{"nodeName": "n1"}`, `{"containers": [...]}`).
+pub(crate) fn pod(name: &str, extra_spec: Value) -> Pod {
+    let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra_spec) {
+        spec.extend(extra);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
 }
 
 /// ConfigMaps in `default`.

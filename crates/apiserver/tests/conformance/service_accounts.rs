@@ -8,15 +8,7 @@ use kube::api::PostParams;
 use nodelet_apiserver::Config;
 use serde_json::{Value, json};
 
-use super::start_with;
-
-fn pod(name: &str, extra_spec: Value) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
-    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra_spec) {
-        spec.extend(extra);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
-}
+use super::{pod, start_with};
 
 async fn create_ns(client: &kube::Client, name: &str) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");

@@ -9,11 +9,11 @@ use kube::api::{PostParams, WatchEvent, WatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector};
 
-use super::{cm, cms, start, start_with};
+use super::{PATIENCE, cm, cms, start, start_with};
 
 /// Next item of a stream, with a generous guard so a broken server fails instead of hanging.
 pub(crate) async fn next<S: Stream + Unpin>(s: &mut S) -> S::Item {
-    tokio::time::timeout(Duration::from_secs(20), s.next())
+    tokio::time::timeout(PATIENCE, s.next())
         .await
         .expect("stream produced an item")
         .expect("stream did not end")
@@ -336,7 +336,7 @@ async fn a_watch_ends_after_its_timeout_seconds() {
         .expect("watch")
         .boxed();
     assert!(
-        tokio::time::timeout(Duration::from_secs(20), w.next())
+        tokio::time::timeout(PATIENCE, w.next())
             .await
             .expect("ended")
             .is_none()
