@@ -9,6 +9,9 @@ use serde_json::json;
 use super::watch::next;
 use super::{start, status};
 
+/// A pod `name` (bound to `node`, if any) whose container and volumes exercise the defaulting
+/// the kubelet depends on: an env fieldRef and configMap, secret, projected and downwardAPI
+/// volumes.
 fn pod(name: &str, node: Option<&str>) -> Pod {
     let mut spec = json!({
         "containers": [{"name": "c", "image": "busybox:1.36", "env": [
@@ -24,7 +27,7 @@ fn pod(name: &str, node: Option<&str>) -> Pod {
     if let Some(n) = node {
         spec["nodeName"] = json!(n);
     }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
+    super::pod(name, spec)
 }
 
 #[tokio::test]

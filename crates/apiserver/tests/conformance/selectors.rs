@@ -6,7 +6,7 @@ use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
 use super::watch::next;
-use super::{cm, cms, start, status};
+use super::{cm, cms, pod, start, status};
 
 fn names<K: kube::Resource>(items: &[K]) -> Vec<String> {
     items
@@ -48,25 +48,23 @@ async fn label_selectors_support_equality_and_set_based_requirements() {
     }
 }
 
-fn pod(name: &str, node: Option<&str>) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
-    if let Some(n) = node {
-        spec["nodeName"] = json!(n);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
-}
-
 #[tokio::test]
 async fn pods_can_be_selected_by_node_name_and_metadata_fields() {
     let (server, client) = start().await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("p1", Some("n1")))
-        .await
-        .expect("create");
-    pods.create(&PostParams::default(), &pod("p2", Some("n2")))
-        .await
-        .expect("create");
-    pods.create(&PostParams::default(), &pod("p3", None))
+    pods.create(
+        &PostParams::default(),
+        &pod("p1", json!({"nodeName": "n1"})),
+    )
+    .await
+    .expect("create");
+    pods.create(
+        &PostParams::default(),
+        &pod("p2", json!({"nodeName": "n2"})),
+    )
+    .await
+    .expect("create");
+    pods.create(&PostParams::default(), &pod("p3", json!({})))
         .await
         .expect("create");
     let all: Api<Pod> = Api::all(client.clone());
