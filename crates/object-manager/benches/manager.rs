@@ -4,42 +4,28 @@
 //! Run: `cargo bench -p nodelet-object-manager -- --warm-up-time 1 --measurement-time 3`.
 //! The 1,000-object figures are printed as `watch-1000: ...` lines before criterion's output.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_object_manager::source::FakeSource;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 
+/// Secret `name` with `k` = `value` (the namespace comes from `FakeSource::apply`).
 fn secret(name: &str, value: &str) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(
-            "k".to_owned(),
-            ByteString(value.as_bytes().to_vec()),
-        )])),
-        ..Secret::default()
-    }
+    SecretBuilder::new("", name).data("k", value).build()
 }
 
+/// Pod `ns/p<i>` (UID `u<i>`) mounting one secret volume `v-<name>` per name.
 fn pod(i: usize, names: &[String]) -> Pod {
-    let volumes: Vec<_> = names
+    let pod = PodBuilder::new("ns", &format!("p{i}")).uid(&format!("u{i}"));
+    names
         .iter()
-        .map(|n| serde_json::json!({"name": format!("v-{n}"), "secret": {"secretName": n}}))
-        .collect();
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"namespace": "ns", "name": format!("p{i}"), "uid": format!("u{i}")},
-        "spec": {"containers": [{"name": "c"}], "volumes": volumes},
-    }))
-    .unwrap_or_else(|e| panic!("pod: {e}"))
+        .fold(pod, |p, n| p.secret_volume(&format!("v-{n}"), n))
+        .build()
 }
 
 fn manager(strategy: Strategy, fake: &FakeSource<Secret>) -> SecretManager {
@@ -178,24 +164,18 @@ fn watch_1000() {
     });
 }
 
-fn config_map(name: &str, value: &str) -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"namespace": "ns", "name": name},
-        "data": {"k": value},
-    })
+/// ConfigMap `ns/<name>` with `k` = `value`.
+fn config_map(name: &str, value: &str) -> ConfigMapBuilder {
+    ConfigMapBuilder::new("ns", name).data("k", value)
 }
 
+/// Pod `ns/p<i>` (UID `u<i>`) mounting one configMap volume `v-<name>` per name.
 fn cm_pod(i: usize, names: &[String]) -> Pod {
-    let volumes: Vec<_> = names
+    let pod = PodBuilder::new("ns", &format!("p{i}")).uid(&format!("u{i}"));
+    names
         .iter()
-        .map(|n| serde_json::json!({"name": format!("v-{n}"), "configMap": {"name": n}}))
-        .collect();
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"namespace": "ns", "name": format!("p{i}"), "uid": format!("u{i}")},
-        "spec": {"containers": [{"name": "c"}], "volumes": volumes},
-    }))
-    .unwrap_or_else(|e| panic!("pod: {e}"))
+        .fold(pod, |p, n| p.config_map_volume(&format!("v-{n}"), n))
+        .build()
 }
 
 /// Child-process mode: an API server with namespace `ns` and 1,000 configmaps; prints its URL
@@ -211,7 +191,7 @@ fn serve_for_parent() {
         handle.create(ns).unwrap_or_else(|e| panic!("namespace: {e}"));
         let value = "x".repeat(256);
         for i in 0..1000 {
-            handle.create(config_map(&format!("c{i}"), &value)).unwrap_or_else(|e| panic!("{e}"));
+            handle.create(config_map(&format!("c{i}"), &value).json()).unwrap_or_else(|e| panic!("{e}"));
         }
         println!("{}", server.url());
         let _ = tokio::task::spawn_blocking(|| {
@@ -277,8 +257,7 @@ fn watch_1000_http() {
         let put = |name: String, value: String| {
             let api = api.clone();
             async move {
-                let cm: ConfigMap = serde_json::from_value(config_map(&name, &value))
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let cm = config_map(&name, &value).build();
                 api.replace(&name, &Default::default(), &cm)
                     .await
                     .unwrap_or_else(|e| panic!("PUT {name}: {e}"));

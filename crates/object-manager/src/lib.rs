@@ -17,6 +17,9 @@
 //!   references (OM-3 / OM-4); the managers register exactly these.
 //! * [`source::ObjectSource`]: the seam to the API server. [`source::KubeSource`] is the real
 //!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
+//! * `testutil` (feature `test-util`): the workspace's shared test fixtures — `PodBuilder`,
+//!   `ConfigMapBuilder`, `SecretBuilder` (typed object or JSON manifest) and `PATIENCE`, the
+//!   one safety time-out of in-process tests. Never a normal-dependency feature of the agent.
 //! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
@@ -140,8 +143,8 @@ pub mod transport;
 mod ttl;
 mod watch;
 
-#[cfg(test)]
-mod testutil;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testutil;
 
 pub use config::{ManagerConfig, ObjectKey, Strategy};
 pub use error::Error;

@@ -129,17 +129,16 @@ impl std::borrow::Borrow<str> for PodUid {
 mod tests {
     use super::*;
 
-    fn pod(uid: Option<&str>) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.namespace = Some("ns".into());
-        p.metadata.name = Some("web".into());
-        p.metadata.uid = uid.map(str::to_owned);
-        p
+    use crate::testutil::PodBuilder;
+
+    /// Pod `ns/web` (no UID).
+    fn web() -> PodBuilder {
+        PodBuilder::new("ns", "web")
     }
 
     #[test]
     fn a_pod_without_a_uid_is_refused_naming_the_pod() {
-        let err = PodUid::from_pod(&pod(None)).unwrap_err();
+        let err = PodUid::from_pod(&web().build()).unwrap_err();
         assert_eq!(
             err,
             PodUidError::Missing {
@@ -148,7 +147,7 @@ mod tests {
         );
         assert_eq!(err.to_string(), "pod ns/web has no metadata.uid");
         assert!(matches!(
-            PodUid::from_pod(&pod(Some(""))),
+            PodUid::from_pod(&web().uid("").build()),
             Err(PodUidError::Missing { .. })
         ));
     }
@@ -156,7 +155,7 @@ mod tests {
     #[test]
     fn uids_that_are_not_one_path_component_are_refused() {
         for bad in ["..", ".", "../x", "a/b", "/abs", "nul\0byte"] {
-            let err = PodUid::from_pod(&pod(Some(bad))).unwrap_err();
+            let err = PodUid::from_pod(&web().uid(bad).build()).unwrap_err();
             assert_eq!(
                 err,
                 PodUidError::NotAPathComponent {
@@ -171,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_plain_uid_is_kept_verbatim_and_serializes_as_a_string() {
-        let uid = PodUid::from_pod(&pod(Some("1234-abcd"))).unwrap();
+        let uid = PodUid::from_pod(&web().uid("1234-abcd").build()).unwrap();
         assert_eq!(uid.as_str(), "1234-abcd");
         assert_eq!(uid.to_string(), "1234-abcd");
         assert_eq!(PodUid::new("..x").unwrap().as_str(), "..x");

@@ -153,13 +153,7 @@ fn volume_secret_names(v: &Volume, names: &mut Names) {
 mod tests {
     use super::*;
 
-    fn pod(spec: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": spec,
-        }))
-        .unwrap_or_else(|e| panic!("bad test pod: {e}"))
-    }
+    use crate::testutil::PodBuilder;
 
     fn env(secret: &str, cm: &str) -> serde_json::Value {
         serde_json::json!({
@@ -178,7 +172,7 @@ mod tests {
         main["name"] = "main".into();
         let mut eph = env("eph-s", "eph-cm");
         eph["name"] = "eph".into();
-        pod(serde_json::json!({
+        PodBuilder::new("ns", "p").uid("u1").spec(serde_json::json!({
             "imagePullSecrets": [{"name": "pull"}, {"name": ""}],
             "initContainers": [init],
             "containers": [main],
@@ -201,6 +195,7 @@ mod tests {
                 {"name": "v14", "secret": {"secretName": "sec"}},
             ],
         }))
+        .build()
     }
 
     #[test]

@@ -18,12 +18,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle};
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, ObjectKey, Strategy};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
-
-/// Safety net for awaiting a notification; never reached when the code works.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A started server and its handle.
 pub(crate) async fn server() -> (ApiServer, ServerHandle) {
@@ -46,16 +44,10 @@ pub(crate) fn manager(server: &ApiServer, config: ManagerConfig) -> ConfigMapMan
     ConfigMapManager::new(server.client(), config).unwrap_or_else(|e| panic!("manager: {e}"))
 }
 
+/// ConfigMap `default/<name>` with `k` = `value`, as the manifest the server takes.
 pub(crate) fn config_map(name: &str, value: &str, immutable: bool) -> Value {
-    let mut cm = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"namespace": "default", "name": name},
-        "data": {"k": value},
-    });
-    if immutable {
-        cm["immutable"] = json!(true);
-    }
-    cm
+    let cm = ConfigMapBuilder::new("default", name).data("k", value);
+    if immutable { cm.immutable() } else { cm }.json()
 }
 
 pub(crate) fn create(handle: &ServerHandle, obj: Value) {
@@ -66,17 +58,13 @@ pub(crate) fn update(handle: &ServerHandle, obj: Value) {
     handle.update(obj).unwrap_or_else(|e| panic!("update: {e}"));
 }
 
-/// A pod `default/<name>` (UID `uid-<name>`) mounting one configMap volume per name.
+/// A pod `default/<name>` (UID `uid-<name>`) mounting one configMap volume `v-<c>` per name.
 pub(crate) fn pod(name: &str, config_maps: &[&str]) -> Pod {
-    let volumes: Vec<Value> = config_maps
+    let pod = PodBuilder::new("default", name).uid(&format!("uid-{name}"));
+    config_maps
         .iter()
-        .map(|c| json!({"name": format!("v-{c}"), "configMap": {"name": c}}))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}")},
-        "spec": {"containers": [{"name": "c"}], "volumes": volumes},
-    }))
-    .unwrap_or_else(|e| panic!("pod: {e}"))
+        .fold(pod, |p, c| p.config_map_volume(&format!("v-{c}"), c))
+        .build()
 }
 
 pub(crate) fn value(cm: &ConfigMap) -> String {

@@ -25,28 +25,27 @@ async fn secured() -> (ApiServer, ServerHandle, Pod) {
     create(&handle, config_map("frozen", "v1", true));
     create(&handle, config_map("unrelated", "v1", false));
     for (name, immutable) in [("a", false), ("frozen", true)] {
+        let secret = SecretBuilder::new("default", name).string_data("k", "v1");
         create(
             &handle,
-            json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"namespace": "default", "name": name},
-            "stringData": {"k": "v1"}, "immutable": immutable}),
+            if immutable {
+                secret.immutable()
+            } else {
+                secret
+            }
+            .json(),
         );
     }
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "default", "name": "p"},
-        "spec": {
-            "nodeName": NODE,
-            "containers": [{"name": "c", "image": "busybox",
-                "envFrom": [{"secretRef": {"name": "a"}}]}],
-            "imagePullSecrets": [{"name": "frozen"}, {"name": "missing"}],
-            "volumes": [
-                {"name": "a", "configMap": {"name": "a"}},
-                {"name": "f", "projected": {"sources": [{"configMap": {"name": "frozen"}}]}},
-                {"name": "m", "configMap": {"name": "missing", "optional": true}},
-            ],
-        },
-    });
+    let pod = PodBuilder::new("default", "p")
+        .node(NODE)
+        .container(json!({"name": "c", "image": "busybox",
+            "envFrom": [{"secretRef": {"name": "a"}}]}))
+        .image_pull_secret("frozen")
+        .image_pull_secret("missing")
+        .config_map_volume("a", "a")
+        .volume(json!({"name": "f", "projected": {"sources": [{"configMap": {"name": "frozen"}}]}}))
+        .volume(json!({"name": "m", "configMap": {"name": "missing", "optional": true}}))
+        .json();
     let stored = handle
         .create(pod)
         .unwrap_or_else(|e| panic!("create pod: {e}"));
