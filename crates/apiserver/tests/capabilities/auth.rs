@@ -8,16 +8,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle, User};
 use serde_json::json;
 
-use super::{client_for, client_with_token, start, status};
-
-fn pod(name: &str, node: &str, spec: serde_json::Value) -> serde_json::Value {
-    let mut spec = spec;
-    spec["nodeName"] = json!(node);
-    if spec.get("containers").is_none() {
-        spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
-    }
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"}, "spec": spec})
-}
+use super::{client_for, client_with_token, cm_json, pod_json, start, status};
 
 /// Namespace `ns` with configmaps a, b, c and secrets s, t; pod p1 on n1 uses a (volume),
 /// s (env) and service account `runner`; pod p2 on n2 uses c.
@@ -25,8 +16,7 @@ fn seed(h: &ServerHandle) {
     h.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
         .expect("ns");
     for n in ["a", "b", "c"] {
-        h.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "ns"}, "data": {"k": n}}))
-            .expect("cm");
+        h.create(cm_json("ns", n, "k", n)).expect("cm");
     }
     for n in ["s", "t"] {
         h.create(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n, "namespace": "ns"}, "stringData": {"k": n}}))
@@ -34,20 +24,21 @@ fn seed(h: &ServerHandle) {
     }
     h.create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner", "namespace": "ns"}}))
         .expect("sa");
-    h.create(pod(
+    h.create(pod_json(
+        "ns",
         "p1",
-        "n1",
         json!({
+            "nodeName": "n1",
             "serviceAccountName": "runner",
             "volumes": [{"name": "v", "configMap": {"name": "a"}}],
             "containers": [{"name": "c", "image": "busybox", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}],
         }),
     ))
     .expect("p1");
-    h.create(pod(
+    h.create(pod_json(
+        "ns",
         "p2",
-        "n2",
-        json!({"volumes": [{"name": "v", "configMap": {"name": "c"}}]}),
+        json!({"nodeName": "n2", "volumes": [{"name": "v", "configMap": {"name": "c"}}]}),
     ))
     .expect("p2");
 }
@@ -148,10 +139,10 @@ async fn the_relationship_follows_the_store_immediately() {
     let h = server.handle();
     let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
     assert_eq!(status(cms.get("b").await.unwrap_err()).code, 403);
-    h.create(pod(
+    h.create(pod_json(
+        "ns",
         "p3",
-        "n1",
-        json!({"volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "b"}}]}}]}),
+        json!({"nodeName": "n1", "volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "b"}}]}}]}),
     ))
     .expect("p3");
     assert!(cms.get("b").await.is_ok());

@@ -12,13 +12,16 @@ mod tls;
 // TokenRequest: claims, validation, OIDC keys, service-account authentication.
 mod token;
 
+// The fixtures shared with tests/conformance: PATIENCE, pod and ConfigMap builders.
+#[path = "../common/mod.rs"]
+mod common;
+
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodelet_apiserver::{ApiServer, Config, User};
 
-/// Safety net for waiting on conditions; never an assertion about speed.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) use common::{PATIENCE, cm_json, pod_json};
 
 /// A started server.
 pub(crate) async fn start(config: Config) -> ApiServer {

@@ -22,15 +22,15 @@ mod validation;
 // Watch replay, resume, 410 and relist, bookmarks, streaming lists, reflectors, timeouts.
 mod watch;
 
-use std::time::Duration;
+// The fixtures shared with tests/capabilities: PATIENCE, pod and ConfigMap builders.
+#[path = "../common/mod.rs"]
+mod common;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use nodelet_apiserver::{ApiServer, Config};
-use serde_json::{Value, json};
 
-/// Safety net for awaiting a stream item; never reached when the server works.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) use common::{PATIENCE, cm, pod};
 
 /// A started server and an admin client for it.
 pub(crate) async fn start() -> (ApiServer, kube::Client) {
@@ -43,25 +43,6 @@ pub(crate) async fn start_with(config: Config) -> (ApiServer, kube::Client) {
     let uri: http::Uri = server.url().parse().expect("valid url");
     let client = kube::Client::try_from(kube::Config::new(uri)).expect("client");
     (server, client)
-}
-
-/// A ConfigMap with one data entry.
-pub(crate) fn cm(name: &str, key: &str, value: &str) -> ConfigMap {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "data": {key: value},
-    }))
-    .expect("valid configmap")
-}
-
-/// A pod `name` with one `busybox` container `c`; the keys of `extra_spec` (an object) are
-/// added to, or replace, those of that spec (`{"nodeName": "n1"}`, `{"containers": [...]}`).
-pub(crate) fn pod(name: &str, extra_spec: Value) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
-    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra_spec) {
-        spec.extend(extra);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
 }
 
 /// ConfigMaps in `default`.
