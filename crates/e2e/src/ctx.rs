@@ -15,10 +15,13 @@ use serde_json::{Value, json};
 
 use crate::Target;
 
-/// Safety bound for every wait. Not an assertion of speed: a healthy run is far below it; a
-/// real cluster with a Cache-strategy agent may need the TTL on top (spec E2E common fixtures
-/// poll for 240 s + TTL).
-pub(crate) const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The safety bound of every wait of the scenarios (and of [`wait_for_content`] wherever it is
+/// used). Not an assertion of speed: a healthy run is far below it. It is twice the in-process
+/// tests' `nodelet_object_manager::testutil::PATIENCE` (60 s) because these scenarios also run
+/// against real clusters (`cargo xtask e2e`): there the API server, the scheduler-free pod
+/// binding and the agent's process start add latency, and a Cache-strategy agent may need the
+/// TTL on top (the upstream E2E common fixtures poll for 240 s + TTL).
+pub const PATIENCE: Duration = Duration::from_secs(120);
 
 /// How long cleanup waits for the agent to finish deleting a scenario's pods before it
 /// force-deletes them.
@@ -358,47 +361,9 @@ impl Ctx {
 
     // ----- waiting -----
 
-    /// Polls `check` until it returns `Some`, or fails after [`WAIT_TIMEOUT`] with `what` and the
-    /// last state `check` described.
-    pub async fn wait_for<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T, String>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, String>>,
-    {
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        loop {
-            let last = match check().await {
-                Ok(value) => return Ok(value),
-                Err(state) => state,
-            };
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "timed out after {}s waiting for {what}; last seen: {last}",
-                    WAIT_TIMEOUT.as_secs()
-                ));
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Waits until `path` reads as `expected`.
-    pub async fn wait_for_content(&self, path: &Path, expected: &[u8]) -> Result<(), String> {
-        self.wait_for(
-            &format!("{} to contain {:?}", path.display(), show(expected)),
-            || async {
-                match std::fs::read(path) {
-                    Ok(data) if data == expected => Ok(()),
-                    Ok(data) => Err(format!("content {:?}", show(&data))),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await
-    }
-
     /// Waits until `path` does not exist (not even as a dangling symlink).
     pub async fn wait_for_absent(&self, path: &Path) -> Result<(), String> {
-        self.wait_for(&format!("{} to disappear", path.display()), || async {
+        wait_for(&format!("{} to disappear", path.display()), || async {
             match std::fs::symlink_metadata(path) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(e.to_string()),
@@ -421,7 +386,7 @@ impl Ctx {
     {
         write.await?;
         let written = Instant::now();
-        self.wait_for_content(path, expected).await?;
+        wait_for_content(path, expected).await?;
         let latency = written.elapsed();
         self.record_latency(latency);
         Ok(latency)
@@ -437,7 +402,7 @@ impl Ctx {
     ) -> Result<String, String> {
         let core: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
         let v1: Api<EventV1> = Api::namespaced(self.client.clone(), &self.namespace);
-        self.wait_for(
+        wait_for(
             &format!("a {reason} event on pod {pod} containing {text:?}"),
             || async {
                 let mut seen = Vec::new();
@@ -472,7 +437,7 @@ impl Ctx {
     /// Waits until the agent reports a container of `pod` waiting with `reason`.
     pub async fn wait_for_waiting_reason(&self, pod: &str, reason: &str) -> Result<(), String> {
         let api = self.pods();
-        self.wait_for(
+        wait_for(
             &format!("a container of {pod} waiting with reason {reason}"),
             || async {
                 let p = api.get(pod).await.map_err(|e| e.to_string())?;
@@ -502,7 +467,7 @@ impl Ctx {
         status: &str,
     ) -> Result<(), String> {
         let api = self.pods();
-        self.wait_for(&format!("condition {type_}={status} on {pod}"), || async {
+        wait_for(&format!("condition {type_}={status} on {pod}"), || async {
             let p = api.get(pod).await.map_err(|e| e.to_string())?;
             let conditions = p.status.and_then(|s| s.conditions).unwrap_or_default();
             if conditions
@@ -534,7 +499,7 @@ impl Ctx {
             .join("containers")
             .join(container)
             .join("env.json");
-        self.wait_for(&format!("{}", path.display()), || async {
+        wait_for(&format!("{}", path.display()), || async {
             let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
             let value: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
             env_map(&value).ok_or_else(|| format!("unexpected env.json shape: {value}"))
@@ -559,6 +524,45 @@ fn env_map(value: &Value) -> Option<serde_json::Map<String, Value>> {
             .collect(),
         _ => None,
     }
+}
+
+/// Polls `check` (every 2 ms) until it returns `Ok`, or fails after [`PATIENCE`] with `what`
+/// and the last state `check` described in its `Err`.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let last = match check().await {
+            Ok(value) => return Ok(value),
+            Err(state) => state,
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out after {}s waiting for {what}; last seen: {last}",
+                PATIENCE.as_secs()
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until `path` reads as `expected` (polling, bounded by [`PATIENCE`]); the error names
+/// the path, the expected content and the last content or read error seen.
+pub async fn wait_for_content(path: &Path, expected: &[u8]) -> Result<(), String> {
+    wait_for(
+        &format!("{} to contain {:?}", path.display(), show(expected)),
+        || async {
+            match std::fs::read(path) {
+                Ok(data) if data == expected => Ok(()),
+                Ok(data) => Err(format!("content {:?}", show(&data))),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
 }
 
 /// The permission bits of the file `path` resolves to.

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use ctx::Ctx;
+pub use ctx::{Ctx, PATIENCE, wait_for, wait_for_content};
 
 /// Where the suite runs: the cluster, and the agent under test.
 #[derive(Clone)]

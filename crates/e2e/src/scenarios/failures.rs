@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::volumes::{cm_data, secret_data, spec_with};
-use crate::ctx::{Ctx, ensure};
+use crate::ctx::{Ctx, ensure, wait_for_content};
 
 /// E2E-14: a missing ConfigMap.
 pub(crate) async fn missing_configmap(ctx: &Ctx) -> Result<(), String> {
@@ -34,7 +34,7 @@ pub(crate) async fn missing_configmap(ctx: &Ctx) -> Result<(), String> {
         .await?;
     // The pod recovers when the object appears.
     ctx.create_config_map("cm", cm_data()).await?;
-    ctx.wait_for_content(&dir.join("data-1"), b"value-1").await
+    wait_for_content(&dir.join("data-1"), b"value-1").await
 }
 
 /// E2E-14: a missing key named in `items`.

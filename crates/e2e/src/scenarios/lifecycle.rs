@@ -5,7 +5,7 @@ use kube::api::Api;
 use serde_json::json;
 
 use super::volumes::{cm_data, spec_with};
-use crate::ctx::{Ctx, ensure};
+use crate::ctx::{Ctx, ensure, wait_for, wait_for_content};
 
 /// PL-14, PW-6: after a pod is deleted, its directories are gone and the agent finishes the
 /// deletion (the pod object disappears).
@@ -27,18 +27,17 @@ pub(crate) async fn pod_deletion_cleanup(ctx: &Ctx) -> Result<(), String> {
             }),
         )
         .await?;
-    ctx.wait_for_content(
+    wait_for_content(
         &ctx.volume_dir(&pod, "configmap", "cm")?.join("data-1"),
         b"value-1",
     )
     .await?;
-    ctx.wait_for_content(&ctx.volume_dir(&pod, "secret", "s")?.join("k"), b"v")
-        .await?;
+    wait_for_content(&ctx.volume_dir(&pod, "secret", "s")?.join("k"), b"v").await?;
     ctx.wait_for_env(&pod, "c").await?;
     ctx.delete_pod("p").await?;
     ctx.wait_for_absent(&ctx.pod_dir(&pod)?).await?;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = ctx.pods();
-    ctx.wait_for("the pod object to be deleted", || async {
+    wait_for("the pod object to be deleted", || async {
         match pods.get_opt("p").await {
             Ok(None) => Ok(()),
             Ok(Some(p)) => Err(format!(
@@ -58,15 +57,14 @@ pub(crate) async fn agent_restart_adoption(ctx: &Ctx) -> Result<(), String> {
     let spec = spec_with(json!([{ "name": "v", "configMap": { "name": "cm" } }]));
     let pod = ctx.create_pod("p", spec.clone()).await?;
     let dir = ctx.volume_dir(&pod, "configmap", "v")?;
-    ctx.wait_for_content(&dir.join("data-1"), b"value-1")
-        .await?;
+    wait_for_content(&dir.join("data-1"), b"value-1").await?;
     let before = std::fs::read_link(dir.join("..data")).map_err(|e| e.to_string())?;
 
     ctx.restart_agent().await?;
 
     // A pod created after the restart proves the new agent is syncing...
     let probe = ctx.create_pod("probe", spec).await?;
-    ctx.wait_for_content(
+    wait_for_content(
         &ctx.volume_dir(&probe, "configmap", "v")?.join("data-1"),
         b"value-1",
     )

@@ -8,7 +8,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::volumes::{cm_data, secret_data, spec_with};
-use crate::ctx::{Ctx, ensure};
+use crate::ctx::{Ctx, ensure, wait_for, wait_for_content};
 
 /// How many successive updates the latency scenarios make.
 const UPDATES: usize = 10;
@@ -23,7 +23,7 @@ pub(crate) async fn configmap_update(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let file = ctx.volume_dir(&pod, "configmap", "v")?.join("data-1");
-    ctx.wait_for_content(&file, b"value-1").await?;
+    wait_for_content(&file, b"value-1").await?;
     for i in 2..UPDATES + 2 {
         let value = format!("value-{i}");
         ctx.measure_update(&file, value.as_bytes(), async {
@@ -47,7 +47,7 @@ pub(crate) async fn secret_update(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let file = ctx.volume_dir(&pod, "secret", "v")?.join("data-1");
-    ctx.wait_for_content(&file, b"value-1\n").await?;
+    wait_for_content(&file, b"value-1\n").await?;
     let api = ctx.secrets();
     for i in 2..UPDATES + 2 {
         let value = format!("value-{i}\n");
@@ -83,11 +83,10 @@ pub(crate) async fn configmap_optional_updates(ctx: &Ctx) -> Result<(), String> 
     let delete = ctx.volume_dir(&pod, "configmap", "delete")?.join("data-1");
     let update = ctx.volume_dir(&pod, "configmap", "update")?;
     let create = ctx.volume_dir(&pod, "configmap", "create")?;
-    ctx.wait_for_content(&delete, b"value-1").await?;
-    ctx.wait_for_content(&update.join("data-1"), b"value-1")
-        .await?;
+    wait_for_content(&delete, b"value-1").await?;
+    wait_for_content(&update.join("data-1"), b"value-1").await?;
     // The missing optional object still gives a (empty) volume: the pod is not blocked.
-    ctx.wait_for(
+    wait_for(
         &format!("{} to exist", create.join("..data").display()),
         || async {
             std::fs::symlink_metadata(create.join("..data"))
@@ -107,11 +106,9 @@ pub(crate) async fn configmap_optional_updates(ctx: &Ctx) -> Result<(), String> 
         .await?;
 
     ctx.wait_for_absent(&delete).await?;
-    ctx.wait_for_content(&update.join("data-3"), b"value-3")
-        .await?;
+    wait_for_content(&update.join("data-3"), b"value-3").await?;
     ctx.wait_for_absent(&update.join("data-1")).await?;
-    ctx.wait_for_content(&create.join("data-1"), b"value-1")
-        .await
+    wait_for_content(&create.join("data-1"), b"value-1").await
 }
 
 /// E2E-18: the same three cases for optional secrets.
@@ -133,9 +130,8 @@ pub(crate) async fn secret_optional_updates(ctx: &Ctx) -> Result<(), String> {
     let delete = ctx.volume_dir(&pod, "secret", "delete")?.join("data-1");
     let update = ctx.volume_dir(&pod, "secret", "update")?;
     let create = ctx.volume_dir(&pod, "secret", "create")?;
-    ctx.wait_for_content(&delete, b"value-1\n").await?;
-    ctx.wait_for_content(&update.join("data-1"), b"value-1\n")
-        .await?;
+    wait_for_content(&delete, b"value-1\n").await?;
+    wait_for_content(&update.join("data-1"), b"value-1\n").await?;
 
     ctx.secrets()
         .delete("s-delete", &DeleteParams::default())
@@ -154,11 +150,9 @@ pub(crate) async fn secret_optional_updates(ctx: &Ctx) -> Result<(), String> {
         .await?;
 
     ctx.wait_for_absent(&delete).await?;
-    ctx.wait_for_content(&update.join("data-3"), b"value-3\n")
-        .await?;
+    wait_for_content(&update.join("data-3"), b"value-3\n").await?;
     ctx.wait_for_absent(&update.join("data-1")).await?;
-    ctx.wait_for_content(&create.join("data-1"), b"value-1\n")
-        .await
+    wait_for_content(&create.join("data-1"), b"value-1\n").await
 }
 
 /// E2E-13: an immutable ConfigMap is projected; data edits and un-setting `immutable` are
@@ -176,7 +170,7 @@ pub(crate) async fn immutable_configmap(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let file = ctx.volume_dir(&pod, "configmap", "v")?.join("data-1");
-    ctx.wait_for_content(&file, b"value-1").await?;
+    wait_for_content(&file, b"value-1").await?;
     let api = ctx.config_maps();
     for (what, patch) in [
         ("a data edit", json!({ "data": { "data-1": "value-2" } })),

@@ -5,7 +5,7 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::ctx::{Ctx, ensure, mode_of, read};
+use crate::ctx::{Ctx, ensure, mode_of, read, wait_for, wait_for_content};
 
 /// The upstream ConfigMap fixture.
 pub(crate) fn cm_data() -> Value {
@@ -49,14 +49,11 @@ pub(crate) async fn configmap_volume(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let plain = ctx.volume_dir(&pod, "configmap", "plain")?;
-    ctx.wait_for_content(&plain.join("data-1"), b"value-1")
-        .await?;
+    wait_for_content(&plain.join("data-1"), b"value-1").await?;
     // Top-level names appear one by one just after the `..data` swap (AW-5 step 10): wait for
     // each rather than reading siblings at once.
-    ctx.wait_for_content(&plain.join("data-2"), b"value-2")
-        .await?;
-    ctx.wait_for_content(&plain.join("data-3"), b"value-3")
-        .await?;
+    wait_for_content(&plain.join("data-2"), b"value-2").await?;
+    wait_for_content(&plain.join("data-3"), b"value-3").await?;
     ensure(mode_of(&plain.join("data-1"))? == 0o644, || {
         format!(
             "data-1 mode {:o}, want 644 (E2E-1)",
@@ -64,7 +61,7 @@ pub(crate) async fn configmap_volume(ctx: &Ctx) -> Result<(), String> {
         )
     })?;
     let ro = ctx.volume_dir(&pod, "configmap", "ro")?;
-    ctx.wait_for_content(&ro.join("data-1"), b"value-1").await?;
+    wait_for_content(&ro.join("data-1"), b"value-1").await?;
     let mode = mode_of(&ro.join("data-1"))?;
     ensure(mode == 0o400, || {
         format!("defaultMode 0400 gave mode {mode:o} (E2E-2)")
@@ -95,8 +92,7 @@ pub(crate) async fn configmap_volume_mappings(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let mapped = ctx.volume_dir(&pod, "configmap", "mapped")?;
-    ctx.wait_for_content(&mapped.join("path/to/data-2"), b"value-2")
-        .await?;
+    wait_for_content(&mapped.join("path/to/data-2"), b"value-2").await?;
     ensure(!mapped.join("data-1").exists(), || {
         "unmapped key data-1 was projected".into()
     })?;
@@ -105,8 +101,7 @@ pub(crate) async fn configmap_volume_mappings(ctx: &Ctx) -> Result<(), String> {
         format!("mapped file mode {mode:o}, want 644 (E2E-6)")
     })?;
     let moded = ctx.volume_dir(&pod, "configmap", "moded")?;
-    ctx.wait_for_content(&moded.join("path/to/data-2"), b"value-2")
-        .await?;
+    wait_for_content(&moded.join("path/to/data-2"), b"value-2").await?;
     let mode = mode_of(&moded.join("path/to/data-2"))?;
     ensure(mode == 0o400, || {
         format!("item mode 0400 gave {mode:o} (E2E-7)")
@@ -129,9 +124,8 @@ pub(crate) async fn configmap_binary_data(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "configmap", "v")?;
-    ctx.wait_for_content(&dir.join("data-1"), b"value-1")
-        .await?;
-    ctx.wait_for_content(&dir.join("dump.bin"), &bytes).await
+    wait_for_content(&dir.join("data-1"), b"value-1").await?;
+    wait_for_content(&dir.join("dump.bin"), &bytes).await
 }
 
 /// E2E-12: one ConfigMap mounted twice in a pod gives two volumes with the same content.
@@ -148,8 +142,7 @@ pub(crate) async fn configmap_multiple_volumes(ctx: &Ctx) -> Result<(), String> 
         .await?;
     for vol in ["one", "two"] {
         let dir = ctx.volume_dir(&pod, "configmap", vol)?;
-        ctx.wait_for_content(&dir.join("data-1"), b"value-1")
-            .await?;
+        wait_for_content(&dir.join("data-1"), b"value-1").await?;
     }
     Ok(())
 }
@@ -170,22 +163,19 @@ pub(crate) async fn secret_volume(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let plain = ctx.volume_dir(&pod, "secret", "plain")?;
-    ctx.wait_for_content(&plain.join("data-1"), b"value-1\n")
-        .await?;
+    wait_for_content(&plain.join("data-1"), b"value-1\n").await?;
     let mode = mode_of(&plain.join("data-1"))?;
     ensure(mode == 0o644, || {
         format!("secret default mode {mode:o}, want 644")
     })?;
     let ro = ctx.volume_dir(&pod, "secret", "ro")?;
-    ctx.wait_for_content(&ro.join("data-3"), b"value-3\n")
-        .await?;
+    wait_for_content(&ro.join("data-3"), b"value-3\n").await?;
     let mode = mode_of(&ro.join("data-3"))?;
     ensure(mode == 0o400, || {
         format!("secret defaultMode 0400 gave {mode:o}")
     })?;
     let mapped = ctx.volume_dir(&pod, "secret", "mapped")?;
-    ctx.wait_for_content(&mapped.join("new-path-data-1"), b"value-1\n")
-        .await?;
+    wait_for_content(&mapped.join("new-path-data-1"), b"value-1\n").await?;
     ensure(!mapped.join("data-1").exists(), || {
         "unmapped secret key projected".into()
     })
@@ -204,8 +194,7 @@ pub(crate) async fn secret_same_name_other_namespace(ctx: &Ctx) -> Result<(), St
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "secret", "v")?;
-    ctx.wait_for_content(&dir.join("data-1"), b"value-1\n")
-        .await
+    wait_for_content(&dir.join("data-1"), b"value-1\n").await
 }
 
 /// E2E-21, E2E-22 and PL-10: a projected volume merging a configMap (mapped), a secret, a
@@ -232,17 +221,14 @@ pub(crate) async fn projected_volume(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "projected", "all")?;
-    ctx.wait_for_content(&dir.join("path/to/data-2"), b"value-2")
-        .await?;
-    ctx.wait_for_content(&dir.join("new-path-data-1"), b"value-1\n")
-        .await?;
-    ctx.wait_for_content(&dir.join("podname"), b"p").await?;
+    wait_for_content(&dir.join("path/to/data-2"), b"value-2").await?;
+    wait_for_content(&dir.join("new-path-data-1"), b"value-1\n").await?;
+    wait_for_content(&dir.join("podname"), b"p").await?;
     let token_path = dir.join("token");
-    let token = ctx
-        .wait_for(&format!("{} to exist", token_path.display()), || async {
-            read(&token_path)
-        })
-        .await?;
+    let token = wait_for(&format!("{} to exist", token_path.display()), || async {
+        read(&token_path)
+    })
+    .await?;
     let parts = token.split(|b| *b == b'.').count();
     ensure(parts == 3, || {
         format!("token is not a JWT ({parts} dot-separated parts)")
@@ -272,12 +258,9 @@ pub(crate) async fn downward_api_volume(ctx: &Ctx) -> Result<(), String> {
         )
         .await?;
     let dir = ctx.volume_dir(&pod, "downward-api", "info")?;
-    ctx.wait_for_content(&dir.join("name"), b"p").await?;
-    ctx.wait_for_content(&dir.join("namespace"), ctx.namespace.as_bytes())
-        .await?;
-    ctx.wait_for_content(&dir.join("uid"), Ctx::uid(&pod)?.as_bytes())
-        .await?;
-    ctx.wait_for_content(&dir.join("labels"), b"app=\"p\"")
-        .await?;
-    ctx.wait_for_content(&dir.join("app"), b"p").await
+    wait_for_content(&dir.join("name"), b"p").await?;
+    wait_for_content(&dir.join("namespace"), ctx.namespace.as_bytes()).await?;
+    wait_for_content(&dir.join("uid"), Ctx::uid(&pod)?.as_bytes()).await?;
+    wait_for_content(&dir.join("labels"), b"app=\"p\"").await?;
+    wait_for_content(&dir.join("app"), b"p").await
 }
