@@ -2,10 +2,11 @@
 
 use std::net::SocketAddr;
 
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::support::{SAFETY, World};
+use crate::support::{PATIENCE, World};
 
 /// A minimal HTTP/1.0 GET (no client dependency needed): status code and body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -34,6 +35,17 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (code, body)
 }
 
+/// A pod on the test node with ConfigMap `cm` as volume `v`, mounted at `/v`.
+fn mounting_pod() -> Value {
+    PodBuilder::new("default", "p")
+        .node(crate::support::NODE)
+        .container(
+            json!({"name": "c", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}),
+        )
+        .config_map_volume("v", "cm")
+        .json()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
     let world = World::start_with(|c| c.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)))).await;
@@ -46,16 +58,10 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
 
     // A pod with one configMap volume.
     let h = world.server.handle();
-    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v"}}))
+    h.create(ConfigMapBuilder::new("default", "cm").data("k", "v").json())
         .unwrap_or_else(|e| panic!("{e}"));
-    h.create(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"nodeName": crate::support::NODE,
-            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
-            "volumes": [{"name": "v", "configMap": {"name": "cm"}}]}}))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let pods = tokio::time::timeout(SAFETY, async {
+    h.create(mounting_pod()).unwrap_or_else(|e| panic!("{e}"));
+    let pods = tokio::time::timeout(PATIENCE, async {
         loop {
             let (_, body) = get(addr, "/pods").await;
             let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -97,11 +103,14 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
 
     // A change of the object reaches the volume: one propagation sample (from the volume
     // manager's update seam, no polling).
-    h.update(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v2"}}))
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.update(
+        ConfigMapBuilder::new("default", "cm")
+            .data("k", "v2")
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let mut last = String::new();
-    let sampled = tokio::time::timeout(SAFETY, async {
+    let sampled = tokio::time::timeout(PATIENCE, async {
         loop {
             last = get(addr, "/metrics").await.1;
             if last.contains("nodelet_propagation_latency_seconds_count 1") {
@@ -118,7 +127,7 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
 /// Waits until `/pods` satisfies `cond`; returns that document.
 async fn wait_for_pods(addr: SocketAddr, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
     let mut last = Value::Null;
-    let found = tokio::time::timeout(SAFETY, async {
+    let found = tokio::time::timeout(PATIENCE, async {
         loop {
             let (_, body) = get(addr, "/pods").await;
             last = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -149,15 +158,9 @@ async fn an_api_outage_shows_in_metrics_and_pods_while_readyz_stays_ok() {
         .await
         .unwrap_or_else(|| panic!("no listener"));
     let h = world.server.handle();
-    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v"}}))
+    h.create(ConfigMapBuilder::new("default", "cm").data("k", "v").json())
         .unwrap_or_else(|e| panic!("{e}"));
-    h.create(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"nodeName": crate::support::NODE,
-            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
-            "volumes": [{"name": "v", "configMap": {"name": "cm"}}]}}))
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.create(mounting_pod()).unwrap_or_else(|e| panic!("{e}"));
     let healthy = wait_for_pods(addr, "a mounted volume and a healthy API", |v| {
         v["pods"][0]["volumes"][0]["state"] == "Mounted" && v["api"]["reachable"] == true
     })

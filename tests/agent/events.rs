@@ -5,9 +5,10 @@
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use serde_json::{Value, json};
 
-use crate::support::{NODE, SAFETY, World, poll_pause};
+use crate::support::{NODE, PATIENCE, World, poll_pause};
 
 const NOT_FOUND: &str = r#"MountVolume.SetUp failed for volume "v" : configmap "cm" not found"#;
 const MISSING_KEY: &str =
@@ -15,13 +16,13 @@ const MISSING_KEY: &str =
 
 /// A pod on the test node whose volume `v` maps key `k` of ConfigMap `cm`.
 fn pod() -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"nodeName": NODE,
-            "containers": [{"name": "c", "image": "x",
-                "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
-            "volumes": [{"name": "v", "configMap": {"name": "cm",
-                "items": [{"key": "k", "path": "k"}]}}]}})
+    PodBuilder::new("default", "p")
+        .node(NODE)
+        .container(json!({"name": "c", "image": "x",
+            "volumeMounts": [{"name": "v", "mountPath": "/v"}]}))
+        .volume(json!({"name": "v", "configMap": {"name": "cm",
+            "items": [{"key": "k", "path": "k"}]}}))
+        .json()
 }
 
 /// The FailedMount events about pod `p`.
@@ -42,7 +43,7 @@ async fn failed_mounts(admin: &kube::Client) -> Vec<Event> {
 /// Waits until `done` holds for the FailedMount events of pod `p`; returns them.
 async fn wait_for_events(admin: &kube::Client, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
     let mut last = Vec::new();
-    let waited = tokio::time::timeout(SAFETY, async {
+    let waited = tokio::time::timeout(PATIENCE, async {
         loop {
             last = failed_mounts(admin).await;
             if done(&last) {
@@ -79,9 +80,12 @@ async fn a_changed_failed_mount_message_is_published_as_a_new_event() {
         .to_owned();
     wait_for_events(&world.admin, |e| !with_message(e, NOT_FOUND).is_empty()).await;
 
-    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"other": "x"}}))
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.create(
+        ConfigMapBuilder::new("default", "cm")
+            .data("other", "x")
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let events = wait_for_events(&world.admin, |e| !with_message(e, MISSING_KEY).is_empty()).await;
 
     assert_eq!(with_message(&events, NOT_FOUND).len(), 1);

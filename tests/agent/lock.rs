@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::support::SAFETY;
+use crate::support::PATIENCE;
 
 /// `nodelet --manifests <manifests> --root-dir <root>` on a free port.
 fn agent(manifests: &Path, root: &Path) -> Child {
@@ -53,7 +53,7 @@ fn a_second_agent_on_the_same_root_dir_exits_naming_the_dir_and_the_pid_and_chan
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let kubeconfig = root.path().join("admin.kubeconfig");
     let mut first = agent(manifests.path(), root.path());
-    let deadline = Instant::now() + SAFETY;
+    let deadline = Instant::now() + PATIENCE;
     while !kubeconfig.exists() {
         assert!(Instant::now() < deadline, "the first agent did not start");
         assert!(

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use nodelet::Agent;
 
-use crate::support::{NODE, SAFETY, agent_config, wait_for_content};
+use nodelet_e2e::wait_for_content;
+
+use crate::support::{NODE, PATIENCE, agent_config};
 
 fn write(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("{e}"));
@@ -44,11 +46,14 @@ async fn editing_a_manifest_file_updates_the_projected_file() {
     let file = root.path().join(format!(
         "pods/{uid}/volumes/kubernetes.io~configmap/v/greeting"
     ));
-    wait_for_content(&file, b"hello").await;
+    wait_for_content(&file, b"hello")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     write(manifests.path(), "cm.yaml", &config_map("edited"));
-    wait_for_content(&file, b"edited").await;
-    let _ = SAFETY;
+    wait_for_content(&file, b"edited")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     agent.shutdown().await;
     drop(embedded.sync);
     embedded.server.shutdown().await;
@@ -90,8 +95,12 @@ async fn an_offline_pod_mounts_the_kube_api_access_volume_a_cluster_gives_it() {
         "pods/{uid}/volumes/kubernetes.io~projected/{volume}"
     ));
     let ca = embedded.server.ca_pem().unwrap_or_default();
-    wait_for_content(&dir.join("ca.crt"), ca.as_bytes()).await;
-    wait_for_content(&dir.join("namespace"), b"shop").await;
+    wait_for_content(&dir.join("ca.crt"), ca.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_content(&dir.join("namespace"), b"shop")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let token = std::fs::read_to_string(dir.join("token")).unwrap_or_default();
     assert_eq!(token.split('.').count(), 3, "a JWT");
     agent.shutdown().await;
@@ -124,7 +133,7 @@ async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_r
         let _ = stop_rx.await;
     }));
     let kc = root.path().join("admin.kubeconfig");
-    let text = tokio::time::timeout(SAFETY, async {
+    let text = tokio::time::timeout(PATIENCE, async {
         loop {
             if let Ok(t) = std::fs::read_to_string(&kc) {
                 break t;

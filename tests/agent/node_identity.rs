@@ -5,35 +5,37 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
-use crate::support::{NODE, SAFETY, World};
+use crate::support::{NODE, PATIENCE, World};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_identity_registers_its_node_and_lease_and_is_never_denied() {
     let world = World::start_with(|c| c.register_node = true).await;
     let h = world.server.handle();
     // A pod using every reference kind, so every read path is exercised.
-    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v"}}))
+    h.create(ConfigMapBuilder::new("default", "cm").data("k", "v").json())
         .unwrap_or_else(|e| panic!("{e}"));
-    h.create(json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "s", "namespace": "default"}, "data": {"k": "dg=="}}))
+    h.create(SecretBuilder::new("default", "s").data("k", "v").json())
         .unwrap_or_else(|e| panic!("{e}"));
-    h.create(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"nodeName": NODE, "imagePullSecrets": [{"name": "s"}],
-            "containers": [{"name": "c", "image": "x",
+    h.create(
+        PodBuilder::new("default", "p")
+            .node(NODE)
+            .image_pull_secret("s")
+            .container(json!({"name": "c", "image": "x",
                 "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
                 "envFrom": [{"configMapRef": {"name": "cm"}}],
-                "volumeMounts": [{"name": "v", "mountPath": "/v"}, {"name": "t", "mountPath": "/t"}]}],
-            "volumes": [{"name": "v", "configMap": {"name": "cm"}},
-                {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}}))
+                "volumeMounts": [{"name": "v", "mountPath": "/v"}, {"name": "t", "mountPath": "/t"}]}))
+            .config_map_volume("v", "cm")
+            .volume(json!({"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}))
+            .json(),
+    )
         .unwrap_or_else(|e| panic!("{e}"));
     let env_file = world.root_dir().join("pods");
     let nodes: Api<Node> = Api::all(world.admin.clone());
     let leases: Api<Lease> = Api::namespaced(world.admin.clone(), "kube-node-lease");
-    tokio::time::timeout(SAFETY, async {
+    tokio::time::timeout(PATIENCE, async {
         loop {
             let env_written = std::fs::read_dir(&env_file)
                 .into_iter()
@@ -118,7 +120,7 @@ async fn an_existing_node_without_the_agent_taint_is_reconciled_without_touching
             .into_iter()
             .find(|c| c.type_ == "Ready")
     };
-    let node = tokio::time::timeout(SAFETY, async {
+    let node = tokio::time::timeout(PATIENCE, async {
         loop {
             let lease = leases.get_opt(NODE).await.ok().flatten();
             let node = nodes.get_opt(NODE).await.ok().flatten();

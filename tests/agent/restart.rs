@@ -2,31 +2,39 @@
 
 use serde_json::json;
 
-use crate::support::{NODE, SAFETY, World, poll_pause, wait_for_content};
+use nodelet_e2e::wait_for_content;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+
+use crate::support::{NODE, PATIENCE, World, poll_pause};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_the_agent_was_down_is_cleaned_up_at_the_next_start() {
     let world = World::start().await;
     let h = world.server.handle();
-    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v"}}))
+    h.create(ConfigMapBuilder::new("default", "cm").data("k", "v").json())
         .unwrap_or_else(|e| panic!("{e}"));
     let pod = h
-        .create(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "default"},
-            "spec": {"nodeName": NODE,
-                "containers": [{"name": "c", "image": "x",
+        .create(
+            PodBuilder::new("default", "p")
+                .node(NODE)
+                .container(json!({"name": "c", "image": "x",
                     "volumeMounts": [{"name": "v", "mountPath": "/v"}],
-                    "env": [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]}],
-                "volumes": [{"name": "v", "configMap": {"name": "cm"}}]}}))
+                    "env": [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]}))
+                .config_map_volume("v", "cm")
+                .json(),
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     let uid = pod["metadata"]["uid"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     let pod_dir = world.root_dir().join("pods").join(&uid);
-    wait_for_content(&pod_dir.join("volumes/kubernetes.io~configmap/v/k"), b"v").await;
-    wait_for_content(&pod_dir.join("containers/c/env"), b"K=v\n").await;
+    wait_for_content(&pod_dir.join("volumes/kubernetes.io~configmap/v/k"), b"v")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_content(&pod_dir.join("containers/c/env"), b"K=v\n")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     world.stop_agent().await;
     h.delete_now("v1", "Pod", Some("default"), "p")
@@ -37,7 +45,7 @@ async fn a_pod_deleted_while_the_agent_was_down_is_cleaned_up_at_the_next_start(
     );
     world.start_agent().await;
 
-    let gone = tokio::time::timeout(SAFETY, async {
+    let gone = tokio::time::timeout(PATIENCE, async {
         while pod_dir.exists() {
             poll_pause().await;
         }

@@ -5,22 +5,31 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{NODE, World, wait_for_content};
+use nodelet_e2e::wait_for_content;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+
+use crate::support::{NODE, World};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_failing_on_a_missing_env_key_is_retried_when_its_configmap_changes() {
     // A back-off far longer than the test's safety bound: only the change can retry the pod.
     let world = World::start_with(|c| c.sync_error_backoff = Duration::from_secs(3600)).await;
     let h = world.server.handle();
-    h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"other": "x"}}))
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.create(
+        ConfigMapBuilder::new("default", "cm")
+            .data("other", "x")
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let pod = h
-        .create(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x", "env": [
-            {"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}
-        ]}]}}))
+        .create(
+            PodBuilder::new("default", "p")
+                .node(NODE)
+                .container(json!({"name": "c", "image": "x", "env": [
+                    {"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}
+                ]}))
+                .json(),
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     let uid = pod["metadata"]["uid"]
         .as_str()
@@ -35,7 +44,7 @@ async fn a_pod_failing_on_a_missing_env_key_is_retried_when_its_configmap_change
             .to_string()
             .contains("couldn't find key k in ConfigMap default/cm")
     };
-    tokio::time::timeout(crate::support::SAFETY, async {
+    tokio::time::timeout(crate::support::PATIENCE, async {
         while !failed().await {
             crate::support::poll_pause().await;
         }
@@ -59,14 +68,15 @@ async fn a_pod_failing_on_a_missing_env_key_is_retried_when_its_configmap_change
         last = now;
     }
 
-    h.update(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "v"}}))
+    h.update(ConfigMapBuilder::new("default", "cm").data("k", "v").json())
         .unwrap_or_else(|e| panic!("{e}"));
     let env = world
         .root_dir()
         .join("pods")
         .join(&uid)
         .join("containers/c/env");
-    wait_for_content(&env, b"V=v\n").await;
+    wait_for_content(&env, b"V=v\n")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     world.stop().await;
 }

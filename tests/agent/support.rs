@@ -11,32 +11,13 @@ use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
-pub(crate) const NODE: &str = "agent-test-node";
+pub(crate) use nodelet_object_manager::testutil::PATIENCE;
 
-/// Safety bound for waits; never an assertion of speed.
-pub(crate) const SAFETY: Duration = Duration::from_secs(60);
+pub(crate) const NODE: &str = "agent-test-node";
 
 /// The pause between two checks of a condition (a polling interval, never a timing assertion).
 pub(crate) async fn poll_pause() {
     tokio::time::sleep(Duration::from_millis(5)).await;
-}
-
-/// Waits until `path` holds `expected`.
-pub(crate) async fn wait_for_content(path: &std::path::Path, expected: &[u8]) {
-    let ok = tokio::time::timeout(SAFETY, async {
-        while std::fs::read(path).ok().as_deref() != Some(expected) {
-            poll_pause().await;
-        }
-    })
-    .await;
-    if ok.is_err() {
-        panic!(
-            "{} never held {:?} (has {:?})",
-            path.display(),
-            String::from_utf8_lossy(expected),
-            std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned())
-        );
-    }
 }
 
 pub(crate) struct World {
@@ -100,7 +81,7 @@ impl World {
         let agent = Agent::start(config.clone(), node_client.clone())
             .await
             .unwrap_or_else(|e| panic!("agent: {e:#}"));
-        tokio::time::timeout(SAFETY, agent.wait_ready())
+        tokio::time::timeout(PATIENCE, agent.wait_ready())
             .await
             .unwrap_or_else(|_| panic!("agent never listed its pods"));
         World {
@@ -149,7 +130,7 @@ impl World {
         let agent = Agent::start(self.agent.config.clone(), self.agent.node_client.clone())
             .await
             .unwrap_or_else(|e| panic!("agent: {e:#}"));
-        tokio::time::timeout(SAFETY, agent.wait_ready())
+        tokio::time::timeout(PATIENCE, agent.wait_ready())
             .await
             .unwrap_or_else(|_| panic!("agent never listed its pods"));
         *self.agent.agent.lock().await = Some(agent);

@@ -7,7 +7,10 @@ use nodelet::Agent;
 use nodelet_apiserver::{ApiServer, User};
 use serde_json::json;
 
-use crate::support::{NODE, SAFETY, agent_config, client_for, poll_pause, wait_for_content};
+use nodelet_e2e::wait_for_content;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+
+use crate::support::{NODE, PATIENCE, agent_config, client_for, poll_pause};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_volumes_of_one_pod_are_watched_over_two_http2_connections() {
@@ -28,16 +31,21 @@ async fn thirty_volumes_of_one_pod_are_watched_over_two_http2_connections() {
         .map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("cm-{i}")}}))
         .collect();
     for i in 0..30 {
-        h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
-            "data": {"k": format!("v{i}")}}))
-            .unwrap_or_else(|e| panic!("{e}"));
+        h.create(
+            ConfigMapBuilder::new("default", &format!("cm-{i}"))
+                .data("k", &format!("v{i}"))
+                .json(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     let pod = h
-        .create(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x", "volumeMounts": mounts}],
-                "volumes": volumes}}))
+        .create(
+            PodBuilder::new("default", "p")
+                .node(NODE)
+                .container(json!({"name": "c", "image": "x", "volumeMounts": mounts}))
+                .spec(json!({"volumes": volumes}))
+                .json(),
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     let uid = pod["metadata"]["uid"]
         .as_str()
@@ -49,9 +57,11 @@ async fn thirty_volumes_of_one_pod_are_watched_over_two_http2_connections() {
         .join(&uid)
         .join("volumes/kubernetes.io~configmap");
     for i in 0..30 {
-        wait_for_content(&dir.join(format!("v{i}/k")), format!("v{i}").as_bytes()).await;
+        wait_for_content(&dir.join(format!("v{i}/k")), format!("v{i}").as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
-    tokio::time::timeout(SAFETY, async {
+    tokio::time::timeout(PATIENCE, async {
         while h.open_watches("configmaps", None, None) < 30 {
             poll_pause().await;
         }
@@ -66,10 +76,15 @@ async fn thirty_volumes_of_one_pod_are_watched_over_two_http2_connections() {
     assert_eq!(open.http2, 2, "{open:?}");
 
     // An update still arrives over the shared connection.
-    h.update(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm-7", "namespace": "default"}, "data": {"k": "new"}}))
+    h.update(
+        ConfigMapBuilder::new("default", "cm-7")
+            .data("k", "new")
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_content(&dir.join("v7/k"), b"new")
+        .await
         .unwrap_or_else(|e| panic!("{e}"));
-    wait_for_content(&dir.join("v7/k"), b"new").await;
 
     let text = agent.metrics_text();
     let line = text
