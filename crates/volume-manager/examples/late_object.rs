@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, PodUid, VolumeManager};
@@ -62,27 +63,24 @@ const CASES: [Case; 5] = [
     },
 ];
 
+/// ConfigMap `default/<name>` with `other` (and `k` if `with_key`).
 fn config_map(name: &str, with_key: bool) -> Value {
-    let data = if with_key {
-        json!({"k": "v", "other": "o"})
-    } else {
-        json!({"other": "o"})
-    };
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": "default"}, "data": data})
+    let cm = ConfigMapBuilder::new("default", name).data("other", "o");
+    if with_key { cm.data("k", "v") } else { cm }.json()
 }
 
+/// The case's pod: ConfigMap `case.name` as volume `cfg` (only key `k` if `missing_key`).
 fn pod(case: &Case) -> Value {
     let volume = if case.missing_key {
         json!({"name": "cfg", "configMap": {"name": case.name, "items": [{"key": "k", "path": "k"}]}})
     } else {
         json!({"name": "cfg", "configMap": {"name": case.name}})
     };
-    json!({"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": case.name, "namespace": "default"},
-           "spec": {"containers": [{"name": "c", "image": "busybox",
-                                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
-                    "volumes": [volume]}})
+    PodBuilder::new("default", case.name)
+        .container(json!({"name": "c", "image": "busybox",
+            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}))
+        .volume(volume)
+        .json()
 }
 
 #[tokio::main]

@@ -325,12 +325,11 @@ mod fake {
 mod tests {
     use super::*;
 
+    /// Pod `ns/p` with UID `uid`.
     fn pod(uid: &str) -> Pod {
-        let mut pod = Pod::default();
-        pod.metadata.uid = Some(uid.into());
-        pod.metadata.name = Some("p".into());
-        pod.metadata.namespace = Some("ns".into());
-        pod
+        nodelet_object_manager::testutil::PodBuilder::new("ns", "p")
+            .uid(uid)
+            .build()
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use nodelet_object_manager::source::FakeSource;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::token::FakeTokenSource;
@@ -38,30 +39,28 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Pod `i` mounts object `i % OBJECTS` (optional) and object `(i + 1) % OBJECTS` (optional).
+/// Pod `ns/p<i>` (UID `uid-<i>`) mounts object `i % OBJECTS` (optional) and object
+/// `(i + 1) % OBJECTS` (optional) as volumes `v0` and `v1`, at `/v0` and `/v1`.
 fn pod(i: usize) -> Pod {
-    let volumes: Vec<_> = [i % OBJECTS, (i + 1) % OBJECTS]
+    let pod = PodBuilder::new("ns", &format!("p{i}"))
+        .uid(&format!("uid-{i}"))
+        .container(json!({"name": "c", "volumeMounts": [
+            {"name": "v0", "mountPath": "/v0"}, {"name": "v1", "mountPath": "/v1"}]}));
+    [i % OBJECTS, (i + 1) % OBJECTS]
         .iter()
         .enumerate()
-        .map(|(n, o)| {
-            json!({"name": format!("v{n}"),
-            "configMap": {"name": format!("cm{o}"), "optional": true, "defaultMode": 420}})
+        .fold(pod, |p, (n, o)| {
+            p.volume(json!({"name": format!("v{n}"),
+                "configMap": {"name": format!("cm{o}"), "optional": true, "defaultMode": 420}}))
         })
-        .collect();
-    let mounts: Vec<_> = (0..2)
-        .map(|n| json!({"name": format!("v{n}"), "mountPath": format!("/v{n}")}))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("p{i}"), "namespace": "ns", "uid": format!("uid-{i}")},
-        "spec": {"containers": [{"name": "c", "volumeMounts": mounts}], "volumes": volumes}
-    }))
-    .unwrap()
+        .build()
 }
 
+/// Object `cm<o>` with key `value` = `value` (the namespace comes from `FakeSource::apply`).
 fn object(o: usize, value: u8) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": format!("cm{o}")},
-        "data": {"value": value.to_string()}}))
-    .unwrap()
+    ConfigMapBuilder::new("", &format!("cm{o}"))
+        .data("value", &value.to_string())
+        .build()
 }
 
 /// What the model says is on disk: (pod uid, volume) → files.
@@ -163,7 +162,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
     }
     let want = expected(&desired, &objects);
     let mut rx = vm.subscribe();
-    let settled = tokio::time::timeout(Duration::from_secs(30), async {
+    let settled = tokio::time::timeout(PATIENCE, async {
         loop {
             rx.borrow_and_update();
             if on_disk(root.path()) == want {

@@ -4,8 +4,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use nodelet_object_manager::source::FakeSource;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::token::FakeTokenSource;
@@ -24,9 +25,10 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     let source = Arc::new(FakeSource::<ConfigMap>::new());
     source.apply(
         "ns",
-        serde_json::from_value(json!({"metadata": {"name": "cm"},
-            "data": {"a": "1", "b": "2"}}))
-        .unwrap(),
+        ConfigMapBuilder::new("", "cm")
+            .data("a", "1")
+            .data("b", "2")
+            .build(),
     );
     let configmaps =
         ConfigMapManager::with_sources(source, None, ManagerConfig::default()).unwrap();
@@ -51,17 +53,17 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     let token = shutdown.clone();
     let run = tokio::spawn(async move { runner.run(token).await });
 
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-        "spec": {"containers": [{"name": "c", "volumeMounts": [
-                    {"name": "cfg", "mountPath": "/cfg"},
-                    {"name": "inner", "mountPath": "/cfg/inner"}]}],
-                 "volumes": [
-                    {"name": "cfg", "configMap": {"name": "cm", "defaultMode": 0o644,
-                        "items": [{"key": "a", "path": "sub/dir/a"}, {"key": "b", "path": "b"}]}},
-                    {"name": "inner", "emptyDir": {}}]}
-    }))
-    .unwrap();
+    let pod = PodBuilder::new("ns", "p")
+        .uid("u1")
+        .container(json!({"name": "c", "volumeMounts": [
+            {"name": "cfg", "mountPath": "/cfg"},
+            {"name": "inner", "mountPath": "/cfg/inner"}]}))
+        .volume(
+            json!({"name": "cfg", "configMap": {"name": "cm", "defaultMode": 0o644,
+            "items": [{"key": "a", "path": "sub/dir/a"}, {"key": "b", "path": "b"}]}}),
+        )
+        .volume(json!({"name": "inner", "emptyDir": {}}))
+        .build();
     configmaps.register_pod(&pod);
     vm.wait_for_attach_and_mount(&pod).await.unwrap();
 

@@ -364,17 +364,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The kubelet test's pod, bound to `node-1`, with both IP families in its status.
     fn pod() -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "test_pod", "namespace": "test_ns", "uid": "test_uid",
-                "labels": {"key1": "value1", "key2": "value2"},
-                "annotations": {"a1": "x\"y\nz", "a2": "plain", "a3": "tab\there\u{1}é"}},
-            "spec": {"nodeName": "node-1", "serviceAccountName": "sa",
-                "containers": [{"name": "c"}]},
-            "status": {"hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}],
-                "podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}, {"ip": "fd01::5"}]}
-        }))
-        .unwrap()
+        nodelet_object_manager::testutil::PodBuilder::new("test_ns", "test_pod")
+            .uid("test_uid")
+            .label("key1", "value1")
+            .label("key2", "value2")
+            .annotation("a1", "x\"y\nz")
+            .annotation("a2", "plain")
+            .annotation("a3", "tab\there\u{1}é")
+            .node("node-1")
+            .service_account("sa")
+            .status(
+                json!({"hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}],
+                "podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}, {"ip": "fd01::5"}]}),
+            )
+            .build()
     }
 
     fn env(path: &str) -> Result<String, DownwardError> {

@@ -248,16 +248,19 @@ mod tests {
 
     const NANO: i128 = 1_000_000_000;
 
+    /// Pod `p`: container `c` with limits and requests, container `bare` without, and init
+    /// container `init` with a CPU limit.
     fn pod() -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {"containers": [{"name": "c", "resources": {
+        nodelet_object_manager::testutil::PodBuilder::new("", "p")
+            .container(serde_json::json!({"name": "c", "resources": {
                 "limits": {"cpu": "1250m", "memory": "64Mi", "hugepages-2Mi": "4Mi"},
                 "requests": {"cpu": "250m", "memory": "32Mi"}
-            }}, {"name": "bare"}],
-            "initContainers": [{"name": "init", "resources": {"limits": {"cpu": "3"}}}]}
-        }))
-        .unwrap()
+            }}))
+            .container(serde_json::json!({"name": "bare"}))
+            .init_container(
+                serde_json::json!({"name": "init", "resources": {"limits": {"cpu": "3"}}}),
+            )
+            .build()
     }
 
     fn alloc() -> NodeAllocatable {

@@ -90,14 +90,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The kubelet test's pod: `test_ns/test_pod`, two labels, two annotations.
     fn pod() -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "test_pod", "namespace": "test_ns", "uid": "test_uid",
-                "labels": {"key1": "value1", "key2": "value2"},
-                "annotations": {"a1": "x\"y\nz", "a2": "plain"}},
-            "spec": {"containers": [{"name": "c"}]}
-        }))
-        .unwrap()
+        nodelet_object_manager::testutil::PodBuilder::new("test_ns", "test_pod")
+            .uid("test_uid")
+            .label("key1", "value1")
+            .label("key2", "value2")
+            .annotation("a1", "x\"y\nz")
+            .annotation("a2", "plain")
+            .build()
     }
 
     fn data(field: &str) -> Result<String, SetUpError> {

@@ -166,12 +166,11 @@ mod tests {
         assert_eq!(fs::symlink_metadata(root.join("a")).unwrap().gid(), gid);
     }
 
+    /// Pod `p` whose one container `c` has the volume mounts `mounts`.
     fn pod(mounts: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {"containers": [{"name": "c", "volumeMounts": mounts}]}
-        }))
-        .unwrap()
+        nodelet_object_manager::testutil::PodBuilder::new("", "p")
+            .container(serde_json::json!({"name": "c", "volumeMounts": mounts}))
+            .build()
     }
 
     // PL-12: nested mounts below an already chosen nested mount are skipped.

@@ -105,25 +105,13 @@ pub fn secret_payload(
 mod tests {
     //! Ports of the kubelet's `TestMakePayload` cases (PL-16) for both plugins.
     use super::*;
-    use k8s_openapi::ByteString;
-    use serde_json::json;
+    use nodelet_object_manager::testutil::{ConfigMapBuilder, SecretBuilder};
 
-    fn cm(data: serde_json::Value, binary: serde_json::Value) -> ConfigMap {
-        serde_json::from_value(
-            json!({"metadata": {"name": "cm"}, "data": data, "binaryData": binary}),
-        )
-        .unwrap()
-    }
-
+    /// Secret `s` with `data` (key, text).
     fn secret(data: &[(&str, &str)]) -> Secret {
-        Secret {
-            data: Some(
-                data.iter()
-                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
-                    .collect(),
-            ),
-            ..Secret::default()
-        }
+        data.iter()
+            .fold(SecretBuilder::new("", "s"), |s, (k, v)| s.data(k, v))
+            .build()
     }
 
     fn items(list: &[(&str, &str, Option<i32>)]) -> Vec<KeyToPath> {
@@ -147,7 +135,10 @@ mod tests {
     }
 
     fn two_keys() -> ConfigMap {
-        cm(json!({"foo": "foo", "bar": "bar"}), json!(null))
+        ConfigMapBuilder::new("", "cm")
+            .data("foo", "foo")
+            .data("bar", "bar")
+            .build()
     }
 
     #[test]
@@ -161,7 +152,9 @@ mod tests {
 
     #[test]
     fn no_overrides_binary_data_projects_raw_bytes() {
-        let c = cm(json!(null), json!({"dump.bin": "3sr+utD+/w=="}));
+        let c = ConfigMapBuilder::new("", "cm")
+            .binary_data("dump.bin", &[0xde, 0xca, 0xfe, 0xba, 0xd0, 0xfe, 0xff])
+            .build();
         let p = config_map_payload(None, &c, Some(0o644), false).unwrap();
         assert_eq!(
             files(&p),
@@ -175,7 +168,10 @@ mod tests {
 
     #[test]
     fn no_overrides_mixed_data_projects_text_and_binary_keys() {
-        let c = cm(json!({"foo": "foo"}), json!({"bar": "YmFy"}));
+        let c = ConfigMapBuilder::new("", "cm")
+            .data("foo", "foo")
+            .binary_data("bar", b"bar")
+            .build();
         let p = config_map_payload(None, &c, Some(0o644), false).unwrap();
         assert_eq!(
             files(&p),

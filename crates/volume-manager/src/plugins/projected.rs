@@ -209,6 +209,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::Pod;
     use nodelet_object_manager::source::FakeSource;
+    use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
     use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
     use serde_json::json;
 
@@ -222,16 +223,13 @@ mod tests {
         let cms = FakeSource::<ConfigMap>::new();
         cms.apply(
             "ns",
-            serde_json::from_value(json!({"metadata": {"name": "cm"},
-                "data": {"a": "1", "b": "2"}}))
-            .unwrap(),
+            ConfigMapBuilder::new("", "cm")
+                .data("a", "1")
+                .data("b", "2")
+                .build(),
         );
         let secrets = FakeSource::<Secret>::new();
-        secrets.apply(
-            "ns",
-            serde_json::from_value(json!({"metadata": {"name": "s"}, "data": {"x": "eA=="}}))
-                .unwrap(),
-        );
+        secrets.apply("ns", SecretBuilder::new("", "s").data("x", "x").build());
         VolumeHost::new(
             "/nonexistent".into(),
             ConfigMapManager::with_sources(Arc::new(cms), None, mc.clone()).unwrap(),
@@ -243,13 +241,13 @@ mod tests {
         )
     }
 
+    /// Pod `ns/p` of service account `sa` with the one volume `volume`.
     fn pod(volume: serde_json::Value) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"serviceAccountName": "sa", "containers": [{"name": "c"}],
-                     "volumes": [volume]}
-        }))
-        .unwrap()
+        PodBuilder::new("ns", "p")
+            .uid("u")
+            .service_account("sa")
+            .volume(volume)
+            .build()
     }
 
     async fn collect(

@@ -94,9 +94,12 @@ async fn default_modes_mappings_and_item_modes_are_applied() {
 #[tokio::test]
 async fn binary_data_is_projected_byte_exact() {
     let env = Env::start().await;
-    env.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cm", "namespace": "default"},
-        "data": {"data-1": "value-1"}, "binaryData": {"dump.bin": "3sr+utD+/w=="}}));
+    env.create(
+        ConfigMapBuilder::new("default", "cm")
+            .data("data-1", "value-1")
+            .binary_data("dump.bin", &[0xde, 0xca, 0xfe, 0xba, 0xd0, 0xfe, 0xff])
+            .json(),
+    );
     let pod = env.create_pod("p", json!([{"name": "cfg", "configMap": {"name": "cm"}}]));
     env.add_and_mount(&pod).await;
     let dir = env.dir(&pod, CM, "cfg");
@@ -342,15 +345,12 @@ async fn fs_group_ownership_is_applied_with_the_current_gid() {
     let env = Env::start().await;
     env.create(config_map("cm", fixture_data()));
     let gid = nix::unistd::getegid().as_raw();
-    let pod = env.create_pod_json(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"securityContext": {"fsGroup": gid},
+    let pod = env.create_pod_json(PodBuilder::new("default", "p").spec(json!({"securityContext": {"fsGroup": gid},
                  "containers": [{"name": "c", "image": "x",
                      "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}],
                  "volumes": [{"name": "cfg", "configMap": {"name": "cm", "defaultMode": 0o440,
-                     "items": [{"key": "data-1", "path": "a"}, {"key": "data-2", "path": "b", "mode": 0o600}]}}]}
-    }));
+                     "items": [{"key": "data-1", "path": "a"}, {"key": "data-2", "path": "b", "mode": 0o600}]}}]
+    })).json());
     env.add_and_mount(&pod).await;
     let dir = env.dir(&pod, CM, "cfg");
     let m = modes(&dir);
@@ -367,15 +367,15 @@ async fn nested_mountpoints_are_created_inside_the_outer_volume() {
     let env = Env::start().await;
     env.create(config_map("cm", fixture_data()));
     env.create(secret("s", &[("k", "v")]));
-    let pod = env.create_pod_json(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x", "volumeMounts": [
-                    {"name": "cfg", "mountPath": "/etc/app"},
-                    {"name": "sec", "mountPath": "/etc/app/secrets"}]}],
-                 "volumes": [{"name": "cfg", "configMap": {"name": "cm"}},
-                             {"name": "sec", "secret": {"secretName": "s"}}]}
-    }));
+    let pod = env.create_pod_json(
+        PodBuilder::new("default", "p")
+            .container(json!({"name": "c", "image": "x", "volumeMounts": [
+                {"name": "cfg", "mountPath": "/etc/app"},
+                {"name": "sec", "mountPath": "/etc/app/secrets"}]}))
+            .config_map_volume("cfg", "cm")
+            .secret_volume("sec", "s")
+            .json(),
+    );
     env.add_and_mount(&pod).await;
     let nested = env.dir(&pod, CM, "cfg").join("secrets");
     assert!(nested.is_dir() && !fs::symlink_metadata(&nested).unwrap().is_symlink());

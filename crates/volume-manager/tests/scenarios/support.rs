@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
@@ -18,8 +17,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Safety net only: no test asserts on time; a condition not reached by then is a failure.
-pub(crate) const SAFETY_NET: Duration = Duration::from_secs(60);
+// The workspace's shared fixtures, for every scenario file (`use crate::support::*`).
+pub(crate) use nodelet_object_manager::testutil::{
+    ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder,
+};
 
 /// Options of [`Env::start_with`].
 pub(crate) struct Options {
@@ -190,18 +191,16 @@ impl Env {
     /// Creates the pod in the API server (defaulting applies: defaultMode 0644, uid) and
     /// returns it.
     pub(crate) fn create_pod(&self, name: &str, volumes: Value) -> Arc<Pod> {
+        let volumes = volumes.as_array().unwrap();
         let mounts: Vec<Value> = volumes
-            .as_array()
-            .unwrap()
             .iter()
             .map(|v| json!({"name": v["name"], "mountPath": format!("/mnt/{}", v["name"].as_str().unwrap())}))
             .collect();
-        self.create_pod_json(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
-            "spec": {"containers": [{"name": "c", "image": "busybox", "volumeMounts": mounts}],
-                     "volumes": volumes}
-        }))
+        let pod = PodBuilder::new("default", name)
+            .label("app", name)
+            .container(json!({"name": "c", "image": "busybox", "volumeMounts": mounts}));
+        let pod = volumes.iter().cloned().fold(pod, PodBuilder::volume);
+        self.create_pod_json(pod.json())
     }
 
     pub(crate) fn create_pod_json(&self, pod: Value) -> Arc<Pod> {
@@ -249,7 +248,7 @@ impl Env {
                 }
             }
         };
-        if tokio::time::timeout(SAFETY_NET, wait).await.is_err() {
+        if tokio::time::timeout(PATIENCE, wait).await.is_err() {
             panic!("condition never reached: {what}");
         }
         assert!(cond(), "manager stopped before: {what}");
@@ -270,7 +269,7 @@ pub(crate) fn volume_dir(root: &Path, pod: &Pod, plugin: &str, volume: &str) -> 
 
 /// Awaits `f` with the safety net.
 pub(crate) async fn within<F: Future>(f: F) -> F::Output {
-    match tokio::time::timeout(SAFETY_NET, f).await {
+    match tokio::time::timeout(PATIENCE, f).await {
         Ok(v) => v,
         Err(_) => panic!("operation did not finish within the safety net"),
     }
@@ -301,22 +300,23 @@ pub(crate) fn text(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// ConfigMap `default/<name>` with `data` (a JSON object of strings), as its manifest.
 pub(crate) fn config_map(name: &str, data: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": "default"}, "data": data})
+    let data = data.as_object().unwrap();
+    data.iter()
+        .fold(ConfigMapBuilder::new("default", name), |cm, (k, v)| {
+            cm.data(k, v.as_str().unwrap())
+        })
+        .json()
 }
 
+/// Secret `default/<name>` with `data` (key, text), as its manifest.
 pub(crate) fn secret(name: &str, data: &[(&str, &str)]) -> Value {
-    use base64::Engine as _;
-    let data: serde_json::Map<String, Value> = data
-        .iter()
-        .map(|(k, v)| {
-            let b = base64::engine::general_purpose::STANDARD.encode(v.as_bytes());
-            ((*k).to_owned(), Value::String(b))
+    data.iter()
+        .fold(SecretBuilder::new("default", name), |s, (k, v)| {
+            s.data(k, v)
         })
-        .collect();
-    json!({"apiVersion": "v1", "kind": "Secret",
-           "metadata": {"name": name, "namespace": "default"}, "data": data})
+        .json()
 }
 
 /// The E2E fixture: `data-1..3 = value-1..3`.

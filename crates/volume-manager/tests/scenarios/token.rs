@@ -83,15 +83,13 @@ async fn a_token_with_fs_group_and_run_as_user_is_0640_and_owned_by_the_user() {
     let env = Env::start().await;
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
-    let pod = env.create_pod_json(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"securityContext": {"fsGroup": gid, "runAsUser": uid},
+    let pod = env.create_pod_json(PodBuilder::new("default", "p").spec(json!({
+                 "securityContext": {"fsGroup": gid, "runAsUser": uid},
                  "containers": [{"name": "c", "image": "x",
                      "volumeMounts": [{"name": "tok", "mountPath": "/t"}]}],
                  "volumes": [{"name": "tok", "projected": {"defaultMode": 0o644, "sources": [
-                     {"serviceAccountToken": {"path": "token"}}]}}]}
-    }));
+                     {"serviceAccountToken": {"path": "token"}}]}}]
+    })).json());
     env.add_and_mount(&pod).await;
     let dir = env.dir(&pod, PROJECTED, "tok");
     assert_eq!(modes(&dir)["token"], 0o640);

@@ -139,19 +139,22 @@ async fn deleting_a_non_optional_object_keeps_the_last_content_and_reports_it() 
 async fn an_immutable_object_keeps_its_volume_content() {
     let env = Env::start_with(options()).await;
     env.create(
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "immutable": true,
-        "metadata": {"name": "frozen", "namespace": "default"}, "data": {"k": "v1"}}),
+        ConfigMapBuilder::new("default", "frozen")
+            .data("k", "v1")
+            .immutable()
+            .json(),
     );
     let pod = env.create_pod(
         "p",
         json!([{"name": "cfg", "configMap": {"name": "frozen"}}]),
     );
     env.add_and_mount(&pod).await;
-    let rejected = env
-        .api
-        .update(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "immutable": true, "metadata": {"name": "frozen", "namespace": "default"},
-        "data": {"k": "v2"}}));
+    let rejected = env.api.update(
+        ConfigMapBuilder::new("default", "frozen")
+            .data("k", "v2")
+            .immutable()
+            .json(),
+    );
     assert!(rejected.is_err());
     env.vm.update_pod(pod.clone());
     within(env.vm.wait_for_attach_and_mount(&pod))
