@@ -2,6 +2,7 @@
 
 use nodelet_object_manager::Strategy;
 use nodelet_object_manager::source::Verb;
+use nodelet_object_manager::testutil::ConfigMapBuilder;
 use nodelet_podworker::{
     ContainerEnv, EnvError, EnvFromNameCheck, EnvOptions, INVALID_ENV_NAMES, resolve_env,
 };
@@ -105,9 +106,12 @@ async fn pw9_later_env_from_sources_overwrite_earlier_ones_and_env_overrides_env
 #[tokio::test]
 async fn pw9_env_from_ignores_binary_data_and_pw10_key_refs_do_not_consult_it() {
     let api = api(Strategy::Watch);
-    api.configmap_json(
+    api.configmaps.apply(
         "ns",
-        json!({"metadata": {"name": "bin"}, "data": {"text": "t"}, "binaryData": {"blob": "3q2+7w=="}}),
+        ConfigMapBuilder::new("", "bin")
+            .data("text", "t")
+            .binary_data("blob", &[0xde, 0xad, 0xbe, 0xef])
+            .build(),
     );
     let p = pod(json!({"envFrom": [{"configMapRef": {"name": "bin"}}]}));
     api.register(&p);

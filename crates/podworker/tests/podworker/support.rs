@@ -1,9 +1,10 @@
-//! Fixtures: managers over fake sources, objects from JSON, pods.
+//! Fixtures: managers over fake sources; objects and pods from the shared builders.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use nodelet_object_manager::source::FakeSource;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_podworker::EnvSources;
 use serde_json::{Value, json};
@@ -52,28 +53,28 @@ impl Api {
         self
     }
 
+    /// Applies ConfigMap `namespace/name` with `data` (a JSON object of strings).
     pub(crate) fn configmap(&self, namespace: &str, name: &str, data: Value) {
-        let cm = from(json!({"metadata": {"name": name}, "data": data}));
-        self.configmaps.apply(namespace, cm);
-    }
-
-    pub(crate) fn configmap_json(&self, namespace: &str, object: Value) {
-        self.configmaps.apply(namespace, from(object));
-    }
-
-    pub(crate) fn secret(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
-        use base64::Engine as _;
-        let data: serde_json::Map<String, Value> = data
+        let data = data
+            .as_object()
+            .unwrap_or_else(|| panic!("data is not an object"));
+        let cm = data
             .iter()
-            .map(|(k, v)| {
-                (
-                    (*k).to_owned(),
-                    json!(base64::engine::general_purpose::STANDARD.encode(v)),
+            .fold(ConfigMapBuilder::new("", name), |cm, (k, v)| {
+                cm.data(
+                    k,
+                    v.as_str().unwrap_or_else(|| panic!("{k} is not a string")),
                 )
-            })
-            .collect();
-        let s = from(json!({"metadata": {"name": name}, "data": data}));
-        self.secrets.apply(namespace, s);
+            });
+        self.configmaps.apply(namespace, cm.build());
+    }
+
+    /// Applies Secret `namespace/name` with `data` (key, text).
+    pub(crate) fn secret(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+        let s = data
+            .iter()
+            .fold(SecretBuilder::new("", name), |s, (k, v)| s.data(k, v));
+        self.secrets.apply(namespace, s.build());
     }
 
     pub(crate) fn register(&self, pod: &Pod) {
@@ -82,27 +83,26 @@ impl Api {
     }
 }
 
-pub(crate) fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture: {e}"))
-}
-
-/// A pod in `ns` with uid `u1` and one container `c` with `container` merged in.
+/// A pod `ns/web` (uid `u1`, label `app=web`, annotation `note=hi`, bound to `node-1`, with
+/// host and pod IPs) and one container `c` (`busybox`) with the keys of `container` merged in.
 pub(crate) fn pod(container: Value) -> Pod {
     pod_with(json!({}), container)
 }
 
-/// Like [`pod`] with extra `spec` fields.
+/// Like [`pod`] with the keys of `spec` merged into the spec.
 pub(crate) fn pod_with(spec: Value, container: Value) -> Pod {
     let mut c = json!({"name": "c", "image": "busybox"});
     merge(&mut c, container);
-    let mut s = json!({"enableServiceLinks": true, "nodeName": "node-1", "containers": [c]});
-    merge(&mut s, spec);
-    from(json!({
-        "metadata": {"namespace": "ns", "name": "web", "uid": "u1",
-                     "labels": {"app": "web"}, "annotations": {"note": "hi"}},
-        "spec": s,
-        "status": {"hostIP": "10.0.0.1", "podIP": "10.1.0.5"},
-    }))
+    PodBuilder::new("ns", "web")
+        .uid("u1")
+        .label("app", "web")
+        .annotation("note", "hi")
+        .node("node-1")
+        .spec(json!({"enableServiceLinks": true}))
+        .container(c)
+        .spec(spec)
+        .status(json!({"hostIP": "10.0.0.1", "podIP": "10.1.0.5"}))
+        .build()
 }
 
 pub(crate) fn first_container(pod: &Pod) -> Container {
