@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::{
     Config, EventSink, EventType, KubeTokenSource, PodUid, VolumeManager,
@@ -95,16 +96,21 @@ fn ms(d: Duration) -> String {
 
 async fn propagation(bed: &Bed, updates: usize) {
     bed.api
-        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "latency", "namespace": "default"}, "data": {"key": "0"}}))
+        .create(
+            ConfigMapBuilder::new("default", "latency")
+                .data("key", "0")
+                .json(),
+        )
         .unwrap();
     let pod: Pod = serde_json::from_value(
         bed.api
-            .create(json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "latency", "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "x",
-                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
-                    "volumes": [{"name": "cfg", "configMap": {"name": "latency"}}]}}))
+            .create(
+                PodBuilder::new("default", "latency")
+                    .container(json!({"name": "c", "image": "x",
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}))
+                    .config_map_volume("cfg", "latency")
+                    .json(),
+            )
             .unwrap(),
     )
     .unwrap();
@@ -124,10 +130,9 @@ async fn propagation(bed: &Bed, updates: usize) {
     let mut samples = Vec::with_capacity(updates);
     for i in 1..=updates {
         let value = i.to_string();
-        let cm: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "latency", "namespace": "default"},
-            "data": {"key": value}}))
-        .unwrap();
+        let cm = ConfigMapBuilder::new("default", "latency")
+            .data("key", &value)
+            .build();
         rx.borrow_and_update();
         let start = Instant::now();
         api.replace("latency", &PostParams::default(), &cm)
@@ -152,34 +157,45 @@ async fn propagation(bed: &Bed, updates: usize) {
 
 fn create_pods(api: &ServerHandle, round: usize) -> Vec<Arc<Pod>> {
     let ns = "default";
-    let _ = api.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "kube-root-ca.crt", "namespace": ns},
-        "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nMIIB...\n-----END CERTIFICATE-----\n"}}));
+    let _ = api.create(
+        ConfigMapBuilder::new(ns, "kube-root-ca.crt")
+            .data(
+                "ca.crt",
+                "-----BEGIN CERTIFICATE-----\nMIIB...\n-----END CERTIFICATE-----\n",
+            )
+            .json(),
+    );
     (0..PODS)
         .map(|i| {
             let name = format!("r{round}-p{i}");
-            api.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("{name}-cfg"), "namespace": ns},
-                "data": {"app.conf": format!("pod = {name}\n"), "other": "x"}}))
-                .unwrap();
-            api.create(json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("{name}-sec"), "namespace": ns},
-                "data": {"password": "aHVudGVyMg=="}}))
-                .unwrap();
+            api.create(
+                ConfigMapBuilder::new(ns, &format!("{name}-cfg"))
+                    .data("app.conf", &format!("pod = {name}\n"))
+                    .data("other", "x")
+                    .json(),
+            )
+            .unwrap();
+            api.create(
+                SecretBuilder::new(ns, &format!("{name}-sec"))
+                    .data("password", "hunter2")
+                    .json(),
+            )
+            .unwrap();
             let stored = api
-                .create(json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {"containers": [{"name": "c", "image": "x", "volumeMounts": [
-                        {"name": "cfg", "mountPath": "/cfg"},
-                        {"name": "sec", "mountPath": "/sec"},
-                        {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
-                    "volumes": [
-                        {"name": "cfg", "configMap": {"name": format!("{name}-cfg")}},
-                        {"name": "sec", "secret": {"secretName": format!("{name}-sec")}},
-                        {"name": "kube-api-access", "projected": {"sources": [
+                .create(
+                    PodBuilder::new(ns, &name)
+                        .container(json!({"name": "c", "image": "x", "volumeMounts": [
+                            {"name": "cfg", "mountPath": "/cfg"},
+                            {"name": "sec", "mountPath": "/sec"},
+                            {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}))
+                        .config_map_volume("cfg", &format!("{name}-cfg"))
+                        .secret_volume("sec", &format!("{name}-sec"))
+                        .volume(json!({"name": "kube-api-access", "projected": {"sources": [
                             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
                             {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}]}}))
+                            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}))
+                        .json(),
+                )
                 .unwrap();
             Arc::new(serde_json::from_value(stored).unwrap())
         })
