@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, User};
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
 const PODS: usize = 110;
@@ -77,6 +78,14 @@ async fn wait_for(path: &Path, expected: &[u8]) {
     }
 }
 
+/// ConfigMap `default/cm-<i>` with `data-1` = `data_1` and `data-2` = `value-2`.
+fn config_map(i: usize, data_1: &str) -> serde_json::Value {
+    ConfigMapBuilder::new("default", &format!("cm-{i}"))
+        .data("data-1", data_1)
+        .data("data-2", "value-2")
+        .json()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -117,26 +126,28 @@ async fn run() {
     let mut files = Vec::new();
     for i in 0..PODS {
         let ns = "default";
-        h.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{i}"), "namespace": ns},
-            "data": {"data-1": "value-1", "data-2": "value-2"}}))
+        h.create(config_map(i, "value-1"))
             .unwrap_or_else(|e| panic!("{e}"));
-        h.create(json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("s-{i}"), "namespace": ns},
-            "data": {"data-1": "dmFsdWUtMQ=="}}))
-            .unwrap_or_else(|e| panic!("{e}"));
+        h.create(
+            SecretBuilder::new(ns, &format!("s-{i}"))
+                .data("data-1", "value-1")
+                .json(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let pod = h
-            .create(json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("p-{i}"), "namespace": ns},
-                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x",
-                    "volumeMounts": [{"name": "cm", "mountPath": "/cm"}, {"name": "s", "mountPath": "/s"},
-                                     {"name": "pr", "mountPath": "/pr"}]}],
-                    "volumes": [
-                        {"name": "cm", "configMap": {"name": format!("cm-{i}")}},
-                        {"name": "s", "secret": {"secretName": format!("s-{i}")}},
-                        {"name": "pr", "projected": {"sources": [
-                            {"configMap": {"name": format!("cm-{i}")}},
-                            {"secret": {"name": format!("s-{i}")}}]}}]}}))
+            .create(
+                PodBuilder::new(ns, &format!("p-{i}"))
+                    .node(NODE)
+                    .container(json!({"name": "c", "image": "x",
+                        "volumeMounts": [{"name": "cm", "mountPath": "/cm"}, {"name": "s", "mountPath": "/s"},
+                                         {"name": "pr", "mountPath": "/pr"}]}))
+                    .config_map_volume("cm", &format!("cm-{i}"))
+                    .secret_volume("s", &format!("s-{i}"))
+                    .volume(json!({"name": "pr", "projected": {"sources": [
+                        {"configMap": {"name": format!("cm-{i}")}},
+                        {"secret": {"name": format!("s-{i}")}}]}}))
+                    .json(),
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         let uid = pod["metadata"]["uid"]
             .as_str()
@@ -180,9 +191,7 @@ async fn run() {
         let i = n % PODS;
         let value = format!("update-{n}");
         let t = Instant::now();
-        h.update(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
-            "data": {"data-1": value, "data-2": "value-2"}}))
+        h.update(config_map(i, &value))
             .unwrap_or_else(|e| panic!("{e}"));
         wait_for(&files[i * 3], value.as_bytes()).await;
         latencies.push(t.elapsed());
