@@ -9,7 +9,7 @@ use kube::api::PostParams;
 use nodelet_apiserver::{Config, User};
 use serde_json::{Value, json};
 
-use super::{client_for, start, status};
+use super::{client_for, pod_json, start, status};
 
 fn decode(part: &str) -> Vec<u8> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -31,8 +31,7 @@ async fn a_bound_token_carries_the_upstream_claims_and_verifies_with_the_publish
     let server = start(Config::default()).await;
     let h = server.handle();
     let pod = h
-        .create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .create(pod_json("default", "web", json!({})))
         .expect("pod");
     let sa = h
         .get("v1", "ServiceAccount", Some("default"), "default")

@@ -8,7 +8,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use serde_json::json;
 
-use super::{cm, cms, start, status};
+use super::{cm, cm_json, cms, start, status};
 
 #[tokio::test]
 async fn version_and_discovery_describe_the_served_resources() {
@@ -113,9 +113,7 @@ async fn leases_are_created_on_update_and_json_patches_apply() {
     api.create(&PostParams::default(), &cm("a", "k", "v"))
         .await
         .expect("create");
-    let ssa = Patch::Apply(
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"x": "y"}}),
-    );
+    let ssa = Patch::Apply(cm_json("", "b", "x", "y"));
     api.patch("b", &PatchParams::apply("test"), &ssa)
         .await
         .expect("apply creates");

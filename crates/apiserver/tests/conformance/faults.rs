@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
-use super::{cm, cms, start, status};
+use super::{cm, cm_json, cms, start, status};
 
 #[tokio::test]
 async fn injected_errors_answer_the_next_requests_with_a_status_body() {
@@ -116,9 +116,7 @@ async fn requests_are_counted_by_verb_resource_namespace_and_name() {
 async fn the_store_can_be_seeded_and_read_without_http() {
     let (server, client) = start().await;
     let handle = server.handle();
-    let created = handle
-        .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"k": "1"}}))
-        .expect("create");
+    let created = handle.create(cm_json("", "s", "k", "1")).expect("create");
     assert_eq!(created["metadata"]["namespace"], "default");
     let via_http: ConfigMap = cms(&client).get("s").await.expect("visible over HTTP");
     assert_eq!(

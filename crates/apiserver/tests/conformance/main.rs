@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use nodelet_apiserver::{ApiServer, Config};
 
-pub(crate) use common::{PATIENCE, cm, pod};
+pub(crate) use common::{PATIENCE, cm, cm_json, pod};
 
 /// A started server and an admin client for it.
 pub(crate) async fn start() -> (ApiServer, kube::Client) {
