@@ -149,11 +149,21 @@ async fn the_node_identity_may_create_and_patch_core_v1_events() {
     })
     .await;
     let user = format!("system:node:{NODE}");
-    let mine: Vec<_> = h
-        .requests()
-        .into_iter()
-        .filter(|r| r.user.as_deref() == Some(user.as_str()) && r.resource == "events")
-        .collect();
+    let node_event_requests = || -> Vec<_> {
+        h.requests()
+            .into_iter()
+            .filter(|r| r.user.as_deref() == Some(user.as_str()) && r.resource == "events")
+            .collect()
+    };
+    // The server records a request after answering it, so the patch that raised the count may
+    // be visible in the store a moment before its record: wait (bounded) for the record.
+    let _ = tokio::time::timeout(PATIENCE, async {
+        while !node_event_requests().iter().any(|r| r.verb == "patch") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let mine = node_event_requests();
     assert!(
         mine.iter()
             .any(|r| r.verb == "create" && r.api_group.is_empty() && r.status == 201),
