@@ -10,8 +10,12 @@
 //! # Principal types
 //!
 //! * [`VolumeManager`] — the handle the pod worker uses: [`add_pod`](VolumeManager::add_pod) /
-//!   [`update_pod`](VolumeManager::update_pod) / [`remove_pod`](VolumeManager::remove_pod),
-//!   [`wait_for_attach_and_mount`](VolumeManager::wait_for_attach_and_mount),
+//!   [`update_pod`](VolumeManager::update_pod) / [`remove_pod`](VolumeManager::remove_pod)
+//!   (the desired state; only the owner of "desired" calls them: in nodelet the pod workers'
+//!   `update_pod`, through its syncer's `pod_desired` hook),
+//!   [`wait_for_attach_and_mount`](VolumeManager::wait_for_attach_and_mount) (the kubelet's
+//!   `ReprocessPod` — [`reprocess_pod`](VolumeManager::reprocess_pod) — and wait; it never
+//!   adds a pod and fails at once with [`Error::PodNotDesired`] for a pod not added),
 //!   [`wait_for_unmount`](VolumeManager::wait_for_unmount), [`run`](VolumeManager::run) (the
 //!   reconciler task), [`snapshot`](VolumeManager::snapshot) for a `/pods` endpoint and
 //!   [`subscribe_updates`](VolumeManager::subscribe_updates): a [`VolumeUpdate`] per volume
@@ -162,7 +166,9 @@
 //!     "spec": {"containers": [{"name": "c", "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
 //!              "volumes": [{"name": "cfg", "configMap": {"name": "settings", "defaultMode": 420}}]}}))?;
 //! configmaps.register_pod(&pod); // the pod worker registers first (PW-4)
-//! volumes.wait_for_attach_and_mount(&pod).await?; // adds the pod and waits for its volumes
+//! let pod = Arc::new(pod);
+//! volumes.add_pod(pod.clone()); // desired (VM-4): in nodelet, when the pod worker gets the pod
+//! volumes.wait_for_attach_and_mount(&pod).await?; // SyncPod: reprocess, wait (VM-11)
 //! let dir = volumes.host().volume_dir("uid-1", "kubernetes.io/configmap", "cfg");
 //! assert_eq!(std::fs::read_to_string(dir.join("port"))?, "8080");
 //!
