@@ -712,9 +712,13 @@ mod tests {
         assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"v1", "nobody asked");
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
         let mut rx = bed.vm.subscribe();
-        while std::fs::read(dir.join("k")).unwrap() != b"v2" {
-            rx.changed().await.unwrap();
-        }
+        let remounted = tokio::time::timeout(Duration::from_secs(600), async {
+            while std::fs::read(dir.join("k")).unwrap() != b"v2" {
+                rx.changed().await.unwrap();
+            }
+        })
+        .await;
+        assert!(remounted.is_ok(), "the wait did not remount the volume");
         assert_eq!(bed.vm.inner.lock().dsw.pods().count(), 1);
         bed.shutdown.cancel();
     }
