@@ -57,8 +57,8 @@
 //! The **actual state** (ASW) is what is on disk: per unique volume name, the directory, the
 //! state (*mounted*, or *uncertain* for directories found after a restart), the objects and
 //! resourceVersions of the last SetUp, a token refresh deadline, and the `remount_required`
-//! flag. The flag is set by a pod update, an object change, a token refresh deadline and the
-//! periodic resync; only a SetUp that *started after* the last such event clears it.
+//! flag. The flag is set by a pod update, a wait (`ReprocessPod`), an object change, a token
+//! refresh deadline and the periodic resync; only a SetUp that *started after* the last such event clears it.
 //!
 //! The **reconciler** makes the actual state follow the desired one (VM-8): first it tears
 //! down volumes on disk that are no longer desired, then it sets up volumes not on disk and
@@ -91,8 +91,10 @@
 //!    <error>`, keeps the flag and retries after the backoff — at once if an object the
 //!    volume reads changed while the operation ran. Waiters are woken.
 //!
-//! Pod updates (downward API labels and annotations), token refreshes (at 80 % of the token's
-//! lifetime) and the periodic resync enter at step 2.
+//! Pod updates (downward API labels and annotations), waits
+//! ([`VolumeManager::wait_for_attach_and_mount`] reprocesses the pod, as every SyncPod did in
+//! UP-1), token refreshes (at 80 % of the token's lifetime) and the periodic resync enter at
+//! step 2.
 //!
 //! # Where this crate differs from the kubelet
 //!
@@ -118,12 +120,17 @@
 //!   by volume with a pod list; for these non-attachable plugins it is the same.
 //! * [`VolumeManager::wait_for_unmount`] also waits for *uncertain* volumes, so when it
 //!   returns the directories are gone (PW-6).
+//! * [`VolumeManager::wait_for_attach_and_mount`] for a pod with volumes that is not desired
+//!   fails at once with [`Error::PodNotDesired`]; the kubelet's wait would time out after
+//!   2 min 3 s (VM-11). Only [`VolumeManager::add_pod`] makes a pod desired.
 //!
 //! # Invariants
 //!
 //! * At most one operation runs per volume; writes to one directory are sequential.
 //! * A mounted volume's directory is only removed when its pod is no longer desired.
-//! * `add_pod`, `update_pod`, `remove_pod` and `pods_synced` never block; the waits are
+//! * Only `add_pod` / `update_pod` add a pod to the desired state; `reprocess_pod` and the
+//!   waits never do (VM-4, VM-11).
+//! * `add_pod`, `update_pod`, `reprocess_pod`, `remove_pod` and `pods_synced` never block; the waits are
 //!   cancel-safe; [`VolumeManager::run`] stops when its token is cancelled and then waits for
 //!   running operations.
 //! * Payload bytes and tokens never reach logs, events or `Debug` output: events carry error
