@@ -42,7 +42,9 @@ pub enum Error {
     /// `wait_for_attach_and_mount` was asked to wait for a pod that is not in the desired
     /// state (never added, or removed): nothing would ever mount its volumes, so the wait ends
     /// at once instead of after the time-out as the kubelet's would.
-    #[error("pod {pod} (UID {uid}) is not desired: it must be added before waiting for its volumes")]
+    #[error(
+        "pod {pod} (UID {uid}) is not desired: it must be added before waiting for its volumes"
+    )]
     PodNotDesired {
         /// `namespace/name` of the pod.
         pod: String,

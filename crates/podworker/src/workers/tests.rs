@@ -396,12 +396,24 @@ async fn pw4_update_pod_makes_a_live_pod_desired_before_it_returns_and_syncs_do_
     *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
     let w = workers(&script);
     w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
-    assert_eq!(script.desired(), ["a 1"], "desired before update_pod returned");
+    assert_eq!(
+        script.desired(),
+        ["a 1"],
+        "desired before update_pod returned"
+    );
     tokio::task::yield_now().await;
-    assert_eq!(script.calls(), Vec::<String>::new(), "no sync has completed");
+    assert_eq!(
+        script.calls(),
+        Vec::<String>::new(),
+        "no sync has completed"
+    );
     w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
     w.update_pod(PodUpdate::new(UpdateType::Sync, pod("a", 3)));
-    assert_eq!(script.desired(), ["a 1", "a 2", "a 3"], "every update, newest object");
+    assert_eq!(
+        script.desired(),
+        ["a 1", "a 2", "a 3"],
+        "every update, newest object"
+    );
     gate.add_permits(100);
     wait_syncs(&w, "a", 2).await;
     // Periodic resyncs (60–90 s) run SyncPod again and record nothing.

@@ -75,8 +75,10 @@ async fn update_pod_registers_and_adds_a_live_pod_once_before_it_returns_and_syn
 
     // PW-6 / PW-14: termination unmounts, then unregisters; a late update does not register
     // the pod again.
-    b.workers.update_pod(PodUpdate::new(UpdateType::Kill, p.clone()));
-    b.workers.update_pod(PodUpdate::new(UpdateType::Update, p.clone()));
+    b.workers
+        .update_pod(PodUpdate::new(UpdateType::Kill, p.clone()));
+    b.workers
+        .update_pod(PodUpdate::new(UpdateType::Update, p.clone()));
     let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
     b.workers
         .wait_for(|_| b.workers.phase(&uid) == Some(WorkerPhase::Finished))

@@ -82,7 +82,11 @@ async fn pw4_pod_desired_registers_and_adds_then_sync_pod_mounts_and_writes_the_
     for d in ["", "volumes", "plugins"] {
         assert_eq!(mode(&pod_dir.join(d)), 0o750, "{d}");
     }
-    assert_eq!(f.volumes.calls(), ["add u1", "mount u1"], "SyncPod adds nothing");
+    assert_eq!(
+        f.volumes.calls(),
+        ["add u1", "mount u1"],
+        "SyncPod adds nothing"
+    );
     let env = std::fs::read_to_string(pod_dir.join("containers/c/env")).unwrap_or_default();
     assert_eq!(env, "CONFIG_DATA_1=value-1\n");
     let status = f.status.status("u1").unwrap_or_default();
@@ -97,7 +101,12 @@ async fn pw4_a_mount_failure_emits_failed_mount_and_creates_no_container() {
         .fail_next_mount("unmounted volumes=[cfg]: timed out");
     let p = env_pod();
     let uid = desire(&f, &p);
-    let err = f.syncer.sync_pod(&uid, &p).await.err().map(|e| e.to_string());
+    let err = f
+        .syncer
+        .sync_pod(&uid, &p)
+        .await
+        .err()
+        .map(|e| e.to_string());
     let text = "Unable to attach or mount volumes: unmounted volumes=[cfg]: timed out";
     assert_eq!(err.as_deref(), Some(text));
     assert_eq!(
@@ -142,7 +151,12 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
     let p = pod(json!({"env": [{"name": "X",
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4"}}}]}));
     let uid = desire(&f, &p);
-    let err = f.syncer.sync_pod(&uid, &p).await.err().map(|e| e.to_string());
+    let err = f
+        .syncer
+        .sync_pod(&uid, &p)
+        .await
+        .err()
+        .map(|e| e.to_string());
     assert_eq!(
         err.as_deref(),
         Some(
@@ -270,7 +284,12 @@ async fn pw13_sync_pod_of_a_pod_never_desired_registers_nothing_and_adds_nothing
     let f = fixture();
     let p = env_pod();
     let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
-    let err = f.syncer.sync_pod(&uid, &p).await.err().map(|e| e.to_string());
+    let err = f
+        .syncer
+        .sync_pod(&uid, &p)
+        .await
+        .err()
+        .map(|e| e.to_string());
     assert_eq!(
         err.as_deref(),
         Some("Unable to attach or mount volumes: pod u1 is not desired")
@@ -293,7 +312,11 @@ async fn pw14_each_update_registers_the_pods_new_references() {
         "valueFrom": {"secretKeyRef": {"name": "sec", "key": "data-1"}}}]}));
     desire(&f, &updated);
     assert_eq!(f.api.sources.secrets.stats().referenced_objects, 1);
-    assert_eq!(f.volumes.count("add"), 2, "the newest object is desired (VM-5)");
+    assert_eq!(
+        f.volumes.count("add"),
+        2,
+        "the newest object is desired (VM-5)"
+    );
     let r = f.syncer.sync_pod(&uid, &updated).await;
     assert_eq!(r.ok(), Some(SyncOutcome::Running));
     let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
