@@ -281,7 +281,7 @@ async fn pod_source(
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
             _ = housekeeping.tick() => {
-                let desired: HashSet<String> = known.keys().map(PodUid::to_string).collect();
+                let desired: HashSet<PodUid> = known.keys().cloned().collect();
                 workers.sync_known_pods(&desired);
                 continue;
             }
@@ -316,7 +316,6 @@ async fn pod_source(
                 if let Some(l) = listing.as_mut() {
                     l.insert(uid.clone());
                 }
-                desire_volumes(&state, &uid, &pod);
                 known.insert(uid, pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
@@ -336,6 +335,9 @@ async fn pod_source(
                 if first_list {
                     first_list = false;
                     terminate_orphans(&state, &listed);
+                    // Every listed live pod is desired by now: `update_pod` made it so before
+                    // returning, so reconstructed volumes of listed pods are adopted, never torn
+                    // down and set up again.
                     state.volumes.pods_synced();
                     let _ = ready.send(true);
                     info!(pods = listed.len(), "initial pods synced");
@@ -345,7 +347,6 @@ async fn pod_source(
                 let Some(uid) = admitted_uid(&pod) else {
                     continue;
                 };
-                desire_volumes(&state, &uid, &pod);
                 known.insert(uid, pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
@@ -417,27 +418,6 @@ fn retry_failed_pods(
     }
 }
 
-/// Put a running pod in the volume manager's desired state at once, as the kubelet's pod
-/// manager feeds its populator: by the time the first list is marked synced
-/// (`pods_synced`), every listed pod's reconstructed volumes are desired and adopted, never
-/// torn down and set up again. The pod is registered with the object managers first (PW-13).
-/// (SyncPod registers and adds it too; both are idempotent.)
-fn desire_volumes(state: &AgentState, uid: &PodUid, pod: &Pod) {
-    let terminal = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
-    if pod.metadata.deletion_timestamp.is_none()
-        && !terminal
-        && !state.workers.is_termination_requested(uid.as_str())
-    {
-        // PW-13: registered before anything reads objects for it (SyncPod does the same).
-        state.secrets.register_pod(pod);
-        state.configmaps.register_pod(pod);
-        state.volumes.add_pod(Arc::new(pod.clone()));
-    }
-}
-
 /// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the
 /// agent was down) are terminated: volumes torn down, directories removed.
 fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
@@ -449,7 +429,11 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        if listed.contains(name.as_str()) || state.workers.phase(&name).is_some() {
+        // A directory that is no pod UID (`PodUid` refuses it) was never a pod's.
+        let Ok(uid) = PodUid::new(&name) else {
+            continue;
+        };
+        if listed.contains(&uid) || state.workers.phase(&uid).is_some() {
             continue;
         }
         info!(pod.uid = %name, "terminating pod found only on disk");

@@ -31,6 +31,9 @@
 //! * Every API request is one a node identity may make under the Node authorizer: pods by
 //!   `spec.nodeName` field selector, objects by name, its own Node and Lease, events, the
 //!   status of its own pods.
+//! * The pod watch hands every pod to `PodWorkers::update_pod` and nothing else: the pod
+//!   workers own "this pod is desired" (they register it with the object managers and add it
+//!   to the volume manager before `update_pod` returns); the agent never does either itself.
 //! * Shutdown leaves volumes and env files in place; a restarted agent adopts them (the volume
 //!   manager reconstructs volumes, the env-file runtime reports existing containers) and
 //!   terminates pods found on disk that the API no longer has.

@@ -35,11 +35,8 @@ impl Volumes for ManagedVolumes {
         self.0.add_pod(Arc::new(pod.clone()));
     }
 
-    fn remove_pod(&self, pod: &Pod) {
-        // A pod without a usable UID was never added (the volume manager refuses it).
-        if let Ok(uid) = PodUid::from_pod(pod) {
-            self.0.remove_pod(&uid);
-        }
+    fn remove_pod(&self, uid: &PodUid) {
+        self.0.remove_pod(uid);
     }
 
     async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError> {

@@ -5,10 +5,14 @@
 //!
 //! * [`PodWorkers`]: one task per pod UID; coalesced updates; phases sync → terminating →
 //!   terminated → finished; re-queue with jitter and back-off (PW-1 … PW-3). Generic over a
-//!   [`PodSyncer`], the three callbacks.
-//! * [`ConfigSyncer`]: the production [`PodSyncer`]. SyncPod registers the pod with the
-//!   ConfigMap and Secret managers, creates the pod directories, waits for volumes, reads image
-//!   pull secrets, resolves each container's environment and hands it to a [`RuntimeHook`];
+//!   [`PodSyncer`]: the synchronous [`pod_desired`](PodSyncer::pod_desired) hook and the
+//!   three callbacks. [`PodWorkers::update_pod`] is the one owner of "this pod is desired"
+//!   (the kubelet's pod manager and pod workers in one): the only entry for pods from the pod
+//!   source, it calls `pod_desired` for a live pod before it returns.
+//! * [`ConfigSyncer`]: the production [`PodSyncer`]. `pod_desired` registers the pod with the
+//!   Secret and ConfigMap managers and adds it to the volumes (the only place either happens);
+//!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets,
+//!   resolves each container's environment and hands it to a [`RuntimeHook`];
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
 //!   `fieldRef` / `resourceFieldRef` values come from `nodelet_volume_manager::downward`, the
@@ -21,8 +25,10 @@
 //!   Fakes live behind the `test-util` feature.
 //!
 //! ```text
-//! update_pod(pod) ─► worker[uid]: pending = newest pod, wake
-//!   Syncing:     ConfigSyncer::sync_pod ─► register ─► dirs ─► Volumes::wait_for_attach_and_mount
+//! update_pod(pod) ─► live pod, worker new or Syncing (checked under the workers' lock):
+//!                      ConfigSyncer::pod_desired ─► register (secrets, configmaps) ─► Volumes::add_pod
+//!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
+//!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
 //!                  ─► pull secrets ─► resolve_env ─► RuntimeHook::create_container ─► StatusSink
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
 //!   Kill / deletionTimestamp ─► cancel in-flight sync_pod
@@ -34,8 +40,13 @@
 //! # Invariants
 //!
 //! * A pod's callbacks never overlap, and run in phase order; a finished pod never syncs again.
-//! * A pod is registered with the managers before anything reads objects for it, and stays
-//!   registered until its volumes are unmounted (PW-13, PW-14).
+//! * A live pod is registered with the managers and desired by the volumes before
+//!   [`PodWorkers::update_pod`] returns, so before anything reads objects for it (PW-4, PW-13);
+//!   every update registers and adds it again, so new references and the newest pod object are
+//!   picked up (PW-14, VM-5). Syncs never register or add a pod.
+//! * Once termination of a pod was requested, nothing registers or adds it again (the check
+//!   and the hook run under the lock that moves the phase); it is unregistered only after
+//!   its volumes are unmounted (PW-6, PW-14, VM-4).
 //! * A container's environment is resolved once, when it is created; later syncs leave it
 //!   alone (UP-3), also across agent restarts (the runtime reports what exists).
 //! * A failed sync is logged once, in the worker's span; the syncer returns errors and

@@ -13,13 +13,15 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriterConfig};
+use nodelet_volume_manager::PodUid;
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 
 /// What runs containers. The config syncer hands it each container once, with its resolved
 /// environment (spec PW-4 last step); a container already created is never re-created, so its
-/// environment never changes (UP-3).
+/// environment never changes (UP-3). Every method gets the pod's UID as the pod worker
+/// validated it, next to the pod.
 #[async_trait]
 pub trait RuntimeHook: Send + Sync + 'static {
     /// Names of `pod`'s containers that exist already (created by an earlier sync or an
@@ -27,7 +29,11 @@ pub trait RuntimeHook: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`RuntimeError`] when the runtime cannot tell.
-    async fn created_containers(&self, pod: &Pod) -> Result<BTreeSet<String>, RuntimeError>;
+    async fn created_containers(
+        &self,
+        uid: &PodUid,
+        pod: &Pod,
+    ) -> Result<BTreeSet<String>, RuntimeError>;
 
     /// Create `container` of `pod` with environment `env`; `pull_secrets` are the image pull
     /// secrets that could be read (PW-7).
@@ -36,6 +42,7 @@ pub trait RuntimeHook: Send + Sync + 'static {
     /// [`RuntimeError`]; the syncer retries on the next sync.
     async fn create_container(
         &self,
+        uid: &PodUid,
         pod: &Pod,
         container: &Container,
         env: &ContainerEnv,
@@ -46,13 +53,18 @@ pub trait RuntimeHook: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
-    async fn kill_pod(&self, pod: &Pod, grace_period: Duration) -> Result<(), RuntimeError>;
+    async fn kill_pod(
+        &self,
+        uid: &PodUid,
+        pod: &Pod,
+        grace_period: Duration,
+    ) -> Result<(), RuntimeError>;
 
     /// Remove everything the runtime keeps for `pod` (SyncTerminatedPod).
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
-    async fn remove_pod(&self, pod: &Pod) -> Result<(), RuntimeError>;
+    async fn remove_pod(&self, uid: &PodUid, pod: &Pod) -> Result<(), RuntimeError>;
 }
 
 /// File name of the `NAME=value` environment file.
@@ -101,13 +113,16 @@ impl EnvFileRuntime {
     }
 
     /// `<root>/pods/<uid>/containers`.
-    pub fn containers_dir(&self, pod_uid: &str) -> PathBuf {
-        self.root_dir.join("pods").join(pod_uid).join("containers")
+    pub fn containers_dir(&self, pod_uid: &PodUid) -> PathBuf {
+        self.root_dir
+            .join("pods")
+            .join(pod_uid.as_str())
+            .join("containers")
     }
 
     fn write(
         &self,
-        pod_uid: &str,
+        pod_uid: &PodUid,
         container: &str,
         env: &ContainerEnv,
     ) -> Result<(), RuntimeError> {
@@ -132,8 +147,12 @@ impl EnvFileRuntime {
 
 #[async_trait]
 impl RuntimeHook for EnvFileRuntime {
-    async fn created_containers(&self, pod: &Pod) -> Result<BTreeSet<String>, RuntimeError> {
-        let dir = self.containers_dir(&pod_uid(pod));
+    async fn created_containers(
+        &self,
+        uid: &PodUid,
+        _pod: &Pod,
+    ) -> Result<BTreeSet<String>, RuntimeError> {
+        let dir = self.containers_dir(uid);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
@@ -154,12 +173,13 @@ impl RuntimeHook for EnvFileRuntime {
 
     async fn create_container(
         &self,
-        pod: &Pod,
+        uid: &PodUid,
+        _pod: &Pod,
         container: &Container,
         env: &ContainerEnv,
         _pull_secrets: &[Arc<Secret>],
     ) -> Result<(), RuntimeError> {
-        let uid = pod_uid(pod);
+        let uid = uid.clone();
         let name = container.name.clone();
         let env = env.clone();
         let this = self.clone();
@@ -170,12 +190,17 @@ impl RuntimeHook for EnvFileRuntime {
             })?
     }
 
-    async fn kill_pod(&self, _pod: &Pod, _grace_period: Duration) -> Result<(), RuntimeError> {
+    async fn kill_pod(
+        &self,
+        _uid: &PodUid,
+        _pod: &Pod,
+        _grace_period: Duration,
+    ) -> Result<(), RuntimeError> {
         Ok(())
     }
 
-    async fn remove_pod(&self, pod: &Pod) -> Result<(), RuntimeError> {
-        let dir = self.containers_dir(&pod_uid(pod));
+    async fn remove_pod(&self, uid: &PodUid, _pod: &Pod) -> Result<(), RuntimeError> {
+        let dir = self.containers_dir(uid);
         let lock = self.fs_lock.clone();
         tokio::task::spawn_blocking(move || {
             // Waits for a write still running from a cancelled sync.
@@ -195,10 +220,6 @@ impl RuntimeHook for EnvFileRuntime {
             message: format!("env removal task failed: {e}"),
         })?
     }
-}
-
-fn pod_uid(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_default()
 }
 
 fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
@@ -345,10 +366,11 @@ mod tests {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let rt = EnvFileRuntime::new(root.path());
         let p = pod("u1");
-        let created = rt.created_containers(&p).await.unwrap_or_default();
+        let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
+        let created = rt.created_containers(&uid, &p).await.unwrap_or_default();
         assert!(created.is_empty());
         let r = rt
-            .create_container(&p, &container("c"), &env(&[("K", b"v")]), &[])
+            .create_container(&uid, &p, &container("c"), &env(&[("K", b"v")]), &[])
             .await;
         assert!(r.is_ok(), "{r:?}");
         let dir = root.path().join("pods/u1/containers/c");
@@ -358,13 +380,13 @@ mod tests {
         assert_eq!(mode(&dir.join("env")), 0o600);
         assert_eq!(mode(&dir.join("env.json")), 0o600);
         assert_eq!(fs::read(dir.join("env")).unwrap_or_default(), b"K=v\n");
-        let created = rt.created_containers(&p).await.unwrap_or_default();
+        let created = rt.created_containers(&uid, &p).await.unwrap_or_default();
         assert_eq!(
             created.into_iter().collect::<Vec<_>>(),
             vec!["c".to_owned()]
         );
-        assert!(rt.remove_pod(&p).await.is_ok());
+        assert!(rt.remove_pod(&uid, &p).await.is_ok());
         assert!(!root.path().join("pods/u1/containers").exists());
-        assert!(rt.remove_pod(&p).await.is_ok(), "idempotent");
+        assert!(rt.remove_pod(&uid, &p).await.is_ok(), "idempotent");
     }
 }

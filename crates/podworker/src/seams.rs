@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_volume_manager::PodUid;
 
 use crate::error::VolumeError;
 
@@ -13,18 +14,25 @@ pub use nodelet_volume_manager::events::{EventSink, EventType, NoEvents};
 /// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13).
 #[async_trait]
 pub trait Volumes: Send + Sync + 'static {
-    /// Put `pod` (its newest spec) in the desired state of the world. Idempotent, non-blocking.
+    /// Put `pod` (its newest object) in the desired state of the world (VM-4, VM-5).
+    /// Idempotent, non-blocking. Called only by
+    /// [`ConfigSyncer`](crate::ConfigSyncer)'s [`pod_desired`](crate::PodSyncer::pod_desired),
+    /// which [`PodWorkers::update_pod`](crate::PodWorkers::update_pod) calls for each update of
+    /// a live pod: the one place a pod becomes desired.
     fn add_pod(&self, pod: &Pod);
 
-    /// Termination of `pod` was requested and its containers are stopped: its volumes may be
-    /// torn down. Idempotent, non-blocking.
-    fn remove_pod(&self, pod: &Pod);
+    /// Termination of pod `uid` was requested and its containers are stopped: its volumes may
+    /// be torn down. Idempotent, non-blocking.
+    fn remove_pod(&self, uid: &PodUid);
 
-    /// Wait until every volume `pod` uses is mounted (VM-11).
+    /// Wait until every volume `pod` uses is mounted (VM-11). Like the kubelet's
+    /// `WaitForAttachAndMount` it first reprocesses the pod (its mounted volumes are remounted
+    /// so pod and object changes reach them, its failed volumes are retried) but never adds a
+    /// pod: `pod` was made desired by [`add_pod`](Self::add_pod) before this sync was queued.
     ///
     /// # Errors
-    /// [`VolumeError::Failed`] with the volume manager's text, or
-    /// [`VolumeError::Interrupted`] (time-out or cancellation).
+    /// [`VolumeError::Failed`] with the volume manager's text (also for a pod that is not in
+    /// the desired state), or [`VolumeError::Interrupted`] (time-out or cancellation).
     async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError>;
 
     /// Wait until no volume of `pod` is mounted any more (VM-12).
@@ -127,16 +135,25 @@ mod fakes {
 
     use async_trait::async_trait;
     use k8s_openapi::api::core::v1::Pod;
+    use nodelet_volume_manager::PodUid;
     use tokio::sync::watch;
 
     use super::{EventSink, EventType, PodConfigStatus, StatusSink, Volumes};
     use crate::error::VolumeError;
 
+    /// The UID the recorders file a pod under. Events and statuses may concern a pod the
+    /// volume manager refused for its UID, so the recorders keep the raw text (`""` for none).
     fn uid(pod: &Pod) -> String {
         pod.metadata.uid.clone().unwrap_or_default()
     }
 
-    /// A [`Volumes`] fake: mounts succeed unless failures are queued; records calls.
+    /// The UID of a pod handed to the volume seam: the pod worker validated it.
+    fn volume_uid(pod: &Pod) -> String {
+        PodUid::from_pod(pod).map_or_else(|e| format!("<{e}>"), |u| u.to_string())
+    }
+
+    /// A [`Volumes`] fake: mounts succeed unless failures are queued; records calls. Like the
+    /// volume manager, a wait for a pod that is not desired fails at once.
     #[derive(Debug, Clone, Default)]
     pub struct FakeVolumes {
         state: Arc<Mutex<FakeVolumesState>>,
@@ -174,9 +191,16 @@ mod fakes {
                 .map(|s| s.calls.clone())
                 .unwrap_or_default()
         }
-        fn record(&self, call: &str, pod: &Pod) {
+        /// How many calls of `method` (`"add"`, `"mount"`, `"remove"`, `"unmount"`) so far.
+        pub fn count(&self, method: &str) -> usize {
+            self.calls()
+                .iter()
+                .filter(|c| c.split(' ').next() == Some(method))
+                .count()
+        }
+        fn record(&self, call: &str, uid: &str) {
             if let Ok(mut s) = self.state.lock() {
-                s.calls.push(format!("{call} {}", uid(pod)));
+                s.calls.push(format!("{call} {uid}"));
             }
         }
     }
@@ -184,31 +208,35 @@ mod fakes {
     #[async_trait]
     impl Volumes for FakeVolumes {
         fn add_pod(&self, pod: &Pod) {
-            self.record("add", pod);
+            let uid = volume_uid(pod);
+            self.record("add", &uid);
             if let Ok(mut s) = self.state.lock() {
-                s.desired.insert(uid(pod));
+                s.desired.insert(uid);
             }
         }
-        fn remove_pod(&self, pod: &Pod) {
-            self.record("remove", pod);
+        fn remove_pod(&self, uid: &PodUid) {
+            self.record("remove", uid.as_str());
             if let Ok(mut s) = self.state.lock() {
-                s.desired.remove(&uid(pod));
+                s.desired.remove(uid.as_str());
             }
         }
         async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError> {
-            self.record("mount", pod);
-            let failure = self
-                .state
-                .lock()
-                .ok()
-                .and_then(|mut s| s.mount_failures.pop_front());
+            let uid = volume_uid(pod);
+            self.record("mount", &uid);
+            let failure = self.state.lock().ok().and_then(|mut s| {
+                if s.desired.contains(&uid) {
+                    s.mount_failures.pop_front()
+                } else {
+                    Some(format!("pod {uid} is not desired"))
+                }
+            });
             match failure {
                 Some(message) => Err(VolumeError::Failed { message }),
                 None => Ok(()),
             }
         }
         async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), VolumeError> {
-            self.record("unmount", pod);
+            self.record("unmount", &volume_uid(pod));
             Ok(())
         }
     }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use nodelet_volume_manager::PodUid;
 use tracing::{debug, warn};
 
 use crate::env::{EnvOptions, EnvSources, resolve_env};
@@ -19,7 +20,7 @@ use crate::seams::{
     ContainerConfigState, ContainerConfigStatus, EventSink, EventType, PodConfigStatus, Readiness,
     StatusSink, Volumes, reasons,
 };
-use crate::workers::{PodSyncer, SyncOutcome};
+use crate::workers::{PodSyncer, SyncOutcome, is_terminal};
 
 /// Options of a [`ConfigSyncer`].
 #[derive(Debug, Clone)]
@@ -65,16 +66,24 @@ pub struct SyncerParts {
 
 /// The config side of a kubelet's pod sync, as a [`PodSyncer`] for [`PodWorkers`](crate::PodWorkers).
 ///
-/// `sync_pod` steps, mirrored by `// (n)` markers:
+/// `pod_desired` (called by [`PodWorkers::update_pod`](crate::PodWorkers::update_pod) for
+/// every update of a live pod, before it returns): register the pod with the Secret manager,
+/// then the ConfigMap manager (PW-4, PW-13: before anything reads objects for it; each update
+/// registers again, so new references are picked up, PW-14), then
+/// [`Volumes::add_pod`] (VM-4, VM-5: the newest pod object is desired). This is the only
+/// registration and the only `add_pod` of a pod.
+///
+/// `sync_pod` steps, mirrored by `// (n)` markers; it registers nothing and adds nothing:
 /// 1. A pod in a terminal phase (Succeeded, Failed) → [`SyncOutcome::Terminal`]; nothing is
-///    registered or mounted.
-/// 2. Unless termination was requested (deletion timestamp), register the pod with the Secret
-///    manager, then the ConfigMap manager (PW-4, PW-13): before anything reads for it.
+///    mounted.
+/// 2. (Registration and the desired state were done by `pod_desired`, before this sync was
+///    queued.)
 /// 3. Create `pods/<uid>`, `pods/<uid>/volumes`, `pods/<uid>/plugins` (0750); failure → event
 ///    `FailedToMakePodDataDirectories`.
-/// 4. On the pod's first sync, publish a status saying volumes are not ready yet. Add the pod
-///    to the volume manager and wait for its volumes; failure → Warning event
-///    `FailedMount` `Unable to attach or mount volumes: <err>`, unless interrupted (PW-4).
+/// 4. On the pod's first sync, publish a status saying volumes are not ready yet. Wait for its
+///    volumes ([`Volumes::wait_for_attach_and_mount`]: the kubelet's `ReprocessPod` and wait,
+///    VM-11); failure → Warning event `FailedMount` `Unable to attach or mount volumes: <err>`,
+///    unless interrupted (PW-4).
 /// 5. Image pull secrets (PW-7): missing ones → one Warning event
 ///    `FailedToRetrieveImagePullSecret`; never fatal.
 /// 6. For every init and regular container the runtime has not created yet: resolve its
@@ -93,7 +102,7 @@ pub struct ConfigSyncer {
     parts: SyncerParts,
     /// UIDs whose status was published at least once (the first sync publishes "volumes not
     /// ready" before waiting, as the kubelet's status manager does).
-    published: Arc<Mutex<HashSet<String>>>,
+    published: Arc<Mutex<HashSet<PodUid>>>,
 }
 
 impl std::fmt::Debug for ConfigSyncer {
@@ -115,15 +124,15 @@ impl ConfigSyncer {
     }
 
     /// `<root>/pods/<uid>`.
-    pub fn pod_dir(&self, uid: &str) -> PathBuf {
-        self.config.root_dir.join("pods").join(uid)
+    pub fn pod_dir(&self, uid: &PodUid) -> PathBuf {
+        self.config.root_dir.join("pods").join(uid.as_str())
     }
 
     fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
         self.parts.events.event(pod, type_, reason, message);
     }
 
-    fn make_pod_dirs(&self, uid: &str) -> Result<(), SyncError> {
+    fn make_pod_dirs(&self, uid: &PodUid) -> Result<(), SyncError> {
         let pod_dir = self.pod_dir(uid);
         for dir in [
             pod_dir.clone(),
@@ -182,14 +191,12 @@ impl ConfigSyncer {
         found
     }
 
-    fn publish(&self, pod: &Pod, status: &PodConfigStatus) {
-        if let Some(uid) = pod.metadata.uid.clone() {
-            self.lock_published().insert(uid);
-        }
+    fn publish(&self, uid: &PodUid, pod: &Pod, status: &PodConfigStatus) {
+        self.lock_published().insert(uid.clone());
         self.parts.status.set_status(pod, status);
     }
 
-    fn lock_published(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn lock_published(&self) -> std::sync::MutexGuard<'_, HashSet<PodUid>> {
         self.published.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -206,13 +213,6 @@ fn containers(pod: &Pod) -> Vec<(&Container, bool)> {
         .collect()
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 fn pending_containers(pod: &Pod) -> Vec<ContainerConfigStatus> {
     containers(pod)
         .into_iter()
@@ -225,23 +225,27 @@ fn pending_containers(pod: &Pod) -> Vec<ContainerConfigStatus> {
 }
 
 impl PodSyncer for ConfigSyncer {
-    async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome, SyncError> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+    fn pod_desired(&self, _uid: &PodUid, pod: &Pod) {
+        // PW-4 / PW-13: registered before anything reads objects for it; again on every update
+        // so that new references are picked up (PW-14).
+        self.parts.sources.secrets.register_pod(pod);
+        self.parts.sources.configmaps.register_pod(pod);
+        // VM-4 / VM-5: the newest pod object is desired.
+        self.parts.volumes.add_pod(pod);
+    }
+
+    async fn sync_pod(&self, uid: &PodUid, pod: &Pod) -> Result<SyncOutcome, SyncError> {
         // (1)
         if is_terminal(pod) {
             return Ok(SyncOutcome::Terminal);
         }
-        // (2)
-        if pod.metadata.deletion_timestamp.is_none() {
-            self.parts.sources.secrets.register_pod(pod);
-            self.parts.sources.configmaps.register_pod(pod);
-        }
+        // (2) done by `pod_desired` when the update arrived.
         let mut status = PodConfigStatus {
             containers: pending_containers(pod),
             ..PodConfigStatus::default()
         };
         // (3)
-        if let Err(e) = self.make_pod_dirs(&uid) {
+        if let Err(e) = self.make_pod_dirs(uid) {
             self.event(
                 pod,
                 EventType::Warning,
@@ -251,13 +255,12 @@ impl PodSyncer for ConfigSyncer {
             return Err(e);
         }
         // (4)
-        if !self.lock_published().contains(&uid) {
+        if !self.lock_published().contains(uid) {
             let mut waiting = status.clone();
             waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
             waiting.config.message = Some("waiting for volumes".to_owned());
-            self.publish(pod, &waiting);
+            self.publish(uid, pod, &waiting);
         }
-        self.parts.volumes.add_pod(pod);
         match self.parts.volumes.wait_for_attach_and_mount(pod).await {
             Ok(()) => status.volumes.ready = true,
             Err(VolumeError::Interrupted) => {
@@ -275,7 +278,7 @@ impl PodSyncer for ConfigSyncer {
                 );
                 status.volumes.message = Some(err.to_string());
                 status.config.message = Some("waiting for volumes".to_owned());
-                self.publish(pod, &status);
+                self.publish(uid, pod, &status);
                 return Err(err);
             }
         }
@@ -285,7 +288,7 @@ impl PodSyncer for ConfigSyncer {
         let created = self
             .parts
             .runtime
-            .created_containers(pod)
+            .created_containers(uid, pod)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
         let mut failures = Vec::new();
@@ -301,7 +304,7 @@ impl PodSyncer for ConfigSyncer {
                     }
                     self.parts
                         .runtime
-                        .create_container(pod, container, &env, &pull_secrets)
+                        .create_container(uid, pod, container, &env, &pull_secrets)
                         .await
                         .map_err(|source| SyncError::Runtime { source })?;
                     debug!(container = %container.name, vars = env.vars.len(), "container created");
@@ -334,32 +337,33 @@ impl PodSyncer for ConfigSyncer {
                 ready: true,
                 message: None,
             };
-            self.publish(pod, &status);
+            self.publish(uid, pod, &status);
             Ok(SyncOutcome::Running)
         } else {
             let err = SyncError::CreateContainerConfig { failures };
             status.config.message = Some(err.to_string());
-            self.publish(pod, &status);
+            self.publish(uid, pod, &status);
             Err(err)
         }
     }
 
     async fn sync_terminating_pod(
         &self,
+        uid: &PodUid,
         pod: &Pod,
         grace_period: Duration,
     ) -> Result<(), SyncError> {
         self.parts
             .runtime
-            .kill_pod(pod, grace_period)
+            .kill_pod(uid, pod, grace_period)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
-        self.parts.volumes.remove_pod(pod);
+        self.parts.volumes.remove_pod(uid);
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, pod: &Pod) -> Result<(), SyncError> {
-        self.parts.volumes.remove_pod(pod);
+    async fn sync_terminated_pod(&self, uid: &PodUid, pod: &Pod) -> Result<(), SyncError> {
+        self.parts.volumes.remove_pod(uid);
         self.parts
             .volumes
             .wait_for_unmount(pod)
@@ -370,16 +374,15 @@ impl PodSyncer for ConfigSyncer {
         self.parts.sources.configmaps.unregister_pod(pod);
         self.parts
             .runtime
-            .remove_pod(pod)
+            .remove_pod(uid, pod)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let dir = self.pod_dir(&uid);
+        let dir = self.pod_dir(uid);
         if let Err(error) = remove_empty_tree(&dir) {
             // Something other than empty directories is left: leave it for an operator.
             warn!(path = %dir.display(), %error, "pod directory not removed");
         }
-        self.lock_published().remove(&uid);
+        self.lock_published().remove(uid);
         self.parts.status.terminated(pod);
         Ok(())
     }

@@ -17,23 +17,48 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::error::SyncError;
 
-/// The three callbacks a pod worker runs (the kubelet's SyncPod, SyncTerminatingPod,
-/// SyncTerminatedPod).
+/// What a pod worker runs: the hook that records a live pod as desired, and the three
+/// callbacks (the kubelet's SyncPod, SyncTerminatingPod, SyncTerminatedPod).
+///
+/// Every method gets the pod's UID as the worker validated it ([`PodUid::from_pod`]), so no
+/// implementation reads `metadata.uid` again.
 pub trait PodSyncer: Send + Sync + 'static {
+    /// Record `pod`, the newest object of a live pod, as desired: the kubelet's pod manager
+    /// feeding its secret/configmap managers and its volume populator (PW-4, PW-13, VM-4).
+    ///
+    /// [`PodWorkers::update_pod`] calls it for every update of a live pod (not
+    /// [`UpdateType::Kill`], no deletion timestamp, phase neither Succeeded nor Failed, worker
+    /// still [`WorkerPhase::Syncing`]) **before it returns** and before any callback runs for
+    /// that update; never after termination was requested (PW-14). It is the only place a pod
+    /// becomes desired.
+    ///
+    /// Called under the workers' lock: it must not block and must not call back into the
+    /// [`PodWorkers`].
+    fn pod_desired(&self, uid: &PodUid, pod: &Pod);
+
     /// Bring the pod towards its desired state. `Ok(SyncOutcome::Terminal)` when the pod has
     /// finished (phase Succeeded/Failed) and should terminate. Dropped (cancelled) when
     /// termination is requested mid-sync.
-    fn sync_pod(&self, pod: &Pod) -> impl Future<Output = Result<SyncOutcome, SyncError>> + Send;
+    fn sync_pod(
+        &self,
+        uid: &PodUid,
+        pod: &Pod,
+    ) -> impl Future<Output = Result<SyncOutcome, SyncError>> + Send;
 
     /// Stop the pod's containers within `grace_period` (PW-5). Repeated until it succeeds.
     fn sync_terminating_pod(
         &self,
+        uid: &PodUid,
         pod: &Pod,
         grace_period: Duration,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 
     /// Release the pod's resources (PW-6). Repeated until it succeeds.
-    fn sync_terminated_pod(&self, pod: &Pod) -> impl Future<Output = Result<(), SyncError>> + Send;
+    fn sync_terminated_pod(
+        &self,
+        uid: &PodUid,
+        pod: &Pod,
+    ) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
 
 /// What a successful [`PodSyncer::sync_pod`] found.
@@ -224,6 +249,14 @@ struct Worker {
     last_error: Option<String>,
 }
 
+/// Whether `pod` reached a terminal phase (Succeeded or Failed): it is never desired (PW-4).
+pub(crate) fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
 /// Whether `update` asks for termination, and with which grace period.
 fn termination_request(update: &PodUpdate) -> Option<Option<Duration>> {
     let grace = update
@@ -256,6 +289,14 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Deliver an update for a pod: start its worker on first sight, else replace its pending
     /// update and wake it (PW-1, PW-2). Never blocks.
     ///
+    /// The one entry for pods from the pod source, and the one owner of "this pod is desired":
+    /// for a live pod (not [`UpdateType::Kill`], no deletion timestamp, not Succeeded/Failed)
+    /// whose worker is new or still [`WorkerPhase::Syncing`], it calls
+    /// [`PodSyncer::pod_desired`] before returning, under the workers' lock. A termination
+    /// request moves the phase on under the same lock, and the terminating and terminated
+    /// callbacks run only after that, so no update re-registers or re-adds a pod once its
+    /// termination was requested (PW-14, VM-4).
+    ///
     /// A pod without a usable UID ([`PodUid::from_pod`] fails) gets no worker and is ignored:
     /// the pod source validates and reports such pods before they get here (issue 13).
     pub fn update_pod(&self, update: PodUpdate) {
@@ -266,10 +307,14 @@ impl<S: PodSyncer> PodWorkers<S> {
             return;
         };
         let termination = termination_request(&update);
+        let live = termination.is_none() && !is_terminal(&update.pod);
         let mut workers = self.inner.lock();
         if let Some(w) = workers.get_mut(&uid) {
             if w.phase == WorkerPhase::Finished {
                 return;
+            }
+            if live && w.phase == WorkerPhase::Syncing {
+                self.inner.syncer.pod_desired(&uid, &update.pod);
             }
             w.pod = Arc::new(update.pod);
             w.pending = true;
@@ -290,6 +335,9 @@ impl<S: PodSyncer> PodWorkers<S> {
         } else {
             WorkerPhase::Syncing
         };
+        if live {
+            self.inner.syncer.pod_desired(&uid, &update.pod);
+        }
         let wake = Arc::new(Notify::new());
         let pod = Arc::new(update.pod);
         let span = info_span!(
@@ -327,13 +375,13 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Reconcile with the pods that should exist (`desired` UIDs): workers of other pods are
     /// asked to terminate, and finished workers of other pods are forgotten (PW-1
     /// `SyncKnownPods`). Returns the UIDs forgotten.
-    pub fn sync_known_pods(&self, desired: &HashSet<String>) -> Vec<PodUid> {
+    pub fn sync_known_pods(&self, desired: &HashSet<PodUid>) -> Vec<PodUid> {
         let mut forgotten = Vec::new();
         let mut to_kill = Vec::new();
         {
             let mut workers = self.inner.lock();
             workers.retain(|uid, w| {
-                if desired.contains(uid.as_str()) {
+                if desired.contains(uid) {
                     return true;
                 }
                 match w.phase {
@@ -359,12 +407,12 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// The phase of pod `uid`'s worker, if it has one.
-    pub fn phase(&self, uid: &str) -> Option<WorkerPhase> {
+    pub fn phase(&self, uid: &PodUid) -> Option<WorkerPhase> {
         self.inner.lock().get(uid).map(|w| w.phase)
     }
 
     /// Whether termination of pod `uid` was requested (its worker is past Syncing).
-    pub fn is_termination_requested(&self, uid: &str) -> bool {
+    pub fn is_termination_requested(&self, uid: &PodUid) -> bool {
         self.phase(uid).is_some_and(|p| p != WorkerPhase::Syncing)
     }
 
@@ -441,24 +489,24 @@ async fn run_worker<S: PodSyncer>(
         if let Some(at) = next {
             loop {
                 tokio::select! {
-                    () = wake.notified() => if has_pending(&inner, uid.as_str()) { break },
+                    () = wake.notified() => if has_pending(&inner, &uid) { break },
                     () = tokio::time::sleep_until(at) => break,
                     () = shutdown.cancelled() => return,
                 }
             }
         }
-        let Some(work) = take_work(&inner, uid.as_str()) else {
+        let Some(work) = take_work(&inner, &uid) else {
             return;
         };
         let span = info_span!("sync pod", phase = ?work.phase);
         let result = tokio::select! {
-            r = step(&*syncer, &work).instrument(span) => r,
+            r = step(&*syncer, &uid, &work).instrument(span) => r,
             () = shutdown.cancelled() => return,
         };
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        let (requeue, finished) = complete_work(&inner, uid.as_str(), &work, result);
+        let (requeue, finished) = complete_work(&inner, &uid, &work, result);
         inner.notify_changed();
         if finished {
             return;
@@ -467,13 +515,13 @@ async fn run_worker<S: PodSyncer>(
     }
 }
 
-fn has_pending<S>(inner: &Weak<Inner<S>>, uid: &str) -> bool {
+fn has_pending<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> bool {
     inner
         .upgrade()
         .is_none_or(|inner| inner.lock().get(uid).is_none_or(|w| w.pending))
 }
 
-fn take_work<S>(inner: &Weak<Inner<S>>, uid: &str) -> Option<Work> {
+fn take_work<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> Option<Work> {
     let inner = inner.upgrade()?;
     let mut workers = inner.lock();
     let w = workers.get_mut(uid)?;
@@ -502,19 +550,22 @@ fn take_work<S>(inner: &Weak<Inner<S>>, uid: &str) -> Option<Work> {
 }
 
 /// One callback of the current phase; `Ok(true)` = move to the next phase.
-async fn step<S: PodSyncer>(syncer: &S, work: &Work) -> Result<bool, SyncError> {
+async fn step<S: PodSyncer>(syncer: &S, uid: &PodUid, work: &Work) -> Result<bool, SyncError> {
     match work.phase {
         WorkerPhase::Syncing => {
             tokio::select! {
-                r = syncer.sync_pod(&work.pod) => r.map(|o| o == SyncOutcome::Terminal),
+                r = syncer.sync_pod(uid, &work.pod) => r.map(|o| o == SyncOutcome::Terminal),
                 () = work.cancel.cancelled() => Err(SyncError::Interrupted),
             }
         }
         WorkerPhase::Terminating => syncer
-            .sync_terminating_pod(&work.pod, work.grace_period)
+            .sync_terminating_pod(uid, &work.pod, work.grace_period)
             .await
             .map(|()| true),
-        WorkerPhase::Terminated => syncer.sync_terminated_pod(&work.pod).await.map(|()| true),
+        WorkerPhase::Terminated => syncer
+            .sync_terminated_pod(uid, &work.pod)
+            .await
+            .map(|()| true),
         WorkerPhase::Finished => Ok(false),
     }
 }
@@ -522,7 +573,7 @@ async fn step<S: PodSyncer>(syncer: &S, work: &Work) -> Result<bool, SyncError> 
 /// Record the result, move the phase, and compute the re-queue time (PW-3).
 fn complete_work<S>(
     inner: &Inner<S>,
-    uid: &str,
+    uid: &PodUid,
     work: &Work,
     result: Result<bool, SyncError>,
 ) -> (Instant, bool) {

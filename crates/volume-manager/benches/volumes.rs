@@ -115,6 +115,7 @@ async fn propagation(bed: &Bed, updates: usize) {
     )
     .unwrap();
     bed.configmaps.register_pod(&pod);
+    bed.vm.add_pod(Arc::new(pod.clone()));
     bed.vm.wait_for_attach_and_mount(&pod).await.unwrap();
     let file = bed
         .vm

@@ -39,6 +39,18 @@ pub enum Error {
     /// The pod's `metadata.uid` is missing or not a single path component; the pod is refused.
     #[error(transparent)]
     InvalidPodUid(nodelet_object_manager::PodUidError),
+    /// `wait_for_attach_and_mount` was asked to wait for a pod that is not in the desired
+    /// state (never added, or removed): nothing would ever mount its volumes, so the wait ends
+    /// at once instead of after the time-out as the kubelet's would.
+    #[error(
+        "pod {pod} (UID {uid}) is not desired: it must be added before waiting for its volumes"
+    )]
+    PodNotDesired {
+        /// `namespace/name` of the pod.
+        pod: String,
+        /// The pod's UID.
+        uid: nodelet_object_manager::PodUid,
+    },
     /// The root directory could not be created or probed.
     #[error("prepare root directory {}: {cause}", path.display())]
     RootDir {

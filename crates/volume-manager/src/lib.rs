@@ -10,8 +10,12 @@
 //! # Principal types
 //!
 //! * [`VolumeManager`] — the handle the pod worker uses: [`add_pod`](VolumeManager::add_pod) /
-//!   [`update_pod`](VolumeManager::update_pod) / [`remove_pod`](VolumeManager::remove_pod),
-//!   [`wait_for_attach_and_mount`](VolumeManager::wait_for_attach_and_mount),
+//!   [`update_pod`](VolumeManager::update_pod) / [`remove_pod`](VolumeManager::remove_pod)
+//!   (the desired state; only the owner of "desired" calls them: in nodelet the pod workers'
+//!   `update_pod`, through its syncer's `pod_desired` hook),
+//!   [`wait_for_attach_and_mount`](VolumeManager::wait_for_attach_and_mount) (the kubelet's
+//!   `ReprocessPod` — [`reprocess_pod`](VolumeManager::reprocess_pod) — and wait; it never
+//!   adds a pod and fails at once with [`Error::PodNotDesired`] for a pod not added),
 //!   [`wait_for_unmount`](VolumeManager::wait_for_unmount), [`run`](VolumeManager::run) (the
 //!   reconciler task), [`snapshot`](VolumeManager::snapshot) for a `/pods` endpoint and
 //!   [`subscribe_updates`](VolumeManager::subscribe_updates): a [`VolumeUpdate`] per volume
@@ -53,8 +57,8 @@
 //! The **actual state** (ASW) is what is on disk: per unique volume name, the directory, the
 //! state (*mounted*, or *uncertain* for directories found after a restart), the objects and
 //! resourceVersions of the last SetUp, a token refresh deadline, and the `remount_required`
-//! flag. The flag is set by a pod update, an object change, a token refresh deadline and the
-//! periodic resync; only a SetUp that *started after* the last such event clears it.
+//! flag. The flag is set by a pod update, a wait (`ReprocessPod`), an object change, a token
+//! refresh deadline and the periodic resync; only a SetUp that *started after* the last such event clears it.
 //!
 //! The **reconciler** makes the actual state follow the desired one (VM-8): first it tears
 //! down volumes on disk that are no longer desired, then it sets up volumes not on disk and
@@ -87,8 +91,10 @@
 //!    <error>`, keeps the flag and retries after the backoff — at once if an object the
 //!    volume reads changed while the operation ran. Waiters are woken.
 //!
-//! Pod updates (downward API labels and annotations), token refreshes (at 80 % of the token's
-//! lifetime) and the periodic resync enter at step 2.
+//! Pod updates (downward API labels and annotations), waits
+//! ([`VolumeManager::wait_for_attach_and_mount`] reprocesses the pod, as every SyncPod did in
+//! UP-1), token refreshes (at 80 % of the token's lifetime) and the periodic resync enter at
+//! step 2.
 //!
 //! # Where this crate differs from the kubelet
 //!
@@ -114,12 +120,17 @@
 //!   by volume with a pod list; for these non-attachable plugins it is the same.
 //! * [`VolumeManager::wait_for_unmount`] also waits for *uncertain* volumes, so when it
 //!   returns the directories are gone (PW-6).
+//! * [`VolumeManager::wait_for_attach_and_mount`] for a pod with volumes that is not desired
+//!   fails at once with [`Error::PodNotDesired`]; the kubelet's wait would time out after
+//!   2 min 3 s (VM-11). Only [`VolumeManager::add_pod`] makes a pod desired.
 //!
 //! # Invariants
 //!
 //! * At most one operation runs per volume; writes to one directory are sequential.
 //! * A mounted volume's directory is only removed when its pod is no longer desired.
-//! * `add_pod`, `update_pod`, `remove_pod` and `pods_synced` never block; the waits are
+//! * Only `add_pod` / `update_pod` add a pod to the desired state; `reprocess_pod` and the
+//!   waits never do (VM-4, VM-11).
+//! * `add_pod`, `update_pod`, `reprocess_pod`, `remove_pod` and `pods_synced` never block; the waits are
 //!   cancel-safe; [`VolumeManager::run`] stops when its token is cancelled and then waits for
 //!   running operations.
 //! * Payload bytes and tokens never reach logs, events or `Debug` output: events carry error
@@ -162,7 +173,9 @@
 //!     "spec": {"containers": [{"name": "c", "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
 //!              "volumes": [{"name": "cfg", "configMap": {"name": "settings", "defaultMode": 420}}]}}))?;
 //! configmaps.register_pod(&pod); // the pod worker registers first (PW-4)
-//! volumes.wait_for_attach_and_mount(&pod).await?; // adds the pod and waits for its volumes
+//! let pod = Arc::new(pod);
+//! volumes.add_pod(pod.clone()); // desired (VM-4): in nodelet, when the pod worker gets the pod
+//! volumes.wait_for_attach_and_mount(&pod).await?; // SyncPod: reprocess, wait (VM-11)
 //! let dir = volumes.host().volume_dir("uid-1", "kubernetes.io/configmap", "cfg");
 //! assert_eq!(std::fs::read_to_string(dir.join("port"))?, "8080");
 //!

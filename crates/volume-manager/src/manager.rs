@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::asw::ActualState;
-use crate::dsw::DesiredState;
+use crate::dsw::{DesiredPod, DesiredState, UnsupportedVolume};
 use crate::events::{EventSink, EventType, reasons};
 use crate::executor::Operations;
 use crate::plugins::{NodeAllocatable, PluginRegistry, VolumeHost, host_probe_tmpfs};
@@ -182,21 +182,35 @@ impl VolumeManager {
             }
         };
         let desired = desired_pod(&uid, pod.clone(), &self.inner.registry);
-        let uid = uid.as_str();
-        let fresh = {
+        let fresh = set_desired(&mut self.inner.lock(), &uid, desired);
+        self.report_unsupported(&pod, fresh);
+        self.inner.bump();
+    }
+
+    /// The kubelet's `ReprocessPod` (VM-4, VM-11) for a pod already desired: its volumes are
+    /// processed again from the pod object the desired state holds (the newest one
+    /// [`add_pod`](Self::add_pod) was given; populator errors are recorded again, so a wait
+    /// sees them), its mounted volumes are marked remount-required (downward API changes and
+    /// objects are read again) and a volume whose operation is running is set up again when it
+    /// ends. Never adds a pod: for a pod that is not desired it does nothing and returns
+    /// `false`. Never blocks.
+    pub fn reprocess_pod(&self, pod_uid: &PodUid) -> bool {
+        let (pod, fresh) = {
             let mut st = self.inner.lock();
-            let fresh = st.dsw.set_pod(uid, desired);
-            st.asw.mark_pod_remount_required(uid);
-            for v in st
-                .dsw
-                .pod(uid)
-                .map(|p| p.volumes.clone())
-                .unwrap_or_default()
-            {
-                st.ops.mark_dirty(&v.unique);
-            }
-            fresh
+            // Read and replace under one lock, so a concurrent remove_pod is never undone.
+            let Some(pod) = st.dsw.pod(pod_uid.as_str()).map(|p| p.pod.clone()) else {
+                return false;
+            };
+            let desired = desired_pod(pod_uid, pod.clone(), &self.inner.registry);
+            (pod, set_desired(&mut st, pod_uid, desired))
         };
+        self.report_unsupported(&pod, fresh);
+        self.inner.bump();
+        true
+    }
+
+    /// One `UnsupportedVolume` warning per volume not reported for this pod yet.
+    fn report_unsupported(&self, pod: &Pod, fresh: Vec<UnsupportedVolume>) {
         for u in fresh {
             let message = format!(
                 "volume {:?} of type {} is not supported by nodelet and is not mounted; \
@@ -204,13 +218,12 @@ impl VolumeManager {
                 u.name, u.volume_type
             );
             self.inner.events.event(
-                &pod,
+                pod,
                 EventType::Warning,
                 reasons::UNSUPPORTED_VOLUME,
                 message,
             );
         }
-        self.inner.bump();
     }
 
     /// Same as [`add_pod`](Self::add_pod): the newest pod object replaces the old one.
@@ -234,15 +247,19 @@ impl VolumeManager {
 
     /// VM-11: waits until every used, supported volume of `pod` is mounted.
     ///
-    /// Also records `pod` as desired ([`add_pod`](Self::add_pod), the kubelet's
-    /// `ReprocessPod`), which marks its mounted volumes for remount. Does not wait for
-    /// remounts: a mounted volume counts as mounted while its remount is pending or failing.
-    /// Woken by state changes (no polling).
+    /// First [`reprocess_pod`](Self::reprocess_pod), the kubelet's `ReprocessPod`: the pod's
+    /// mounted volumes are remounted (so pod and object changes reach them) and its failed
+    /// volumes are processed again. It never adds a pod: the caller made `pod` desired with
+    /// [`add_pod`](Self::add_pod) first (in nodelet, the pod worker's `update_pod` does, the
+    /// one owner of "desired"). Does not wait for remounts: a mounted volume counts as mounted
+    /// while its remount is pending or failing. Woken by state changes (no polling).
     ///
     /// # Errors
     /// [`Error::VolumesNotMounted`] after `config.wait_timeout` (2 min 3 s) or when the
     /// populator recorded pod errors — unless every volume is mounted by then;
-    /// [`Error::InvalidPodUid`] at once for a pod without a usable UID.
+    /// [`Error::InvalidPodUid`] at once for a pod without a usable UID;
+    /// [`Error::PodNotDesired`] at once for a pod with volumes that is not desired (the kubelet
+    /// would wait out the time-out for it; nothing would ever mount them).
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future only stops waiting.
@@ -252,9 +269,18 @@ impl VolumeManager {
         if expected.is_empty() {
             return Ok(());
         }
-        let uid = uid.as_str();
         let mut rx = self.inner.changed.subscribe();
-        self.add_pod(Arc::new(pod.clone()));
+        if !self.reprocess_pod(&uid) {
+            return Err(Error::PodNotDesired {
+                pod: format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                ),
+                uid,
+            });
+        }
+        let uid = uid.as_str();
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
@@ -360,6 +386,24 @@ impl VolumeManager {
     pub fn host(&self) -> &VolumeHost {
         &self.inner.host
     }
+}
+
+/// VM-4 for one pod, under the lock: the desired state takes `desired` (VM-5: the latest pod
+/// object), the pod's mounted volumes are marked remount-required and running operations of
+/// its volumes are marked to run again. Returns the unsupported volumes not reported yet.
+fn set_desired(st: &mut State, uid: &PodUid, desired: DesiredPod) -> Vec<UnsupportedVolume> {
+    let uid = uid.as_str();
+    let fresh = st.dsw.set_pod(uid, desired);
+    st.asw.mark_pod_remount_required(uid);
+    for v in st
+        .dsw
+        .pod(uid)
+        .map(|p| p.volumes.clone())
+        .unwrap_or_default()
+    {
+        st.ops.mark_dirty(&v.unique);
+    }
+    fresh
 }
 
 impl Inner {
@@ -549,6 +593,7 @@ mod tests {
         let bed = bed(Strategy::Get, None);
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
+        bed.vm.add_pod(p.clone());
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let passes = bed.vm.inner.passes.load(Ordering::SeqCst);
@@ -564,6 +609,7 @@ mod tests {
         let bed = bed(Strategy::Get, Some(Duration::from_secs(60)));
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
+        bed.vm.add_pod(p.clone());
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
         let dir = bed
             .vm
@@ -589,12 +635,91 @@ mod tests {
                 "volumes": [{"name": "../x", "emptyDir": {}}]}
         }))
         .unwrap();
+        bed.vm.add_pod(Arc::new(p.clone()));
+        let text = "unmounted volumes=[../x], unattached volumes=[], failed to process volumes=[../x]: \
+             volume name \"../x\" cannot be used as a directory name";
+        let err = bed.vm.wait_for_attach_and_mount(&p).await.unwrap_err();
+        assert_eq!(err.to_string(), text);
+        // The next SyncPod's wait reprocesses the pod: the error is recorded again and ends
+        // that wait at once too (no 2 min 3 s time-out).
+        let err = bed.vm.wait_for_attach_and_mount(&p).await.unwrap_err();
+        assert_eq!(err.to_string(), text);
+        assert!(matches!(
+            err,
+            Error::VolumesNotMounted {
+                cause: WaitCause::PodErrors(_),
+                ..
+            }
+        ));
+        bed.shutdown.cancel();
+    }
+
+    // Issue 13 (one owner of "desired"): waiting never adds a pod. A pod that was not added
+    // (or was removed) gets `PodNotDesired` at once, and nothing is mounted for it; a pod
+    // without volumes has nothing to wait for (VM-11).
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_pod_that_is_not_desired_fails_at_once_and_adds_nothing() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        let root = bed._root.path().to_path_buf();
+        let before = tree(&root);
+        let p = pod("cm");
         let err = bed.vm.wait_for_attach_and_mount(&p).await.unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unmounted volumes=[../x], unattached volumes=[], failed to process volumes=[../x]: \
-             volume name \"../x\" cannot be used as a directory name"
+            "pod ns/p (UID u1) is not desired: it must be added before waiting for its volumes"
         );
+        assert!(!bed.vm.reprocess_pod(&PodUid::new("u1").unwrap()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(tree(&root), before, "nothing mounted");
+        assert_eq!(bed.vm.inner.lock().dsw.pods().count(), 0);
+
+        // Added, mounted, removed: the pod is no longer desired, and a wait does not bring it
+        // back (the volume is torn down).
+        bed.vm.add_pod(p.clone());
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        let uid = PodUid::new("u1").unwrap();
+        bed.vm.remove_pod(&uid);
+        assert!(matches!(
+            bed.vm.wait_for_attach_and_mount(&p).await,
+            Err(Error::PodNotDesired { .. })
+        ));
+        bed.vm.wait_for_unmount(&p).await.unwrap();
+        assert!(bed.vm.mounted_volumes(&uid).is_empty());
+
+        let mut no_volumes = (*p).clone();
+        no_volumes.spec = Some(Default::default());
+        bed.vm.wait_for_attach_and_mount(&no_volumes).await.unwrap();
+        bed.shutdown.cancel();
+    }
+
+    // VM-4 / VM-11 (`ReprocessPod`): a wait marks the desired pod's mounted volumes
+    // remount-required, so a change nobody notified (Get strategy, no resync) reaches the
+    // files on the next SyncPod's wait, as it did when the wait re-added the pod.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_remounts_the_desired_pods_mounted_volumes() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        let p = pod("cm");
+        bed.vm.add_pod(p.clone());
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        let dir = bed
+            .vm
+            .host()
+            .volume_dir("u1", "kubernetes.io/configmap", "cfg");
+        bed.configmaps.apply("ns", cm("cm", "v2"));
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"v1", "nobody asked");
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        let mut rx = bed.vm.subscribe();
+        let remounted = tokio::time::timeout(Duration::from_secs(600), async {
+            while std::fs::read(dir.join("k")).unwrap() != b"v2" {
+                rx.changed().await.unwrap();
+            }
+        })
+        .await;
+        assert!(remounted.is_ok(), "the wait did not remount the volume");
+        assert_eq!(bed.vm.inner.lock().dsw.pods().count(), 1);
         bed.shutdown.cancel();
     }
 }

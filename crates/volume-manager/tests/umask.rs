@@ -65,6 +65,7 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
         .volume(json!({"name": "inner", "emptyDir": {}}))
         .build();
     configmaps.register_pod(&pod);
+    vm.add_pod(Arc::new(pod.clone()));
     vm.wait_for_attach_and_mount(&pod).await.unwrap();
 
     let dir = vm.host().volume_dir("u1", "kubernetes.io/configmap", "cfg");

@@ -10,11 +10,13 @@ use tokio::sync::Semaphore;
 
 use super::*;
 
-/// Records every callback as `"<phase> <uid> <generation>"`; sync_pod can be held on a gate,
-/// made to fail, or to report the pod terminal.
+/// Records every callback as `"<phase> <uid> <generation>"` and every `pod_desired` as
+/// `"<uid> <generation>"` (its own list); sync_pod can be held on a gate, made to fail, or to
+/// report the pod terminal.
 #[derive(Default)]
 struct Script {
     calls: Mutex<Vec<String>>,
+    desired: Mutex<Vec<String>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     fail_sync: AtomicBool,
@@ -27,6 +29,15 @@ struct Script {
 impl Script {
     fn calls(&self) -> Vec<String> {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+    fn desired(&self) -> Vec<String> {
+        self.desired.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+    fn desired_count(&self, uid: &str) -> usize {
+        self.desired()
+            .iter()
+            .filter(|c| c.split(' ').next() == Some(uid))
+            .count()
     }
     fn count(&self, prefix: &str) -> usize {
         self.calls()
@@ -44,7 +55,15 @@ impl Script {
 }
 
 impl PodSyncer for Script {
-    async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome, SyncError> {
+    fn pod_desired(&self, uid: &PodUid, pod: &Pod) {
+        assert_eq!(pod.metadata.uid.as_deref(), Some(uid.as_str()));
+        let generation = pod.metadata.generation.unwrap_or(0);
+        if let Ok(mut d) = self.desired.lock() {
+            d.push(format!("{uid} {generation}"));
+        }
+    }
+
+    async fn sync_pod(&self, _uid: &PodUid, pod: &Pod) -> Result<SyncOutcome, SyncError> {
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
         let gate = self.gate.lock().ok().and_then(|g| g.clone());
@@ -71,7 +90,12 @@ impl PodSyncer for Script {
         Ok(SyncOutcome::Running)
     }
 
-    async fn sync_terminating_pod(&self, pod: &Pod, grace: Duration) -> Result<(), SyncError> {
+    async fn sync_terminating_pod(
+        &self,
+        _uid: &PodUid,
+        pod: &Pod,
+        grace: Duration,
+    ) -> Result<(), SyncError> {
         self.record(&format!("terminating({}s)", grace.as_secs()), pod);
         if self.fail_terminating_once.swap(false, Ordering::SeqCst) {
             return Err(SyncError::Status {
@@ -81,7 +105,7 @@ impl PodSyncer for Script {
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, pod: &Pod) -> Result<(), SyncError> {
+    async fn sync_terminated_pod(&self, _uid: &PodUid, pod: &Pod) -> Result<(), SyncError> {
         self.record("terminated", pod);
         Ok(())
     }
@@ -100,8 +124,17 @@ fn workers(script: &Arc<Script>) -> PodWorkers<Script> {
     PodWorkers::new(script.clone(), WorkerConfig::default())
 }
 
-async fn wait_phase(w: &PodWorkers<Script>, uid: &str, phase: WorkerPhase) {
-    w.wait_for(|_| w.phase(uid) == Some(phase)).await;
+fn uid(s: &str) -> PodUid {
+    PodUid::new(s).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn uids(list: &[&str]) -> HashSet<PodUid> {
+    list.iter().map(|s| uid(s)).collect()
+}
+
+async fn wait_phase(w: &PodWorkers<Script>, u: &str, phase: WorkerPhase) {
+    let u = uid(u);
+    w.wait_for(|_| w.phase(&u) == Some(phase)).await;
 }
 
 async fn wait_syncs(w: &PodWorkers<Script>, uid: &str, n: u64) {
@@ -278,11 +311,10 @@ async fn pw1_a_finished_pod_ignores_updates_until_its_worker_is_forgotten() {
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(script.count("sync"), 0);
     // Still desired: kept.
-    let desired: HashSet<String> = ["a".to_owned()].into();
-    assert!(w.sync_known_pods(&desired).is_empty());
+    assert!(w.sync_known_pods(&uids(&["a"])).is_empty());
     // No longer desired: forgotten, and a new pod with that UID starts afresh.
-    assert_eq!(w.sync_known_pods(&HashSet::new()), vec!["a".to_owned()]);
-    assert_eq!(w.phase("a"), None);
+    assert_eq!(w.sync_known_pods(&HashSet::new()), vec![uid("a")]);
+    assert_eq!(w.phase(&uid("a")), None);
     w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 3)));
     wait_syncs(&w, "a", 1).await;
     assert_eq!(script.count("sync"), 1);
@@ -297,10 +329,9 @@ async fn pw1_sync_known_pods_terminates_workers_of_pods_no_longer_desired() {
     w.update_pod(PodUpdate::new(UpdateType::Create, pod("b", 1)));
     wait_syncs(&w, "a", 1).await;
     wait_syncs(&w, "b", 1).await;
-    let desired: HashSet<String> = ["a".to_owned()].into();
-    w.sync_known_pods(&desired);
+    w.sync_known_pods(&uids(&["a"]));
     wait_phase(&w, "b", WorkerPhase::Finished).await;
-    assert_eq!(w.phase("a"), Some(WorkerPhase::Syncing));
+    assert_eq!(w.phase(&uid("a")), Some(WorkerPhase::Syncing));
     w.shutdown().await;
 }
 
@@ -341,10 +372,114 @@ async fn a_pod_without_a_usable_uid_gets_no_worker() {
     w.shutdown().await;
 }
 
+fn with_phase(mut p: Pod, phase: &str) -> Pod {
+    p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some(phase.into()),
+        ..Default::default()
+    });
+    p
+}
+
+fn deleting(mut p: Pod) -> Pod {
+    p.metadata.deletion_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+    p
+}
+
+// Issue 13, PW-4 / PW-13 / VM-4: `update_pod` is the one owner of "this pod is desired". Each
+// update of a live pod records it (newest object) exactly once, synchronously: before
+// `update_pod` returns, before any sync ran. Syncs and periodic resyncs record nothing.
+#[tokio::test(start_paused = true)]
+async fn pw4_update_pod_makes_a_live_pod_desired_before_it_returns_and_syncs_do_not() {
+    let script = Arc::new(Script::default());
+    let gate = Arc::new(Semaphore::new(0));
+    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    assert_eq!(
+        script.desired(),
+        ["a 1"],
+        "desired before update_pod returned"
+    );
+    tokio::task::yield_now().await;
+    assert_eq!(
+        script.calls(),
+        Vec::<String>::new(),
+        "no sync has completed"
+    );
+    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
+    w.update_pod(PodUpdate::new(UpdateType::Sync, pod("a", 3)));
+    assert_eq!(
+        script.desired(),
+        ["a 1", "a 2", "a 3"],
+        "every update, newest object"
+    );
+    gate.add_permits(100);
+    wait_syncs(&w, "a", 2).await;
+    // Periodic resyncs (60–90 s) run SyncPod again and record nothing.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert!(script.count("sync") >= 4, "{:?}", script.calls());
+    assert_eq!(script.desired(), ["a 1", "a 2", "a 3"]);
+    w.shutdown().await;
+}
+
+// PW-4 / VM-4: a kill, a pod being deleted and a pod in a terminal phase are never desired,
+// neither on a new worker nor on a running one.
+#[tokio::test(start_paused = true)]
+async fn pw4_killed_deleting_and_terminal_pods_are_never_desired() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("k", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, deleting(pod("d", 1))));
+    w.update_pod(PodUpdate::new(
+        UpdateType::Create,
+        with_phase(pod("s", 1), "Succeeded"),
+    ));
+    w.update_pod(PodUpdate::new(
+        UpdateType::Create,
+        with_phase(pod("f", 1), "Failed"),
+    ));
+    // A running pod that finishes: its terminal update is not desired.
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("r", 1)));
+    wait_syncs(&w, "r", 1).await;
+    w.update_pod(PodUpdate::new(
+        UpdateType::Update,
+        with_phase(pod("r", 2), "Succeeded"),
+    ));
+    for u in ["k", "d"] {
+        wait_phase(&w, u, WorkerPhase::Finished).await;
+    }
+    // (The scripted SyncPod does not look at the phase; ConfigSyncer's ends such pods.)
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(script.desired(), ["r 1"]);
+    w.shutdown().await;
+}
+
+// PW-14 / VM-4: once termination was requested, a late update (here without a deletion
+// timestamp, as a stale watch event would be) never makes the pod desired again, so nothing
+// re-registers or re-adds it while its volumes are torn down and it is unregistered.
+#[tokio::test(start_paused = true)]
+async fn pw14_an_update_after_the_termination_request_does_not_make_the_pod_desired_again() {
+    let script = Arc::new(Script::default());
+    let gate = Arc::new(Semaphore::new(0)); // SyncPod hangs: termination cancels it
+    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    tokio::task::yield_now().await;
+    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("a", 2)));
+    assert!(w.is_termination_requested(&uid("a")));
+    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 3)));
+    wait_phase(&w, "a", WorkerPhase::Finished).await;
+    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 4)));
+    assert_eq!(script.desired(), ["a 1"]);
+    w.shutdown().await;
+}
+
 /// Model test: random bursts of create/update/kill for a few pods, random sync outcomes.
 /// Invariants: a pod's callbacks never overlap; each pod's callbacks follow the phase order
 /// (sync* → terminating+ → terminated once); nothing runs after terminated; every killed pod
-/// finishes; a pod never killed never terminates.
+/// finishes; a pod never killed never terminates; every update of a pod not killed makes it
+/// desired at once, and no update after its kill does (PW-14).
 mod model {
     use proptest::prelude::*;
 
@@ -377,10 +512,12 @@ mod model {
             match op {
                 Op::Update(p) => {
                     generation += 1;
-                    w.update_pod(PodUpdate::new(
-                        UpdateType::Update,
-                        pod(&p.to_string(), generation),
-                    ));
+                    let uid = p.to_string();
+                    let before = script.desired_count(&uid);
+                    w.update_pod(PodUpdate::new(UpdateType::Update, pod(&uid, generation)));
+                    // PW-14: never desired again once termination was requested; else at once.
+                    let expected = before + usize::from(!killed.contains(&uid));
+                    assert_eq!(script.desired_count(&uid), expected, "pod {uid}");
                 }
                 Op::Kill(p) => {
                     generation += 1;

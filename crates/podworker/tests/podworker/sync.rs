@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_object_manager::Strategy;
+use nodelet_object_manager::{PodUid, Strategy};
 use nodelet_podworker::{
     ConfigSyncer, ContainerConfigState, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
     RecordingStatus, SyncOutcome, SyncerConfig, SyncerParts,
@@ -57,23 +57,36 @@ fn env_pod() -> Pod {
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-1"}}}]}))
 }
 
+/// What `PodWorkers::update_pod` does for a live pod before any sync (PW-4, PW-13, VM-4).
+fn desire(f: &Fixture, p: &Pod) -> PodUid {
+    let uid = PodUid::from_pod(p).unwrap_or_else(|e| panic!("{e}"));
+    f.syncer.pod_desired(&uid, p);
+    uid
+}
+
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).map(|m| m.mode() & 0o777).unwrap_or(0)
 }
 
 #[tokio::test]
-async fn pw4_sync_pod_registers_makes_directories_mounts_and_writes_the_env_file() {
+async fn pw4_pod_desired_registers_and_adds_then_sync_pod_mounts_and_writes_the_env_file() {
     let f = fixture();
     let p = env_pod();
-    let r = f.syncer.sync_pod(&p).await;
-    assert_eq!(r.ok(), Some(SyncOutcome::Running));
+    let uid = desire(&f, &p);
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 1);
     assert_eq!(f.api.sources.secrets.stats().registered_pods, 1);
+    assert_eq!(f.volumes.calls(), ["add u1"]);
+    let r = f.syncer.sync_pod(&uid, &p).await;
+    assert_eq!(r.ok(), Some(SyncOutcome::Running));
     let pod_dir = f.root.path().join("pods/u1");
     for d in ["", "volumes", "plugins"] {
         assert_eq!(mode(&pod_dir.join(d)), 0o750, "{d}");
     }
-    assert_eq!(f.volumes.calls(), ["add u1", "mount u1"]);
+    assert_eq!(
+        f.volumes.calls(),
+        ["add u1", "mount u1"],
+        "SyncPod adds nothing"
+    );
     let env = std::fs::read_to_string(pod_dir.join("containers/c/env")).unwrap_or_default();
     assert_eq!(env, "CONFIG_DATA_1=value-1\n");
     let status = f.status.status("u1").unwrap_or_default();
@@ -87,7 +100,13 @@ async fn pw4_a_mount_failure_emits_failed_mount_and_creates_no_container() {
     f.volumes
         .fail_next_mount("unmounted volumes=[cfg]: timed out");
     let p = env_pod();
-    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
+    let uid = desire(&f, &p);
+    let err = f
+        .syncer
+        .sync_pod(&uid, &p)
+        .await
+        .err()
+        .map(|e| e.to_string());
     let text = "Unable to attach or mount volumes: unmounted volumes=[cfg]: timed out";
     assert_eq!(err.as_deref(), Some(text));
     assert_eq!(
@@ -108,7 +127,8 @@ async fn pw7_missing_image_pull_secrets_give_one_event_and_do_not_stop_the_pod()
         json!({"imagePullSecrets": [{"name": "sec"}, {"name": ""}, {"name": "gone-1"}, {"name": "gone-2"}]}),
         json!({}),
     );
-    let r = f.syncer.sync_pod(&p).await;
+    let uid = desire(&f, &p);
+    let r = f.syncer.sync_pod(&uid, &p).await;
     assert_eq!(r.ok(), Some(SyncOutcome::Running));
     let events: Vec<_> = f
         .events
@@ -130,7 +150,13 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
     let f = fixture();
     let p = pod(json!({"env": [{"name": "X",
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4"}}}]}));
-    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
+    let uid = desire(&f, &p);
+    let err = f
+        .syncer
+        .sync_pod(&uid, &p)
+        .await
+        .err()
+        .map(|e| e.to_string());
     assert_eq!(
         err.as_deref(),
         Some(
@@ -163,7 +189,7 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
     );
     let mut created = false;
     for _ in 0..100 {
-        if f.syncer.sync_pod(&p).await.is_ok() {
+        if f.syncer.sync_pod(&uid, &p).await.is_ok() {
             created = true;
             break;
         }
@@ -178,10 +204,11 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
 async fn up3_a_created_container_keeps_its_environment_on_later_syncs() {
     let f = fixture();
     let p = env_pod();
-    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    let uid = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
     f.api.configmap("ns", "cm", json!({"data-1": "changed"}));
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
     let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
     assert_eq!(env.ok().as_deref(), Some("CONFIG_DATA_1=value-1\n"));
     let created = f
@@ -200,8 +227,9 @@ async fn pw4_a_terminal_pod_is_neither_registered_nor_mounted() {
     if let Some(s) = p.status.as_mut() {
         s.phase = Some("Succeeded".into());
     }
+    let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        f.syncer.sync_pod(&p).await.ok(),
+        f.syncer.sync_pod(&uid, &p).await.ok(),
         Some(SyncOutcome::Terminal)
     );
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
@@ -212,10 +240,11 @@ async fn pw4_a_terminal_pod_is_neither_registered_nor_mounted() {
 async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_directory() {
     let f = fixture();
     let p = env_pod();
-    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    let uid = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
     assert!(
         f.syncer
-            .sync_terminating_pod(&p, Duration::from_secs(30))
+            .sync_terminating_pod(&uid, &p, Duration::from_secs(30))
             .await
             .is_ok()
     );
@@ -224,7 +253,7 @@ async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_dire
         1,
         "still registered while terminating (PW-5)"
     );
-    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
+    assert!(f.syncer.sync_terminated_pod(&uid, &p).await.is_ok());
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
     assert_eq!(f.api.sources.secrets.stats().registered_pods, 0);
     let calls = f.volumes.calls();
@@ -237,10 +266,59 @@ async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_dire
 async fn pw6_a_pod_directory_with_leftover_files_is_kept() {
     let f = fixture();
     let p = env_pod();
-    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    let uid = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
     let stray = f.root.path().join("pods/u1/volumes/stray");
     assert!(std::fs::write(&stray, b"x").is_ok());
-    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
+    assert!(f.syncer.sync_terminated_pod(&uid, &p).await.is_ok());
     assert!(stray.exists(), "never delete what is not known to be empty");
     assert!(!f.root.path().join("pods/u1/containers").exists());
+}
+
+// Issue 13 (one owner of "desired"): SyncPod neither registers nor adds a pod; that is
+// `pod_desired`'s job, done by `update_pod` before any sync. A pod that was never desired
+// registers nothing, is not added, and its wait fails at once (the volume manager's
+// `PodNotDesired`), with the usual FailedMount event.
+#[tokio::test]
+async fn pw13_sync_pod_of_a_pod_never_desired_registers_nothing_and_adds_nothing() {
+    let f = fixture();
+    let p = env_pod();
+    let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
+    let err = f
+        .syncer
+        .sync_pod(&uid, &p)
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("Unable to attach or mount volumes: pod u1 is not desired")
+    );
+    assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
+    assert_eq!(f.api.sources.secrets.stats().registered_pods, 0);
+    assert_eq!(f.volumes.calls(), ["mount u1"]);
+    assert!(!f.root.path().join("pods/u1/containers").exists());
+}
+
+// PW-14: each update registers again, so a reference added by an update (here an env var
+// reading a Secret) is registered before the next SyncPod reads it.
+#[tokio::test]
+async fn pw14_each_update_registers_the_pods_new_references() {
+    let f = fixture();
+    let p = env_pod();
+    let uid = desire(&f, &p);
+    assert_eq!(f.api.sources.secrets.stats().referenced_objects, 0);
+    let updated = pod(json!({"env": [{"name": "S",
+        "valueFrom": {"secretKeyRef": {"name": "sec", "key": "data-1"}}}]}));
+    desire(&f, &updated);
+    assert_eq!(f.api.sources.secrets.stats().referenced_objects, 1);
+    assert_eq!(
+        f.volumes.count("add"),
+        2,
+        "the newest object is desired (VM-5)"
+    );
+    let r = f.syncer.sync_pod(&uid, &updated).await;
+    assert_eq!(r.ok(), Some(SyncOutcome::Running));
+    let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
+    assert_eq!(env.ok().as_deref(), Some("S=value-1\\n\n"));
 }
