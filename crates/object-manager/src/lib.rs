@@ -21,6 +21,10 @@
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
 //!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
+//! * [`ObjectRef`] ([`ObjectKind`], namespace, name): the one name of a ConfigMap or Secret
+//!   on the node — the key of the managers' stores, what [`Manager::subscribe`] sends (each
+//!   `Manager<K>` knows its kind), and what nodelet-volume-manager and the agent use to say
+//!   which objects a volume reads. `Display` is `namespace/name`.
 //! * [`PodUid`] / [`PodUidError`]: a pod UID validated once (non-empty, one path component),
 //!   the key the node's pod state uses; re-exported by nodelet-volume-manager.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
@@ -32,7 +36,7 @@
 //!                         Get:   no store, one GET per call
 //!                         Cache: TTL entry per object, GET when stale
 //!                         Watch: one reflector (LIST+WATCH metadata.name=<name>) per object
-//!  store sees new content ──► subscribe() receivers get the ObjectKey
+//!  store sees new content ──► subscribe() receivers get the ObjectRef
 //! ```
 //!
 //! # Choosing a strategy
@@ -113,7 +117,7 @@
 //! let settings = manager.get("default", "settings").await?; // waits for the first list
 //! assert_eq!(settings.metadata.name.as_deref(), Some("settings"));
 //!
-//! let mut changes = manager.subscribe(); // ObjectKey of every object whose content changes
+//! let mut changes = manager.subscribe(); // ObjectRef of every object whose content changes
 //! # drop(changes.try_recv());
 //! manager.unregister_pod(&pod); // stops the watch
 //! manager.shutdown().await;
@@ -130,6 +134,7 @@ mod error;
 mod health;
 mod kind;
 mod manager;
+mod object_ref;
 mod pod_uid;
 mod recovery;
 mod reflector;
@@ -143,11 +148,12 @@ mod watch;
 #[cfg(test)]
 mod testutil;
 
-pub use config::{ManagerConfig, ObjectKey, Strategy};
+pub use config::{ManagerConfig, Strategy};
 pub use error::Error;
 pub use health::WatchHealth;
 pub use kind::ManagedObject;
 pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
+pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
 pub use refs::{referenced_config_map_names, referenced_secret_names};
 pub use ttl::TTL_ANNOTATION;

@@ -15,7 +15,7 @@ use crate::source::{KubeSource, ObjectSource, ReadFrom};
 use crate::tasks::Tasks;
 use crate::ttl::{NodeTtl, TtlStore};
 use crate::watch::{WatchOptions, WatchStore};
-use crate::{Error, ManagerConfig, ObjectKey, Strategy};
+use crate::{Error, ManagerConfig, ObjectRef, Strategy};
 
 /// The ConfigMap manager the volume plugins and env-var resolution share.
 pub type ConfigMapManager = Manager<ConfigMap>;
@@ -53,7 +53,7 @@ struct Shared<K> {
     backend: Backend<K>,
     /// (namespace, name, uid) → names the stored pod references (OM-7).
     pods: Mutex<HashMap<PodKey, Vec<String>>>,
-    notify: broadcast::Sender<ObjectKey>,
+    notify: broadcast::Sender<ObjectRef>,
     tasks: Tasks,
 }
 
@@ -224,8 +224,8 @@ impl<K: ManagedObject> Manager<K> {
                 Ok(object) => Ok(Arc::new(object)),
                 Err(err) => Err(Error::from_source(err, K::PLURAL, namespace, name)),
             },
-            Backend::Cache(store) => store.get(&ObjectKey::new(namespace, name)).await,
-            Backend::Watch(store) => store.get(&ObjectKey::new(namespace, name)).await,
+            Backend::Cache(store) => store.get(&ObjectRef::new(K::KIND, namespace, name)).await,
+            Backend::Watch(store) => store.get(&ObjectRef::new(K::KIND, namespace, name)).await,
         }
     }
 
@@ -269,14 +269,14 @@ impl<K: ManagedObject> Manager<K> {
     /// resourceVersion seen by a watch or a TTL refresh, a deletion, or the creation of a
     /// referenced object that was missing. Not sent for an object's first load. Nothing is
     /// sent with [`Strategy::Get`] (it keeps no state).
-    pub fn subscribe(&self) -> broadcast::Receiver<ObjectKey> {
+    pub fn subscribe(&self) -> broadcast::Receiver<ObjectRef> {
         self.shared.notify.subscribe()
     }
 
     /// Whether a reflector runs for `namespace/name` right now (Watch only).
     pub fn is_watching(&self, namespace: &str, name: &str) -> bool {
         match &self.shared.backend {
-            Backend::Watch(store) => store.is_watching(&ObjectKey::new(namespace, name)),
+            Backend::Watch(store) => store.is_watching(&ObjectRef::new(K::KIND, namespace, name)),
             _ => false,
         }
     }
@@ -324,7 +324,7 @@ impl<K: ManagedObject> Manager<K> {
     }
 
     fn add_reference(&self, pod: &PodKey, name: &str) {
-        let key = ObjectKey::new(pod.namespace.clone(), name);
+        let key = ObjectRef::new(K::KIND, pod.namespace.clone(), name);
         match &self.shared.backend {
             Backend::Get => {}
             Backend::Cache(store) => store.add_reference(&key),
@@ -333,7 +333,7 @@ impl<K: ManagedObject> Manager<K> {
     }
 
     fn delete_reference(&self, pod: &PodKey, name: &str) {
-        let key = ObjectKey::new(pod.namespace.clone(), name);
+        let key = ObjectRef::new(K::KIND, pod.namespace.clone(), name);
         match &self.shared.backend {
             Backend::Get => {}
             Backend::Cache(store) => store.delete_reference(&key),

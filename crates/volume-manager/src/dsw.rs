@@ -5,8 +5,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_object_manager::ObjectRef;
 
-use crate::plugins::{ObjectRef, VolumePlugin};
+use crate::plugins::VolumePlugin;
 
 /// VM-5: at most this many distinct error strings are kept per pod.
 pub(crate) const MAX_POD_ERRORS: usize = 10;

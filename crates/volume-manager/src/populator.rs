@@ -53,6 +53,7 @@ fn used_volumes(pod: &Pod) -> Vec<&Volume> {
 /// directory name is a pod error.
 pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPod {
     let uid = uid.as_str();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let mut volumes = Vec::new();
     let mut unsupported = Vec::new();
     let mut errors = BTreeSet::new();
@@ -70,7 +71,7 @@ pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry
             Some(plugin) => volumes.push(DesiredVolume {
                 unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
-                objects: plugin.referenced_objects(volume),
+                objects: plugin.referenced_objects(&namespace, volume),
                 plugin,
                 volume: volume.clone(),
             }),
@@ -174,7 +175,10 @@ mod tests {
             }]
         );
         assert_eq!(d.errors.len(), 1);
-        assert_eq!(d.volumes[0].objects[0].name, "cm");
+        assert_eq!(
+            d.volumes[0].objects,
+            [nodelet_object_manager::ObjectRef::config_map("ns", "cm")]
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::ObjectKey;
+use nodelet_object_manager::ObjectRef;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -15,7 +15,7 @@ use crate::asw::{MountState, MountedVolume};
 use crate::events::{EventType, reasons};
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
-use crate::plugins::{ObjectKind, SetUpContext, TearDownContext, VolumePlugin};
+use crate::plugins::{SetUpContext, TearDownContext, VolumePlugin};
 use crate::updates::VolumeUpdate;
 
 /// A mount or remount to run.
@@ -51,8 +51,8 @@ impl Inner {
                 () = self.wake.notified() => {}
                 () = sleep_until(deadline) => {}
                 // (1) An object manager saw new content; (2) mark the volumes that read it.
-                key = recv(&mut configmaps) => self.object_changed(ObjectKind::ConfigMap, key),
-                key = recv(&mut secrets) => self.object_changed(ObjectKind::Secret, key),
+                object = recv(&mut configmaps) => self.object_changed(object),
+                object = recv(&mut secrets) => self.object_changed(object),
             }
             if let (Some(at), Some(every)) = (next_resync, resync)
                 && Instant::now() >= at
@@ -279,9 +279,9 @@ impl Inner {
     /// Live updates: every desired volume that reads the changed object is marked for
     /// remount and freed from its backoff (a failure may have been this object missing); the
     /// loop reconciles right after. `None` (the subscriber lagged): all are marked.
-    fn object_changed(&self, kind: ObjectKind, key: Option<ObjectKey>) {
+    fn object_changed(&self, object: Option<ObjectRef>) {
         // (2) Mark every desired volume that reads the object; stale in-flight results too.
-        let Some(key) = key else {
+        let Some(object) = object else {
             self.mark_all_remount_required();
             return;
         };
@@ -290,12 +290,7 @@ impl Inner {
         let affected: Vec<String> = st
             .dsw
             .volumes()
-            .filter(|(p, _)| p.pod.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
-            .filter(|(_, v)| {
-                v.objects
-                    .iter()
-                    .any(|o| o.kind == kind && o.name == key.name)
-            })
+            .filter(|(_, v)| v.objects.contains(&object))
             .map(|(_, v)| v.unique.clone())
             .collect();
         // New information: a volume backing off after a failure (this object missing?) may
@@ -328,7 +323,7 @@ impl Inner {
 
 /// The next change notification; `Some(None)` when the subscriber lagged. A closed channel
 /// never resolves again.
-async fn recv(rx: &mut Option<broadcast::Receiver<ObjectKey>>) -> Option<ObjectKey> {
+async fn recv(rx: &mut Option<broadcast::Receiver<ObjectRef>>) -> Option<ObjectRef> {
     let Some(receiver) = rx.as_mut() else {
         return std::future::pending().await;
     };
