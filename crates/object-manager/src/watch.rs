@@ -24,7 +24,7 @@ use crate::recovery::{Recovery, RecoveryConfig};
 use crate::reflector::{BackoffConfig, Cell, Reflector};
 use crate::source::ObjectSource;
 use crate::tasks::Tasks;
-use crate::{Error, ObjectRef};
+use crate::{Error, ObjectRef, PodUid};
 
 /// Options of the watch store, from `ManagerConfig`.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +53,7 @@ struct Inner<K> {
 /// One referenced object (OM-15).
 struct Item<K> {
     /// Referencing pod UID → count; entries are removed at 0, never negative.
-    refs: HashMap<String, usize>,
+    refs: HashMap<PodUid, usize>,
     cell: Arc<Cell<K>>,
     /// The running reflector's token; `None` while stopped.
     reflector: Option<CancellationToken>,
@@ -88,7 +88,7 @@ impl<K: ManagedObject> WatchStore<K> {
     }
 
     /// OM-16: the first reference creates the item and starts its reflector.
-    pub(crate) fn add_reference(&self, key: &ObjectRef, uid: &str) {
+    pub(crate) fn add_reference(&self, key: &ObjectRef, uid: &PodUid) {
         let inner = &self.inner;
         let mut items = inner.lock();
         let item = items.entry(key.clone()).or_insert_with(|| Item {
@@ -103,12 +103,12 @@ impl<K: ManagedObject> WatchStore<K> {
         if item.refs.is_empty() && item.reflector.is_none() && !inner.tasks.root.is_cancelled() {
             inner.start(key, item);
         }
-        *item.refs.entry(uid.to_owned()).or_insert(0) += 1;
+        *item.refs.entry(uid.clone()).or_insert(0) += 1;
     }
 
     /// OM-17: the last reference stops the reflector and forgets the item. A UID that holds no
     /// reference is ignored (upstream records a negative count and keeps the item alive).
-    pub(crate) fn delete_reference(&self, key: &ObjectRef, uid: &str) {
+    pub(crate) fn delete_reference(&self, key: &ObjectRef, uid: &PodUid) {
         let mut items = self.inner.lock();
         let Some(item) = items.get_mut(key) else {
             return;
@@ -366,29 +366,30 @@ mod tests {
         let (tasks, notify) = (test_tasks(), broadcast::channel(8).0);
         let store = WatchStore::new(Arc::new(fake.clone()), options(), tasks, notify);
         let (a, b) = (ObjectRef::secret("ns", "a"), ObjectRef::secret("ns", "b"));
-        store.add_reference(&a, "u1");
-        store.add_reference(&a, "u1");
-        store.add_reference(&a, "u2");
-        store.add_reference(&b, "u1");
+        let uid = |u: &str| PodUid::new(u).unwrap();
+        store.add_reference(&a, &uid("u1"));
+        store.add_reference(&a, &uid("u1"));
+        store.add_reference(&a, &uid("u2"));
+        store.add_reference(&b, &uid("u1"));
 
-        store.delete_reference(&a, "never-referenced");
-        store.delete_reference(&ObjectRef::secret("ns", "unknown"), "u1");
+        store.delete_reference(&a, &uid("never-referenced"));
+        store.delete_reference(&ObjectRef::secret("ns", "unknown"), &uid("u1"));
         assert_eq!(store.counts(), (2, 2));
 
-        store.delete_reference(&b, "u1");
+        store.delete_reference(&b, &uid("u1"));
         assert!(store.is_watching(&a) && !store.is_watching(&b));
-        store.delete_reference(&a, "u1");
-        store.delete_reference(&a, "u2");
+        store.delete_reference(&a, &uid("u1"));
+        store.delete_reference(&a, &uid("u2"));
         assert!(
             store.is_watching(&a),
             "u1 still holds one of its two references"
         );
-        store.delete_reference(&a, "u2");
+        store.delete_reference(&a, &uid("u2"));
         assert!(
             store.is_watching(&a),
             "u2 has no reference left to drop: no negative count"
         );
-        store.delete_reference(&a, "u1");
+        store.delete_reference(&a, &uid("u1"));
         assert_eq!(store.counts(), (0, 0));
     }
 

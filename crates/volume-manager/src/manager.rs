@@ -182,14 +182,13 @@ impl VolumeManager {
             }
         };
         let desired = desired_pod(&uid, pod.clone(), &self.inner.registry);
-        let uid = uid.as_str();
         let fresh = {
             let mut st = self.inner.lock();
-            let fresh = st.dsw.set_pod(uid, desired);
-            st.asw.mark_pod_remount_required(uid);
+            let fresh = st.dsw.set_pod(desired);
+            st.asw.mark_pod_remount_required(&uid);
             for v in st
                 .dsw
-                .pod(uid)
+                .pod(&uid)
                 .map(|p| p.volumes.clone())
                 .unwrap_or_default()
             {
@@ -221,7 +220,7 @@ impl VolumeManager {
     /// VM-6 / VM-13: the pod's runtime may be removed; its volumes are torn down (call after
     /// its containers stopped). Never blocks; use [`wait_for_unmount`](Self::wait_for_unmount).
     pub fn remove_pod(&self, pod_uid: &PodUid) {
-        self.inner.lock().dsw.remove_pod(pod_uid.as_str());
+        self.inner.lock().dsw.remove_pod(pod_uid);
         self.inner.bump();
     }
 
@@ -252,7 +251,7 @@ impl VolumeManager {
         if expected.is_empty() {
             return Ok(());
         }
-        let uid = uid.as_str();
+        let uid = &uid;
         let mut rx = self.inner.changed.subscribe();
         self.add_pod(Arc::new(pod.clone()));
         let deadline = Instant::now() + self.inner.config.wait_timeout;
@@ -311,13 +310,12 @@ impl VolumeManager {
         let Ok(uid) = PodUid::from_pod(pod) else {
             return Ok(());
         };
-        let uid = uid.as_str();
         let mut rx = self.inner.changed.subscribe();
         self.inner.bump();
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
-            if self.inner.lock().asw.present_for_pod(uid).is_empty() {
+            if self.inner.lock().asw.present_for_pod(&uid).is_empty() {
                 return Ok(());
             }
             tokio::select! {
@@ -325,7 +323,7 @@ impl VolumeManager {
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
-        let mounted = self.inner.lock().asw.present_for_pod(uid);
+        let mounted = self.inner.lock().asw.present_for_pod(&uid);
         if mounted.is_empty() {
             return Ok(());
         }
@@ -334,7 +332,7 @@ impl VolumeManager {
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
     pub fn mounted_volumes(&self, pod_uid: &PodUid) -> Vec<String> {
-        self.inner.lock().asw.mounted_for_pod(pod_uid.as_str())
+        self.inner.lock().asw.mounted_for_pod(pod_uid)
     }
 
     /// A [`VolumeUpdate`](crate::VolumeUpdate) for every volume set up again after a change
@@ -565,10 +563,11 @@ mod tests {
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
-        let dir = bed
-            .vm
-            .host()
-            .volume_dir("u1", "kubernetes.io/configmap", "cfg");
+        let dir = bed.vm.host().volume_dir(
+            &PodUid::new("u1").unwrap(),
+            "kubernetes.io/configmap",
+            "cfg",
+        );
         bed.configmaps.apply("ns", cm("cm", "v2"));
         let mut rx = bed.vm.subscribe();
         while std::fs::read(dir.join("k")).unwrap() != b"v2" {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::ObjectRef;
+use nodelet_object_manager::{ObjectRef, PodUid};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,8 @@ use crate::updates::VolumeUpdate;
 /// A mount or remount to run.
 struct MountJob {
     unique: String,
+    /// The desired pod's UID (validated when the pod was added).
+    pod_uid: PodUid,
     pod: Arc<Pod>,
     volume: Volume,
     plugin: Arc<dyn VolumePlugin>,
@@ -116,6 +118,7 @@ impl Inner {
                 match st.ops.try_start(&v.unique, now) {
                     Ok(()) => mounts.push(MountJob {
                         unique: v.unique.clone(),
+                        pod_uid: pod.uid.clone(),
                         pod: pod.pod.clone(),
                         volume: v.volume.clone(),
                         plugin: v.plugin.clone(),
@@ -141,7 +144,7 @@ impl Inner {
     /// VM-10: SetUp, then record the result. A failed remount leaves the volume mounted with
     /// its old content and `remount_required` set; it is retried after the backoff.
     async fn mount(self: Arc<Self>, job: MountJob) {
-        let uid = job.pod.metadata.uid.clone().unwrap_or_default();
+        let uid = job.pod_uid.clone();
         let name = job.volume.name.clone();
         let dir = self.host.volume_dir(&uid, job.plugin.name(), &name);
         let span = tracing::debug_span!(
@@ -152,6 +155,7 @@ impl Inner {
             remount = job.remount,
         );
         let ctx = SetUpContext {
+            pod_uid: &uid,
             pod: &job.pod,
             volume: &job.volume,
             dir: &dir,
@@ -374,8 +378,8 @@ fn fs_user(pod: &Pod) -> Option<u32> {
 }
 
 /// A pod carrying only its UID (events about reconstructed volumes).
-fn pod_stub(uid: &str) -> Pod {
+fn pod_stub(uid: &PodUid) -> Pod {
     let mut pod = Pod::default();
-    pod.metadata.uid = Some(uid.to_owned());
+    pod.metadata.uid = Some(uid.to_string());
     pod
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::ObjectRef;
+use nodelet_object_manager::{ObjectRef, PodUid};
 use tokio::time::Instant;
 
 use crate::SetUpError;
@@ -42,6 +42,8 @@ pub struct ObjectVersion {
 /// Everything a plugin's [`VolumePlugin::set_up`] needs (VM-10).
 #[derive(Clone, Copy)]
 pub struct SetUpContext<'a> {
+    /// The pod's UID, validated when the pod was added (its directory `pods/<uid>/`).
+    pub pod_uid: &'a PodUid,
     /// The latest pod object of the desired state (PL-4, VM-5).
     pub pod: &'a Pod,
     /// The pod volume.
@@ -62,7 +64,7 @@ pub struct SetUpContext<'a> {
 #[derive(Clone, Copy)]
 pub struct TearDownContext<'a> {
     /// The pod's UID.
-    pub pod_uid: &'a str,
+    pub pod_uid: &'a PodUid,
     /// The pod volume name.
     pub volume_name: &'a str,
     /// The volume directory (PL-1).

@@ -167,7 +167,7 @@ async fn collect_source(
             .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
         let fetched = ctx
             .host
-            .service_account_token(ctx.pod, service_account, audience, expiration)
+            .service_account_token(ctx, service_account, audience, expiration)
             .await;
         let (token_value, refresh_at) = match fetched {
             Ok(t) => t,
@@ -254,7 +254,9 @@ mod tests {
         fs_user: Option<u32>,
     ) -> Collected {
         let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        let uid = nodelet_object_manager::PodUid::from_pod(pod).unwrap();
         let ctx = SetUpContext {
+            pod_uid: &uid,
             pod,
             volume,
             dir: Path::new("/nonexistent"),
