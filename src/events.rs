@@ -269,6 +269,8 @@ impl Writer {
         else {
             return;
         };
+        // The involved object's UID as the API has it, not a `PodUid`: an event about a pod
+        // refused for an unusable UID is published too (client-go keys on it the same way).
         let uid = event.pod.uid.clone().unwrap_or_default();
         let at = Instant::now();
         // (1) Similar events with changing messages end up in one combined event.

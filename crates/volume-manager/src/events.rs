@@ -66,7 +66,9 @@ mod recording {
     /// One event seen by a [`RecordingSink`].
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RecordedEvent {
-        /// The pod's UID.
+        /// The pod's `metadata.uid` as given (empty when missing): a plain string, not a
+        /// `PodUid`, because the events about a pod refused for an unusable UID are recorded
+        /// too.
         pub pod_uid: String,
         /// The pod's name.
         pub pod_name: String,

@@ -489,6 +489,32 @@ mod tests {
         bed.shutdown.cancel();
     }
 
+    // Issue 13 (ObjectRef): a change notification names kind, namespace and name; only the
+    // volumes reading exactly that object are marked for remount — not for a Secret of the same
+    // name, nor for a ConfigMap of the same name in another namespace.
+    #[tokio::test(start_paused = true)]
+    async fn a_notification_remounts_only_the_volumes_reading_that_exact_object() {
+        use nodelet_object_manager::ObjectRef;
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        bed.vm.wait_for_attach_and_mount(&pod("cm")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let pending = |vm: &VolumeManager| vm.snapshot()[0].volumes[0].remount_pending;
+        assert!(!pending(&bed.vm));
+        for other in [
+            ObjectRef::secret("ns", "cm"),
+            ObjectRef::config_map("other", "cm"),
+        ] {
+            bed.vm.inner.object_changed(Some(other.clone()));
+            assert!(!pending(&bed.vm), "{other:?}");
+        }
+        bed.vm
+            .inner
+            .object_changed(Some(ObjectRef::config_map("ns", "cm")));
+        assert!(pending(&bed.vm));
+        bed.shutdown.cancel();
+    }
+
     // VM-9: a failing mount is retried after 500 ms, 1 s, 2 s, ... (each failure is a
     // FailedMount event).
     #[tokio::test(start_paused = true)]

@@ -283,7 +283,7 @@ impl Inner {
     /// Live updates: every desired volume that reads the changed object is marked for
     /// remount and freed from its backoff (a failure may have been this object missing); the
     /// loop reconciles right after. `None` (the subscriber lagged): all are marked.
-    fn object_changed(&self, object: Option<ObjectRef>) {
+    pub(crate) fn object_changed(&self, object: Option<ObjectRef>) {
         // (2) Mark every desired volume that reads the object; stale in-flight results too.
         let Some(object) = object else {
             self.mark_all_remount_required();
