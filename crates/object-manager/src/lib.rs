@@ -63,6 +63,8 @@
 //! # Invariants
 //!
 //! * `register_pod` / `unregister_pod` never block on the network and are idempotent.
+//!   References are counted per [`PodUid`]; a pod without a usable UID is not registered
+//!   (a warning names it), never counted under an empty UID.
 //! * Watch: a reflector runs for an object exactly while a registered pod references it and it
 //!   is neither idle-stopped nor immutable; at most one run per object (runs carry an epoch and
 //!   a stopped run's writes are discarded). Reference counts never go negative.
