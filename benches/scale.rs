@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, ServerHandle, User};
+use nodelet_object_manager::PodUid;
 use serde_json::json;
 
 const PODS: usize = 110;
@@ -217,8 +218,9 @@ async fn run(protocol: &str) {
                     "volumeMounts": objs.iter().map(|j| json!({"name": format!("v{j}"), "mountPath": format!("/v{j}")})).collect::<Vec<_>>()}],
                     "volumes": objs.iter().map(|j| volume(*j)).collect::<Vec<_>>()}}))
             .unwrap_or_else(|e| panic!("{e}"));
-        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-        let vols = root.join("pods").join(uid).join("volumes");
+        let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("the server's pod: {e}"));
+        let vols = root.join("pods").join(&uid).join("volumes");
         for j in objs {
             files[j] = vols.join(volume_dir(j)).join("k");
         }

@@ -14,7 +14,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
 use nodelet_object_manager::{
-    ConfigMapManager, ManagerConfig, ObjectKey, PodUid, SecretManager, referenced_config_map_names,
+    ConfigMapManager, ManagerConfig, ObjectRef, PodUid, SecretManager, referenced_config_map_names,
     referenced_secret_names,
 };
 use nodelet_podworker::{
@@ -386,7 +386,7 @@ async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
 fn retry_failed_pods(
     state: &AgentState,
     known: &HashMap<PodUid, Pod>,
-    change: Result<ObjectKey, broadcast::error::RecvError>,
+    change: Result<ObjectRef, broadcast::error::RecvError>,
     references: fn(&Pod) -> Vec<String>,
 ) {
     let key = match change {

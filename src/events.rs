@@ -46,6 +46,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use nodelet_volume_manager::EventType;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -74,18 +75,11 @@ pub(crate) struct EventPublisher {
     tx: mpsc::UnboundedSender<PodEvent>,
 }
 
-/// `Normal` or `Warning`, as in `Event.type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum EventKind {
-    Normal,
-    Warning,
-}
-
 /// One event about a pod, as queued.
 #[derive(Debug, Clone)]
 struct PodEvent {
     pod: ObjectReference,
-    kind: EventKind,
+    kind: EventType,
     reason: String,
     message: String,
 }
@@ -95,7 +89,7 @@ struct PodEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct EventKey {
     pub(crate) uid: String,
-    pub(crate) kind: EventKind,
+    pub(crate) kind: EventType,
     pub(crate) reason: String,
     pub(crate) message: String,
     pub(crate) combined: bool,
@@ -173,7 +167,7 @@ impl EventPublisher {
         Self { tx }
     }
 
-    fn push(&self, pod: &Pod, kind: EventKind, reason: &str, message: String) {
+    fn push(&self, pod: &Pod, kind: EventType, reason: &str, message: String) {
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
@@ -188,15 +182,6 @@ impl EventPublisher {
             reason: reason.to_owned(),
             message: truncate_message(message),
         });
-    }
-}
-
-impl EventKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Normal => "Normal",
-            EventKind::Warning => "Warning",
-        }
     }
 }
 
@@ -284,6 +269,8 @@ impl Writer {
         else {
             return;
         };
+        // The involved object's UID as the API has it, not a `PodUid`: an event about a pod
+        // refused for an unusable UID is published too (client-go keys on it the same way).
         let uid = event.pod.uid.clone().unwrap_or_default();
         let at = Instant::now();
         // (1) Similar events with changing messages end up in one combined event.
@@ -414,18 +401,8 @@ impl Writer {
 
 // One trait for both crates: nodelet_podworker::EventSink re-exports this one.
 impl nodelet_volume_manager::EventSink for EventPublisher {
-    fn event(
-        &self,
-        pod: &Pod,
-        type_: nodelet_volume_manager::EventType,
-        reason: &str,
-        message: String,
-    ) {
-        let kind = match type_ {
-            nodelet_volume_manager::EventType::Normal => EventKind::Normal,
-            nodelet_volume_manager::EventType::Warning => EventKind::Warning,
-        };
-        self.push(pod, kind, reason, message);
+    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+        self.push(pod, type_, reason, message);
     }
 }
 
@@ -436,7 +413,7 @@ mod tests {
     fn key(message: &str) -> EventKey {
         EventKey {
             uid: "u1".into(),
-            kind: EventKind::Warning,
+            kind: EventType::Warning,
             reason: "FailedMount".into(),
             message: message.into(),
             combined: false,
@@ -574,11 +551,11 @@ mod tests {
             let message = format!(
                 "MountVolume.SetUp failed for volume \"v\" : write file /v/..2026_11_23_01_43_{n:02}.72/k: File name too long"
             );
-            publisher.push(&failing, EventKind::Warning, "FailedMount", message);
+            publisher.push(&failing, EventType::Warning, "FailedMount", message);
         }
         // Events are published in order: once this one is there, all are.
         let long = "d".repeat(4232);
-        publisher.push(&pod("q", "u2"), EventKind::Warning, "FailedMount", long);
+        publisher.push(&pod("q", "u2"), EventType::Warning, "FailedMount", long);
         let api: Api<Event> = Api::namespaced(client, "default");
         let events = tokio::time::timeout(Duration::from_secs(60), async {
             loop {

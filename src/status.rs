@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use nodelet_object_manager::PodUid;
 use nodelet_podworker::{ContainerConfigState, PodConfigStatus, StatusSink};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -35,9 +36,9 @@ impl std::fmt::Debug for StatusWriter {
 }
 
 struct Shared {
-    pending: Mutex<HashMap<String, Work>>,
+    pending: Mutex<HashMap<PodUid, Work>>,
     /// Last patch sent per pod UID (to skip unchanged ones), and first start time.
-    sent: Mutex<HashMap<String, (Value, String)>>,
+    sent: Mutex<HashMap<PodUid, (Value, String)>>,
     wake: Arc<Notify>,
 }
 
@@ -51,7 +52,7 @@ enum Work {
     Delete {
         namespace: String,
         name: String,
-        uid: String,
+        uid: PodUid,
     },
 }
 
@@ -72,7 +73,7 @@ impl StatusWriter {
         tracker.spawn(async move {
             loop {
                 let Some(shared) = weak.upgrade() else { return };
-                let batch: Vec<(String, Work)> = shared
+                let batch: Vec<(PodUid, Work)> = shared
                     .pending
                     .lock()
                     .map(|mut p| p.drain().collect())
@@ -104,7 +105,7 @@ impl StatusWriter {
         Self { shared }
     }
 
-    fn enqueue(&self, uid: String, work: Work) {
+    fn enqueue(&self, uid: PodUid, work: Work) {
         if let Ok(mut p) = self.shared.pending.lock() {
             p.insert(uid, work);
         }
@@ -140,7 +141,7 @@ async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<()
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
                 preconditions: Some(Preconditions {
-                    uid: Some(uid.clone()),
+                    uid: Some(uid.to_string()),
                     resource_version: None,
                 }),
                 ..DeleteParams::default()
@@ -290,7 +291,10 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
 
 impl StatusSink for StatusWriter {
     fn set_status(&self, pod: &Pod, status: &PodConfigStatus) {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // The pod workers run only pods with a usable UID (the pod source admits no other).
+        let Ok(uid) = PodUid::from_pod(pod) else {
+            return;
+        };
         let Ok(mut sent) = self.shared.sent.lock() else {
             return;
         };
@@ -314,7 +318,9 @@ impl StatusSink for StatusWriter {
     }
 
     fn terminated(&self, pod: &Pod) {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let Ok(uid) = PodUid::from_pod(pod) else {
+            return;
+        };
         if let Ok(mut sent) = self.shared.sent.lock() {
             sent.remove(&uid);
         }

@@ -9,19 +9,20 @@ use crate::state::AgentState;
 
 /// The `/pods` document.
 pub(crate) fn pods_json(state: &AgentState) -> Value {
-    let volumes: HashMap<String, nodelet_volume_manager::PodVolumes> = state
-        .volumes
-        .snapshot()
-        .into_iter()
-        .map(|p| (p.pod_uid.clone(), p))
-        .collect();
+    let volumes: HashMap<nodelet_volume_manager::PodUid, nodelet_volume_manager::PodVolumes> =
+        state
+            .volumes
+            .snapshot()
+            .into_iter()
+            .map(|p| (p.pod_uid.clone(), p))
+            .collect();
     let pods: Vec<Value> = state
         .workers
         .snapshot()
         .into_iter()
         .map(|w| {
             let vols: Vec<Value> = volumes
-                .get(w.uid.as_str())
+                .get(&w.uid)
                 .map(|p| p.volumes.iter().map(volume_json).collect())
                 .unwrap_or_default();
             json!({

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::EventKind;
+use nodelet_volume_manager::EventType;
 
 /// Similar events (same object, type and reason, different messages) within this time of the
 /// previous one count towards [`AGGREGATE_MAX_EVENTS`] (upstream
@@ -41,7 +41,7 @@ pub(crate) const CACHE_CAPACITY: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SimilarKey {
     pub(crate) uid: String,
-    pub(crate) kind: EventKind,
+    pub(crate) kind: EventType,
     pub(crate) reason: String,
 }
 
@@ -171,7 +171,7 @@ mod tests {
     fn similar() -> SimilarKey {
         SimilarKey {
             uid: "u1".into(),
-            kind: EventKind::Warning,
+            kind: EventType::Warning,
             reason: "FailedMount".into(),
         }
     }

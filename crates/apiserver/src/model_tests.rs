@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions, meta_str};
 use crate::resources::{CONFIGMAPS, NAMESPACES};
-use crate::store::{EventType, Store};
+use crate::store::{Store, WatchEventType};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -120,10 +120,10 @@ proptest! {
             let mut replayed = then.clone();
             for ev in s.history.iter().filter(|e| e.rv > *rv && e.key.resource == CONFIGMAPS) {
                 match ev.kind {
-                    EventType::Added | EventType::Modified => {
+                    WatchEventType::Added | WatchEventType::Modified => {
                         replayed.insert((ev.key.namespace.clone(), ev.key.name.clone()), ev.object["data"]["k"].as_str().unwrap_or("").to_string());
                     }
-                    EventType::Deleted => { replayed.remove(&(ev.key.namespace.clone(), ev.key.name.clone())); }
+                    WatchEventType::Deleted => { replayed.remove(&(ev.key.namespace.clone(), ev.key.name.clone())); }
                 }
             }
             prop_assert_eq!(&replayed, &model);

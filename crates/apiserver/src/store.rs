@@ -34,20 +34,21 @@ impl Key {
     }
 }
 
-/// Watch event types.
+/// Watch event types (`ADDED`, `MODIFIED`, `DELETED`): what happened to a stored object, as a
+/// watch stream names it. Not a core/v1 `Event.type` (`Normal` / `Warning`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EventType {
+pub(crate) enum WatchEventType {
     Added,
     Modified,
     Deleted,
 }
 
-impl EventType {
+impl WatchEventType {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
+            WatchEventType::Added => "ADDED",
+            WatchEventType::Modified => "MODIFIED",
+            WatchEventType::Deleted => "DELETED",
         }
     }
 }
@@ -56,7 +57,7 @@ impl EventType {
 #[derive(Debug)]
 pub(crate) struct Event {
     pub(crate) rv: u64,
-    pub(crate) kind: EventType,
+    pub(crate) kind: WatchEventType,
     pub(crate) key: Key,
     /// The object after the change (for `Deleted`: its last state, stamped with the delete's rv).
     pub(crate) object: Arc<Value>,
@@ -144,9 +145,9 @@ impl Inner {
         let obj = Arc::new(obj);
         let prev = self.objects.insert(key.clone(), obj.clone());
         let kind = if prev.is_some() {
-            EventType::Modified
+            WatchEventType::Modified
         } else {
-            EventType::Added
+            WatchEventType::Added
         };
         self.record(Event {
             rv: self.rv,
@@ -168,7 +169,7 @@ impl Inner {
         let last = Arc::new(last);
         self.record(Event {
             rv: self.rv,
-            kind: EventType::Deleted,
+            kind: WatchEventType::Deleted,
             key: key.clone(),
             object: last.clone(),
             prev: Some(prev),

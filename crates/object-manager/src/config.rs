@@ -1,4 +1,4 @@
-//! Configuration: [`Strategy`], [`ManagerConfig`] and [`ObjectKey`].
+//! Configuration: [`Strategy`] and [`ManagerConfig`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -133,31 +133,6 @@ impl ManagerConfig {
     /// Watch: how long a reflector may go unread before it stops: `max(5 × resync, 1 min)`.
     pub fn max_idle_time(&self) -> Duration {
         (self.resync_interval * 5).max(Duration::from_secs(60))
-    }
-}
-
-/// Namespace and name of one ConfigMap or Secret.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// The object's namespace.
-    pub namespace: String,
-    /// The object's name.
-    pub name: String,
-}
-
-impl ObjectKey {
-    /// `namespace/name`.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ObjectKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 

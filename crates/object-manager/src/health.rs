@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use futures::StreamExt as _;
 
-use crate::ObjectKey;
+use crate::ObjectRef;
 use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
 
 /// One watched object's health (a snapshot; see the module docs for what counts).
@@ -24,7 +24,7 @@ use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
 #[non_exhaustive]
 pub struct WatchHealth {
     /// The object.
-    pub object: ObjectKey,
+    pub object: ObjectRef,
     /// Whether its reflector runs now (an idle-stopped or immutable object's does not).
     pub running: bool,
     /// The last time the API server answered this watch: a list, an opened watch, an event.
@@ -75,7 +75,7 @@ impl HealthCell {
         s.last_error = Some(error.to_string());
     }
 
-    pub(crate) fn snapshot(&self, object: ObjectKey, running: bool) -> WatchHealth {
+    pub(crate) fn snapshot(&self, object: ObjectRef, running: bool) -> WatchHealth {
         let s = self.lock();
         WatchHealth {
             object,
@@ -143,7 +143,7 @@ mod tests {
 
     use crate::source::{FakeSource, SourceError};
     use crate::testutil::{manager, pod, secret, settle};
-    use crate::{ObjectKey, Strategy};
+    use crate::{ObjectRef, Strategy};
 
     #[tokio::test(start_paused = true)]
     async fn a_watch_reports_failing_during_an_outage_and_healthy_after_it() {
@@ -155,7 +155,7 @@ mod tests {
         settle().await;
         let healthy = m.watch_health();
         assert_eq!(healthy.len(), 1);
-        assert_eq!(healthy[0].object, ObjectKey::new("ns", "s1"));
+        assert_eq!(healthy[0].object, ObjectRef::secret("ns", "s1"));
         assert!(healthy[0].running);
         assert!(healthy[0].last_success.is_some());
         assert_eq!(healthy[0].failing_since, None);

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 
+use crate::ObjectKind;
 use crate::refs::{referenced_config_map_names, referenced_secret_names};
 
 mod sealed {
@@ -30,6 +31,8 @@ pub trait ManagedObject:
     const SINGULAR: &'static str;
     /// The plural resource the API server names in its errors: `configmaps`, `secrets`.
     const PLURAL: &'static str;
+    /// The kind the manager's [`ObjectRef`](crate::ObjectRef)s carry.
+    const KIND: ObjectKind;
 
     /// `immutable: true`: the object can never change, only be deleted (OM-18 step 6).
     fn is_immutable(&self) -> bool;
@@ -41,6 +44,7 @@ pub trait ManagedObject:
 impl ManagedObject for ConfigMap {
     const SINGULAR: &'static str = "configmap";
     const PLURAL: &'static str = "configmaps";
+    const KIND: ObjectKind = ObjectKind::ConfigMap;
 
     fn is_immutable(&self) -> bool {
         self.immutable == Some(true)
@@ -54,6 +58,7 @@ impl ManagedObject for ConfigMap {
 impl ManagedObject for Secret {
     const SINGULAR: &'static str = "secret";
     const PLURAL: &'static str = "secrets";
+    const KIND: ObjectKind = ObjectKind::Secret;
 
     fn is_immutable(&self) -> bool {
         self.immutable == Some(true)

@@ -24,6 +24,10 @@
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
 //!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
+//! * [`ObjectRef`] ([`ObjectKind`], namespace, name): the one name of a ConfigMap or Secret
+//!   on the node — the key of the managers' stores, what [`Manager::subscribe`] sends (each
+//!   `Manager<K>` knows its kind), and what nodelet-volume-manager and the agent use to say
+//!   which objects a volume reads. `Display` is `namespace/name`.
 //! * [`PodUid`] / [`PodUidError`]: a pod UID validated once (non-empty, one path component),
 //!   the key the node's pod state uses; re-exported by nodelet-volume-manager.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
@@ -35,7 +39,7 @@
 //!                         Get:   no store, one GET per call
 //!                         Cache: TTL entry per object, GET when stale
 //!                         Watch: one reflector (LIST+WATCH metadata.name=<name>) per object
-//!  store sees new content ──► subscribe() receivers get the ObjectKey
+//!  store sees new content ──► subscribe() receivers get the ObjectRef
 //! ```
 //!
 //! # Choosing a strategy
@@ -62,6 +66,8 @@
 //! # Invariants
 //!
 //! * `register_pod` / `unregister_pod` never block on the network and are idempotent.
+//!   References are counted per [`PodUid`]; a pod without a usable UID is not registered
+//!   (a warning names it), never counted under an empty UID.
 //! * Watch: a reflector runs for an object exactly while a registered pod references it and it
 //!   is neither idle-stopped nor immutable; at most one run per object (runs carry an epoch and
 //!   a stopped run's writes are discarded). Reference counts never go negative.
@@ -116,7 +122,7 @@
 //! let settings = manager.get("default", "settings").await?; // waits for the first list
 //! assert_eq!(settings.metadata.name.as_deref(), Some("settings"));
 //!
-//! let mut changes = manager.subscribe(); // ObjectKey of every object whose content changes
+//! let mut changes = manager.subscribe(); // ObjectRef of every object whose content changes
 //! # drop(changes.try_recv());
 //! manager.unregister_pod(&pod); // stops the watch
 //! manager.shutdown().await;
@@ -133,6 +139,7 @@ mod error;
 mod health;
 mod kind;
 mod manager;
+mod object_ref;
 mod pod_uid;
 mod recovery;
 mod reflector;
@@ -146,11 +153,12 @@ mod watch;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testutil;
 
-pub use config::{ManagerConfig, ObjectKey, Strategy};
+pub use config::{ManagerConfig, Strategy};
 pub use error::Error;
 pub use health::WatchHealth;
 pub use kind::ManagedObject;
 pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
+pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
 pub use refs::{referenced_config_map_names, referenced_secret_names};
 pub use ttl::TTL_ANNOTATION;

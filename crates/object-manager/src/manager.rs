@@ -15,7 +15,7 @@ use crate::source::{KubeSource, ObjectSource, ReadFrom};
 use crate::tasks::Tasks;
 use crate::ttl::{NodeTtl, TtlStore};
 use crate::watch::{WatchOptions, WatchStore};
-use crate::{Error, ManagerConfig, ObjectKey, Strategy};
+use crate::{Error, ManagerConfig, ObjectRef, PodUid, PodUidError, Strategy};
 
 /// The ConfigMap manager the volume plugins and env-var resolution share.
 pub type ConfigMapManager = Manager<ConfigMap>;
@@ -53,7 +53,7 @@ struct Shared<K> {
     backend: Backend<K>,
     /// (namespace, name, uid) → names the stored pod references (OM-7).
     pods: Mutex<HashMap<PodKey, Vec<String>>>,
-    notify: broadcast::Sender<ObjectKey>,
+    notify: broadcast::Sender<ObjectRef>,
     tasks: Tasks,
 }
 
@@ -67,17 +67,19 @@ enum Backend<K> {
 struct PodKey {
     namespace: String,
     name: String,
-    uid: String,
+    uid: PodUid,
 }
 
 impl PodKey {
-    fn of(pod: &Pod) -> Self {
+    /// The pod's key; refused when it has no usable UID (it would be counted under `""`).
+    fn of(pod: &Pod) -> Result<Self, PodUidError> {
+        let uid = PodUid::from_pod(pod)?;
         let m = &pod.metadata;
-        PodKey {
+        Ok(PodKey {
             namespace: m.namespace.clone().unwrap_or_default(),
             name: m.name.clone().unwrap_or_default(),
-            uid: m.uid.clone().unwrap_or_default(),
-        }
+            uid,
+        })
     }
 }
 
@@ -224,8 +226,8 @@ impl<K: ManagedObject> Manager<K> {
                 Ok(object) => Ok(Arc::new(object)),
                 Err(err) => Err(Error::from_source(err, K::PLURAL, namespace, name)),
             },
-            Backend::Cache(store) => store.get(&ObjectKey::new(namespace, name)).await,
-            Backend::Watch(store) => store.get(&ObjectKey::new(namespace, name)).await,
+            Backend::Cache(store) => store.get(&ObjectRef::new(K::KIND, namespace, name)).await,
+            Backend::Watch(store) => store.get(&ObjectRef::new(K::KIND, namespace, name)).await,
         }
     }
 
@@ -234,11 +236,21 @@ impl<K: ManagedObject> Manager<K> {
     /// Never blocks on the network; idempotent. Re-registering a pod (same namespace, name and
     /// UID) adds references only for new names and drops those that disappeared; unchanged
     /// names keep their cache entries. A no-op for [`Strategy::Get`].
+    ///
+    /// A pod without a usable UID (missing, empty, or not one path component; see [`PodUid`])
+    /// is ignored with a warning naming it: it references nothing, so a `get` for its objects
+    /// fails with [`Error::NotRegistered`]. (The agent admits no such pod in the first place.)
     pub fn register_pod(&self, pod: &Pod) {
         if matches!(self.shared.backend, Backend::Get) {
             return;
         }
-        let key = PodKey::of(pod);
+        let key = match PodKey::of(pod) {
+            Ok(key) => key,
+            Err(error) => {
+                tracing::warn!(%error, kind = K::SINGULAR, "pod not registered");
+                return;
+            }
+        };
         let names = K::referenced_names(pod);
         let mut pods = self.lock_pods();
         let old = pods.insert(key.clone(), names.clone()).unwrap_or_default();
@@ -251,12 +263,15 @@ impl<K: ManagedObject> Manager<K> {
     }
 
     /// Forget `pod`'s references: those of the pod as last registered, not of the argument
-    /// (OM-9). Never blocks on the network; unknown pods are a no-op.
+    /// (OM-9). Never blocks on the network; unknown pods (and pods without a usable UID,
+    /// which were never registered) are a no-op.
     pub fn unregister_pod(&self, pod: &Pod) {
         if matches!(self.shared.backend, Backend::Get) {
             return;
         }
-        let key = PodKey::of(pod);
+        let Ok(key) = PodKey::of(pod) else {
+            return;
+        };
         let mut pods = self.lock_pods();
         if let Some(names) = pods.remove(&key) {
             for name in &names {
@@ -269,14 +284,14 @@ impl<K: ManagedObject> Manager<K> {
     /// resourceVersion seen by a watch or a TTL refresh, a deletion, or the creation of a
     /// referenced object that was missing. Not sent for an object's first load. Nothing is
     /// sent with [`Strategy::Get`] (it keeps no state).
-    pub fn subscribe(&self) -> broadcast::Receiver<ObjectKey> {
+    pub fn subscribe(&self) -> broadcast::Receiver<ObjectRef> {
         self.shared.notify.subscribe()
     }
 
     /// Whether a reflector runs for `namespace/name` right now (Watch only).
     pub fn is_watching(&self, namespace: &str, name: &str) -> bool {
         match &self.shared.backend {
-            Backend::Watch(store) => store.is_watching(&ObjectKey::new(namespace, name)),
+            Backend::Watch(store) => store.is_watching(&ObjectRef::new(K::KIND, namespace, name)),
             _ => false,
         }
     }
@@ -324,7 +339,7 @@ impl<K: ManagedObject> Manager<K> {
     }
 
     fn add_reference(&self, pod: &PodKey, name: &str) {
-        let key = ObjectKey::new(pod.namespace.clone(), name);
+        let key = ObjectRef::new(K::KIND, pod.namespace.clone(), name);
         match &self.shared.backend {
             Backend::Get => {}
             Backend::Cache(store) => store.add_reference(&key),
@@ -333,7 +348,7 @@ impl<K: ManagedObject> Manager<K> {
     }
 
     fn delete_reference(&self, pod: &PodKey, name: &str) {
-        let key = ObjectKey::new(pod.namespace.clone(), name);
+        let key = ObjectRef::new(K::KIND, pod.namespace.clone(), name);
         match &self.shared.backend {
             Backend::Get => {}
             Backend::Cache(store) => store.delete_reference(&key),
@@ -390,6 +405,37 @@ mod tests {
             "{debug}"
         );
         m.shutdown().await;
+    }
+
+    // Issue 13 (PodUid): a pod without a usable UID used to be counted under "" — two such pods
+    // shared one reference and unregistering either dropped the other's. Now it is ignored
+    // (with a warning): it references nothing, starts no watch, and its unregister is a no-op.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_without_a_usable_uid_is_not_registered_and_counts_nothing() {
+        for strategy in [Strategy::Watch, Strategy::Cache] {
+            let fake = FakeSource::new();
+            fake.apply("ns", secret("s1", "v1", false));
+            let m = manager(strategy, &fake, None);
+            for uid in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
+                let mut p = pod("ns", "p", "ignored", &["s1"]);
+                p.metadata.uid = uid.map(str::to_owned);
+                m.register_pod(&p);
+                assert_eq!(m.stats().registered_pods, 0, "{strategy} {uid:?}");
+                assert_eq!(m.stats().referenced_objects, 0, "{strategy} {uid:?}");
+                assert!(!m.is_watching("ns", "s1"), "{strategy} {uid:?}");
+                assert!(
+                    matches!(m.get("ns", "s1").await, Err(Error::NotRegistered { .. })),
+                    "{strategy} {uid:?}"
+                );
+                m.unregister_pod(&p);
+            }
+            // A pod with a UID still registers as before.
+            let good = pod("ns", "p", "u1", &["s1"]);
+            m.register_pod(&good);
+            assert_eq!(m.stats().registered_pods, 1, "{strategy}");
+            assert!(m.get("ns", "s1").await.is_ok(), "{strategy}");
+            m.shutdown().await;
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::ObjectKey;
+use crate::ObjectRef;
 use crate::recovery::{Pause, Recovery};
 use crate::source::{ObjectSource, SourceError, WatchEvent};
 
@@ -97,12 +97,16 @@ impl Backoff {
 /// Everything one reflector run needs.
 pub(crate) struct Reflector<K> {
     pub(crate) source: Arc<dyn ObjectSource<K>>,
-    pub(crate) key: ObjectKey,
+    /// The object's namespace (empty for a cluster-scoped Node).
+    pub(crate) namespace: String,
+    /// The object's name.
+    pub(crate) name: String,
     pub(crate) kind: &'static str,
     pub(crate) cell: Weak<Cell<K>>,
     pub(crate) epoch: u64,
     pub(crate) backoff: BackoffConfig,
-    pub(crate) notify: Option<broadcast::Sender<ObjectKey>>,
+    /// Where content changes are announced, and as which object; `None`: not announced.
+    pub(crate) notify: Option<(broadcast::Sender<ObjectRef>, ObjectRef)>,
     /// The manager's "API server answers again" signal (6); `None`: plain back-off.
     pub(crate) recovery: Option<Arc<Recovery>>,
 }
@@ -130,7 +134,8 @@ const SHORT_WATCH: Duration = Duration::from_secs(1);
 impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     /// Runs until `cancel` fires or the cell goes away.
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let span = tracing::debug_span!("reflector", object.ref = %self.key, kind = self.kind);
+        let object = format!("{}/{}", self.namespace, self.name);
+        let span = tracing::debug_span!("reflector", object.ref = %object, kind = self.kind);
         async move {
             tracing::debug!("reflector started");
             tokio::select! {
@@ -145,7 +150,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     }
 
     async fn list_and_watch(&self) -> Stop {
-        let (namespace, name) = (&self.key.namespace, &self.key.name);
+        let (namespace, name) = (&self.namespace, &self.name);
         let mut backoff = Backoff::new(self.backoff);
         // A 410 right after a list with no healthy watch in between backs off before the next
         // relist, so a server that keeps answering 410 cannot drive a list/watch hot loop.
@@ -317,9 +322,9 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         });
         if owned && changed {
             tracing::debug!("object changed");
-            if let Some(notify) = &self.notify {
+            if let Some((notify, object)) = &self.notify {
                 // No subscriber is fine.
-                let _ = notify.send(self.key.clone());
+                let _ = notify.send(object.clone());
             }
         }
         owned

@@ -24,20 +24,20 @@ use crate::kind::ManagedObject;
 use crate::reflector::{BackoffConfig, Cell, Reflector};
 use crate::source::{ObjectSource, ReadFrom};
 use crate::tasks::Tasks;
-use crate::{Error, ObjectKey};
+use crate::{Error, ObjectRef};
 
 /// The node annotation holding the TTL in seconds (OM-12).
 pub const TTL_ANNOTATION: &str = "node.alpha.kubernetes.io/ttl";
 
 /// Key → (reference count, item).
-type Items<K> = HashMap<ObjectKey, (usize, Arc<TtlItem<K>>)>;
+type Items<K> = HashMap<ObjectRef, (usize, Arc<TtlItem<K>>)>;
 
 pub(crate) struct TtlStore<K> {
     source: Arc<dyn ObjectSource<K>>,
     items: Mutex<Items<K>>,
     ttl: Option<NodeTtl>,
     default_ttl: Duration,
-    notify: broadcast::Sender<ObjectKey>,
+    notify: broadcast::Sender<ObjectRef>,
 }
 
 struct TtlItem<K> {
@@ -68,7 +68,7 @@ impl<K: ManagedObject> TtlStore<K> {
         source: Arc<dyn ObjectSource<K>>,
         ttl: Option<NodeTtl>,
         default_ttl: Duration,
-        notify: broadcast::Sender<ObjectKey>,
+        notify: broadcast::Sender<ObjectRef>,
     ) -> Self {
         TtlStore {
             source,
@@ -84,7 +84,7 @@ impl<K: ManagedObject> TtlStore<K> {
     }
 
     /// OM-10: count the reference and drop cached data so the next `get` fetches.
-    pub(crate) fn add_reference(&self, key: &ObjectKey) {
+    pub(crate) fn add_reference(&self, key: &ObjectRef) {
         let mut items = self.lock();
         let (count, item) = items.entry(key.clone()).or_insert_with(|| {
             let entry = Entry {
@@ -106,7 +106,7 @@ impl<K: ManagedObject> TtlStore<K> {
     }
 
     /// OM-10: the last reference forgets the item; an unknown key is a no-op.
-    pub(crate) fn delete_reference(&self, key: &ObjectKey) {
+    pub(crate) fn delete_reference(&self, key: &ObjectRef) {
         let mut items = self.lock();
         if let Some((count, _)) = items.get_mut(key) {
             *count -= 1;
@@ -129,7 +129,7 @@ impl<K: ManagedObject> TtlStore<K> {
     }
 
     /// OM-11 (steps in the module docs).
-    pub(crate) async fn get(&self, key: &ObjectKey) -> Result<Arc<K>, Error> {
+    pub(crate) async fn get(&self, key: &ObjectRef) -> Result<Arc<K>, Error> {
         // (1)
         let Some(item) = self.lock().get(key).map(|(_, item)| item.clone()) else {
             return Err(Error::NotRegistered {
@@ -190,7 +190,7 @@ impl<K: ManagedObject> TtlStore<K> {
     }
 
     /// Record the content version just cached; announce it if it differs from the last one.
-    fn saw(&self, key: &ObjectKey, entry: &mut Entry<K>, rv: Option<String>) {
+    fn saw(&self, key: &ObjectRef, entry: &mut Entry<K>, rv: Option<String>) {
         let now = Some(rv);
         let changed = entry.seen.is_some() && entry.seen != now;
         entry.seen = now;
@@ -202,7 +202,7 @@ impl<K: ManagedObject> TtlStore<K> {
 }
 
 /// What `get` returns for a cached entry (OM-11 step 6).
-fn result<K: ManagedObject>(entry: &Entry<K>, key: &ObjectKey) -> Result<Arc<K>, Error> {
+fn result<K: ManagedObject>(entry: &Entry<K>, key: &ObjectRef) -> Result<Arc<K>, Error> {
     match (&entry.error, &entry.object) {
         (Some(err), _) => Err(err.clone()),
         (None, Some(object)) => Ok(object.clone()),
@@ -259,7 +259,8 @@ impl NodeTtl {
         let cell = Cell::new();
         let reflector = Reflector {
             source,
-            key: ObjectKey::new("", node_name),
+            namespace: String::new(),
+            name: node_name.to_owned(),
             kind: "node",
             cell: Arc::downgrade(&cell),
             epoch: 0,
@@ -579,14 +580,14 @@ mod tests {
         fake.apply("ns", secret("s1", "new", false));
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(m.get("ns", "s1").await.is_ok());
-        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert_eq!(changes.try_recv().ok(), Some(ObjectRef::secret("ns", "s1")));
 
         fake.delete("ns", "s1");
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(m.get("ns", "s1").await.is_err());
         assert_eq!(
             changes.try_recv().ok(),
-            Some(ObjectKey::new("ns", "s1")),
+            Some(ObjectRef::secret("ns", "s1")),
             "deletion"
         );
     }

@@ -24,7 +24,7 @@ use crate::recovery::{Recovery, RecoveryConfig};
 use crate::reflector::{BackoffConfig, Cell, Reflector};
 use crate::source::ObjectSource;
 use crate::tasks::Tasks;
-use crate::{Error, ObjectKey};
+use crate::{Error, ObjectRef, PodUid};
 
 /// Options of the watch store, from `ManagerConfig`.
 #[derive(Debug, Clone, Copy)]
@@ -42,10 +42,10 @@ pub(crate) struct WatchStore<K> {
 
 struct Inner<K> {
     source: Arc<dyn ObjectSource<K>>,
-    items: Mutex<HashMap<ObjectKey, Item<K>>>,
+    items: Mutex<HashMap<ObjectRef, Item<K>>>,
     options: WatchOptions,
     tasks: Tasks,
-    notify: broadcast::Sender<ObjectKey>,
+    notify: broadcast::Sender<ObjectRef>,
     /// Shared by every reflector: resumes them all when the API server answers again.
     recovery: Arc<Recovery>,
 }
@@ -53,7 +53,7 @@ struct Inner<K> {
 /// One referenced object (OM-15).
 struct Item<K> {
     /// Referencing pod UID → count; entries are removed at 0, never negative.
-    refs: HashMap<String, usize>,
+    refs: HashMap<PodUid, usize>,
     cell: Arc<Cell<K>>,
     /// The running reflector's token; `None` while stopped.
     reflector: Option<CancellationToken>,
@@ -69,7 +69,7 @@ impl<K: ManagedObject> WatchStore<K> {
         source: Arc<dyn ObjectSource<K>>,
         options: WatchOptions,
         tasks: Tasks,
-        notify: broadcast::Sender<ObjectKey>,
+        notify: broadcast::Sender<ObjectRef>,
     ) -> Self {
         let inner = Arc::new(Inner {
             source,
@@ -88,7 +88,7 @@ impl<K: ManagedObject> WatchStore<K> {
     }
 
     /// OM-16: the first reference creates the item and starts its reflector.
-    pub(crate) fn add_reference(&self, key: &ObjectKey, uid: &str) {
+    pub(crate) fn add_reference(&self, key: &ObjectRef, uid: &PodUid) {
         let inner = &self.inner;
         let mut items = inner.lock();
         let item = items.entry(key.clone()).or_insert_with(|| Item {
@@ -103,12 +103,12 @@ impl<K: ManagedObject> WatchStore<K> {
         if item.refs.is_empty() && item.reflector.is_none() && !inner.tasks.root.is_cancelled() {
             inner.start(key, item);
         }
-        *item.refs.entry(uid.to_owned()).or_insert(0) += 1;
+        *item.refs.entry(uid.clone()).or_insert(0) += 1;
     }
 
     /// OM-17: the last reference stops the reflector and forgets the item. A UID that holds no
     /// reference is ignored (upstream records a negative count and keeps the item alive).
-    pub(crate) fn delete_reference(&self, key: &ObjectKey, uid: &str) {
+    pub(crate) fn delete_reference(&self, key: &ObjectRef, uid: &PodUid) {
         let mut items = self.inner.lock();
         let Some(item) = items.get_mut(key) else {
             return;
@@ -128,7 +128,7 @@ impl<K: ManagedObject> WatchStore<K> {
     }
 
     /// OM-18 (steps in the module docs).
-    pub(crate) async fn get(&self, key: &ObjectKey) -> Result<Arc<K>, Error> {
+    pub(crate) async fn get(&self, key: &ObjectRef) -> Result<Arc<K>, Error> {
         let inner = &self.inner;
         let (mut state, cell) = {
             let mut items = inner.lock();
@@ -196,7 +196,7 @@ impl<K: ManagedObject> WatchStore<K> {
     }
 
     /// Whether a reflector is running for `key`.
-    pub(crate) fn is_watching(&self, key: &ObjectKey) -> bool {
+    pub(crate) fn is_watching(&self, key: &ObjectRef) -> bool {
         self.inner
             .lock()
             .get(key)
@@ -235,14 +235,14 @@ impl<K: ManagedObject> WatchStore<K> {
 }
 
 impl<K: ManagedObject> Inner<K> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectKey, Item<K>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef, Item<K>>> {
         // Nothing panics while holding this lock; recover anyway rather than poison readers.
         self.items.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Start a reflector run for `item` (never two at once: the item holds at most one token
     /// and every start bumps the epoch).
-    fn start(&self, key: &ObjectKey, item: &mut Item<K>) {
+    fn start(&self, key: &ObjectRef, item: &mut Item<K>) {
         item.epoch += 1;
         let epoch = item.epoch;
         item.cell.state.send_modify(|s| {
@@ -255,12 +255,13 @@ impl<K: ManagedObject> Inner<K> {
                 inner: self.source.clone(),
                 health: item.health.clone(),
             }),
-            key: key.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
             kind: K::SINGULAR,
             cell: Arc::downgrade(&item.cell),
             epoch,
             backoff: self.options.backoff,
-            notify: Some(self.notify.clone()),
+            notify: Some((self.notify.clone(), key.clone())),
             recovery: Some(self.recovery.clone()),
         };
         self.tasks.spawn(reflector.run(cancel.clone()));
@@ -364,30 +365,31 @@ mod tests {
         let fake = FakeSource::<Secret>::new();
         let (tasks, notify) = (test_tasks(), broadcast::channel(8).0);
         let store = WatchStore::new(Arc::new(fake.clone()), options(), tasks, notify);
-        let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
-        store.add_reference(&a, "u1");
-        store.add_reference(&a, "u1");
-        store.add_reference(&a, "u2");
-        store.add_reference(&b, "u1");
+        let (a, b) = (ObjectRef::secret("ns", "a"), ObjectRef::secret("ns", "b"));
+        let uid = |u: &str| PodUid::new(u).unwrap();
+        store.add_reference(&a, &uid("u1"));
+        store.add_reference(&a, &uid("u1"));
+        store.add_reference(&a, &uid("u2"));
+        store.add_reference(&b, &uid("u1"));
 
-        store.delete_reference(&a, "never-referenced");
-        store.delete_reference(&ObjectKey::new("ns", "unknown"), "u1");
+        store.delete_reference(&a, &uid("never-referenced"));
+        store.delete_reference(&ObjectRef::secret("ns", "unknown"), &uid("u1"));
         assert_eq!(store.counts(), (2, 2));
 
-        store.delete_reference(&b, "u1");
+        store.delete_reference(&b, &uid("u1"));
         assert!(store.is_watching(&a) && !store.is_watching(&b));
-        store.delete_reference(&a, "u1");
-        store.delete_reference(&a, "u2");
+        store.delete_reference(&a, &uid("u1"));
+        store.delete_reference(&a, &uid("u2"));
         assert!(
             store.is_watching(&a),
             "u1 still holds one of its two references"
         );
-        store.delete_reference(&a, "u2");
+        store.delete_reference(&a, &uid("u2"));
         assert!(
             store.is_watching(&a),
             "u2 has no reference left to drop: no negative count"
         );
-        store.delete_reference(&a, "u1");
+        store.delete_reference(&a, &uid("u1"));
         assert_eq!(store.counts(), (0, 0));
     }
 
@@ -638,7 +640,7 @@ mod tests {
         settle().await;
         assert!(changes.try_recv().is_err(), "first load");
 
-        let key = |n: &str| Some(ObjectKey::new("ns", n));
+        let key = |n: &str| Some(ObjectRef::secret("ns", n));
         fake.apply("ns", secret("s1", "v2", false));
         settle().await;
         assert_eq!(changes.try_recv().ok(), key("s1"));
@@ -673,7 +675,7 @@ mod tests {
         fake.close_watches();
         fake.apply("ns", secret("s1", "v2", false));
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert_eq!(changes.try_recv().ok(), Some(ObjectRef::secret("ns", "s1")));
         assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
         assert_eq!(
             fake.count(Verb::List, "ns", "s1"),
@@ -734,7 +736,7 @@ mod tests {
         fake.compact();
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
-        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert_eq!(changes.try_recv().ok(), Some(ObjectRef::secret("ns", "s1")));
         assert_eq!(fake.count(Verb::List, "ns", "s1"), 2, "relisted after 410");
     }
 
@@ -758,7 +760,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v2", false));
         tokio::time::sleep(Duration::from_secs(120)).await;
         assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v2"));
-        assert_eq!(changes.try_recv().ok(), Some(ObjectKey::new("ns", "s1")));
+        assert_eq!(changes.try_recv().ok(), Some(ObjectRef::secret("ns", "s1")));
         assert!(
             fake.count(Verb::Watch, "ns", "s1") > 2,
             "retried with back-off"

@@ -121,7 +121,7 @@ async fn propagation(bed: &Bed, updates: usize) {
         .vm
         .host()
         .volume_dir(
-            pod.metadata.uid.as_deref().unwrap(),
+            &nodelet_volume_manager::PodUid::from_pod(&pod).unwrap(),
             "kubernetes.io/configmap",
             "cfg",
         )

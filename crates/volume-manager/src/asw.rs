@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_object_manager::PodUid;
 use tokio::time::Instant;
 
 use crate::plugins::{ObjectVersion, VolumePlugin};
@@ -26,7 +27,7 @@ pub(crate) enum MountState {
 /// One volume set up on disk.
 #[derive(Clone)]
 pub(crate) struct MountedVolume {
-    pub(crate) pod_uid: String,
+    pub(crate) pod_uid: PodUid,
     pub(crate) outer_name: String,
     pub(crate) plugin: Arc<dyn VolumePlugin>,
     pub(crate) dir: PathBuf,
@@ -78,20 +79,20 @@ impl ActualState {
     }
 
     /// VM-7 `MarkRemountRequired(pod)`: every volume of the pod whose plugin requires remount.
-    pub(crate) fn mark_pod_remount_required(&mut self, pod_uid: &str) {
+    pub(crate) fn mark_pod_remount_required(&mut self, pod_uid: &PodUid) {
         for v in self.volumes.values_mut() {
-            if v.pod_uid == pod_uid && v.plugin.requires_remount() {
+            if &v.pod_uid == pod_uid && v.plugin.requires_remount() {
                 v.remount_required = true;
             }
         }
     }
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's fully mounted volumes, sorted.
-    pub(crate) fn mounted_for_pod(&self, pod_uid: &str) -> Vec<String> {
+    pub(crate) fn mounted_for_pod(&self, pod_uid: &PodUid) -> Vec<String> {
         let mut names: Vec<String> = self
             .volumes
             .values()
-            .filter(|v| v.pod_uid == pod_uid && v.state == MountState::Mounted)
+            .filter(|v| &v.pod_uid == pod_uid && v.state == MountState::Mounted)
             .map(|v| v.outer_name.clone())
             .collect();
         names.sort();
@@ -99,11 +100,11 @@ impl ActualState {
     }
 
     /// Outer names of every volume of the pod still on disk (mounted or uncertain), sorted.
-    pub(crate) fn present_for_pod(&self, pod_uid: &str) -> Vec<String> {
+    pub(crate) fn present_for_pod(&self, pod_uid: &PodUid) -> Vec<String> {
         let mut names: Vec<String> = self
             .volumes
             .values()
-            .filter(|v| v.pod_uid == pod_uid)
+            .filter(|v| &v.pod_uid == pod_uid)
             .map(|v| v.outer_name.clone())
             .collect();
         names.sort();

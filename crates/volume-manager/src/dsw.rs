@@ -5,8 +5,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_object_manager::{ObjectRef, PodUid};
 
-use crate::plugins::{ObjectRef, VolumePlugin};
+use crate::plugins::VolumePlugin;
 
 /// VM-5: at most this many distinct error strings are kept per pod.
 pub(crate) const MAX_POD_ERRORS: usize = 10;
@@ -35,6 +36,8 @@ pub(crate) struct UnsupportedVolume {
 /// Everything the desired state holds for one pod.
 #[derive(Clone)]
 pub(crate) struct DesiredPod {
+    /// The pod's validated UID (its key in the desired state).
+    pub(crate) uid: PodUid,
     pub(crate) pod: Arc<Pod>,
     pub(crate) volumes: Vec<DesiredVolume>,
     pub(crate) unsupported: Vec<UnsupportedVolume>,
@@ -47,14 +50,14 @@ pub(crate) struct DesiredPod {
 /// The desired state: pod UID → [`DesiredPod`].
 #[derive(Default)]
 pub(crate) struct DesiredState {
-    pods: HashMap<String, DesiredPod>,
+    pods: HashMap<PodUid, DesiredPod>,
 }
 
 impl DesiredState {
     /// Adds or replaces a pod (VM-5: the latest pod object wins); keeps which unsupported
     /// volumes were reported. Returns the unsupported volumes not reported yet.
-    pub(crate) fn set_pod(&mut self, uid: &str, mut pod: DesiredPod) -> Vec<UnsupportedVolume> {
-        if let Some(old) = self.pods.get(uid) {
+    pub(crate) fn set_pod(&mut self, mut pod: DesiredPod) -> Vec<UnsupportedVolume> {
+        if let Some(old) = self.pods.get(&pod.uid) {
             pod.reported.extend(old.reported.iter().cloned());
         }
         let fresh: Vec<UnsupportedVolume> = pod
@@ -64,20 +67,20 @@ impl DesiredState {
             .cloned()
             .collect();
         pod.reported.extend(fresh.iter().map(|u| u.name.clone()));
-        self.pods.insert(uid.to_owned(), pod);
+        self.pods.insert(pod.uid.clone(), pod);
         fresh
     }
 
     /// VM-6: the pod no longer wants any volume; its errors go with it.
-    pub(crate) fn remove_pod(&mut self, uid: &str) -> bool {
+    pub(crate) fn remove_pod(&mut self, uid: &PodUid) -> bool {
         self.pods.remove(uid).is_some()
     }
 
-    pub(crate) fn pod(&self, uid: &str) -> Option<&DesiredPod> {
+    pub(crate) fn pod(&self, uid: &PodUid) -> Option<&DesiredPod> {
         self.pods.get(uid)
     }
 
-    pub(crate) fn pods(&self) -> impl Iterator<Item = (&String, &DesiredPod)> {
+    pub(crate) fn pods(&self) -> impl Iterator<Item = (&PodUid, &DesiredPod)> {
         self.pods.iter()
     }
 
@@ -89,14 +92,14 @@ impl DesiredState {
     }
 
     /// Whether the volume with this unique name is desired.
-    pub(crate) fn contains(&self, pod_uid: &str, unique: &str) -> bool {
+    pub(crate) fn contains(&self, pod_uid: &PodUid, unique: &str) -> bool {
         self.pods
             .get(pod_uid)
             .is_some_and(|p| p.volumes.iter().any(|v| v.unique == unique))
     }
 
     /// VM-5 `PopPodErrors`: sorted, and cleared.
-    pub(crate) fn pop_pod_errors(&mut self, uid: &str) -> Vec<String> {
+    pub(crate) fn pop_pod_errors(&mut self, uid: &PodUid) -> Vec<String> {
         self.pods
             .get_mut(uid)
             .map(|p| std::mem::take(&mut p.errors).into_iter().collect())
@@ -108,8 +111,13 @@ impl DesiredState {
 mod tests {
     use super::*;
 
+    fn u() -> PodUid {
+        PodUid::new("u").unwrap()
+    }
+
     fn desired(unsupported: &[&str]) -> DesiredPod {
         DesiredPod {
+            uid: u(),
             pod: Arc::new(Pod::default()),
             volumes: Vec::new(),
             unsupported: unsupported
@@ -127,9 +135,9 @@ mod tests {
     #[test]
     fn unsupported_volumes_are_reported_once_per_pod_across_updates() {
         let mut dsw = DesiredState::default();
-        assert_eq!(dsw.set_pod("u", desired(&["a"])).len(), 1);
-        assert!(dsw.set_pod("u", desired(&["a"])).is_empty());
-        let fresh = dsw.set_pod("u", desired(&["a", "b"]));
+        assert_eq!(dsw.set_pod(desired(&["a"])).len(), 1);
+        assert!(dsw.set_pod(desired(&["a"])).is_empty());
+        let fresh = dsw.set_pod(desired(&["a", "b"]));
         assert_eq!(
             fresh.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
             ["b"]
@@ -142,12 +150,12 @@ mod tests {
         let mut dsw = DesiredState::default();
         let mut pod = desired(&[]);
         pod.errors = (0..10).rev().map(|i| format!("e{i:02}")).collect();
-        dsw.set_pod("u", pod);
-        let errors = dsw.pop_pod_errors("u");
+        dsw.set_pod(pod);
+        let errors = dsw.pop_pod_errors(&u());
         assert_eq!(errors.len(), MAX_POD_ERRORS);
         assert!(errors.windows(2).all(|w| w[0] < w[1]));
-        assert!(dsw.pop_pod_errors("u").is_empty());
-        assert!(dsw.remove_pod("u"));
-        assert!(!dsw.remove_pod("u"));
+        assert!(dsw.pop_pod_errors(&u()).is_empty());
+        assert!(dsw.remove_pod(&u()));
+        assert!(!dsw.remove_pod(&u()));
     }
 }

@@ -3,13 +3,24 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-/// Kubernetes event type.
+/// Kubernetes event type (`Event.type`). The one event-type enum of the node crates: the
+/// pod worker re-exports it and the agent's event recorder keys on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     /// `Normal`.
     Normal,
     /// `Warning`.
     Warning,
+}
+
+impl EventType {
+    /// The `Event.type` text: `Normal` or `Warning`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
 }
 
 /// Event reasons emitted by the volume manager.
@@ -55,7 +66,9 @@ mod recording {
     /// One event seen by a [`RecordingSink`].
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RecordedEvent {
-        /// The pod's UID.
+        /// The pod's `metadata.uid` as given (empty when missing): a plain string, not a
+        /// `PodUid`, because the events about a pod refused for an unusable UID are recorded
+        /// too.
         pub pod_uid: String,
         /// The pod's name.
         pub pod_name: String,

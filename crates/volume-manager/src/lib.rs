@@ -176,10 +176,11 @@
 //! let pod = Arc::new(pod);
 //! volumes.add_pod(pod.clone()); // desired (VM-4): in nodelet, when the pod worker gets the pod
 //! volumes.wait_for_attach_and_mount(&pod).await?; // SyncPod: reprocess, wait (VM-11)
-//! let dir = volumes.host().volume_dir("uid-1", "kubernetes.io/configmap", "cfg");
+//! let uid = PodUid::from_pod(&pod)?; // validated once, where the pod enters the node
+//! let dir = volumes.host().volume_dir(&uid, "kubernetes.io/configmap", "cfg");
 //! assert_eq!(std::fs::read_to_string(dir.join("port"))?, "8080");
 //!
-//! volumes.remove_pod(&PodUid::from_pod(&pod)?); // containers stopped (VM-13)
+//! volumes.remove_pod(&uid); // containers stopped (VM-13)
 //! volumes.wait_for_unmount(&pod).await?;
 //! assert!(!dir.exists());
 //! shutdown.cancel();

@@ -198,7 +198,7 @@ impl VolumeManager {
         let (pod, fresh) = {
             let mut st = self.inner.lock();
             // Read and replace under one lock, so a concurrent remove_pod is never undone.
-            let Some(pod) = st.dsw.pod(pod_uid.as_str()).map(|p| p.pod.clone()) else {
+            let Some(pod) = st.dsw.pod(pod_uid).map(|p| p.pod.clone()) else {
                 return false;
             };
             let desired = desired_pod(pod_uid, pod.clone(), &self.inner.registry);
@@ -234,7 +234,7 @@ impl VolumeManager {
     /// VM-6 / VM-13: the pod's runtime may be removed; its volumes are torn down (call after
     /// its containers stopped). Never blocks; use [`wait_for_unmount`](Self::wait_for_unmount).
     pub fn remove_pod(&self, pod_uid: &PodUid) {
-        self.inner.lock().dsw.remove_pod(pod_uid.as_str());
+        self.inner.lock().dsw.remove_pod(pod_uid);
         self.inner.bump();
     }
 
@@ -280,7 +280,7 @@ impl VolumeManager {
                 uid,
             });
         }
-        let uid = uid.as_str();
+        let uid = &uid;
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
@@ -337,13 +337,12 @@ impl VolumeManager {
         let Ok(uid) = PodUid::from_pod(pod) else {
             return Ok(());
         };
-        let uid = uid.as_str();
         let mut rx = self.inner.changed.subscribe();
         self.inner.bump();
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
-            if self.inner.lock().asw.present_for_pod(uid).is_empty() {
+            if self.inner.lock().asw.present_for_pod(&uid).is_empty() {
                 return Ok(());
             }
             tokio::select! {
@@ -351,7 +350,7 @@ impl VolumeManager {
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
-        let mounted = self.inner.lock().asw.present_for_pod(uid);
+        let mounted = self.inner.lock().asw.present_for_pod(&uid);
         if mounted.is_empty() {
             return Ok(());
         }
@@ -360,7 +359,7 @@ impl VolumeManager {
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
     pub fn mounted_volumes(&self, pod_uid: &PodUid) -> Vec<String> {
-        self.inner.lock().asw.mounted_for_pod(pod_uid.as_str())
+        self.inner.lock().asw.mounted_for_pod(pod_uid)
     }
 
     /// A [`VolumeUpdate`](crate::VolumeUpdate) for every volume set up again after a change
@@ -392,8 +391,7 @@ impl VolumeManager {
 /// object), the pod's mounted volumes are marked remount-required and running operations of
 /// its volumes are marked to run again. Returns the unsupported volumes not reported yet.
 fn set_desired(st: &mut State, uid: &PodUid, desired: DesiredPod) -> Vec<UnsupportedVolume> {
-    let uid = uid.as_str();
-    let fresh = st.dsw.set_pod(uid, desired);
+    let fresh = st.dsw.set_pod(desired);
     st.asw.mark_pod_remount_required(uid);
     for v in st
         .dsw
@@ -535,6 +533,32 @@ mod tests {
         bed.shutdown.cancel();
     }
 
+    // Issue 13 (ObjectRef): a change notification names kind, namespace and name; only the
+    // volumes reading exactly that object are marked for remount — not for a Secret of the same
+    // name, nor for a ConfigMap of the same name in another namespace.
+    #[tokio::test(start_paused = true)]
+    async fn a_notification_remounts_only_the_volumes_reading_that_exact_object() {
+        use nodelet_object_manager::ObjectRef;
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        bed.vm.wait_for_attach_and_mount(&pod("cm")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let pending = |vm: &VolumeManager| vm.snapshot()[0].volumes[0].remount_pending;
+        assert!(!pending(&bed.vm));
+        for other in [
+            ObjectRef::secret("ns", "cm"),
+            ObjectRef::config_map("other", "cm"),
+        ] {
+            bed.vm.inner.object_changed(Some(other.clone()));
+            assert!(!pending(&bed.vm), "{other:?}");
+        }
+        bed.vm
+            .inner
+            .object_changed(Some(ObjectRef::config_map("ns", "cm")));
+        assert!(pending(&bed.vm));
+        bed.shutdown.cancel();
+    }
+
     // VM-9: a failing mount is retried after 500 ms, 1 s, 2 s, ... (each failure is a
     // FailedMount event).
     #[tokio::test(start_paused = true)]
@@ -611,10 +635,11 @@ mod tests {
         let p = pod("cm");
         bed.vm.add_pod(p.clone());
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
-        let dir = bed
-            .vm
-            .host()
-            .volume_dir("u1", "kubernetes.io/configmap", "cfg");
+        let dir = bed.vm.host().volume_dir(
+            &PodUid::new("u1").unwrap(),
+            "kubernetes.io/configmap",
+            "cfg",
+        );
         bed.configmaps.apply("ns", cm("cm", "v2"));
         let mut rx = bed.vm.subscribe();
         while std::fs::read(dir.join("k")).unwrap() != b"v2" {
@@ -703,10 +728,11 @@ mod tests {
         let p = pod("cm");
         bed.vm.add_pod(p.clone());
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
-        let dir = bed
-            .vm
-            .host()
-            .volume_dir("u1", "kubernetes.io/configmap", "cfg");
+        let dir = bed.vm.host().volume_dir(
+            &PodUid::new("u1").unwrap(),
+            "kubernetes.io/configmap",
+            "cfg",
+        );
         bed.configmaps.apply("ns", cm("cm", "v2"));
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"v1", "nobody asked");

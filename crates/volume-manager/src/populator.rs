@@ -11,7 +11,7 @@ use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume};
 use crate::plugins::PluginRegistry;
 
 /// VM-2: `<plugin name>/<pod UID>-<pod volume name>`.
-pub(crate) fn unique_volume_name(plugin: &str, pod_uid: &str, volume: &str) -> String {
+pub(crate) fn unique_volume_name(plugin: &str, pod_uid: &PodUid, volume: &str) -> String {
     format!("{plugin}/{pod_uid}-{volume}")
 }
 
@@ -52,7 +52,7 @@ fn used_volumes(pod: &Pod) -> Vec<&Volume> {
 /// volumes without a plugin are recorded as unsupported; a volume name that cannot be a
 /// directory name is a pod error.
 pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPod {
-    let uid = uid.as_str();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let mut volumes = Vec::new();
     let mut unsupported = Vec::new();
     let mut errors = BTreeSet::new();
@@ -70,7 +70,7 @@ pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry
             Some(plugin) => volumes.push(DesiredVolume {
                 unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
-                objects: plugin.referenced_objects(volume),
+                objects: plugin.referenced_objects(&namespace, volume),
                 plugin,
                 volume: volume.clone(),
             }),
@@ -81,6 +81,7 @@ pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry
         }
     }
     DesiredPod {
+        uid: uid.clone(),
         pod,
         volumes,
         unsupported,
@@ -95,7 +96,6 @@ pub(crate) fn expected_volumes(
     pod: &Pod,
     registry: &PluginRegistry,
 ) -> Vec<(String, String)> {
-    let uid = uid.as_str();
     used_volumes(pod)
         .into_iter()
         .filter_map(|v| {
@@ -174,7 +174,10 @@ mod tests {
             }]
         );
         assert_eq!(d.errors.len(), 1);
-        assert_eq!(d.volumes[0].objects[0].name, "cm");
+        assert_eq!(
+            d.volumes[0].objects,
+            [nodelet_object_manager::ObjectRef::config_map("ns", "cm")]
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::ObjectKey;
+use nodelet_object_manager::{ObjectRef, PodUid};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -15,12 +15,14 @@ use crate::asw::{MountState, MountedVolume};
 use crate::events::{EventType, reasons};
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
-use crate::plugins::{ObjectKind, SetUpContext, TearDownContext, VolumePlugin};
+use crate::plugins::{SetUpContext, TearDownContext, VolumePlugin};
 use crate::updates::VolumeUpdate;
 
 /// A mount or remount to run.
 struct MountJob {
     unique: String,
+    /// The desired pod's UID (validated when the pod was added).
+    pod_uid: PodUid,
     pod: Arc<Pod>,
     volume: Volume,
     plugin: Arc<dyn VolumePlugin>,
@@ -51,8 +53,8 @@ impl Inner {
                 () = self.wake.notified() => {}
                 () = sleep_until(deadline) => {}
                 // (1) An object manager saw new content; (2) mark the volumes that read it.
-                key = recv(&mut configmaps) => self.object_changed(ObjectKind::ConfigMap, key),
-                key = recv(&mut secrets) => self.object_changed(ObjectKind::Secret, key),
+                object = recv(&mut configmaps) => self.object_changed(object),
+                object = recv(&mut secrets) => self.object_changed(object),
             }
             if let (Some(at), Some(every)) = (next_resync, resync)
                 && Instant::now() >= at
@@ -116,6 +118,7 @@ impl Inner {
                 match st.ops.try_start(&v.unique, now) {
                     Ok(()) => mounts.push(MountJob {
                         unique: v.unique.clone(),
+                        pod_uid: pod.uid.clone(),
                         pod: pod.pod.clone(),
                         volume: v.volume.clone(),
                         plugin: v.plugin.clone(),
@@ -141,7 +144,7 @@ impl Inner {
     /// VM-10: SetUp, then record the result. A failed remount leaves the volume mounted with
     /// its old content and `remount_required` set; it is retried after the backoff.
     async fn mount(self: Arc<Self>, job: MountJob) {
-        let uid = job.pod.metadata.uid.clone().unwrap_or_default();
+        let uid = job.pod_uid.clone();
         let name = job.volume.name.clone();
         let dir = self.host.volume_dir(&uid, job.plugin.name(), &name);
         let span = tracing::debug_span!(
@@ -152,6 +155,7 @@ impl Inner {
             remount = job.remount,
         );
         let ctx = SetUpContext {
+            pod_uid: &uid,
             pod: &job.pod,
             volume: &job.volume,
             dir: &dir,
@@ -279,9 +283,9 @@ impl Inner {
     /// Live updates: every desired volume that reads the changed object is marked for
     /// remount and freed from its backoff (a failure may have been this object missing); the
     /// loop reconciles right after. `None` (the subscriber lagged): all are marked.
-    fn object_changed(&self, kind: ObjectKind, key: Option<ObjectKey>) {
+    pub(crate) fn object_changed(&self, object: Option<ObjectRef>) {
         // (2) Mark every desired volume that reads the object; stale in-flight results too.
-        let Some(key) = key else {
+        let Some(object) = object else {
             self.mark_all_remount_required();
             return;
         };
@@ -290,12 +294,7 @@ impl Inner {
         let affected: Vec<String> = st
             .dsw
             .volumes()
-            .filter(|(p, _)| p.pod.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
-            .filter(|(_, v)| {
-                v.objects
-                    .iter()
-                    .any(|o| o.kind == kind && o.name == key.name)
-            })
+            .filter(|(_, v)| v.objects.contains(&object))
             .map(|(_, v)| v.unique.clone())
             .collect();
         // New information: a volume backing off after a failure (this object missing?) may
@@ -328,7 +327,7 @@ impl Inner {
 
 /// The next change notification; `Some(None)` when the subscriber lagged. A closed channel
 /// never resolves again.
-async fn recv(rx: &mut Option<broadcast::Receiver<ObjectKey>>) -> Option<ObjectKey> {
+async fn recv(rx: &mut Option<broadcast::Receiver<ObjectRef>>) -> Option<ObjectRef> {
     let Some(receiver) = rx.as_mut() else {
         return std::future::pending().await;
     };
@@ -379,8 +378,8 @@ fn fs_user(pod: &Pod) -> Option<u32> {
 }
 
 /// A pod carrying only its UID (events about reconstructed volumes).
-fn pod_stub(uid: &str) -> Pod {
+fn pod_stub(uid: &PodUid) -> Pod {
     let mut pod = Pod::default();
-    pod.metadata.uid = Some(uid.to_owned());
+    pod.metadata.uid = Some(uid.to_string());
     pod
 }

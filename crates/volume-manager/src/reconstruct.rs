@@ -1,10 +1,15 @@
 //! Reconstruction after an agent restart (PL-15): volume directories found on disk enter the
 //! actual state as *uncertain*; desired ones are adopted by a SetUp that rewrites nothing
 //! unchanged, the others are torn down once the agent says its pods are synced.
+//!
+//! Directory names become [`PodUid`]s here, at the edge: a `pods/<name>` directory whose name
+//! is not a valid pod UID (not UTF-8) is skipped with a warning and left alone.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use nodelet_object_manager::PodUid;
 
 use crate::asw::{MountState, MountedVolume};
 use crate::manager::Inner;
@@ -14,7 +19,7 @@ use crate::populator::unique_volume_name;
 /// A volume directory found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FoundVolume {
-    pub(crate) pod_uid: String,
+    pub(crate) pod_uid: PodUid,
     pub(crate) plugin: String,
     pub(crate) volume: String,
     pub(crate) dir: PathBuf,
@@ -24,7 +29,9 @@ pub(crate) struct FoundVolume {
 pub(crate) fn scan(root: &Path) -> Vec<FoundVolume> {
     let mut found = Vec::new();
     for pod in dirs(&root.join("pods")) {
-        let pod_uid = name_of(&pod);
+        let Some(pod_uid) = pod_uid_of(&pod) else {
+            continue;
+        };
         for plugin in dirs(&pod.join("volumes")) {
             let plugin_name = unescape_plugin_name(&name_of(&plugin));
             for volume in dirs(&plugin) {
@@ -51,6 +58,24 @@ fn dirs(path: &Path) -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
+}
+
+/// The UID a `pods/<uid>` directory is named after; `None`, with a warning naming the path,
+/// when the name is not a valid [`PodUid`] (a name that is not UTF-8 would otherwise be
+/// adopted under a lossy, different UID whose paths do not exist).
+fn pod_uid_of(dir: &Path) -> Option<PodUid> {
+    let uid = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(PodUid::new)
+        .and_then(Result::ok);
+    if uid.is_none() {
+        tracing::warn!(
+            path = %dir.display(),
+            "skipping a pod directory whose name is not a pod UID"
+        );
+    }
+    uid
 }
 
 fn name_of(path: &Path) -> String {
@@ -119,12 +144,35 @@ mod tests {
         assert_eq!(
             scan(tmp.path()),
             vec![FoundVolume {
-                pod_uid: "u1".into(),
+                pod_uid: PodUid::new("u1").unwrap(),
                 plugin: "kubernetes.io/configmap".into(),
                 volume: "cfg".into(),
                 dir: v,
             }]
         );
         assert!(scan(&tmp.path().join("missing")).is_empty());
+    }
+
+    // Issue 13 (PodUid at the disk edge): a `pods/<name>` directory whose name is not a valid
+    // UID (here not UTF-8; `to_string_lossy` used to adopt it as `pods/\u{FFFD}/`, a directory
+    // that does not exist) is skipped, its contents untouched; its valid neighbours are found.
+    #[test]
+    fn a_pod_directory_whose_name_is_not_a_pod_uid_is_skipped() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let bad = pods
+            .join(std::ffi::OsStr::from_bytes(b"bad-\xff"))
+            .join("volumes/kubernetes.io~configmap/cfg");
+        fs::create_dir_all(&bad).unwrap();
+        let good = pods.join("u1/volumes/kubernetes.io~configmap/cfg");
+        fs::create_dir_all(&good).unwrap();
+        let found = scan(tmp.path());
+        assert_eq!(
+            found.iter().map(|f| f.pod_uid.as_str()).collect::<Vec<_>>(),
+            ["u1"]
+        );
+        assert_eq!(found[0].dir, good);
+        assert!(bad.is_dir(), "left alone");
     }
 }

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use nodelet_object_manager::PodUid;
+
 use crate::VolumeManager;
 use crate::asw::MountState;
 use crate::plugins::ObjectVersion;
@@ -11,7 +13,7 @@ use crate::plugins::ObjectVersion;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodVolumes {
     /// The pod's UID.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// Namespace (empty for a pod known only from disk).
     pub namespace: String,
     /// Name (empty for a pod known only from disk).
@@ -66,7 +68,7 @@ impl VolumeManager {
     /// Every pod known to either world with its volumes, sorted by pod UID.
     pub fn snapshot(&self) -> Vec<PodVolumes> {
         let st = self.inner.lock();
-        let mut pods: BTreeMap<String, PodVolumes> = BTreeMap::new();
+        let mut pods: BTreeMap<PodUid, PodVolumes> = BTreeMap::new();
         for (uid, desired) in st.dsw.pods() {
             let meta = &desired.pod.metadata;
             let mut volumes = Vec::new();

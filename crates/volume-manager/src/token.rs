@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
+use nodelet_object_manager::PodUid;
 use tokio::time::Instant;
 
 /// A service account token. `Debug` redacts the token.
@@ -152,7 +153,7 @@ impl TokenSource for KubeTokenSource {
 /// What identifies a cached token (the kubelet's token manager key).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct TokenKey {
-    pod_uid: String,
+    pod_uid: PodUid,
     namespace: String,
     service_account: String,
     audience: Option<String>,
@@ -186,13 +187,14 @@ impl TokenCache {
     /// refresh time.
     pub(crate) async fn get(
         &self,
+        pod_uid: &PodUid,
         pod: &Pod,
         service_account: &str,
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<(Token, Instant), TokenError> {
         let key = TokenKey {
-            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            pod_uid: pod_uid.clone(),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             service_account: service_account.to_owned(),
             audience: audience.map(str::to_owned),
@@ -231,8 +233,8 @@ impl TokenCache {
     }
 
     /// Forget every token of the pod (PL-10: teardown tells the token manager).
-    pub(crate) fn forget_pod(&self, pod_uid: &str) {
-        self.lock().retain(|k, _| k.pod_uid != pod_uid);
+    pub(crate) fn forget_pod(&self, pod_uid: &PodUid) {
+        self.lock().retain(|k, _| &k.pod_uid != pod_uid);
     }
 
     #[cfg(test)]
@@ -325,6 +327,10 @@ mod fake {
 mod tests {
     use super::*;
 
+    fn uid(uid: &str) -> PodUid {
+        PodUid::new(uid).unwrap()
+    }
+
     /// Pod `ns/p` with UID `uid`.
     fn pod(uid: &str) -> Pod {
         nodelet_object_manager::testutil::PodBuilder::new("ns", "p")
@@ -345,14 +351,23 @@ mod tests {
     async fn a_token_is_reused_until_eighty_percent_of_its_lifetime_then_refreshed() {
         let fake = FakeTokenSource::new();
         let cache = TokenCache::new(Arc::new(fake.clone()), 0.8);
-        let (first, refresh_at) = cache.get(&pod("u1"), "default", None, 1000).await.unwrap();
+        let (first, refresh_at) = cache
+            .get(&uid("u1"), &pod("u1"), "default", None, 1000)
+            .await
+            .unwrap();
         let expected = Instant::now() + Duration::from_secs(800);
         assert!(refresh_at <= expected && refresh_at + Duration::from_secs(2) >= expected);
         tokio::time::advance(Duration::from_secs(700)).await;
-        let (again, _) = cache.get(&pod("u1"), "default", None, 1000).await.unwrap();
+        let (again, _) = cache
+            .get(&uid("u1"), &pod("u1"), "default", None, 1000)
+            .await
+            .unwrap();
         assert_eq!(first, again);
         tokio::time::advance(Duration::from_secs(101)).await;
-        let (fresh, _) = cache.get(&pod("u1"), "default", None, 1000).await.unwrap();
+        let (fresh, _) = cache
+            .get(&uid("u1"), &pod("u1"), "default", None, 1000)
+            .await
+            .unwrap();
         assert_ne!(first.token, fresh.token);
         assert_eq!(fake.issued(), 2);
     }
@@ -361,14 +376,20 @@ mod tests {
     async fn tokens_are_per_pod_and_audience_and_forgotten_with_the_pod() {
         let fake = FakeTokenSource::new();
         let cache = TokenCache::new(Arc::new(fake.clone()), 0.8);
-        cache.get(&pod("u1"), "sa", None, 3600).await.unwrap();
         cache
-            .get(&pod("u1"), "sa", Some("vault"), 3600)
+            .get(&uid("u1"), &pod("u1"), "sa", None, 3600)
             .await
             .unwrap();
-        cache.get(&pod("u2"), "sa", None, 3600).await.unwrap();
+        cache
+            .get(&uid("u1"), &pod("u1"), "sa", Some("vault"), 3600)
+            .await
+            .unwrap();
+        cache
+            .get(&uid("u2"), &pod("u2"), "sa", None, 3600)
+            .await
+            .unwrap();
         assert_eq!((fake.issued(), cache.len()), (3, 3));
-        cache.forget_pod("u1");
+        cache.forget_pod(&uid("u1"));
         assert_eq!(cache.len(), 1);
     }
 
@@ -376,10 +397,16 @@ mod tests {
     async fn a_failed_refresh_reports_the_error() {
         let fake = FakeTokenSource::new();
         let cache = TokenCache::new(Arc::new(fake.clone()), 0.8);
-        cache.get(&pod("u1"), "sa", None, 100).await.unwrap();
+        cache
+            .get(&uid("u1"), &pod("u1"), "sa", None, 100)
+            .await
+            .unwrap();
         tokio::time::advance(Duration::from_secs(90)).await;
         fake.fail_next(1);
-        let err = cache.get(&pod("u1"), "sa", None, 100).await.unwrap_err();
+        let err = cache
+            .get(&uid("u1"), &pod("u1"), "sa", None, 100)
+            .await
+            .unwrap_err();
         assert_eq!(err.to_string(), "injected failure");
     }
 }

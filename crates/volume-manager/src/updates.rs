@@ -3,6 +3,7 @@
 //! was told of the change, so an observer (the agent's propagation histogram) measures
 //! "change seen → volume current" without polling the snapshot or reading the objects again.
 
+use nodelet_object_manager::PodUid;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -15,7 +16,7 @@ pub(crate) const CAPACITY: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct VolumeUpdate {
     /// The pod's UID.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The pod's namespace.
     pub namespace: String,
     /// The volume's name in the pod spec.

@@ -68,7 +68,11 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     vm.add_pod(Arc::new(pod.clone()));
     vm.wait_for_attach_and_mount(&pod).await.unwrap();
 
-    let dir = vm.host().volume_dir("u1", "kubernetes.io/configmap", "cfg");
+    let dir = vm.host().volume_dir(
+        &nodelet_volume_manager::PodUid::new("u1").unwrap(),
+        "kubernetes.io/configmap",
+        "cfg",
+    );
     assert_eq!(mode(&dir), 0o777);
     assert_eq!(mode(&dir.join("..data")), 0o755);
     assert_eq!(mode(&dir.join("sub")), 0o755);
@@ -76,9 +80,11 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     assert_eq!(mode(&dir.join("sub/dir/a")), 0o644);
     assert_eq!(mode(&dir.join("b")), 0o644);
     assert_eq!(mode(&dir.join("inner")), 0o755);
-    let empty = vm
-        .host()
-        .volume_dir("u1", "kubernetes.io/empty-dir", "inner");
+    let empty = vm.host().volume_dir(
+        &nodelet_volume_manager::PodUid::new("u1").unwrap(),
+        "kubernetes.io/empty-dir",
+        "inner",
+    );
     assert_eq!(mode(&empty), 0o777);
     shutdown.cancel();
     run.await.unwrap();

@@ -32,7 +32,7 @@ use crate::registry::{ListOptions, parse_rv};
 use crate::resources::ResourceId;
 use crate::state::Shared;
 use crate::status::{ApiError, FieldError};
-use crate::store::{Event, EventType, Notice};
+use crate::store::{Event, Notice, WatchEventType};
 
 struct Filter {
     res: ResourceId,
@@ -48,7 +48,7 @@ impl Filter {
     }
 
     /// The watch line for `ev` seen as `kind`.
-    fn line(&self, kind: EventType, ev: &Event) -> Bytes {
+    fn line(&self, kind: WatchEventType, ev: &Event) -> Bytes {
         if self.partial {
             line(
                 kind.as_str(),
@@ -60,7 +60,7 @@ impl Filter {
     }
 
     /// The event this watch sees for a committed change, if any.
-    fn translate(&self, ev: &Event) -> Option<EventType> {
+    fn translate(&self, ev: &Event) -> Option<WatchEventType> {
         if ev.key.resource != self.res
             || self
                 .namespace
@@ -72,14 +72,14 @@ impl Filter {
         let now = self.matches(&ev.object);
         let before = ev.prev.as_deref().is_some_and(|p| self.matches(p));
         match ev.kind {
-            EventType::Added => now.then_some(EventType::Added),
-            EventType::Modified => match (before, now) {
-                (true, true) => Some(EventType::Modified),
-                (false, true) => Some(EventType::Added),
-                (true, false) => Some(EventType::Deleted),
+            WatchEventType::Added => now.then_some(WatchEventType::Added),
+            WatchEventType::Modified => match (before, now) {
+                (true, true) => Some(WatchEventType::Modified),
+                (false, true) => Some(WatchEventType::Added),
+                (true, false) => Some(WatchEventType::Deleted),
                 (false, false) => None,
             },
-            EventType::Deleted => before.then_some(EventType::Deleted),
+            WatchEventType::Deleted => before.then_some(WatchEventType::Deleted),
         }
     }
 }
@@ -91,7 +91,7 @@ fn line(kind: &str, obj: &Value) -> Bytes {
 }
 
 /// A watch line for a committed event, reusing the event's shared JSON encoding.
-fn event_line(kind: EventType, ev: &Event) -> Bytes {
+fn event_line(kind: WatchEventType, ev: &Event) -> Bytes {
     let obj = ev.object_json();
     let mut v = Vec::with_capacity(obj.len() + 32);
     v.extend_from_slice(b"{\"type\":\"");
@@ -255,7 +255,7 @@ enum Initial {
     /// An already encoded line (ERROR, the initial-events-end BOOKMARK).
     Line(Bytes),
     /// A replayed history event, seen as this type.
-    Event(EventType, Arc<Event>),
+    Event(WatchEventType, Arc<Event>),
     /// A synthetic ADDED for a current object.
     Added(Arc<Value>),
 }
@@ -345,12 +345,16 @@ mod tests {
         let obj = json!({"metadata": {"name": "a", "namespace": "d"}, "data": {"k": "v\n\"q\""}});
         s.put(Key::new(CONFIGMAPS, "d", "a"), obj);
         let ev = s.history.back().cloned().expect("event");
-        for kind in [EventType::Added, EventType::Modified, EventType::Deleted] {
+        for kind in [
+            WatchEventType::Added,
+            WatchEventType::Modified,
+            WatchEventType::Deleted,
+        ] {
             let shared: Value = serde_json::from_slice(&event_line(kind, &ev)).expect("json");
             let fresh: Value =
                 serde_json::from_slice(&line(kind.as_str(), &ev.object)).expect("json");
             assert_eq!(shared, fresh);
         }
-        assert!(event_line(EventType::Added, &ev).ends_with(b"}\n"));
+        assert!(event_line(WatchEventType::Added, &ev).ends_with(b"}\n"));
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle};
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
-use nodelet_object_manager::{ConfigMapManager, ManagerConfig, ObjectKey, Strategy};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, ObjectRef, Strategy};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -83,8 +83,8 @@ pub(crate) async fn read(m: &ConfigMapManager, name: &str) -> Result<String, Str
 }
 
 /// Waits until `name`'s change notification arrives.
-pub(crate) async fn changed(changes: &mut broadcast::Receiver<ObjectKey>, name: &str) {
-    let want = ObjectKey::new("default", name);
+pub(crate) async fn changed(changes: &mut broadcast::Receiver<ObjectRef>, name: &str) {
+    let want = ObjectRef::config_map("default", name);
     let wait = async {
         loop {
             match changes.recv().await {

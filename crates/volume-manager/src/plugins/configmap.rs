@@ -3,11 +3,9 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Volume};
 use nodelet_atomic_writer::WriteOutcome;
+use nodelet_object_manager::ObjectRef;
 
-use super::{
-    Medium, ObjectKind, ObjectRef, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin,
-    config_map_payload,
-};
+use super::{Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, config_map_payload};
 use crate::SetUpError;
 
 /// `kubernetes.io/configmap`: projects a ConfigMap's keys into files on node disk.
@@ -27,14 +25,11 @@ impl VolumePlugin for ConfigMapPlugin {
         volume.config_map.is_some()
     }
 
-    fn referenced_objects(&self, volume: &Volume) -> Vec<ObjectRef> {
+    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
         volume
             .config_map
             .iter()
-            .map(|s| ObjectRef {
-                kind: ObjectKind::ConfigMap,
-                name: s.name.clone(),
-            })
+            .map(|s| ObjectRef::config_map(namespace, s.name.clone()))
             .collect()
     }
 
@@ -65,10 +60,7 @@ impl VolumePlugin for ConfigMapPlugin {
         Ok(SetUpOutcome {
             written: outcome == WriteOutcome::Written,
             objects: vec![ObjectVersion {
-                object: ObjectRef {
-                    kind: ObjectKind::ConfigMap,
-                    name: source.name.clone(),
-                },
+                object: ObjectRef::config_map(namespace, source.name.clone()),
                 resource_version: object.and_then(|o| o.metadata.resource_version.clone()),
             }],
             refresh_at: None,

@@ -7,9 +7,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
-use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use nodelet_object_manager::{ConfigMapManager, PodUid, SecretManager};
 use tokio::time::Instant;
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
@@ -116,7 +115,7 @@ impl VolumeHost {
     }
 
     /// PL-1: `<root>/pods/<uid>/volumes/<escaped plugin>/<volume>`.
-    pub fn volume_dir(&self, pod_uid: &str, plugin: &str, volume: &str) -> PathBuf {
+    pub fn volume_dir(&self, pod_uid: &PodUid, plugin: &str, volume: &str) -> PathBuf {
         self.root_dir
             .join("pods")
             .join(pod_uid)
@@ -127,7 +126,7 @@ impl VolumeHost {
 
     /// PL-5: the wrapper's readiness marker directory
     /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/wrapped_<volume>`.
-    pub fn wrapper_marker_dir(&self, pod_uid: &str, volume: &str) -> PathBuf {
+    pub fn wrapper_marker_dir(&self, pod_uid: &PodUid, volume: &str) -> PathBuf {
         self.root_dir
             .join("pods")
             .join(pod_uid)
@@ -163,18 +162,24 @@ impl VolumeHost {
     /// [`SetUpError::Token`].
     pub async fn service_account_token(
         &self,
-        pod: &Pod,
+        ctx: &SetUpContext<'_>,
         service_account: &str,
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<(Token, Instant), SetUpError> {
         Ok(self
             .tokens
-            .get(pod, service_account, audience, expiration_seconds)
+            .get(
+                ctx.pod_uid,
+                ctx.pod,
+                service_account,
+                audience,
+                expiration_seconds,
+            )
             .await?)
     }
 
-    pub(crate) fn forget_tokens(&self, pod_uid: &str) {
+    pub(crate) fn forget_tokens(&self, pod_uid: &PodUid) {
         self.tokens.forget_pod(pod_uid);
     }
 
@@ -195,10 +200,9 @@ impl VolumeHost {
         medium: Medium,
         payload: Payload,
     ) -> Result<WriteOutcome, SetUpError> {
-        let pod_uid = ctx.pod.metadata.uid.clone().unwrap_or_default();
         let job = WriteJob {
             dir: ctx.dir.to_path_buf(),
-            marker: self.wrapper_marker_dir(&pod_uid, &ctx.volume.name),
+            marker: self.wrapper_marker_dir(ctx.pod_uid, &ctx.volume.name),
             tmpfs: medium == Medium::Memory && self.tmpfs,
             fsync: self.fsync,
             fs_group: ctx.fs_group,
@@ -220,9 +224,8 @@ impl VolumeHost {
         ctx: &SetUpContext<'_>,
         medium: Medium,
     ) -> Result<(), SetUpError> {
-        let pod_uid = ctx.pod.metadata.uid.clone().unwrap_or_default();
         let dir = ctx.dir.to_path_buf();
-        let marker = self.wrapper_marker_dir(&pod_uid, &ctx.volume.name);
+        let marker = self.wrapper_marker_dir(ctx.pod_uid, &ctx.volume.name);
         let tmpfs = medium == Medium::Memory && self.tmpfs;
         let fs_group = ctx.fs_group;
         let path = dir.clone();
@@ -240,7 +243,7 @@ impl VolumeHost {
     /// [`SetUpError::TearDown`].
     pub async fn tear_down_dir(
         &self,
-        pod_uid: &str,
+        pod_uid: &PodUid,
         volume: &str,
         dir: &Path,
     ) -> Result<(), SetUpError> {

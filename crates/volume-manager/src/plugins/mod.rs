@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_object_manager::{ObjectRef, PodUid};
 use tokio::time::Instant;
 
 use crate::SetUpError;
@@ -29,24 +30,6 @@ pub use payload::{config_map_payload, secret_payload};
 pub use projected::ProjectedPlugin;
 pub use secret::SecretPlugin;
 
-/// The kind of object a volume reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ObjectKind {
-    /// A ConfigMap.
-    ConfigMap,
-    /// A Secret.
-    Secret,
-}
-
-/// An object a volume reads, in the pod's namespace: a change to it remounts the volume.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectRef {
-    /// ConfigMap or Secret.
-    pub kind: ObjectKind,
-    /// The object's name.
-    pub name: String,
-}
-
 /// The version of an object a SetUp projected (for the agent's `/pods` endpoint).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectVersion {
@@ -59,6 +42,8 @@ pub struct ObjectVersion {
 /// Everything a plugin's [`VolumePlugin::set_up`] needs (VM-10).
 #[derive(Clone, Copy)]
 pub struct SetUpContext<'a> {
+    /// The pod's UID, validated when the pod was added (its directory `pods/<uid>/`).
+    pub pod_uid: &'a PodUid,
     /// The latest pod object of the desired state (PL-4, VM-5).
     pub pod: &'a Pod,
     /// The pod volume.
@@ -79,7 +64,7 @@ pub struct SetUpContext<'a> {
 #[derive(Clone, Copy)]
 pub struct TearDownContext<'a> {
     /// The pod's UID.
-    pub pod_uid: &'a str,
+    pub pod_uid: &'a PodUid,
     /// The pod volume name.
     pub volume_name: &'a str,
     /// The volume directory (PL-1).
@@ -117,9 +102,10 @@ pub trait VolumePlugin: Send + Sync + 'static {
         true
     }
 
-    /// The objects whose changes should remount the volume at once (live updates).
-    fn referenced_objects(&self, volume: &Volume) -> Vec<ObjectRef> {
-        let _ = volume;
+    /// The objects (in the pod's `namespace`) whose changes should remount the volume at once
+    /// (live updates).
+    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
+        let _ = (namespace, volume);
         Vec::new()
     }
 

@@ -6,9 +6,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume, VolumeProjection};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
 use tokio::time::Instant;
 
+use nodelet_object_manager::ObjectRef;
+
 use super::{
-    Medium, ObjectKind, ObjectRef, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin,
-    collect_downward_api_data, config_map_payload, mode_bits, secret_payload,
+    Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, collect_downward_api_data,
+    config_map_payload, mode_bits, secret_payload,
 };
 use crate::SetUpError;
 
@@ -30,7 +32,7 @@ impl VolumePlugin for ProjectedPlugin {
         volume.projected.is_some()
     }
 
-    fn referenced_objects(&self, volume: &Volume) -> Vec<ObjectRef> {
+    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
         let sources = volume
             .projected
             .iter()
@@ -38,15 +40,11 @@ impl VolumePlugin for ProjectedPlugin {
         sources
             .filter_map(|s| {
                 if let Some(cm) = &s.config_map {
-                    Some(ObjectRef {
-                        kind: ObjectKind::ConfigMap,
-                        name: cm.name.clone(),
-                    })
+                    Some(ObjectRef::config_map(namespace, cm.name.clone()))
                 } else {
-                    s.secret.as_ref().map(|secret| ObjectRef {
-                        kind: ObjectKind::Secret,
-                        name: secret.name.clone(),
-                    })
+                    s.secret
+                        .as_ref()
+                        .map(|secret| ObjectRef::secret(namespace, secret.name.clone()))
                 }
             })
             .collect()
@@ -95,12 +93,9 @@ impl Collected {
         }
     }
 
-    fn object(&mut self, kind: ObjectKind, name: &str, rv: Option<String>) {
+    fn object(&mut self, object: ObjectRef, rv: Option<String>) {
         self.objects.push(ObjectVersion {
-            object: ObjectRef {
-                kind,
-                name: name.to_owned(),
-            },
+            object,
             resource_version: rv,
         });
     }
@@ -124,7 +119,7 @@ async fn collect_source(
         let rv = object
             .as_ref()
             .and_then(|o| o.metadata.resource_version.clone());
-        out.object(ObjectKind::ConfigMap, &cm.name, rv);
+        out.object(ObjectRef::config_map(namespace, cm.name.clone()), rv);
         let target = object.as_deref().unwrap_or(&empty);
         match config_map_payload(cm.items.as_deref(), target, Some(default_mode), optional) {
             Ok(sub) => out.merge(sub),
@@ -141,7 +136,7 @@ async fn collect_source(
         let rv = object
             .as_ref()
             .and_then(|o| o.metadata.resource_version.clone());
-        out.object(ObjectKind::Secret, &secret.name, rv);
+        out.object(ObjectRef::secret(namespace, secret.name.clone()), rv);
         let target = object.as_deref().unwrap_or(&empty);
         match secret_payload(
             secret.items.as_deref(),
@@ -172,7 +167,7 @@ async fn collect_source(
             .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
         let fetched = ctx
             .host
-            .service_account_token(ctx.pod, service_account, audience, expiration)
+            .service_account_token(ctx, service_account, audience, expiration)
             .await;
         let (token_value, refresh_at) = match fetched {
             Ok(t) => t,
@@ -257,7 +252,9 @@ mod tests {
         fs_user: Option<u32>,
     ) -> Collected {
         let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        let uid = nodelet_object_manager::PodUid::from_pod(pod).unwrap();
         let ctx = SetUpContext {
+            pod_uid: &uid,
             pod,
             volume,
             dir: Path::new("/nonexistent"),

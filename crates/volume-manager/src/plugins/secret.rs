@@ -3,11 +3,9 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Secret, Volume};
 use nodelet_atomic_writer::WriteOutcome;
+use nodelet_object_manager::ObjectRef;
 
-use super::{
-    Medium, ObjectKind, ObjectRef, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin,
-    secret_payload,
-};
+use super::{Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, secret_payload};
 use crate::SetUpError;
 
 /// `kubernetes.io/secret`: projects a Secret's keys into files on a tmpfs (node disk when
@@ -28,14 +26,11 @@ impl VolumePlugin for SecretPlugin {
         volume.secret.is_some()
     }
 
-    fn referenced_objects(&self, volume: &Volume) -> Vec<ObjectRef> {
+    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
         volume
             .secret
             .iter()
-            .map(|s| ObjectRef {
-                kind: ObjectKind::Secret,
-                name: s.secret_name.clone().unwrap_or_default(),
-            })
+            .map(|s| ObjectRef::secret(namespace, s.secret_name.clone().unwrap_or_default()))
             .collect()
     }
 
@@ -71,10 +66,7 @@ impl VolumePlugin for SecretPlugin {
         Ok(SetUpOutcome {
             written: outcome == WriteOutcome::Written,
             objects: vec![ObjectVersion {
-                object: ObjectRef {
-                    kind: ObjectKind::Secret,
-                    name,
-                },
+                object: ObjectRef::secret(namespace, name),
                 resource_version: object.and_then(|o| o.metadata.resource_version.clone()),
             }],
             refresh_at: None,

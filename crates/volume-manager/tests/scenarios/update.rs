@@ -3,8 +3,8 @@
 
 use std::fs;
 
+use nodelet_object_manager::ObjectKind;
 use nodelet_volume_manager::events::reasons;
-use nodelet_volume_manager::plugins::ObjectKind;
 use serde_json::json;
 
 use crate::support::*;
