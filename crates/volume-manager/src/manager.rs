@@ -543,7 +543,10 @@ mod tests {
         use nodelet_object_manager::ObjectRef;
         let bed = bed(Strategy::Get, None);
         bed.configmaps.apply("ns", cm("cm", "v1"));
-        bed.vm.wait_for_attach_and_mount(&pod("cm")).await.unwrap();
+        // The wait never adds a pod (VM-4): add it first, as the pod workers do.
+        let p = pod("cm");
+        bed.vm.add_pod(p.clone());
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let pending = |vm: &VolumeManager| vm.snapshot()[0].volumes[0].remount_pending;
         assert!(!pending(&bed.vm));
