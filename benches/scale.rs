@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use nodelet_object_manager::PodUid;
+use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
 const PODS: usize = 110;
@@ -119,23 +120,37 @@ fn summary(mut v: Vec<Duration>) -> String {
 /// Object `j`: even → ConfigMap `cm-j`, odd → Secret `s-j`; one key `k`.
 fn object(j: usize, value: &str) -> serde_json::Value {
     if j.is_multiple_of(2) {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{j}"), "namespace": "default"},
-            "data": {"k": value}})
+        ConfigMapBuilder::new("default", &format!("cm-{j}"))
+            .data("k", value)
+            .json()
     } else {
-        use base64::Engine as _;
-        json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("s-{j}"), "namespace": "default"},
-            "data": {"k": base64::engine::general_purpose::STANDARD.encode(value)}})
+        SecretBuilder::new("default", &format!("s-{j}"))
+            .data("k", value)
+            .json()
     }
 }
 
-fn volume(j: usize) -> serde_json::Value {
-    if j.is_multiple_of(2) {
-        json!({"name": format!("v{j}"), "configMap": {"name": format!("cm-{j}")}})
-    } else {
-        json!({"name": format!("v{j}"), "secret": {"secretName": format!("s-{j}")}})
-    }
+/// Pod `p-i` on the bench node mounting object `j` as volume `v<j>` at `/v<j>`, for each `j`.
+fn pod(i: usize, objs: &[usize]) -> serde_json::Value {
+    let mounts: Vec<_> = objs
+        .iter()
+        .map(|j| json!({"name": format!("v{j}"), "mountPath": format!("/v{j}")}))
+        .collect();
+    objs.iter()
+        .fold(
+            PodBuilder::new("default", &format!("p-{i}"))
+                .node(NODE)
+                .container(json!({"name": "c", "image": "x", "volumeMounts": mounts})),
+            |p, j| {
+                let volume = format!("v{j}");
+                if j.is_multiple_of(2) {
+                    p.config_map_volume(&volume, &format!("cm-{j}"))
+                } else {
+                    p.secret_volume(&volume, &format!("s-{j}"))
+                }
+            },
+        )
+        .json()
 }
 
 fn volume_dir(j: usize) -> String {
@@ -211,13 +226,7 @@ async fn run(protocol: &str) {
         let n = if i < OBJECTS - 9 * PODS { 10 } else { 9 };
         let objs: Vec<usize> = (next..next + n).collect();
         next += n;
-        let pod = h
-            .create(json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("p-{i}"), "namespace": "default"},
-                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x",
-                    "volumeMounts": objs.iter().map(|j| json!({"name": format!("v{j}"), "mountPath": format!("/v{j}")})).collect::<Vec<_>>()}],
-                    "volumes": objs.iter().map(|j| volume(*j)).collect::<Vec<_>>()}}))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let pod = h.create(pod(i, &objs)).unwrap_or_else(|e| panic!("{e}"));
         let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
             .unwrap_or_else(|e| panic!("the server's pod: {e}"));
         let vols = root.join("pods").join(&uid).join("volumes");

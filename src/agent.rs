@@ -447,14 +447,18 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
 
 #[cfg(test)]
 mod tests {
+    use nodelet_object_manager::testutil::PodBuilder;
+
     use super::*;
 
+    /// Pod `default/web` with `uid` (none: `metadata.uid` unset).
     fn pod(uid: Option<&str>) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.namespace = Some("default".into());
-        p.metadata.name = Some("web".into());
-        p.metadata.uid = uid.map(str::to_owned);
-        p
+        let p = PodBuilder::new("default", "web");
+        match uid {
+            Some(uid) => p.uid(uid),
+            None => p,
+        }
+        .build()
     }
 
     // Issue 13: the pod source admits only pods whose UID is one plain path component; the

@@ -525,6 +525,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changing_messages_are_combined_after_ten_and_bounded_by_the_spam_filter() {
         use kube::api::ListParams;
+        use nodelet_object_manager::testutil::{PATIENCE, PodBuilder};
 
         let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
             .await
@@ -539,13 +540,7 @@ mod tests {
             shutdown.clone(),
             &tracker,
         );
-        let pod = |name: &str, uid: &str| {
-            let mut pod = Pod::default();
-            pod.metadata.name = Some(name.into());
-            pod.metadata.namespace = Some("default".into());
-            pod.metadata.uid = Some(uid.into());
-            pod
-        };
+        let pod = |name: &str, uid: &str| PodBuilder::new("default", name).uid(uid).build();
         let failing = pod("p", "u1");
         for n in 1..=40 {
             let message = format!(
@@ -557,7 +552,7 @@ mod tests {
         let long = "d".repeat(4232);
         publisher.push(&pod("q", "u2"), EventType::Warning, "FailedMount", long);
         let api: Api<Event> = Api::namespaced(client, "default");
-        let events = tokio::time::timeout(Duration::from_secs(60), async {
+        let events = tokio::time::timeout(PATIENCE, async {
             loop {
                 let list = api.list(&ListParams::default()).await.map(|l| l.items);
                 if let Ok(items) = list

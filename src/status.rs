@@ -341,18 +341,18 @@ impl StatusSink for StatusWriter {
 
 #[cfg(test)]
 mod tests {
+    use nodelet_object_manager::testutil::PodBuilder;
     use nodelet_podworker::{ContainerConfigStatus, Readiness};
 
     use super::*;
 
     fn pod() -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"containers": [{"name": "c", "image": "img"}],
-                     "initContainers": [{"name": "i", "image": "init"}]},
-            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
-        }))
-        .unwrap_or_default()
+        PodBuilder::new("ns", "p")
+            .uid("u")
+            .container(json!({"name": "c", "image": "img"}))
+            .init_container(json!({"name": "i", "image": "init"}))
+            .status(json!({"conditions": [{"type": "PodScheduled", "status": "True"}]}))
+            .build()
     }
 
     fn status(state: ContainerConfigState, volumes: bool) -> PodConfigStatus {

@@ -304,6 +304,8 @@ pub fn env_json(env: &ContainerEnv) -> Vec<u8> {
 mod tests {
     use std::os::unix::fs::MetadataExt;
 
+    use nodelet_object_manager::testutil::PodBuilder;
+
     use super::*;
     use crate::env::EnvValue;
 
@@ -318,12 +320,6 @@ mod tests {
                 .collect(),
             warnings: Vec::new(),
         }
-    }
-
-    fn pod(uid: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.uid = Some(uid.into());
-        p
     }
 
     fn container(name: &str) -> Container {
@@ -365,7 +361,7 @@ mod tests {
     async fn env_files_are_0600_in_0700_directories_and_removed_with_the_pod() {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let rt = EnvFileRuntime::new(root.path());
-        let p = pod("u1");
+        let p = PodBuilder::new("ns", "p").uid("u1").build();
         let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
         let created = rt.created_containers(&uid, &p).await.unwrap_or_default();
         assert!(created.is_empty());

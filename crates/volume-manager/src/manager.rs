@@ -423,6 +423,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use nodelet_object_manager::source::FakeSource;
+    use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
     use nodelet_object_manager::{ManagerConfig, Strategy};
     use serde_json::json;
 
@@ -472,20 +473,21 @@ mod tests {
         }
     }
 
+    /// Pod `ns/p` (UID `u1`) mounting ConfigMap `cm` as volume `cfg` at `/cfg`.
     fn pod(cm: &str) -> Arc<Pod> {
         Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                "spec": {"containers": [{"name": "c",
-                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
-                    "volumes": [{"name": "cfg", "configMap": {"name": cm, "defaultMode": 420}}]}
-            }))
-            .unwrap(),
+            PodBuilder::new("ns", "p")
+                .uid("u1")
+                .container(json!({"name": "c",
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}))
+                .volume(json!({"name": "cfg", "configMap": {"name": cm, "defaultMode": 420}}))
+                .build(),
         )
     }
 
+    /// ConfigMap `name` (no namespace: [`FakeSource::apply`] sets it) with `k` = `value`.
     fn cm(name: &str, value: &str) -> ConfigMap {
-        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": value}})).unwrap()
+        ConfigMapBuilder::new("", name).data("k", value).build()
     }
 
     fn tree(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -541,6 +543,7 @@ mod tests {
         use nodelet_object_manager::ObjectRef;
         let bed = bed(Strategy::Get, None);
         bed.configmaps.apply("ns", cm("cm", "v1"));
+        // The wait never adds a pod (VM-4): add it first, as the pod workers do.
         let p = pod("cm");
         bed.vm.add_pod(p.clone());
         bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
@@ -655,13 +658,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_pod_error_ends_the_wait_with_the_kubelet_text() {
         let bed = bed(Strategy::Get, None);
-        let p: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": {"containers": [{"name": "c",
-                "volumeMounts": [{"name": "../x", "mountPath": "/x"}]}],
-                "volumes": [{"name": "../x", "emptyDir": {}}]}
-        }))
-        .unwrap();
+        let p = PodBuilder::new("ns", "p")
+            .uid("u1")
+            .container(json!({"name": "c", "volumeMounts": [{"name": "../x", "mountPath": "/x"}]}))
+            .volume(json!({"name": "../x", "emptyDir": {}}))
+            .build();
         bed.vm.add_pod(Arc::new(p.clone()));
         let text = "unmounted volumes=[../x], unattached volumes=[], failed to process volumes=[../x]: \
              volume name \"../x\" cannot be used as a directory name";

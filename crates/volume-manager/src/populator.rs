@@ -124,29 +124,28 @@ fn is_directory_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use nodelet_object_manager::testutil::PodBuilder;
     use serde_json::json;
+
+    use super::*;
 
     fn pod() -> Arc<Pod> {
         Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                "spec": {
-                    "initContainers": [{"name": "i", "volumeMounts": [{"name": "init-cfg", "mountPath": "/i"}]}],
-                    "containers": [{"name": "c", "volumeMounts": [
-                        {"name": "cfg", "mountPath": "/a"},
-                        {"name": "host", "mountPath": "/h"},
-                        {"name": "../evil", "mountPath": "/e"}]}],
-                    "volumes": [
-                        {"name": "cfg", "configMap": {"name": "cm"}},
-                        {"name": "init-cfg", "secret": {"secretName": "s"}},
-                        {"name": "unused", "configMap": {"name": "cm2"}},
-                        {"name": "host", "hostPath": {"path": "/"}},
-                        {"name": "../evil", "configMap": {"name": "cm"}}
-                    ]
-                }
-            }))
-            .unwrap(),
+            PodBuilder::new("ns", "p")
+                .uid("u1")
+                .init_container(
+                    json!({"name": "i", "volumeMounts": [{"name": "init-cfg", "mountPath": "/i"}]}),
+                )
+                .container(json!({"name": "c", "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/a"},
+                    {"name": "host", "mountPath": "/h"},
+                    {"name": "../evil", "mountPath": "/e"}]}))
+                .config_map_volume("cfg", "cm")
+                .secret_volume("init-cfg", "s")
+                .config_map_volume("unused", "cm2")
+                .volume(json!({"name": "host", "hostPath": {"path": "/"}}))
+                .config_map_volume("../evil", "cm")
+                .build(),
         )
     }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_object_manager::testutil::PodBuilder;
 use tokio::sync::Semaphore;
 
 use super::*;
@@ -45,9 +46,10 @@ impl Script {
             .filter(|c| c.starts_with(prefix))
             .count()
     }
-    fn record(&self, what: &str, pod: &Pod) {
+    /// The worker passes the pod with the UID it was admitted under (as `pod_desired` checks).
+    fn record(&self, what: &str, uid: &PodUid, pod: &Pod) {
+        assert_eq!(pod.metadata.uid.as_deref(), Some(uid.as_str()));
         let generation = pod.metadata.generation.unwrap_or(0);
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
         if let Ok(mut c) = self.calls.lock() {
             c.push(format!("{what} {uid} {generation}"));
         }
@@ -63,7 +65,7 @@ impl PodSyncer for Script {
         }
     }
 
-    async fn sync_pod(&self, _uid: &PodUid, pod: &Pod) -> Result<SyncOutcome, SyncError> {
+    async fn sync_pod(&self, uid: &PodUid, pod: &Pod) -> Result<SyncOutcome, SyncError> {
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
         let gate = self.gate.lock().ok().and_then(|g| g.clone());
@@ -78,7 +80,7 @@ impl PodSyncer for Script {
         if let Some(gate) = gate {
             let _permit = gate.acquire().await;
         }
-        self.record("sync", pod);
+        self.record("sync", uid, pod);
         if self.fail_sync.load(Ordering::SeqCst) {
             return Err(SyncError::Status {
                 message: "scripted failure".into(),
@@ -92,11 +94,11 @@ impl PodSyncer for Script {
 
     async fn sync_terminating_pod(
         &self,
-        _uid: &PodUid,
+        uid: &PodUid,
         pod: &Pod,
         grace: Duration,
     ) -> Result<(), SyncError> {
-        self.record(&format!("terminating({}s)", grace.as_secs()), pod);
+        self.record(&format!("terminating({}s)", grace.as_secs()), uid, pod);
         if self.fail_terminating_once.swap(false, Ordering::SeqCst) {
             return Err(SyncError::Status {
                 message: "scripted failure".into(),
@@ -105,17 +107,17 @@ impl PodSyncer for Script {
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, _uid: &PodUid, pod: &Pod) -> Result<(), SyncError> {
-        self.record("terminated", pod);
+    async fn sync_terminated_pod(&self, uid: &PodUid, pod: &Pod) -> Result<(), SyncError> {
+        self.record("terminated", uid, pod);
         Ok(())
     }
 }
 
+/// Pod `ns/pod-<uid>` at `metadata.generation` `generation` (the builder has no setter for it).
 fn pod(uid: &str, generation: i64) -> Pod {
-    let mut p = Pod::default();
-    p.metadata.uid = Some(uid.into());
-    p.metadata.name = Some(format!("pod-{uid}"));
-    p.metadata.namespace = Some("ns".into());
+    let mut p = PodBuilder::new("ns", &format!("pod-{uid}"))
+        .uid(uid)
+        .build();
     p.metadata.generation = Some(generation);
     p
 }
