@@ -28,9 +28,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::ObjectRef;
 use crate::recovery::{Pause, Recovery};
 use crate::source::{ObjectSource, SourceError, WatchEvent};
+use crate::{ObjectKind, ObjectRef};
 
 /// What a reflector has seen of its object.
 pub(crate) struct CellState<K> {
@@ -105,8 +105,9 @@ pub(crate) struct Reflector<K> {
     pub(crate) cell: Weak<Cell<K>>,
     pub(crate) epoch: u64,
     pub(crate) backoff: BackoffConfig,
-    /// Where content changes are announced, and as which object; `None`: not announced.
-    pub(crate) notify: Option<(broadcast::Sender<ObjectRef>, ObjectRef)>,
+    /// Where content changes are announced, and the object's kind (the reference is built
+    /// only when a change is sent); `None`: not announced.
+    pub(crate) notify: Option<(broadcast::Sender<ObjectRef>, ObjectKind)>,
     /// The manager's "API server answers again" signal (6); `None`: plain back-off.
     pub(crate) recovery: Option<Arc<Recovery>>,
 }
@@ -134,8 +135,11 @@ const SHORT_WATCH: Duration = Duration::from_secs(1);
 impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     /// Runs until `cancel` fires or the cell goes away.
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let object = format!("{}/{}", self.namespace, self.name);
-        let span = tracing::debug_span!("reflector", object.ref = %object, kind = self.kind);
+        let span = tracing::debug_span!(
+            "reflector",
+            object.ref = %format_args!("{}/{}", self.namespace, self.name),
+            kind = self.kind
+        );
         async move {
             tracing::debug!("reflector started");
             tokio::select! {
@@ -322,9 +326,10 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         });
         if owned && changed {
             tracing::debug!("object changed");
-            if let Some((notify, object)) = &self.notify {
+            if let Some((notify, kind)) = &self.notify {
                 // No subscriber is fine.
-                let _ = notify.send(object.clone());
+                let object = ObjectRef::new(*kind, self.namespace.clone(), self.name.clone());
+                let _ = notify.send(object);
             }
         }
         owned

@@ -261,7 +261,7 @@ impl<K: ManagedObject> Inner<K> {
             cell: Arc::downgrade(&item.cell),
             epoch,
             backoff: self.options.backoff,
-            notify: Some((self.notify.clone(), key.clone())),
+            notify: Some((self.notify.clone(), key.kind)),
             recovery: Some(self.recovery.clone()),
         };
         self.tasks.spawn(reflector.run(cancel.clone()));
