@@ -34,6 +34,9 @@ pub(crate) struct Established {
     /// The server's current `SETTINGS_MAX_CONCURRENT_STREAMS` (HTTP/2), `usize::MAX` when
     /// unlimited, updated whenever the connection is polled; 1 for HTTP/1.1.
     pub(crate) max_streams: Arc<AtomicUsize>,
+    /// Set when the server sent GOAWAY (HTTP/2), or when the pool found a stream refused on
+    /// it: streams already open finish, no new request is placed on it.
+    pub(crate) draining: Arc<AtomicBool>,
 }
 
 impl Established {
@@ -163,8 +166,8 @@ impl Connector {
             }
             None => (Box::pin(tcp), self.protocol == Protocol::Http2),
         };
-        let io = TokioIo::new(io);
         let closed = Arc::new(AtomicBool::new(false));
+        let draining = Arc::new(AtomicBool::new(false));
         let http = |source| TransportError::Http { source };
         if h2 {
             let mut builder = http2::Builder::new(TokioExecutor::new());
@@ -175,7 +178,9 @@ impl Connector {
                 .keep_alive_interval(self.keep_alive_interval)
                 .keep_alive_timeout(self.keep_alive_timeout)
                 .keep_alive_while_idle(true);
-            let (sender, conn) = builder.handshake(io).await.map_err(http)?;
+            // hyper tells nobody about a GOAWAY: the frames it reads are watched for one.
+            let io: Pin<Box<dyn Io>> = Box::pin(GoawayWatch::new(io, draining.clone()));
+            let (sender, conn) = builder.handshake(TokioIo::new(io)).await.map_err(http)?;
             let max_streams = Arc::new(AtomicUsize::new(0));
             let conn = Http2Conn::new(conn, max_streams.clone());
             spawn_connection(conn, closed.clone(), Negotiated::Http2);
@@ -184,14 +189,19 @@ impl Connector {
                 sender: Sender::Http2(sender),
                 closed,
                 max_streams,
+                draining,
             })
         } else {
-            let (sender, conn) = http1::Builder::new().handshake(io).await.map_err(http)?;
+            let (sender, conn) = http1::Builder::new()
+                .handshake(TokioIo::new(io))
+                .await
+                .map_err(http)?;
             spawn_connection(conn, closed.clone(), Negotiated::Http1);
             Ok(Established {
                 sender: Sender::Http1(tokio::sync::Mutex::new(sender)),
                 closed,
                 max_streams: Arc::new(AtomicUsize::new(1)),
+                draining,
             })
         }
     }
@@ -241,6 +251,110 @@ where
 
 type H2Connection = http2::Connection<TokioIo<Pin<Box<dyn Io>>>, Body, TokioExecutor>;
 
+/// HTTP/2 frame type of GOAWAY (RFC 9113 §6.8).
+const GOAWAY: u8 = 0x7;
+
+/// The read side of an HTTP/2 connection, watched for the server's GOAWAY.
+///
+/// The server-to-client byte stream is a sequence of frames, each a 9-byte header (24-bit
+/// payload length, type, flags, stream id) and its payload; this follows the headers as the
+/// bytes pass to hyper and sets `draining` at the first GOAWAY. Go's client stops placing
+/// requests on such a connection at once; hyper would keep sending them, and a request sent
+/// after the server's last GOAWAY is never answered (the server ignores its stream).
+struct GoawayWatch {
+    inner: Pin<Box<dyn Io>>,
+    draining: Arc<AtomicBool>,
+    /// The frame header being read, and how much of it has arrived.
+    header: [u8; 9],
+    have: usize,
+    /// Payload bytes of the current frame still to pass.
+    skip: usize,
+}
+
+impl GoawayWatch {
+    fn new(inner: Pin<Box<dyn Io>>, draining: Arc<AtomicBool>) -> Self {
+        GoawayWatch {
+            inner,
+            draining,
+            header: [0; 9],
+            have: 0,
+            skip: 0,
+        }
+    }
+
+    /// Follows the frame boundaries across `bytes`, just read.
+    fn scan(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (self.header.len() - self.have).min(bytes.len());
+            self.header[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have == self.header.len() {
+                let [a, b, c, kind, ..] = self.header;
+                self.skip = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
+                self.have = 0;
+                if kind == GOAWAY && !self.draining.swap(true, Ordering::AcqRel) {
+                    tracing::debug!(
+                        "the API server sent GOAWAY; no new requests on this connection"
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for GoawayWatch {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let polled = this.inner.as_mut().poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.scan(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for GoawayWatch {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.as_mut().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.as_mut().poll_shutdown(cx)
+    }
+}
+
 /// An HTTP/2 connection future that publishes the server's stream limit (hyper exposes it on
 /// the connection, which this task owns, not on the sender; and the frames are processed by a
 /// task of hyper's own, so the value is re-read on a timer: every millisecond until the
@@ -285,5 +399,62 @@ impl std::future::Future for Http2Conn {
             while tick.poll_tick(cx).is_ready() {}
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            0,
+            0,
+            0,
+            0,
+            1,
+        ];
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn watch() -> GoawayWatch {
+        GoawayWatch::new(Box::pin(tokio::io::empty()), Arc::default())
+    }
+
+    #[test]
+    fn a_goaway_is_seen_after_frames_whose_payload_holds_its_type_byte() {
+        let mut w = watch();
+        // SETTINGS, then DATA full of 0x07 bytes (a payload is never read as a header).
+        w.scan(&frame(0x4, &[0; 12]));
+        w.scan(&frame(0x0, &[GOAWAY; 300]));
+        assert!(!w.draining.load(Ordering::Acquire));
+        w.scan(&frame(GOAWAY, &[0, 0, 0, 5, 0, 0, 0, 0]));
+        assert!(w.draining.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn frames_split_across_reads_at_any_byte_are_followed() {
+        let mut stream = frame(0x1, &[GOAWAY; 70_000]);
+        stream.extend(frame(0x8, &[0, 0, 1, 0]));
+        stream.extend(frame(GOAWAY, &[0; 8]));
+        // The GOAWAY's header ends here: only then may the connection be draining.
+        let seen_at = stream.len() - 8;
+        for chunk in [1, 2, 5, 9, 4096] {
+            let mut w = watch();
+            for (i, piece) in stream.chunks(chunk).enumerate() {
+                assert!(
+                    !w.draining.load(Ordering::Acquire) || i * chunk >= seen_at,
+                    "draining before the GOAWAY (chunk {chunk})"
+                );
+                w.scan(piece);
+            }
+            assert!(w.draining.load(Ordering::Acquire), "chunk {chunk}");
+        }
     }
 }

@@ -27,7 +27,18 @@
 //!    patch or a lease renewal never queues behind watches (past the server's limit, short
 //!    requests wait in hyper for one another, briefly);
 //! 5. counts each stream until its response body ends or is dropped, and closes connections that
-//!    stayed empty for [`TransportConfig::idle_timeout`].
+//!    stayed empty for [`TransportConfig::idle_timeout`];
+//! 6. stops placing requests on a connection whose server sent GOAWAY (streams already open on
+//!    it, watches included, run until they end), and sends a request the server refused
+//!    without processing it — its stream above a graceful GOAWAY's last stream, or reset with
+//!    `REFUSED_STREAM` — once more on another connection, as Go's HTTP/2 client does; a request
+//!    the server may have processed is never sent twice;
+//! 7. sends a request answered 429, 503 or 504 with `Retry-After` again after that delay
+//!    (capped at 10 s, at most 10 times, as client-go), in place of kube's default retry policy
+//!    (when the `kube::Config` has `default_retry`); answers without `Retry-After` go back to
+//!    the caller.
+//!
+//! [`retries`] counts the requests sent again by (6) and (7).
 //!
 //! A connection whose ALPN (or `http://` URL) says HTTP/1.1 holds one request at a time; the
 //! same pool then behaves like kube's: one connection per watch, idle connections reused for
@@ -58,12 +69,13 @@
 mod body;
 mod connect;
 mod pool;
+mod retry;
 mod slot;
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kube::client::ConfigExt;
@@ -257,6 +269,36 @@ pub struct ConnectionCounts {
     pub http2: usize,
 }
 
+/// Requests this process's transports sent again (see the module docs, (6) and (7)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryCounts {
+    /// Requests the server refused without processing them (GOAWAY, `REFUSED_STREAM`), sent
+    /// again on another connection.
+    pub refused: u64,
+    /// Requests answered 429/503/504 with `Retry-After`, sent again after that delay.
+    pub throttled: u64,
+}
+
+static RETRIED_REFUSED: AtomicU64 = AtomicU64::new(0);
+static RETRIED_THROTTLED: AtomicU64 = AtomicU64::new(0);
+
+/// Requests sent again so far across every [`Transport`] in this process (for `/metrics`).
+pub fn retries() -> RetryCounts {
+    RetryCounts {
+        refused: RETRIED_REFUSED.load(Ordering::Relaxed),
+        throttled: RETRIED_THROTTLED.load(Ordering::Relaxed),
+    }
+}
+
+fn count_refused_retry() {
+    RETRIED_REFUSED.fetch_add(1, Ordering::Relaxed);
+}
+
+fn count_throttled_retry() {
+    RETRIED_THROTTLED.fetch_add(1, Ordering::Relaxed);
+}
+
 static OPEN_HTTP1: AtomicUsize = AtomicUsize::new(0);
 static OPEN_HTTP2: AtomicUsize = AtomicUsize::new(0);
 
@@ -295,9 +337,11 @@ pub fn client(
     let connector = connect::Connector::new(&config, &transport)?;
     let pool = pool::Pool::new(connector, transport, config.read_timeout);
     let handle = Transport::new(pool.clone());
+    // kube's own policy retries 15 times from 5 ms with the delay doubling up to 1,000 s, and
+    // uses `Retry-After` only while its own delay is shorter: a request could wait minutes.
     let retry = config
         .default_retry
-        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+        .then(|| tower::retry::RetryLayer::new(retry::ThrottleRetry::default()));
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(retry)

@@ -95,6 +95,11 @@ impl Entry {
     fn is_closed(&self) -> bool {
         self.conn.closed.load(Ordering::Acquire)
     }
+
+    /// The server sent GOAWAY (or refused a stream): no new request goes here.
+    fn is_draining(&self) -> bool {
+        self.conn.draining.load(Ordering::Acquire)
+    }
 }
 
 /// Watches per HTTP/2 connection: the cap, and 5 % (at least one) below the server's limit.
@@ -104,8 +109,11 @@ pub(crate) fn watch_limit(advertised: usize, cap: usize) -> usize {
 }
 
 impl State {
+    /// Forgets closed connections, and draining ones with no stream left (the server closes
+    /// those once their last stream ends).
     fn purge_closed(&mut self) {
-        self.entries.retain(|e| !e.is_closed());
+        self.entries
+            .retain(|e| !e.is_closed() && !(e.is_draining() && e.in_flight == 0));
     }
 
     /// The oldest connection of `class` with room; claims a slot on it.
@@ -113,6 +121,7 @@ impl State {
         self.purge_closed();
         let entry = self.entries.iter_mut().find(|e| {
             e.class == class
+                && !e.is_draining()
                 && e.in_flight < e.limit(cap)
                 && match &e.conn.sender {
                     // An idle HTTP/1.1 connection whose previous response is not fully
@@ -268,11 +277,37 @@ impl Pool {
         counts
     }
 
-    /// Sends one request on a connection chosen by [`Pool::acquire`].
-    async fn send(
+    /// Sends one request on a connection chosen by [`Pool::acquire`]; a request the server
+    /// refused without processing it (its stream above a GOAWAY's last stream, a
+    /// `REFUSED_STREAM` reset, or never handed to a connection that closed) is sent once more
+    /// on another connection (module docs, (6)).
+    async fn send(self: Arc<Self>, req: Request<Body>) -> Result<Response<TrackedBody>, BoxError> {
+        let again = clone_request(&req);
+        match self.clone().send_once(req).await {
+            Err(Sent::Unprocessed { error, conn }) => {
+                self.set_draining(conn);
+                let Some(req) = again else {
+                    return Err(error.into());
+                };
+                super::count_refused_retry();
+                tracing::debug!(%error, "request refused unprocessed; sending it on another connection");
+                self.send_once(req).await.map_err(Sent::into_error)
+            }
+            other => other.map_err(Sent::into_error),
+        }
+    }
+
+    /// Stops placing requests on connection `id`.
+    fn set_draining(&self, id: u64) {
+        if let Some(e) = self.lock().entries.iter().find(|e| e.id == id) {
+            e.conn.draining.store(true, Ordering::Release);
+        }
+    }
+
+    async fn send_once(
         self: Arc<Self>,
         mut req: Request<Body>,
-    ) -> Result<Response<TrackedBody>, BoxError> {
+    ) -> Result<Response<TrackedBody>, Sent> {
         let class = if is_watch(req.uri()) {
             Class::Watch
         } else {
@@ -284,7 +319,7 @@ impl Pool {
         let mut attempts = 0;
         let (response, slot) = loop {
             attempts += 1;
-            let (conn, slot) = self.acquire(class).await?;
+            let (conn, slot) = self.acquire(class).await.map_err(Sent::Failed)?;
             let response: Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>> =
                 match &conn.sender {
                     Sender::Http2(sender) => {
@@ -295,7 +330,7 @@ impl Pool {
                                 self.discard(slot.id());
                                 continue;
                             }
-                            Err(e) => return Err(http(e).into()),
+                            Err(e) => return Err(Sent::Failed(http(e))),
                         }
                     }
                     Sender::Http1(sender) => {
@@ -309,7 +344,7 @@ impl Pool {
                                 self.discard(slot.id());
                                 continue;
                             }
-                            Err(e) => return Err(http(e).into()),
+                            Err(e) => return Err(Sent::Failed(http(e))),
                         }
                     }
                 };
@@ -318,14 +353,80 @@ impl Pool {
         let response = match self.read_timeout {
             Some(timeout) => tokio::time::timeout(timeout, response)
                 .await
-                .map_err(|_| TransportError::ReadTimeout { timeout })?,
+                .map_err(|_| Sent::Failed(TransportError::ReadTimeout { timeout }))?,
             None => response.await,
-        }
-        .map_err(http)?;
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(e) if unprocessed(&e) => {
+                return Err(Sent::Unprocessed {
+                    conn: slot.id(),
+                    error: http(e),
+                });
+            }
+            Err(e) => return Err(Sent::Failed(http(e))),
+        };
         tracing::Span::current().record("http.status_code", response.status().as_u16());
         let read_timeout = self.read_timeout;
         Ok(response.map(|body| TrackedBody::new(body, slot, read_timeout)))
     }
+}
+
+/// How one attempt to send a request failed.
+enum Sent {
+    /// The server did not process it: it may be sent again.
+    Unprocessed {
+        error: TransportError,
+        /// The connection that refused it.
+        conn: u64,
+    },
+    /// Anything else: reported.
+    Failed(TransportError),
+}
+
+impl Sent {
+    fn into_error(self) -> BoxError {
+        match self {
+            Sent::Unprocessed { error, .. } | Sent::Failed(error) => error.into(),
+        }
+    }
+}
+
+/// Whether a failed request is known not to have been processed by the server: its stream was
+/// above the last stream of a graceful GOAWAY the server sent, the server reset it with
+/// `REFUSED_STREAM`, or hyper never handed it to the connection (RFC 9113 §8.7: such requests
+/// may be retried whatever their method).
+fn unprocessed(error: &hyper::Error) -> bool {
+    if error.is_canceled() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            // A graceful GOAWAY fails only the streams above its last stream; one with an error
+            // code may end processed streams too, so only NO_ERROR counts.
+            return h2.is_remote()
+                && match h2.reason() {
+                    Some(h2::Reason::NO_ERROR) => h2.is_go_away(),
+                    Some(h2::Reason::REFUSED_STREAM) => h2.is_reset(),
+                    _ => false,
+                };
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// A copy of `req` to send again, when its body can be replayed (kube's bodies are bytes).
+pub(crate) fn clone_request(req: &Request<Body>) -> Option<Request<Body>> {
+    let body = req.body().try_clone()?;
+    let mut copy = Request::new(body);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    *copy.extensions_mut() = req.extensions().clone();
+    Some(copy)
 }
 
 /// HTTP/1.1 wants `/path?query` and a `Host` header; kube's base-URI layer made the URI
