@@ -34,4 +34,18 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Counting<K> {
         self.metrics.api_request("watch");
         self.inner.watch(namespace, name, resource_version).await
     }
+
+    async fn watch_list(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<WatchStream<K>>, SourceError> {
+        // One request either way: a watch-list, or none (a refused one was counted by the
+        // server's answer only; the LIST that follows is counted as such).
+        let result = self.inner.watch_list(namespace, name).await;
+        if !matches!(result, Ok(None)) {
+            self.metrics.api_request("watch");
+        }
+        result
+    }
 }

@@ -125,15 +125,30 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Recording<K> {
     ) -> Result<WatchStream<K>, SourceError> {
         let result = self.inner.watch(namespace, name, resource_version).await;
         self.record(&result);
+        result.map(|stream| self.follow(stream))
+    }
+
+    async fn watch_list(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<WatchStream<K>>, SourceError> {
+        let result = self.inner.watch_list(namespace, name).await;
+        self.record(&result);
+        result.map(|stream| stream.map(|stream| self.follow(stream)))
+    }
+}
+
+impl<K: Send + Sync + 'static> Recording<K> {
+    /// Records the outcome of each item of a watch stream.
+    fn follow(&self, stream: WatchStream<K>) -> WatchStream<K> {
         let health = self.health.clone();
-        result.map(|stream| {
-            stream
-                .inspect(move |item| match item {
-                    Ok(_) => health.success(),
-                    Err(error) => health.outcome(error),
-                })
-                .boxed()
-        })
+        stream
+            .inspect(move |item| match item {
+                Ok(_) => health.success(),
+                Err(error) => health.outcome(error),
+            })
+            .boxed()
     }
 }
 

@@ -1,9 +1,15 @@
-//! The per-object reflector: list, then watch from the list's resourceVersion, forever.
+//! The per-object reflector: a watch-list (or list, then watch from the list's resourceVersion),
+//! forever.
 //!
 //! Algorithm (markers `// (n)` below):
-//! 1. LIST `fieldSelector=metadata.name=<name>`; on error back off and list again.
-//! 2. Replace the cell's content with the listed object (or its absence); mark it synced.
-//! 3. WATCH from the last seen resourceVersion; apply each event to the cell.
+//! 1. A watch-list (one WATCH with `sendInitialEvents=true`, as the kubelet's client-go does
+//!    since Kubernetes 1.35) where the source offers it, else LIST
+//!    `fieldSelector=metadata.name=<name>`; on error back off and start again. A watch-list
+//!    that ends before its initial events did counts as a failed list.
+//! 2. Replace the cell's content with the listed object (or its absence) — for a watch-list,
+//!    the state its initial events gave, at its `initial-events-end` bookmark; mark it synced.
+//! 3. Follow the watch-list's stream, or WATCH from the last seen resourceVersion; apply each
+//!    event to the cell.
 //! 4. `410 Gone` (as the answer or as an error event) → back to (1): relist — at once, unless
 //!    nothing healthy happened since the last list (then after a back-off step).
 //! 5. Other errors, or a watch that ended within a second without any event → back off, then
@@ -164,59 +170,92 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             if delay_relist {
                 tokio::time::sleep(backoff.next_delay()).await;
             }
-            // (1)
-            let listed = {
+            // (1) a watch-list, else LIST.
+            let opened = {
                 let _permit = self.permit(&mut rs).await;
-                self.answered(self.source.list(namespace, name).await)
+                self.answered(self.source.watch_list(namespace, name).await)
             };
-            let listed = match listed {
-                Ok(listed) => listed,
+            let mut initial = match opened {
+                Ok(stream) => stream,
                 Err(error) => {
-                    tracing::debug!(%error, "list failed");
+                    tracing::debug!(%error, "watch-list failed");
                     self.failed(&error, &mut backoff, &mut rs).await;
                     delay_relist = false;
                     continue 'relist;
                 }
             };
-            // (2)
-            let object = listed.object.map(Arc::new);
-            if !self.update(|s| {
-                let changed = s.listed_once && rv(&s.object) != rv(&object);
-                s.object = object;
-                s.synced = true;
-                s.listed_once = true;
-                changed
-            }) {
-                return Stop::Superseded;
+            let mut resource_version = String::new();
+            if initial.is_none() {
+                let listed = {
+                    let _permit = self.permit(&mut rs).await;
+                    self.answered(self.source.list(namespace, name).await)
+                };
+                let listed = match listed {
+                    Ok(listed) => listed,
+                    Err(error) => {
+                        tracing::debug!(%error, "list failed");
+                        self.failed(&error, &mut backoff, &mut rs).await;
+                        delay_relist = false;
+                        continue 'relist;
+                    }
+                };
+                // (2)
+                if !self.replace(listed.object.map(Arc::new)) {
+                    return Stop::Superseded;
+                }
+                resource_version = listed.resource_version;
             }
-            let mut resource_version = listed.resource_version;
             // An event arrived, or a watch stayed up for a while, since the list.
             let mut progressed = false;
 
             loop {
-                // (3)
+                // (3) the watch-list's own stream first, then watches from the last version.
                 let started = Instant::now();
-                let opened = {
-                    let _permit = self.permit(&mut rs).await;
-                    self.answered(self.source.watch(namespace, name, &resource_version).await)
-                };
-                let mut stream = match opened {
-                    Ok(stream) => stream,
-                    Err(error) if error.is_gone() => {
-                        tracing::debug!("watch expired, relisting"); // (4)
-                        delay_relist = !progressed;
-                        continue 'relist;
+                let (mut stream, mut listing) = match initial.take() {
+                    Some(stream) => (stream, true),
+                    None => {
+                        let opened = {
+                            let _permit = self.permit(&mut rs).await;
+                            self.answered(
+                                self.source.watch(namespace, name, &resource_version).await,
+                            )
+                        };
+                        match opened {
+                            Ok(stream) => (stream, false),
+                            Err(error) if error.is_gone() => {
+                                tracing::debug!("watch expired, relisting"); // (4)
+                                delay_relist = !progressed;
+                                continue 'relist;
+                            }
+                            Err(error) => {
+                                tracing::debug!(%error, "watch failed");
+                                self.failed(&error, &mut backoff, &mut rs).await; // (5)
+                                continue;
+                            }
+                        }
                     }
-                    Err(error) => {
-                        tracing::debug!(%error, "watch failed");
-                        self.failed(&error, &mut backoff, &mut rs).await; // (5)
-                        continue;
-                    }
                 };
+                // A watch-list's initial state, applied at its end (2).
+                let mut listed: Option<Arc<K>> = None;
                 let mut saw_event = false;
                 let mut failed = None;
                 while let Some(item) = stream.next().await {
                     let applied = match item {
+                        Ok(WatchEvent::Applied(obj)) if listing => {
+                            listed = Some(Arc::new(obj));
+                            true
+                        }
+                        Ok(WatchEvent::Deleted(_)) if listing => {
+                            listed = None;
+                            true
+                        }
+                        Ok(WatchEvent::InitialEventsEnd {
+                            resource_version: end,
+                        }) if listing => {
+                            listing = false;
+                            resource_version = end;
+                            self.replace(listed.take())
+                        }
                         Ok(WatchEvent::Applied(obj)) => {
                             resource_version = obj_rv(&obj).unwrap_or(resource_version);
                             let obj = Arc::new(obj);
@@ -230,10 +269,17 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                             resource_version = obj_rv(&obj).unwrap_or(resource_version);
                             self.update(|s| s.object.take().is_some())
                         }
-                        Ok(WatchEvent::Bookmark {
-                            resource_version: bookmark,
-                        }) => {
-                            resource_version = bookmark;
+                        Ok(
+                            WatchEvent::Bookmark {
+                                resource_version: bookmark,
+                            }
+                            | WatchEvent::InitialEventsEnd {
+                                resource_version: bookmark,
+                            },
+                        ) => {
+                            if !listing {
+                                resource_version = bookmark;
+                            }
                             true
                         }
                         Err(error) if error.is_gone() => {
@@ -250,9 +296,20 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                     if !applied {
                         return Stop::Superseded;
                     }
-                    saw_event = true;
-                    progressed = true;
-                    backoff.reset();
+                    if !listing {
+                        saw_event = true;
+                        progressed = true;
+                        backoff.reset();
+                    }
+                }
+                if listing {
+                    // The watch-list ended before its initial events did: list again (1).
+                    match failed {
+                        Some(error) => self.failed(&error, &mut backoff, &mut rs).await,
+                        None => tokio::time::sleep(backoff.next_delay()).await,
+                    }
+                    delay_relist = false;
+                    continue 'relist;
                 }
                 let healthy = started.elapsed() >= SHORT_WATCH;
                 if healthy {
@@ -267,6 +324,18 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 }
             }
         }
+    }
+
+    /// Replaces the cell's content with a listed state and marks it synced (2); `false` when
+    /// the run is superseded.
+    fn replace(&self, object: Option<Arc<K>>) -> bool {
+        self.update(|s| {
+            let changed = s.listed_once && rv(&s.object) != rv(&object);
+            s.object = object;
+            s.synced = true;
+            s.listed_once = true;
+            changed
+        })
     }
 
     /// After a failed request: the back-off, or the shared recovery signal (6).

@@ -48,6 +48,13 @@ pub enum WatchEvent<K> {
         /// The resourceVersion the watch has reached.
         resource_version: String,
     },
+    /// The end of a watch-list's initial events (a BOOKMARK annotated
+    /// `k8s.io/initial-events-end`): what came before is the object's state at
+    /// `resource_version`, as a LIST at that resourceVersion would have returned it.
+    InitialEventsEnd {
+        /// The resourceVersion of that state.
+        resource_version: String,
+    },
 }
 
 /// A per-object watch: events until the server ends the watch (`None`) or an error item.
@@ -136,4 +143,19 @@ pub trait ObjectSource<K>: Send + Sync + 'static {
         name: &str,
         resource_version: &str,
     ) -> Result<WatchStream<K>, SourceError>;
+
+    /// A watch-list (a WATCH with `sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan`,
+    /// bookmarks, and no resourceVersion: a consistent read), in place of LIST + WATCH: the
+    /// object's current state as [`WatchEvent::Applied`] (nothing when it does not exist), then
+    /// [`WatchEvent::InitialEventsEnd`], then its changes, all on one request.
+    ///
+    /// `Ok(None)` when this source does not do watch-lists, or its server refused one (a
+    /// server without the feature answers 400/422): the caller lists and watches instead.
+    /// A wrapping source forwards it (no default: a wrapper that forgot would silently turn
+    /// every watch-list into LIST + WATCH).
+    async fn watch_list(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<WatchStream<K>>, SourceError>;
 }

@@ -20,6 +20,8 @@ pub enum Verb {
     List,
     /// [`ObjectSource::watch`].
     Watch,
+    /// [`ObjectSource::watch_list`] (only counted while watch-lists are on).
+    WatchList,
 }
 
 /// An in-memory object source for tests: objects keyed by (namespace, name), a global numeric
@@ -50,6 +52,8 @@ struct State<K> {
     /// While set, every request fails with it (an outage), before queued failures.
     outage: Option<SourceError>,
     watchers: Vec<(Key, EventSender<K>)>,
+    /// Watch-lists are served (else `watch_list` answers `Ok(None)`).
+    watch_list: bool,
 }
 
 impl<K> Clone for FakeSource<K> {
@@ -90,6 +94,7 @@ impl<K> FakeSource<K> {
                 failures: VecDeque::new(),
                 outage: None,
                 watchers: Vec::new(),
+                watch_list: false,
             })),
             lists_held: Arc::new(lists_held),
             gets_held: Arc::new(gets_held),
@@ -181,6 +186,12 @@ impl<K> FakeSource<K> {
     /// While held, GET requests wait (a slow GET).
     pub fn hold_gets(&self, held: bool) {
         self.gets_held.send_replace(held);
+    }
+
+    /// Serve watch-lists (default off: callers list and watch, as against a server before
+    /// Kubernetes 1.27).
+    pub fn set_watch_list(&self, on: bool) {
+        self.lock().watch_list = on;
     }
 
     /// Watch streams whose consumer is still alive.
@@ -314,6 +325,30 @@ where
         }
         s.watchers.push((key, tx));
         Ok(UnboundedReceiverStream(rx).boxed())
+    }
+
+    async fn watch_list(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<WatchStream<K>>, SourceError> {
+        if !self.lock().watch_list {
+            return Ok(None);
+        }
+        self.record(Verb::WatchList, namespace, name)?;
+        let mut held = self.lists_held.subscribe();
+        let _ = held.wait_for(|held| !held).await;
+        let mut s = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Some(obj) = s.objects.get(&key) {
+            let _ = tx.send(Ok(WatchEvent::Applied(obj.clone())));
+        }
+        let _ = tx.send(Ok(WatchEvent::InitialEventsEnd {
+            resource_version: s.resource_version.to_string(),
+        }));
+        s.watchers.push((key, tx));
+        Ok(Some(UnboundedReceiverStream(rx).boxed()))
     }
 }
 

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
@@ -20,12 +21,17 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 /// An [`ObjectSource`] backed by a `kube::Client`.
 ///
 /// Requests: `GET /…/<name>` (optionally `?resourceVersion=0`), `LIST ?fieldSelector=
-/// metadata.name=<name>` and `WATCH ?fieldSelector=metadata.name=<name>&allowWatchBookmarks=
-/// true` — all allowed for `system:node:<node>` by the Node authorizer when a pod bound to the
-/// node references the object.
+/// metadata.name=<name>`, `WATCH ?fieldSelector=metadata.name=<name>&allowWatchBookmarks=
+/// true` and the watch-list `WATCH ?fieldSelector=…&sendInitialEvents=true&
+/// resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=` — all allowed
+/// for `system:node:<node>` by the Node authorizer when a pod bound to the node references the
+/// object. Watch-lists are used until the server refuses one (400/422); from then on every
+/// clone of the source lists and watches.
 pub struct KubeSource<K> {
     client: Client,
     api: fn(Client, &str) -> Api<K>,
+    /// Watch-lists are used until the server refuses one; shared by clones.
+    watch_list: Arc<AtomicBool>,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -34,6 +40,7 @@ impl<K> Clone for KubeSource<K> {
         KubeSource {
             client: self.client.clone(),
             api: self.api,
+            watch_list: self.watch_list.clone(),
             _kind: PhantomData,
         }
     }
@@ -54,6 +61,7 @@ where
         KubeSource {
             client,
             api: |c, ns| Api::namespaced(c, ns),
+            watch_list: Arc::new(AtomicBool::new(true)),
             _kind: PhantomData,
         }
     }
@@ -68,8 +76,19 @@ where
         KubeSource {
             client,
             api: |c, _| Api::all(c),
+            watch_list: Arc::new(AtomicBool::new(true)),
             _kind: PhantomData,
         }
+    }
+}
+
+impl<K> KubeSource<K> {
+    /// Lists and watches (two requests per object and relist) instead of watch-lists, as
+    /// before Kubernetes 1.35 made them the kubelet's default.
+    #[must_use]
+    pub fn without_watch_list(self) -> Self {
+        self.watch_list.store(false, Ordering::Release);
+        self
     }
 }
 
@@ -135,24 +154,78 @@ where
             .watch(&params, resource_version)
             .await
             .map_err(convert)?;
-        Ok(stream
-            .map_err(convert)
-            .and_then(|event| async move {
-                match event {
-                    kube::api::WatchEvent::Added(o) | kube::api::WatchEvent::Modified(o) => {
-                        Ok(WatchEvent::Applied(o))
-                    }
-                    kube::api::WatchEvent::Deleted(o) => Ok(WatchEvent::Deleted(o)),
-                    kube::api::WatchEvent::Bookmark(b) => Ok(WatchEvent::Bookmark {
-                        resource_version: b.metadata.resource_version,
-                    }),
-                    kube::api::WatchEvent::Error(status) => Err(SourceError::Status {
-                        code: status.code,
-                        reason: status.reason.clone(),
-                        message: status.message.clone(),
-                    }),
-                }
-            })
-            .boxed())
+        Ok(events(stream))
     }
+
+    async fn watch_list(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<WatchStream<K>>, SourceError> {
+        if !self.watch_list.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let api = (self.api)(self.client.clone(), namespace);
+        let params = WatchParams::streaming_lists()
+            .fields(&name_selector(name))
+            .timeout(WATCH_TIMEOUT_SECS);
+        // resourceVersion "" (unset): a consistent read, as client-go's watch-list sends it;
+        // kube-runtime's "0" would let the server answer from a stale cache.
+        match api.watch(&params, "").await {
+            Ok(stream) => Ok(Some(events(stream))),
+            Err(kube::Error::Api(status)) if matches!(status.code, 400 | 422) => {
+                if self.watch_list.swap(false, Ordering::AcqRel) {
+                    tracing::info!(
+                        code = status.code,
+                        reason = %status.reason,
+                        message = %status.message,
+                        "the API server refused a watch-list; listing and watching instead"
+                    );
+                }
+                Ok(None)
+            }
+            Err(e) => Err(convert(e)),
+        }
+    }
+}
+
+/// The annotation of the BOOKMARK that ends a watch-list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// kube's watch events as the source's.
+fn events<K>(
+    stream: impl futures::Stream<Item = Result<kube::api::WatchEvent<K>, kube::Error>> + Send + 'static,
+) -> WatchStream<K>
+where
+    K: Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
+    stream
+        .map_err(convert)
+        .and_then(|event| async move {
+            match event {
+                kube::api::WatchEvent::Added(o) | kube::api::WatchEvent::Modified(o) => {
+                    Ok(WatchEvent::Applied(o))
+                }
+                kube::api::WatchEvent::Deleted(o) => Ok(WatchEvent::Deleted(o)),
+                kube::api::WatchEvent::Bookmark(b) => {
+                    let resource_version = b.metadata.resource_version;
+                    if b.metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .map(String::as_str)
+                        == Some("true")
+                    {
+                        Ok(WatchEvent::InitialEventsEnd { resource_version })
+                    } else {
+                        Ok(WatchEvent::Bookmark { resource_version })
+                    }
+                }
+                kube::api::WatchEvent::Error(status) => Err(SourceError::Status {
+                    code: status.code,
+                    reason: status.reason.clone(),
+                    message: status.message.clone(),
+                }),
+            }
+        })
+        .boxed()
 }

@@ -21,9 +21,14 @@ async fn a_dropped_watch_resumes_without_a_relist_or_a_missed_update() {
     update(&handle, config_map("cm", "v2", false));
     changed(&mut changes, "cm").await;
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v2"));
+    // The watch-list, then one watch from its last resourceVersion: no second watch-list.
+    assert_eq!(
+        handle.count("watch", "configmaps", Some("default"), Some("cm")),
+        2
+    );
     assert_eq!(
         handle.count("list", "configmaps", Some("default"), Some("cm")),
-        1
+        0
     );
     m.shutdown().await;
 }
@@ -38,9 +43,14 @@ async fn a_410_gone_relists_and_misses_no_update() {
     update(&handle, config_map("cm", "v2", false));
     changed(&mut changes, "cm").await;
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v2"));
+    // The watch-list, the resumed watch that got 410, and a second watch-list.
+    assert_eq!(
+        handle.count("watch", "configmaps", Some("default"), Some("cm")),
+        3
+    );
     assert_eq!(
         handle.count("list", "configmaps", Some("default"), Some("cm")),
-        2
+        0
     );
     m.shutdown().await;
 }

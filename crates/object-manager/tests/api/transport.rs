@@ -77,7 +77,10 @@ async fn fifty_watches_share_one_http2_connection_beside_the_one_for_short_reque
     let m = watch_many(&handle, client, 50).await;
     let open = handle.open_connections();
     assert_eq!(open.http1, 0, "{open:?}");
-    assert_eq!(open.http2, 2, "one for watches, one for lists: {open:?}");
+    // One for watches, one for short requests (opened at start; watch-lists send no LIST, so
+    // the server has not seen a request on it yet and counts its protocol as unknown).
+    assert_eq!(open.http2, 1, "{open:?}");
+    assert_eq!(open.total(), 2, "{open:?}");
     assert_eq!(t.connections().http2, 2);
     m.shutdown().await;
 }
@@ -90,8 +93,8 @@ async fn at_a_server_limit_of_8_streams_50_watches_spread_over_at_least_7_connec
     let open = handle.open_connections();
     // 7 watches per connection (one stream of headroom): 8 watch connections + 1 for short
     // requests.
-    assert_eq!(open.http2, 8 + 1, "{open:?}");
-    assert_eq!(t.connections().http2, open.http2);
+    assert_eq!(open.total(), 8 + 1, "{open:?}");
+    assert_eq!(t.connections().http2, open.total());
 
     // Every watch connection is full (7 of 8 streams): short requests still go through, many
     // at once, and another watch gets a connection of its own instead of waiting.
@@ -192,7 +195,7 @@ async fn a_plain_http_server_is_spoken_to_over_http1_one_connection_per_watch() 
     let open = handle.open_connections();
     assert_eq!(open.http2, 0, "{open:?}");
     assert!(open.http1 >= 5, "{open:?}");
-    assert_eq!(t.connections().http1, open.http1);
+    assert_eq!(t.connections().http1, open.total());
     m.shutdown().await;
 }
 
@@ -215,7 +218,7 @@ async fn connections_left_empty_are_closed_after_the_idle_time_out() {
     tc.idle_timeout = Duration::from_millis(300);
     let (client, t) = h2_client(server.kube_config(), tc).await;
     let m = watch_many(&handle, client, 10).await;
-    assert_eq!(handle.open_connections().http2, 2);
+    assert_eq!(handle.open_connections().total(), 2);
     m.unregister_pod(&pod("many", &[]));
     wait_for(
         || handle.open_connections().total() == 0,
