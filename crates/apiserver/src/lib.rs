@@ -98,7 +98,7 @@ pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
 pub use config::{Authentication, Authorization, Config};
-pub use control::{OpenConnections, RequestRecord};
+pub use control::{OpenConnections, RequestRecord, Restart};
 pub use error::Error;
 pub use handle::ServerHandle;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
