@@ -10,7 +10,12 @@
 //! stdout once the server listens and the manifests are loaded; writes an admin kubeconfig
 //! (token and CA, atomically, mode 0600); stops cleanly on SIGINT or
 //! SIGTERM. `--node-kubeconfig-out NODE=PATH` also writes a kubeconfig for `system:node:NODE`
-//! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it). Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
+//! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it).
+//! `--goaway-chance P`, `--max-requests-inflight N` and `--no-watch-list` turn on the
+//! failures a real server shows by itself (GOAWAY on HTTP/2, 429 under load, no streaming
+//! lists); all are off by default.
+//!
+//! Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
