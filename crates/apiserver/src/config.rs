@@ -52,9 +52,10 @@ pub struct Config {
     /// a bare server keeps a created pod's spec as the test wrote it (many tests assert on
     /// volumes and mounts); the binary and the agent's embedded mode turn it on.
     pub service_account_admission: bool,
-    /// Probability, after the response to each HTTP/2 request (watches included), that the
-    /// server sends GOAWAY (`NO_ERROR`) on that connection: its open streams finish, new ones
-    /// are not processed, and it closes once idle; the client reconnects. Default 0.0 (never).
+    /// Probability, after the response to each HTTP/2 API request (watches included; not
+    /// `/nodelet/...`), that the server sends GOAWAY (`NO_ERROR`) on that connection: its open
+    /// streams finish, new ones are not processed, and it closes once idle; the client
+    /// reconnects. Default 0.0 (never).
     /// kube-apiserver's `--goaway-chance` accepts 0 to 0.02; any value in 0..=1 is taken here
     /// (1.0: after every HTTP/2 response). Changed at run time with
     /// [`ServerHandle::set_goaway_chance`](crate::ServerHandle::set_goaway_chance).
