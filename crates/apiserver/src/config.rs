@@ -52,6 +52,27 @@ pub struct Config {
     /// a bare server keeps a created pod's spec as the test wrote it (many tests assert on
     /// volumes and mounts); the binary and the agent's embedded mode turn it on.
     pub service_account_admission: bool,
+    /// Probability, after the response to each HTTP/2 API request (watches included; not
+    /// `/nodelet/...`), that the server sends GOAWAY (`NO_ERROR`) on that connection: its open
+    /// streams finish, new ones are not processed, and it closes once idle; the client
+    /// reconnects. Default 0.0 (never).
+    /// kube-apiserver's `--goaway-chance` accepts 0 to 0.02; any value in 0..=1 is taken here
+    /// (1.0: after every HTTP/2 response). Changed at run time with
+    /// [`ServerHandle::set_goaway_chance`](crate::ServerHandle::set_goaway_chance).
+    pub goaway_chance: f64,
+    /// Requests the server handles at once before it answers **429** `TooManyRequests`
+    /// (`Retry-After: 1`), as API Priority and Fairness does under load. A request holds its
+    /// seat until its response is ready (a watch only while it is set up); `/healthz`,
+    /// `/livez`, `/readyz` and `/nodelet/...` never need one. Default 0 (unlimited). Changed at
+    /// run time with
+    /// [`ServerHandle::set_max_requests_in_flight`](crate::ServerHandle::set_max_requests_in_flight).
+    pub max_requests_in_flight: usize,
+    /// Serve streaming lists (`watch` with `sendInitialEvents`, the WatchList feature). Off,
+    /// such a watch is refused with 422 `Invalid` (`sendInitialEvents is forbidden for watch
+    /// unless the WatchList feature gate is enabled`), as a server without the feature answers.
+    /// Default on. Changed at run time with
+    /// [`ServerHandle::set_watch_list`](crate::ServerHandle::set_watch_list).
+    pub watch_list: bool,
 }
 
 impl Default for Config {
@@ -72,6 +93,9 @@ impl Default for Config {
             publish_root_ca: false,
             http2_max_streams_per_connection: 100,
             service_account_admission: false,
+            goaway_chance: 0.0,
+            max_requests_in_flight: 0,
+            watch_list: true,
         }
     }
 }
@@ -88,6 +112,9 @@ impl std::fmt::Debug for Config {
                 "http2_max_streams_per_connection",
                 &self.http2_max_streams_per_connection,
             )
+            .field("goaway_chance", &self.goaway_chance)
+            .field("max_requests_in_flight", &self.max_requests_in_flight)
+            .field("watch_list", &self.watch_list)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +131,27 @@ impl Config {
     #[must_use]
     pub fn http2_max_streams_per_connection(mut self, n: u32) -> Self {
         self.http2_max_streams_per_connection = n.max(1);
+        self
+    }
+
+    /// Sets [`Config::goaway_chance`], clamped to 0..=1 (NaN is 0).
+    #[must_use]
+    pub fn goaway_chance(mut self, p: f64) -> Self {
+        self.goaway_chance = clamp_chance(p);
+        self
+    }
+
+    /// Sets [`Config::max_requests_in_flight`] (0: unlimited).
+    #[must_use]
+    pub fn max_requests_in_flight(mut self, n: usize) -> Self {
+        self.max_requests_in_flight = n;
+        self
+    }
+
+    /// Sets [`Config::watch_list`].
+    #[must_use]
+    pub fn watch_list(mut self, on: bool) -> Self {
+        self.watch_list = on;
         self
     }
 
@@ -177,6 +225,11 @@ impl Config {
         self.authorizer = Authorization::Node;
         self
     }
+}
+
+/// A GOAWAY probability in 0..=1; NaN counts as 0.
+pub(crate) fn clamp_chance(p: f64) -> f64 {
+    if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) }
 }
 
 /// Who a request is ([`Config::authenticator`]).

@@ -1,8 +1,12 @@
-//! Test controls: the request log, open connections and watches, fault injection and latency
-//! (read by the pipeline, set through `ServerHandle`).
+//! Test controls: the request log, open connections and watches, fault injection, latency, and
+//! the failures a real server shows on its own (GOAWAY, 429 under load, a restart's not-ready
+//! window, watch-list refusal) (read by the pipeline, set through `ServerHandle`).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use crate::config::{Config, clamp_chance};
 
 /// One served request, recorded after its response status is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,19 +72,78 @@ impl OpenConnections {
     }
 }
 
+/// What [`crate::ServerHandle::restart`] imitates: a killed kube-apiserver process and its
+/// replacement. `Restart::default()` is an instant restart (down 0, ready at once).
+///
+/// ```
+/// use std::time::Duration;
+/// use nodelet_apiserver::Restart;
+/// let r = Restart::like_kube_apiserver().down(Duration::from_millis(300));
+/// assert_eq!((r.down, r.not_ready), (Duration::from_millis(300), Duration::from_secs(2)));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Restart {
+    /// How long the port refuses connections (no process listening). Default 0.
+    pub down: Duration,
+    /// How long `/readyz` answers 500 once the server listens again, while every request is
+    /// served (`/livez` and `/healthz` stay 200). Default 0.
+    pub not_ready: Duration,
+}
+
+impl Restart {
+    /// A restart with these two durations.
+    pub fn new(down: Duration, not_ready: Duration) -> Self {
+        Restart { down, not_ready }
+    }
+
+    /// What a v1.36 kube-apiserver shows from the moment its new process listens: requests
+    /// are served at once while `/readyz` fails for about 2 s. `down` is 0 (how long the
+    /// process takes to listen depends on the machine; set it with [`Restart::down`]).
+    pub fn like_kube_apiserver() -> Self {
+        Restart::new(Duration::ZERO, Duration::from_secs(2))
+    }
+
+    /// Sets [`Restart::down`](struct@Restart#structfield.down).
+    #[must_use]
+    pub fn down(mut self, d: Duration) -> Self {
+        self.down = d;
+        self
+    }
+
+    /// Sets [`Restart::not_ready`](struct@Restart#structfield.not_ready).
+    #[must_use]
+    pub fn not_ready(mut self, d: Duration) -> Self {
+        self.not_ready = d;
+        self
+    }
+}
+
 /// A connection's protocol as [`Controls`] records it: 0 unknown, 1 HTTP/1.x, 2 HTTP/2.
 pub(crate) type ConnectionProtocol = Arc<std::sync::atomic::AtomicU8>;
 
 /// Mutable test-control state.
-#[derive(Default)]
 pub(crate) struct Controls {
     records: Mutex<Vec<RequestRecord>>,
     connections: Mutex<std::collections::HashMap<u64, ConnectionProtocol>>,
-    next_connection: std::sync::atomic::AtomicU64,
+    next_connection: AtomicU64,
     watches: Mutex<std::collections::HashMap<u64, OpenWatch>>,
-    next_watch: std::sync::atomic::AtomicU64,
+    next_watch: AtomicU64,
     faults: Mutex<Faults>,
     latency: Mutex<Duration>,
+    /// [`Config::goaway_chance`], as `f64` bits.
+    goaway_chance: AtomicU64,
+    /// [`Config::max_requests_in_flight`] (0: unlimited).
+    max_in_flight: AtomicUsize,
+    /// Requests holding a [`Seat`] now.
+    in_flight: AtomicUsize,
+    /// [`Config::watch_list`].
+    watch_list: AtomicBool,
+    /// `/readyz` fails until then (a restart's not-ready window).
+    not_ready_until: Mutex<Option<tokio::time::Instant>>,
+    goaways: AtomicU64,
+    throttled: AtomicU64,
+    restarts: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -88,6 +151,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Controls {
+    /// Controls starting from the run-time options of `config`.
+    pub(crate) fn new(config: &Config) -> Self {
+        Controls {
+            records: Mutex::default(),
+            connections: Mutex::default(),
+            next_connection: AtomicU64::default(),
+            watches: Mutex::default(),
+            next_watch: AtomicU64::default(),
+            faults: Mutex::default(),
+            latency: Mutex::default(),
+            goaway_chance: AtomicU64::new(clamp_chance(config.goaway_chance).to_bits()),
+            max_in_flight: AtomicUsize::new(config.max_requests_in_flight),
+            in_flight: AtomicUsize::default(),
+            watch_list: AtomicBool::new(config.watch_list),
+            not_ready_until: Mutex::default(),
+            goaways: AtomicU64::default(),
+            throttled: AtomicU64::default(),
+            restarts: AtomicU64::default(),
+        }
+    }
+
     pub(crate) fn record(&self, r: RequestRecord) {
         lock(&self.records).push(r);
     }
@@ -117,9 +201,7 @@ impl Controls {
         name: Option<&str>,
     ) -> OpenWatchGuard {
         let c = self;
-        let id = c
-            .next_watch
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = c.next_watch.fetch_add(1, Ordering::Relaxed);
         lock(&c.watches).insert(
             id,
             OpenWatch {
@@ -138,9 +220,7 @@ impl Controls {
     /// starts unknown and is set by the connection's first request.
     pub(crate) fn connection_opened(self: &Arc<Self>) -> ConnectionGuard {
         let c = self;
-        let id = c
-            .next_connection
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = c.next_connection.fetch_add(1, Ordering::Relaxed);
         let protocol = ConnectionProtocol::default();
         lock(&c.connections).insert(id, protocol.clone());
         ConnectionGuard {
@@ -211,7 +291,7 @@ impl Controls {
     pub(crate) fn open_connections(&self) -> OpenConnections {
         let mut open = OpenConnections::default();
         for p in lock(&self.connections).values() {
-            match p.load(std::sync::atomic::Ordering::Relaxed) {
+            match p.load(Ordering::Relaxed) {
                 1 => open.http1 += 1,
                 2 => open.http2 += 1,
                 _ => open.unknown += 1,
@@ -251,6 +331,98 @@ impl Controls {
     pub(crate) fn set_latency(&self, d: Duration) {
         *lock(&self.latency) = d;
     }
+
+    /// Sets the GOAWAY probability (clamped to 0..=1).
+    pub(crate) fn set_goaway_chance(&self, p: f64) {
+        self.goaway_chance
+            .store(clamp_chance(p).to_bits(), Ordering::Relaxed);
+    }
+
+    /// Draws whether the response just given on an HTTP/2 connection ends that connection.
+    pub(crate) fn draw_goaway(&self) -> bool {
+        let p = f64::from_bits(self.goaway_chance.load(Ordering::Relaxed));
+        p > 0.0 && rand::random::<f64>() < p
+    }
+
+    /// Counts a GOAWAY sent.
+    pub(crate) fn goaway_sent(&self) {
+        self.goaways.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections sent GOAWAY since start.
+    pub(crate) fn goaways(&self) -> u64 {
+        self.goaways.load(Ordering::Relaxed)
+    }
+
+    /// Sets the in-flight limit (0: unlimited). Requests holding a seat keep it.
+    pub(crate) fn set_max_in_flight(&self, n: usize) {
+        self.max_in_flight.store(n, Ordering::Relaxed);
+    }
+
+    /// A seat for one request, or `None` (counted as throttled) when the limit is reached.
+    pub(crate) fn take_seat(self: &Arc<Self>) -> Option<Seat> {
+        let max = self.max_in_flight.load(Ordering::Relaxed);
+        let taken = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (max == 0 || n < max).then_some(n + 1)
+            });
+        if taken.is_err() {
+            self.throttled.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Seat {
+            controls: Arc::downgrade(self),
+        })
+    }
+
+    /// Requests refused with 429 by the in-flight limit since start.
+    pub(crate) fn throttled(&self) -> u64 {
+        self.throttled.load(Ordering::Relaxed)
+    }
+
+    /// Turns streaming lists (watches with `sendInitialEvents`) on or off.
+    pub(crate) fn set_watch_list(&self, on: bool) {
+        self.watch_list.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether streaming lists are served.
+    pub(crate) fn watch_list(&self) -> bool {
+        self.watch_list.load(Ordering::Relaxed)
+    }
+
+    /// Makes `/readyz` fail for `d` from now.
+    pub(crate) fn not_ready_for(&self, d: Duration) {
+        *lock(&self.not_ready_until) = Some(tokio::time::Instant::now() + d);
+    }
+
+    /// Whether `/readyz` should pass now.
+    pub(crate) fn ready(&self) -> bool {
+        lock(&self.not_ready_until).is_none_or(|t| tokio::time::Instant::now() >= t)
+    }
+
+    /// Counts a completed restart.
+    pub(crate) fn restarted(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Restarts since start.
+    pub(crate) fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+}
+
+/// One request's place under the in-flight limit, given back when dropped.
+pub(crate) struct Seat {
+    controls: std::sync::Weak<Controls>,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if let Some(c) = self.controls.upgrade() {
+            c.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// Keeps a client connection counted as open; held by the connection's task.
@@ -268,7 +440,7 @@ impl ConnectionGuard {
         } else {
             1
         };
-        protocol.store(p, std::sync::atomic::Ordering::Relaxed);
+        protocol.store(p, Ordering::Relaxed);
     }
 }
 

@@ -1,5 +1,6 @@
 //! `ServerHandle`, the cloneable remote control over a running server: direct store access for
-//! seeding, the test controls (`control.rs`), listener stop/restart and minted tokens.
+//! seeding, the test controls (`control.rs`), listener stop/restart, simulated process
+//! restarts and minted tokens.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::auth::User;
-use crate::control::{OpenConnections, RequestRecord};
+use crate::control::{OpenConnections, RequestRecord, Restart};
 use crate::error::Error;
 use crate::registry::{DeleteOptions, WriteOptions, meta_str};
 use crate::resources::{self, ResourceId};
@@ -164,11 +165,7 @@ impl ServerHandle {
 
     /// Closes the listening socket and every connection (clients see connection errors).
     pub async fn stop_listener(&self) {
-        let mut l = self.shared.listener.lock().await;
-        l.token.cancel();
-        if let Some(t) = l.task.take() {
-            let _ = t.await;
-        }
+        crate::http::stop_listener(&self.shared).await;
     }
 
     /// Listens again on the same port.
@@ -176,27 +173,63 @@ impl ServerHandle {
     /// # Errors
     /// [`Error::Bind`] if the port was taken meanwhile; [`Error::ShutDown`] after shutdown.
     pub async fn restart_listener(&self) -> Result<(), Error> {
-        let shared = &self.shared;
-        if shared.shutdown.is_cancelled() {
-            return Err(Error::ShutDown);
-        }
-        let mut l = shared.listener.lock().await;
-        if l.task.as_ref().is_some_and(|t| !t.is_finished()) && !l.token.is_cancelled() {
-            return Ok(());
-        }
-        l.token.cancel();
-        if let Some(t) = l.task.take() {
-            let _ = t.await;
-        }
-        let listener = crate::http::bind(shared.addr)?;
-        let token = shared.shutdown.child_token();
-        l.task = Some(crate::http::spawn_listener(
-            Arc::downgrade(shared),
-            listener,
-            token.clone(),
-        ));
-        l.token = token;
-        Ok(())
+        crate::http::restart_listener(&self.shared).await
+    }
+
+    /// Imitates a kube-apiserver killed and started again (see [`Restart`]):
+    /// 1. closes the listening socket and every connection (watches end);
+    /// 2. forgets the watch history, as [`ServerHandle::compact`]: a watch resumed from any
+    ///    resourceVersion handed out so far gets HTTP 200 and one ERROR event, 410 `Expired`
+    ///    `too old resource version: X (Y)`; lists and streaming lists work at once;
+    /// 3. refuses connections for `restart.down`;
+    /// 4. listens again on the same port and serves every request at once, while `/readyz`
+    ///    answers 500 (`[-]etcd failed: reason withheld` ... `readyz check failed`) for
+    ///    `restart.not_ready`; `/livez` and `/healthz` stay 200.
+    ///
+    /// Returns once the server listens again. The store keeps every object.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] if the port was taken meanwhile; [`Error::ShutDown`] after shutdown.
+    ///
+    /// # Cancel safety
+    /// Dropped during `down`, the server stays stopped (call
+    /// [`ServerHandle::restart_listener`]).
+    pub async fn restart(&self, restart: Restart) -> Result<(), Error> {
+        crate::http::restart(&self.shared, restart).await
+    }
+
+    /// Restarts completed since start ([`ServerHandle::restart`], `POST /nodelet/restart`).
+    pub fn restarts(&self) -> u64 {
+        self.shared.controls.restarts()
+    }
+
+    /// Sets [`Config::goaway_chance`](crate::Config::goaway_chance) (clamped to 0..=1) from
+    /// the next response on.
+    pub fn set_goaway_chance(&self, p: f64) {
+        self.shared.controls.set_goaway_chance(p);
+    }
+
+    /// HTTP/2 connections sent GOAWAY by [`Config::goaway_chance`](crate::Config::goaway_chance)
+    /// since start.
+    pub fn goaways_sent(&self) -> u64 {
+        self.shared.controls.goaways()
+    }
+
+    /// Sets [`Config::max_requests_in_flight`](crate::Config::max_requests_in_flight) (0:
+    /// unlimited) from the next request on; requests already served keep their seats.
+    pub fn set_max_requests_in_flight(&self, n: usize) {
+        self.shared.controls.set_max_in_flight(n);
+    }
+
+    /// Requests answered 429 `TooManyRequests` by the in-flight limit since start (not those
+    /// of [`ServerHandle::fail_next`]).
+    pub fn throttled(&self) -> u64 {
+        self.shared.controls.throttled()
+    }
+
+    /// Sets [`Config::watch_list`](crate::Config::watch_list) from the next watch on.
+    pub fn set_watch_list(&self, on: bool) {
+        self.shared.controls.set_watch_list(on);
     }
 
     /// Creates an object; `apiVersion` and `kind` pick the resource, `metadata.namespace`

@@ -7,6 +7,12 @@
 //! - [`ServerHandle`]: a cloneable remote control — direct store access for seeding (create,
 //!   update, delete, get without HTTP), fault injection, latency, watch closing, history
 //!   compaction, listener stop/restart, and a record of every request ([`RequestRecord`]).
+//! - Failures a real kube-apiserver shows by itself, all off by default and switchable at run
+//!   time through the handle: a process restart ([`ServerHandle::restart`] with a [`Restart`]:
+//!   connections refused, then `/readyz` failing while requests are served, watch history
+//!   forgotten), GOAWAY on HTTP/2 connections ([`Config::goaway_chance`]), 429 over an
+//!   in-flight limit ([`Config::max_requests_in_flight`]) and a server without streaming lists
+//!   ([`Config::watch_list`]).
 //! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
 //!   ([`AllowAll`]: everyone is `system:admin`); [`Config::with_auth`] installs
 //!   [`TokenAuthenticator`] (bearer tokens) and [`NodeAuthorizer`] (the Node authorizer and
@@ -15,10 +21,12 @@
 //!   with the store.
 //!
 //! # How a request flows
-//! 1. The listener accepts a connection and serves HTTP/1.1 or HTTP/2 on it.
+//! 1. The listener accepts a connection and serves HTTP/1.1 or HTTP/2 on it (after an HTTP/2
+//!    response it may send GOAWAY, per [`Config::goaway_chance`]).
 //! 2. The pipeline classifies the request (verb, group, resource, subresource, namespace, name),
-//!    applies injected latency, authenticates a [`User`], answers an injected fault if one is
-//!    queued, and asks the [`Authorizer`].
+//!    authenticates a [`User`], takes a seat under [`Config::max_requests_in_flight`] (429
+//!    without one), applies injected latency, answers an injected fault if one is queued, and
+//!    asks the [`Authorizer`].
 //! 3. Resource requests go to the verb handlers over the store; watches stream from the event
 //!    history and a broadcast of new events.
 //! 4. The request is recorded with its final HTTP status.
@@ -98,7 +106,7 @@ pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
 pub use config::{Authentication, Authorization, Config};
-pub use control::{OpenConnections, RequestRecord};
+pub use control::{OpenConnections, RequestRecord, Restart};
 pub use error::Error;
 pub use handle::ServerHandle;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};

@@ -10,7 +10,12 @@
 //! stdout once the server listens and the manifests are loaded; writes an admin kubeconfig
 //! (token and CA, atomically, mode 0600); stops cleanly on SIGINT or
 //! SIGTERM. `--node-kubeconfig-out NODE=PATH` also writes a kubeconfig for `system:node:NODE`
-//! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it). Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
+//! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it).
+//! `--goaway-chance P`, `--max-requests-inflight N` and `--no-watch-list` turn on the
+//! failures a real server shows by itself (GOAWAY on HTTP/2, 429 under load, no streaming
+//! lists); all are off by default.
+//!
+//! Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -52,6 +57,27 @@ struct Cli {
     /// open, as kube-apiserver's flag of the same name.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     http2_max_streams_per_connection: u32,
+    /// Probability of sending GOAWAY on an HTTP/2 connection after each response on it (the
+    /// client reconnects), as kube-apiserver's `--goaway-chance`. kube-apiserver accepts 0 to
+    /// 0.02; 0 to 1 is accepted here for testing. Default 0 (off).
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_chance)]
+    goaway_chance: f64,
+    /// Requests handled at once before the server answers 429 TooManyRequests (Retry-After: 1),
+    /// as API Priority and Fairness under load. 0 (the default) means unlimited.
+    #[arg(long = "max-requests-inflight", value_name = "N", default_value_t = 0)]
+    max_requests_inflight: usize,
+    /// Refuse streaming lists (watches with sendInitialEvents) with 422, as a server without
+    /// the WatchList feature does.
+    #[arg(long)]
+    no_watch_list: bool,
+}
+
+/// Parses a probability in 0..=1.
+fn parse_chance(arg: &str) -> Result<f64, String> {
+    match arg.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("expected a probability from 0 to 1, got {arg:?}")),
+    }
 }
 
 /// Parses `NODE=PATH`.
@@ -111,7 +137,10 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = Config::default()
         .listen(cli.listen)
-        .http2_max_streams_per_connection(cli.http2_max_streams_per_connection);
+        .http2_max_streams_per_connection(cli.http2_max_streams_per_connection)
+        .goaway_chance(cli.goaway_chance)
+        .max_requests_in_flight(cli.max_requests_inflight)
+        .watch_list(!cli.no_watch_list);
     if !cli.plain_http {
         config = config.with_tls();
     }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, Authorizer, User};
 use crate::config::{Authentication, Authorization, Config};
+use crate::control::Controls;
 use crate::error::Error;
 use crate::extras::Extras;
 use crate::handle::ServerHandle;
@@ -85,12 +86,13 @@ impl ApiServer {
         };
         let shutdown = CancellationToken::new();
         let token = shutdown.child_token();
+        let controls = Arc::new(Controls::new(&config));
         let shared = Arc::new(Shared {
             config,
             registry,
             authenticator,
             authorizer,
-            controls: Arc::default(),
+            controls,
             addr,
             listener: AsyncMutex::new(Listener {
                 token: token.clone(),

@@ -331,13 +331,23 @@ impl ApiError {
         )
     }
 
+    /// 429 as API Priority and Fairness answers a request it has no seat for (also sent as
+    /// `Retry-After: 1`).
+    pub(crate) fn too_many_requests() -> Self {
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        );
+        e.retry_after = Some(1);
+        e.details = Some(json!({ "retryAfterSeconds": 1 }));
+        e
+    }
+
     /// An injected fault (`ServerHandle::fail_next`) with the reason a real server pairs with `code`.
     pub(crate) fn injected(code: u16) -> Self {
         let (reason, message) = match code {
-            429 => (
-                "TooManyRequests",
-                "Too many requests, please try again later.".to_string(),
-            ),
+            429 => return Self::too_many_requests(),
             503 => (
                 "ServiceUnavailable",
                 "the server is currently unable to handle the request".to_string(),

@@ -12,6 +12,11 @@ use crate::resources::{self, RESOURCES};
 use crate::state::Shared;
 use crate::status::ApiError;
 
+/// `/readyz` during a restart's not-ready window: the verbose check list a failing
+/// kube-apiserver prints (storage not ready yet), then the verdict.
+const NOT_READY: &str = "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n\
+[+]informer-sync ok\n[+]shutdown ok\nreadyz check failed\n";
+
 /// The Kubernetes version this server reports (the API surface it imitates).
 const MAJOR: &str = "1";
 const MINOR: &str = "36";
@@ -34,6 +39,7 @@ pub(crate) fn non_resource(
             "compiler": "rustc",
             "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
         }),
+        "/readyz" if !shared.controls.ready() => return Ok(response::text(500, NOT_READY)),
         "/healthz" | "/livez" | "/readyz" => return Ok(response::text(200, "ok")),
         "/api" => json!({
             "kind": "APIVersions",

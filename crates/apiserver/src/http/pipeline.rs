@@ -1,9 +1,16 @@
-//! The request pipeline: (1) classify, (2) injected latency, (3) authenticate, (4) injected
-//! fault, (5) authorize, (6) dispatch (a `get` or `list` answer becomes a `Table` when the
-//! client's `Accept` asks for one; a full JSON answer is re-encoded as protobuf when it
-//! prefers that), (7) record.
+//! The request pipeline: (1) classify, (2) authenticate, (3) take a seat under the in-flight
+//! limit (429 `TooManyRequests` at once without one; health probes need none), (4) injected
+//! latency, (5) 401 for an unknown user, else an injected fault, (6) authorize, (7) dispatch (a
+//! `get` or `list` answer becomes a `Table` when the client's `Accept` asks for one; a full
+//! JSON answer is re-encoded as protobuf when it prefers that), the seat is given back, (8)
+//! record.
 //!
-//! Admin endpoints under `/nodelet/` skip steps 2–5 and are not recorded.
+//! The seat is held until the response is ready: for a watch, while it is set up (upstream's
+//! priority and fairness also admits a watch's initialization, not its whole life). Upstream
+//! exempts `system:masters` from the limit; here every user is subject to it, since by default
+//! every request is `system:admin`.
+//!
+//! Admin endpoints under `/nodelet/` skip steps 2–6 and are not recorded.
 
 use std::sync::Arc;
 
@@ -12,14 +19,18 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::request_info::RequestInfo;
+use super::request_info::{RequestInfo, parse_query};
 use super::response::{self, Body};
 use super::{discovery, handlers};
 use crate::auth::{Attributes, Decision};
-use crate::control::RequestRecord;
+use crate::control::{RequestRecord, Restart};
 use crate::resources;
 use crate::state::Shared;
 use crate::status::ApiError;
+
+/// How long `POST /nodelet/restart` waits before closing the listener and every connection,
+/// so that its own answer is written first.
+const RESTART_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Handles one request end to end; never fails (errors become `Status` responses).
 pub(crate) async fn handle(
@@ -29,7 +40,7 @@ pub(crate) async fn handle(
 ) -> http::Response<Body> {
     let path = req.uri().path().to_string();
     if let Some(rest) = path.strip_prefix("/nodelet/") {
-        return admin(&shared, req.method(), rest).await;
+        return admin(&shared, req.method(), rest, req.uri().query()).await;
     }
     // (1)
     let info = RequestInfo::parse(req.method(), &path, req.uri().query());
@@ -40,41 +51,49 @@ pub(crate) async fn handle(
         && super::table::wants_table(req.headers());
     let span = tracing::debug_span!("request", verb = %info.verb, resource = %info.resource, namespace = info.namespace.as_deref(), name = info.name.as_deref());
     // (2)
-    let latency = shared.controls.latency();
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
-    }
-    // (3)
     let user = shared.authenticator.authenticate(req.headers()).ok();
-    let resp = match &user {
-        None => response::error(&ApiError::unauthorized()),
-        Some(user) => {
-            if let Some(code) = shared.controls.take_fault(&info.verb, &info.resource) {
-                // (4)
-                response::error(&ApiError::injected(code))
-            } else {
-                // (5)
-                let attrs = Attributes {
-                    user: user.clone(),
-                    verb: info.verb.clone(),
-                    resource_request: info.resource_request,
-                    api_group: info.api_group.clone(),
-                    api_version: info.api_version.clone(),
-                    resource: info.resource.clone(),
-                    subresource: info.subresource.clone(),
-                    namespace: info.namespace.clone(),
-                    name: info.name.clone(),
-                    field_selector: info.query.get("fieldSelector").cloned(),
-                    path: info.path.clone(),
-                };
-                match shared.authorizer.authorize(&attrs) {
-                    Decision::Deny(reason) => response::error(&forbidden(&info, &attrs, &reason)),
+    // (3)
+    let seat = (user.is_some() && !is_probe(&info.path)).then(|| shared.controls.take_seat());
+    let resp = if matches!(seat, Some(None)) {
+        response::error(&ApiError::too_many_requests())
+    } else {
+        // (4)
+        let latency = shared.controls.latency();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match &user {
+            // (5)
+            None => response::error(&ApiError::unauthorized()),
+            Some(user) => {
+                if let Some(code) = shared.controls.take_fault(&info.verb, &info.resource) {
+                    response::error(&ApiError::injected(code))
+                } else {
                     // (6)
-                    Decision::Allow => {
-                        let req = crate::token_request::with_user(req, user);
-                        match dispatch(&shared, &info, req, token).instrument(span).await {
-                            Ok(r) => r,
-                            Err(e) => response::error(&e),
+                    let attrs = Attributes {
+                        user: user.clone(),
+                        verb: info.verb.clone(),
+                        resource_request: info.resource_request,
+                        api_group: info.api_group.clone(),
+                        api_version: info.api_version.clone(),
+                        resource: info.resource.clone(),
+                        subresource: info.subresource.clone(),
+                        namespace: info.namespace.clone(),
+                        name: info.name.clone(),
+                        field_selector: info.query.get("fieldSelector").cloned(),
+                        path: info.path.clone(),
+                    };
+                    match shared.authorizer.authorize(&attrs) {
+                        Decision::Deny(reason) => {
+                            response::error(&forbidden(&info, &attrs, &reason))
+                        }
+                        // (7)
+                        Decision::Allow => {
+                            let req = crate::token_request::with_user(req, user);
+                            match dispatch(&shared, &info, req, token).instrument(span).await {
+                                Ok(r) => r,
+                                Err(e) => response::error(&e),
+                            }
                         }
                     }
                 }
@@ -98,7 +117,8 @@ pub(crate) async fn handle(
     } else {
         resp
     };
-    // (7)
+    drop(seat);
+    // (8)
     shared.controls.record(RequestRecord {
         verb: info.verb.clone(),
         resource: info.resource.clone(),
@@ -111,6 +131,14 @@ pub(crate) async fn handle(
         path: info.path.clone(),
     });
     resp
+}
+
+/// Health probes: exempt from the in-flight limit, as upstream's `probes` flow schema makes them.
+fn is_probe(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"].iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+    })
 }
 
 fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
@@ -159,9 +187,34 @@ fn non_resource(shared: &Arc<Shared>, path: &str) -> Option<Result<Value, ApiErr
 }
 
 /// `/nodelet/...` admin endpoints for tools without a `ServerHandle` (curl, other processes).
-async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http::Response<Body> {
+async fn admin(
+    shared: &Arc<Shared>,
+    method: &http::Method,
+    rest: &str,
+    query: Option<&str>,
+) -> http::Response<Body> {
     let ok = || response::json(200, &json!({"status": "ok"}));
     match (method.as_str(), rest.trim_end_matches('/')) {
+        ("POST", "restart") => match restart_options(query) {
+            // The restart closes the connection carrying this request: it starts after
+            // `RESTART_GRACE`, so that this answer is written first.
+            Some(r) => {
+                let shared = Arc::downgrade(shared);
+                tokio::spawn(async move {
+                    tokio::time::sleep(RESTART_GRACE).await;
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    if let Err(error) = super::restart(&shared, r).await {
+                        tracing::warn!(%error, "restart asked over HTTP failed");
+                    }
+                });
+                ok()
+            }
+            None => response::error(&ApiError::bad_request(
+                "use POST /nodelet/restart?down={milliseconds}&notReady={milliseconds}",
+            )),
+        },
         ("POST", "close-watches") => {
             shared.close_watches();
             ok()
@@ -219,4 +272,15 @@ async fn admin(shared: &Arc<Shared>, method: &http::Method, rest: &str) -> http:
         }
         _ => response::error(&ApiError::page_not_found()),
     }
+}
+
+/// `down` and `notReady` (milliseconds, each default 0) of `POST /nodelet/restart`; `None` when
+/// one is not a number.
+fn restart_options(query: Option<&str>) -> Option<Restart> {
+    let q = query.map(parse_query).unwrap_or_default();
+    let ms = |key: &str| match q.get(key).filter(|v| !v.is_empty()) {
+        None => Some(std::time::Duration::ZERO),
+        Some(v) => v.parse().ok().map(std::time::Duration::from_millis),
+    };
+    Some(Restart::new(ms("down")?, ms("notReady")?))
 }

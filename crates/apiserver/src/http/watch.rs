@@ -139,8 +139,8 @@ pub(crate) fn serve(
         .query
         .get("resourceVersionMatch")
         .filter(|m| !m.is_empty());
+    let mut errs = Vec::new();
     if send_initial {
-        let mut errs = Vec::new();
         if rv_match.map(String::as_str) != Some("NotOlderThan") {
             errs.push(FieldError::forbidden(
                 "resourceVersionMatch",
@@ -153,14 +153,25 @@ pub(crate) fn serve(
                 "sendInitialEvents requires setting allowWatchBookmarks to true",
             ));
         }
-        if !errs.is_empty() {
-            return Err(ApiError::invalid_list_options(&errs));
-        }
     } else if rv_match.is_some() {
-        return Err(ApiError::invalid_list_options(&[FieldError::forbidden(
+        errs.push(FieldError::forbidden(
             "resourceVersionMatch",
             "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        )]));
+        ));
+    }
+    // A server without the WatchList feature refuses the parameter itself, true or false.
+    let initial_given = info
+        .query
+        .get("sendInitialEvents")
+        .is_some_and(|v| !v.is_empty());
+    if initial_given && !shared.controls.watch_list() {
+        errs.push(FieldError::forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid_list_options(&errs));
     }
     let timeout = match info.query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
         Some(t) => Duration::from_secs(

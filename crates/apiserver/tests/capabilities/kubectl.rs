@@ -393,3 +393,64 @@ fn kubectl_creates_namespaces_configmaps_and_secrets_and_describes_pods_with_eve
     let (ok, out) = kubectl(&kc, &cache, &["explain", "pods"]);
     assert!(!ok && out.contains("not found in OpenAPI schema"), "{out}");
 }
+
+/// The failure flags (no kubectl needed): bad values exit 64; good ones start the server, and
+/// `--no-watch-list` refuses a streaming list as a server without the WatchList feature does.
+#[test]
+fn the_failure_flags_are_checked_and_turn_the_failures_on() {
+    let bin = env!("CARGO_BIN_EXE_nodelet-apiserver");
+    for bad in [
+        ["--goaway-chance", "1.5"],
+        ["--goaway-chance", "often"],
+        ["--max-requests-inflight", "-1"],
+    ] {
+        let status = Command::new(bin)
+            .args(bad)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run nodelet-apiserver");
+        assert_eq!(status.code(), Some(64), "{bad:?}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin)
+        .args(["--listen", "127.0.0.1:0", "--plain-http", "--no-watch-list"])
+        .args(["--goaway-chance", "0.02", "--max-requests-inflight", "400"])
+        .arg("--kubeconfig-out")
+        .arg(dir.path().join("kubeconfig"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn nodelet-apiserver");
+    let stdout = child.stdout.take().expect("stdout");
+    let _server = Server(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(PATIENCE).expect("the serving line");
+    let addr = line
+        .trim()
+        .strip_prefix("serving http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    write!(
+        stream,
+        "GET /api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true&\
+         resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true HTTP/1.1\r\n\
+         Host: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.1 422 "), "{answer}");
+    assert!(
+        answer.contains("unless the WatchList feature gate is enabled"),
+        "{answer}"
+    );
+}

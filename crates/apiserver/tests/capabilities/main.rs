@@ -3,7 +3,7 @@
 
 // Bearer tokens, 401s, and what the Node authorizer allows and denies a kubelet.
 mod auth;
-// The binary driven by kubectl (skipped with a note when kubectl is absent).
+// The binary driven by kubectl (skipped with a note when kubectl is absent), and its flags.
 mod kubectl;
 // Seeding from a manifest directory and following its edits.
 mod manifests;

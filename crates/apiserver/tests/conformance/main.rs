@@ -11,6 +11,8 @@ mod faults;
 mod pagination;
 // Authenticator/Authorizer seams: 401, 403 texts, recorded users.
 mod pipeline;
+// Failures on demand: restart (refused, not ready, history forgotten), GOAWAY, 429, no watch-list.
+mod restart;
 // Pod defaulting, status subresource, generation and graceful deletion.
 mod pods;
 // Default ServiceAccounts, kube-root-ca.crt and ServiceAccount admission (kube-api-access).
