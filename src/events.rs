@@ -356,13 +356,16 @@ impl Writer {
                     seen: Instant::now(),
                 },
             ),
-            Err(error) => debug!(
-                %error,
-                reason = %event.reason,
-                pod.namespace = %namespace,
-                pod.name = %pod_name,
-                "event not published"
-            ),
+            Err(error) => {
+                self.metrics.api_write_failed("event");
+                debug!(
+                    %error,
+                    reason = %event.reason,
+                    pod.namespace = %namespace,
+                    pod.name = %pod_name,
+                    "event not published"
+                );
+            }
         }
     }
 

@@ -26,6 +26,7 @@ impl std::fmt::Debug for Metrics {
 struct Inner {
     registry: Mutex<Registry>,
     api_requests: Family<Labels, Counter>,
+    api_write_failures: Family<Labels, Counter>,
     watches_open: Family<Labels, Gauge>,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
@@ -33,6 +34,8 @@ struct Inner {
     propagation: Histogram,
     /// Refreshed from the object manager's transport at each scrape.
     api_connections: Family<Labels, Gauge>,
+    /// Refreshed from the transport's retry counters at each scrape.
+    api_retries: Family<Labels, Gauge>,
     api_reachable: Gauge,
     watches_failing: Family<Labels, Gauge>,
     watch_last_success: Family<Labels, Gauge>,
@@ -88,6 +91,18 @@ impl Metrics {
             "Connections open to the API server, by protocol (HTTP/1.1, HTTP/2)",
             api_connections.clone(),
         );
+        let api_write_failures = Family::<Labels, Counter>::default();
+        registry.register(
+            "api_write_failures",
+            "Writes of the agent that failed after the transport's retries and were logged, by what: pod_status, event, node_registration, lease, node_status",
+            api_write_failures.clone(),
+        );
+        let api_retries = Family::<Labels, Gauge>::default();
+        registry.register(
+            "api_requests_retried",
+            "Requests the transport sent again, by reason: refused (GOAWAY or REFUSED_STREAM, never processed; sent once more on another connection) or throttled (429/503/504 with Retry-After); a counter kept by the transport",
+            api_retries.clone(),
+        );
         let api_reachable = Gauge::default();
         registry.register(
             "api_reachable",
@@ -110,17 +125,28 @@ impl Metrics {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
                 api_requests,
+                api_write_failures,
                 watches_open,
                 volumes,
                 volume_errors,
                 pods,
                 propagation,
                 api_connections,
+                api_retries,
                 api_reachable,
                 watches_failing,
                 watch_last_success,
             }),
         }
+    }
+
+    /// Count one failed write that was logged (`what`: pod_status, event, node_registration,
+    /// lease, node_status).
+    pub fn api_write_failed(&self, what: &str) {
+        self.inner
+            .api_write_failures
+            .get_or_create(&vec![("what".to_owned(), what.to_owned())])
+            .inc();
     }
 
     /// Count one API request with `verb`.
@@ -200,6 +226,16 @@ impl Metrics {
             self.inner
                 .api_connections
                 .get_or_create(&vec![("protocol".to_owned(), protocol.to_owned())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        let retried = nodelet_object_manager::transport::retries();
+        for (reason, n) in [
+            ("refused", retried.refused),
+            ("throttled", retried.throttled),
+        ] {
+            self.inner
+                .api_retries
+                .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         let mut out = String::new();

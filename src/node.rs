@@ -77,17 +77,20 @@ pub(crate) async fn run(
                         }
                         Err(error) => {
                             warn!(%error, "node registration failed; retrying");
+                            metrics.api_write_failed("node_registration");
                             continue;
                         }
                     }
                 }
                 if let Err(error) = renew_lease(&leases, &nodes, &config, &metrics).await {
                     warn!(%error, "lease renewal failed");
+                    metrics.api_write_failed("lease");
                 }
             }
             _ = status_tick.tick(), if registered => {
                 if let Err(error) = patch_status(&nodes, &config, &metrics).await {
                     warn!(%error, "node status update failed");
+                    metrics.api_write_failed("node_status");
                 }
             }
         }

@@ -85,6 +85,7 @@ impl StatusWriter {
                     }
                     if let Err(error) = run(&client, &metrics, &work).await {
                         warn!(pod.uid = %uid, %error, "pod status not written");
+                        metrics.api_write_failed("pod_status");
                         retry.push((uid, work));
                     }
                 }

@@ -28,5 +28,8 @@ mod cli;
 mod lock;
 // The agent over HTTP/2 (TLS): its watches share a few connections; /metrics shows them.
 mod transport;
+// A server that fails as kube-apiserver does: restart with the watch history forgotten,
+// GOAWAY, 429 with Retry-After, no watch-lists.
+mod api_failures;
 // Starting an API server and an agent for one test.
 mod support;

@@ -30,9 +30,10 @@
 //!    stayed empty for [`TransportConfig::idle_timeout`];
 //! 6. stops placing requests on a connection whose server sent GOAWAY (streams already open on
 //!    it, watches included, run until they end), and sends a request the server refused
-//!    without processing it — its stream above a graceful GOAWAY's last stream, or reset with
-//!    `REFUSED_STREAM` — once more on another connection, as Go's HTTP/2 client does; a request
-//!    the server may have processed is never sent twice;
+//!    without processing it — its stream above a graceful GOAWAY's last stream, reset with
+//!    `REFUSED_STREAM`, or never handed to a connection that closed — again on another
+//!    connection (up to 4 times), as Go's HTTP/2 client does; a request the server may have
+//!    processed is never sent twice;
 //! 7. sends a request answered 429, 503 or 504 with `Retry-After` again after that delay
 //!    (capped at 10 s, at most 10 times, as client-go), in place of kube's default retry policy
 //!    (when the `kube::Config` has `default_retry`); answers without `Retry-After` go back to

@@ -34,6 +34,13 @@ impl SlotOwner for Pool {
     }
 }
 
+/// How many times a request the server refused unprocessed is sent again, each time on a
+/// connection that has not sent GOAWAY. Once is enough against a server that sends GOAWAY on
+/// a small fraction of its responses; a few more cover a server that sends it on every
+/// response while many requests are in flight (each new connection may be told to go away
+/// before this request reaches it). Go's client retries such requests without a bound.
+const UNPROCESSED_RETRIES: u32 = 4;
+
 /// What a request is, for placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
@@ -113,7 +120,7 @@ impl State {
     /// those once their last stream ends).
     fn purge_closed(&mut self) {
         self.entries
-            .retain(|e| !e.is_closed() && !(e.is_draining() && e.in_flight == 0));
+            .retain(|e| !(e.is_closed() || (e.is_draining() && e.in_flight == 0)));
     }
 
     /// The oldest connection of `class` with room; claims a slot on it.
@@ -279,21 +286,26 @@ impl Pool {
 
     /// Sends one request on a connection chosen by [`Pool::acquire`]; a request the server
     /// refused without processing it (its stream above a GOAWAY's last stream, a
-    /// `REFUSED_STREAM` reset, or never handed to a connection that closed) is sent once more
-    /// on another connection (module docs, (6)).
+    /// `REFUSED_STREAM` reset, or never handed to a connection that closed) is sent again on
+    /// another connection, up to [`UNPROCESSED_RETRIES`] times (module docs, (6)).
     async fn send(self: Arc<Self>, req: Request<Body>) -> Result<Response<TrackedBody>, BoxError> {
-        let again = clone_request(&req);
-        match self.clone().send_once(req).await {
-            Err(Sent::Unprocessed { error, conn }) => {
-                self.set_draining(conn);
-                let Some(req) = again else {
-                    return Err(error.into());
-                };
-                super::count_refused_retry();
-                tracing::debug!(%error, "request refused unprocessed; sending it on another connection");
-                self.send_once(req).await.map_err(Sent::into_error)
+        let mut req = req;
+        let mut retries = 0;
+        loop {
+            let again = clone_request(&req);
+            match self.clone().send_once(req).await {
+                Err(Sent::Unprocessed { error, conn }) => {
+                    self.set_draining(conn);
+                    let Some(next) = again.filter(|_| retries < UNPROCESSED_RETRIES) else {
+                        return Err(error.into());
+                    };
+                    retries += 1;
+                    super::count_refused_retry();
+                    tracing::debug!(%error, retries, "request refused unprocessed; sending it on another connection");
+                    req = next;
+                }
+                other => return other.map_err(Sent::into_error),
             }
-            other => other.map_err(Sent::into_error),
         }
     }
 

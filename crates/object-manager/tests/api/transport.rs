@@ -354,3 +354,33 @@ async fn the_kubeconfig_client_certificate_and_tls_server_name_are_honoured_over
     let seen = server.seen.lock().map(|s| s.clone()).unwrap_or_default();
     assert_eq!(seen, vec![(true, http::Version::HTTP_2)]);
 }
+
+/// Issue 17: under `--goaway-chance`, kube-apiserver's GOAWAY made requests fail with
+/// `ServiceError: HTTP request failed`; Go's client sends them again elsewhere, and so must we.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goaway_after_every_response_fails_no_request_of_a_busy_client() {
+    let (server, handle) = tls_server(100).await;
+    create(&handle, config_map("cm", "v1", false));
+    let (client, _t) = h2_client(server.kube_config(), TransportConfig::default()).await;
+    handle.set_goaway_chance(1.0);
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let mut failed = Vec::new();
+    for _ in 0..20 {
+        let wave = (0..25).map(|_| {
+            let api = api.clone();
+            async move { api.get("cm").await }
+        });
+        for result in futures::future::join_all(wave).await {
+            if let Err(e) = result {
+                failed.push(format!("{e:?}"));
+            }
+        }
+    }
+    assert!(handle.goaways_sent() >= 20, "{}", handle.goaways_sent());
+    assert!(
+        failed.is_empty(),
+        "{} of 500 failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}
