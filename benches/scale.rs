@@ -12,29 +12,81 @@
 //!    and the agent's RSS.
 //! 4. 50 updates/s for 20 s, each to a different object: API write → new content visible,
 //!    p50 / p99 / max.
-//! 5. Forced listener restart: close the listener and every connection, wait 5 s, listen again,
-//!    then update 200 objects at once: time from each write until it is on disk, p50 / p99 /
-//!    max, and connections afterwards.
+//! 5. A restart as kube-apiserver restarts (`ServerHandle::restart`): listener and every
+//!    connection closed for 10 s, the watch history forgotten (every resourceVersion the agent
+//!    holds answers 410 Expired), `/readyz` 500 for 2 s after it listens again; then update
+//!    objects at once (50 at 150 objects, 200 at 1,000): time from each write until it is on
+//!    disk, p50 / p99 / max; the agent's requests after the restart (watch-lists, LISTs,
+//!    watches), its retried requests and failed writes (its `/metrics`), connections before
+//!    and after.
 //!
-//! `cargo bench -p nodelet --bench scale` (about 2 minutes). Prints one line per figure.
+//! Runs (each on a fresh server and agent): HTTP/2 at 150 and 1,000 objects; the same with
+//! `--goaway-chance 0.02` and 10 streams per connection (as the real-server run);
+//! HTTP/1.1 at 1,000 objects. `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,h1-1000`
+//! picks some.
+//!
+//! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodelet_apiserver::{ApiServer, ServerHandle, User};
+use nodelet_apiserver::{ApiServer, RequestRecord, Restart, ServerHandle, User};
 use nodelet_object_manager::PodUid;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
 const PODS: usize = 110;
-const OBJECTS: usize = 1000;
 const RATE: u32 = 50;
 const UPDATE_WINDOW: Duration = Duration::from_secs(20);
-const OUTAGE: Duration = Duration::from_secs(5);
-const AFTER_RESTART: usize = 200;
+/// Without an API server: the trace had 13 s (killed, started 10 s later, listening
+/// ≈ 0.2 s after that, plus its start-up).
+const OUTAGE: Duration = Duration::from_secs(10);
 const NODE: &str = "bench-node";
+
+/// One run's workload.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    name: &'static str,
+    protocol: &'static str,
+    objects: usize,
+    /// `--goaway-chance` and `--http2-max-streams-per-connection` of the server.
+    goaway: Option<(f64, u32)>,
+}
+
+const RUNS: [Run; 5] = [
+    Run {
+        name: "h2-150",
+        protocol: "auto",
+        objects: 150,
+        goaway: None,
+    },
+    Run {
+        name: "h2-1000",
+        protocol: "auto",
+        objects: 1000,
+        goaway: None,
+    },
+    Run {
+        name: "goaway-150",
+        protocol: "auto",
+        objects: 150,
+        goaway: Some((0.02, 10)),
+    },
+    Run {
+        name: "goaway-1000",
+        protocol: "auto",
+        objects: 1000,
+        goaway: Some((0.02, 10)),
+    },
+    Run {
+        name: "h1-1000",
+        protocol: "http1",
+        objects: 1000,
+        goaway: None,
+    },
+];
 
 fn main() {
     if std::env::args()
@@ -48,8 +100,14 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"));
-    for protocol in ["auto", "http1"] {
-        rt.block_on(run(protocol));
+    let chosen = std::env::var("SCALE_RUNS").ok();
+    for r in RUNS {
+        if chosen
+            .as_deref()
+            .is_none_or(|c| c.split(',').any(|n| n == r.name))
+        {
+            rt.block_on(run(r));
+        }
     }
 }
 
@@ -182,26 +240,32 @@ async fn wait_all(mut pending: Vec<(PathBuf, String, Instant)>) -> Vec<Duration>
     done
 }
 
-fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str) -> Child {
+fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .args(["--kubeconfig", kubeconfig.to_str().unwrap_or_default()])
-        .args(["--node-name", NODE, "--listen", "none"])
+        .args(["--node-name", NODE, "--listen", listen])
         .args(["--root-dir", root.to_str().unwrap_or_default()])
         .args(["--api-protocol", protocol])
-        .env("RUST_LOG", "warn")
+        // SCALE_AGENT_LOG: the agent's RUST_LOG (its logs go to this bench's stderr).
+        .env(
+            "RUST_LOG",
+            std::env::var("SCALE_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("spawning nodelet: {e}"))
 }
 
-async fn run(protocol: &str) {
-    let label = if protocol == "http1" {
-        "HTTP/1.1"
-    } else {
-        "HTTP/2"
-    };
+async fn run(r: Run) {
+    let label = r.name;
+    let protocol = r.protocol;
+    let objects = r.objects;
     // (1)
-    let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth().with_tls())
+    let mut config = nodelet_apiserver::Config::default().with_auth().with_tls();
+    if let Some((_, streams)) = r.goaway {
+        config = config.http2_max_streams_per_connection(streams);
+    }
+    let server = ApiServer::start(config)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let h = server.handle();
@@ -211,19 +275,30 @@ async fn run(protocol: &str) {
     server
         .write_kubeconfig(&kubeconfig, &User::node(NODE))
         .unwrap_or_else(|e| panic!("{e}"));
-    for j in 0..OBJECTS {
+    for j in 0..objects {
         h.create(object(j, "v0")).unwrap_or_else(|e| panic!("{e}"));
     }
+    if let Some((chance, _)) = r.goaway {
+        h.set_goaway_chance(chance);
+    }
     let root = dir.path().join("root");
-    let mut child = spawn_agent(&kubeconfig, &root, protocol);
-    let pid = child.id();
+    let metrics_port = free_port();
+    let child = Agent(spawn_agent(
+        &kubeconfig,
+        &root,
+        protocol,
+        &format!("127.0.0.1:{metrics_port}"),
+    ));
+    let pid = child.0.id();
 
     // (2)
     let started = Instant::now();
-    let mut files: Vec<PathBuf> = vec![PathBuf::new(); OBJECTS];
+    let mut files: Vec<PathBuf> = vec![PathBuf::new(); objects];
     let mut next = 0;
-    for i in 0..PODS {
-        let n = if i < OBJECTS - 9 * PODS { 10 } else { 9 };
+    let pods = PODS.min(objects);
+    for i in 0..pods {
+        // Objects spread over the pods as evenly as they go (1,000: 10 pods x 10, 100 x 9).
+        let n = objects / pods + usize::from(i < objects % pods);
         let objs: Vec<usize> = (next..next + n).collect();
         next += n;
         let pod = h.create(pod(i, &objs)).unwrap_or_else(|e| panic!("{e}"));
@@ -243,12 +318,12 @@ async fn run(protocol: &str) {
     .await;
     let mount_all = mounted.iter().max().copied().unwrap_or_default();
     println!(
-        "scale/{label}/mount: {PODS} pods x {} volumes ({OBJECTS} objects) all on disk {mount_all:.2?} after the first pod was created",
-        OBJECTS as f64 / PODS as f64
+        "scale/{label}/mount: {pods} pods x {:.1} volumes ({objects} objects) all on disk {mount_all:.2?} after the first pod was created",
+        objects as f64 / pods as f64
     );
 
     // (3)
-    wait_watches(&h, OBJECTS).await;
+    wait_watches(&h, objects).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let open = h.open_connections();
     println!(
@@ -272,7 +347,7 @@ async fn run(protocol: &str) {
             check(&mut pending, &mut latencies);
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        let j = (n * 7) % OBJECTS;
+        let j = (n * 7) % objects;
         let value = format!("u{n}");
         let since = Instant::now();
         h.update(object(j, &value))
@@ -290,15 +365,18 @@ async fn run(protocol: &str) {
     );
 
     // (5)
-    h.stop_listener().await;
-    tokio::time::sleep(OUTAGE).await;
-    h.restart_listener()
+    let connections_before = tcp_connections(pid, port);
+    let metrics_before = scrape(metrics_port).await;
+    let after_restart = if objects >= 1000 { 200 } else { 50 };
+    h.reset_requests();
+    h.restart(Restart::like_kube_apiserver().down(OUTAGE))
         .await
         .unwrap_or_else(|e| panic!("restart: {e}"));
     let back = Instant::now();
     let mut pending = Vec::new();
-    for k in 0..AFTER_RESTART {
-        let j = (k * 5 + 1) % OBJECTS;
+    for k in 0..after_restart {
+        // Distinct objects (3k + 1 < objects for every run here).
+        let j = (k * 3 + 1) % objects;
         let value = format!("r{k}");
         let since = Instant::now();
         h.update(object(j, &value))
@@ -308,20 +386,89 @@ async fn run(protocol: &str) {
     let recovered = wait_all(pending).await;
     let all = back.elapsed();
     println!(
-        "scale/{label}/recovery: listener closed {OUTAGE:?}, then {AFTER_RESTART} updates right after it listens again: all on disk {all:.2?} after the restart; per update {}",
+        "scale/{label}/recovery: down {OUTAGE:?}, watch history forgotten, /readyz 500 for 2 s; {after_restart} updates right after it listens again: all on disk {all:.2?} after the restart; per update {}",
         summary(recovered)
     );
-    wait_watches(&h, OBJECTS).await;
+    wait_watches(&h, objects).await;
+    let after = h.requests();
+    let config_objects =
+        |r: &&RequestRecord| matches!(r.resource.as_str(), "configmaps" | "secrets");
+    let watch_lists = after
+        .iter()
+        .filter(config_objects)
+        .filter(|r| r.verb == "watch" && r.send_initial_events)
+        .count();
+    let lists = after
+        .iter()
+        .filter(config_objects)
+        .filter(|r| r.verb == "list")
+        .count();
+    let watches = after
+        .iter()
+        .filter(config_objects)
+        .filter(|r| r.verb == "watch" && !r.send_initial_events)
+        .count();
+    let metrics_after = scrape(metrics_port).await;
+    let delta = |name: &str| metric_sum(&metrics_after, name) - metric_sum(&metrics_before, name);
+    println!(
+        "scale/{label}/recovery-requests: {objects} watched objects; after the restart {watch_lists} watch-lists, {lists} LISTs, {watches} other watches (resumes answered 410 included); retried by the transport: {} refused (GOAWAY), {} throttled (Retry-After); writes failed: {} (whole run: {}); goaways sent (whole run): {}",
+        delta("nodelet_api_requests_retried{reason=\"refused\"}"),
+        delta("nodelet_api_requests_retried{reason=\"throttled\"}"),
+        delta("nodelet_api_write_failures_total"),
+        metric_sum(&metrics_after, "nodelet_api_write_failures_total"),
+        h.goaways_sent(),
+    );
     let open = h.open_connections();
     println!(
-        "scale/{label}/connections-after-recovery: {} TCP (server sees HTTP/2 {}, HTTP/1.1 {})",
+        "scale/{label}/connections-after-recovery: {} TCP (before the restart {connections_before}; server sees HTTP/2 {}, HTTP/1.1 {})",
         tcp_connections(pid, port),
         open.http2,
         open.http1
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     server.shutdown().await;
+}
+
+/// The agent process, killed when the run ends or panics.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port free right now, for the agent's HTTP endpoint.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("free port: {e}"))
+}
+
+/// The agent's `/metrics` text (empty when it does not answer).
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let req =
+        format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
+/// The sum of the samples whose line starts with `prefix`.
+fn metric_sum(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn check(pending: &mut Vec<(PathBuf, String, Instant)>, done: &mut Vec<Duration>) {

@@ -31,6 +31,9 @@ pub struct RequestRecord {
     pub api_group: String,
     /// Request path.
     pub path: String,
+    /// A watch-list: `sendInitialEvents=true` (the object's state, then its changes, on one
+    /// watch).
+    pub send_initial_events: bool,
 }
 
 #[derive(Default)]

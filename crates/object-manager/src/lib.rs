@@ -38,7 +38,7 @@
 //!  get(ns, name) ───────────────────────────────────────────────────► store ──► Arc<K>
 //!                         Get:   no store, one GET per call
 //!                         Cache: TTL entry per object, GET when stale
-//!                         Watch: one reflector (LIST+WATCH metadata.name=<name>) per object
+//!                         Watch: one reflector (watch-list, or LIST+WATCH, metadata.name=<name>) per object
 //!  store sees new content ──► subscribe() receivers get the ObjectRef
 //! ```
 //!
@@ -47,7 +47,7 @@
 //! | | Watch (default) | Cache | Get |
 //! |---|---|---|---|
 //! | freshness of `get` | the watch's view: milliseconds behind the API server | up to one TTL old (node annotation `node.alpha.kubernetes.io/ttl`, default 60 s; `0` on clusters ≤ 100 nodes) | live |
-//! | API cost | one LIST + one long WATCH per referenced object (re-opened every 290 s), nothing per `get`; idle watches (unread for `max(5 × resync, 1 min)`) are stopped and relisted on the next `get`; immutable objects need no watch at all | at most one GET per object per TTL, only when something reads it, plus one when another pod starts referencing it (with TTL 0: one GET per `get`, served from the API server's watch cache) | one quorum GET per `get` |
+//! | API cost | one watch-list (`sendInitialEvents=true`; LIST + WATCH where the server refuses it) per referenced object, then one long WATCH re-opened every 290 s, nothing per `get`; idle watches (unread for `max(5 × resync, 1 min)`) are stopped and relisted on the next `get`; immutable objects need no watch at all | at most one GET per object per TTL, only when something reads it, plus one when another pod starts referencing it (with TTL 0: one GET per `get`, served from the API server's watch cache) | one quorum GET per `get` |
 //! | change notifications | immediately on each watch event | only when a `get` refreshes an entry | none |
 //! | `get` for an unregistered object | `object "ns"/"name" not registered` | same | allowed |
 //! | missing object | `secret "x" not found` (singular) | `secrets "x" not found` (API text) | same as Cache |

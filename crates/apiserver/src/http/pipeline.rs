@@ -129,6 +129,10 @@ pub(crate) async fn handle(
         status: resp.status().as_u16(),
         api_group: info.api_group.clone(),
         path: info.path.clone(),
+        send_initial_events: info
+            .query
+            .get("sendInitialEvents")
+            .is_some_and(|v| v == "true"),
     });
     resp
 }
