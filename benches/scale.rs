@@ -411,7 +411,7 @@ async fn run(r: Run) {
     let metrics_after = scrape(metrics_port).await;
     let delta = |name: &str| metric_sum(&metrics_after, name) - metric_sum(&metrics_before, name);
     println!(
-        "scale/{label}/recovery-requests: {objects} watched objects; after the restart {watch_lists} watch-lists, {lists} LISTs, {watches} other watches (resumes answered 410 included); retried by the transport: {} refused (GOAWAY), {} throttled (Retry-After); writes failed: {} (whole run: {}); goaways sent (whole run): {}",
+        "scale/{label}/recovery-requests: {objects} watched objects; after the restart {watch_lists} watch-lists, {lists} LISTs, {watches} other watches (resumes answered 410 included); retried by the transport: {:.0} refused (GOAWAY), {:.0} throttled (Retry-After); writes failed: {:.0} (whole run: {:.0}); goaways sent (whole run): {}",
         delta("nodelet_api_requests_retried{reason=\"refused\"}"),
         delta("nodelet_api_requests_retried{reason=\"throttled\"}"),
         delta("nodelet_api_write_failures_total"),
@@ -468,7 +468,7 @@ fn metric_sum(text: &str, prefix: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 fn check(pending: &mut Vec<(PathBuf, String, Instant)>, done: &mut Vec<Duration>) {

@@ -16,7 +16,9 @@
 //!    watch again from the last resourceVersion (no relist: nothing is missed).
 //! 6. While the API server is unreachable, the manager's shared [`Recovery`] signal replaces
 //!    the back-off: one reflector probes, the others resume when any request succeeds again
-//!    (with jitter and bounded concurrency; steps in `recovery.rs`).
+//!    (with jitter and bounded concurrency; steps in `recovery.rs`). Once a resumed watch of
+//!    that recovery is answered 410, the server forgot its watch history (it restarted), and
+//!    the other woken reflectors go straight to (1) instead of resuming into the same 410.
 //! 7. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
 //!    newer run wrote, so there is never more than one effective run per object.
 //!
@@ -213,6 +215,11 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 let started = Instant::now();
                 let (mut stream, mut listing) = match initial.take() {
                     Some(stream) => (stream, true),
+                    None if rs.woken && self.history_was_forgotten() => {
+                        tracing::debug!("the API server forgot its watch history; relisting"); // (6)
+                        delay_relist = false;
+                        continue 'relist;
+                    }
                     None => {
                         let opened = {
                             let _permit = self.permit(&mut rs).await;
@@ -224,6 +231,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                             Ok(stream) => (stream, false),
                             Err(error) if error.is_gone() => {
                                 tracing::debug!("watch expired, relisting"); // (4)
+                                self.expired(&rs);
                                 delay_relist = !progressed;
                                 continue 'relist;
                             }
@@ -284,6 +292,9 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         }
                         Err(error) if error.is_gone() => {
                             tracing::debug!("watch expired, relisting"); // (4)
+                            if !listing {
+                                self.expired(&rs);
+                            }
                             delay_relist = !(progressed || saw_event);
                             continue 'relist;
                         }
@@ -352,6 +363,20 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             backoff.reset();
             rs.woken = true;
         }
+    }
+
+    /// A resumed watch was answered 410: tells the recovery signal (6).
+    fn expired(&self, rs: &RecoveryState) {
+        if let Some(recovery) = &self.recovery {
+            recovery.saw_expired(rs.generation);
+        }
+    }
+
+    /// Whether the recovery that woke this reflector found the server's watch history gone (6).
+    fn history_was_forgotten(&self) -> bool {
+        self.recovery
+            .as_ref()
+            .is_some_and(|r| r.history_forgotten())
     }
 
     /// A recovery permit when this reflector was woken by the end of an outage (6).
