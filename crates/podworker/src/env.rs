@@ -1,11 +1,15 @@
 //! Environment variables of a container (spec PW-8 … PW-11): `envFrom`, `env` with
-//! `configMapKeyRef` / `secretKeyRef` / `fieldRef` / `resourceFieldRef`, and `$(VAR)` expansion.
+//! `configMapKeyRef` / `secretKeyRef` / `fieldRef` / `resourceFieldRef` / `fileKeyRef`, and
+//! `$(VAR)` expansion.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVarSource, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVarSource, FileKeySelector, Pod, Secret,
+};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use nodelet_volume_manager::downward::{env_field_ref_value, resource_field_ref_value};
 use nodelet_volume_manager::plugins::NodeAllocatable;
@@ -37,6 +41,11 @@ pub struct EnvOptions {
     /// set. Default: none (such a reference resolves to `0`). An entry that is not a quantity
     /// fails every `resourceFieldRef` with [`EnvError::DownwardApi`].
     pub node_allocatable: BTreeMap<String, String>,
+    /// The pod's directory (`<root>/pods/<uid>`), where a `fileKeyRef` finds the pod's emptyDir
+    /// volumes (`volumes/kubernetes.io~empty-dir/<name>`). Default `None`: every `fileKeyRef`
+    /// fails with [`EnvError::FileKeyVolumeMissing`]. [`ConfigSyncer`](crate::ConfigSyncer)
+    /// sets it for each pod.
+    pub pod_dir: Option<PathBuf>,
 }
 
 /// Where environment resolution reads ConfigMaps and Secrets: the node's shared managers
@@ -98,7 +107,8 @@ pub const INVALID_ENV_NAMES: &str = "InvalidEnvironmentVariableNames";
 ///    is skipped.
 /// 3. PW-10 `env` in order: `value` with `$(VAR)` expansion against the map so far; `fieldRef`;
 ///    `resourceFieldRef`; `configMapKeyRef` / `secretKeyRef` (missing optional object or key →
-///    the variable is not set at all).
+///    the variable is not set at all); `fileKeyRef` (an env file in one of the pod's emptyDir
+///    volumes; format in `env_file.rs`; see [`EnvOptions::pod_dir`]).
 /// 4. PW-11 output, sorted by name.
 ///
 /// Each ConfigMap / Secret is read once per call (memoised by name).
@@ -242,8 +252,55 @@ async fn value_from(
             }),
         };
     }
+    if let Some(r) = &from.file_key_ref {
+        return file_key_ref(pod, r, options);
+    }
     // An empty `valueFrom` (rejected by API validation): an empty value.
     Ok(Some(Vec::new()))
+}
+
+/// PW-10 `fileKeyRef`: the key's value in `<emptyDir host path>/<path>` (joined so that it
+/// stays inside the volume). An unreadable or malformed file fails even when optional; a key
+/// the file does not set, or sets empty, is skipped when optional (the kubelet's rules).
+fn file_key_ref(
+    pod: &Pod,
+    r: &FileKeySelector,
+    options: &EnvOptions,
+) -> Result<Option<Vec<u8>>, EnvError> {
+    let is_empty_dir = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|v| v.name == r.volume_name && v.empty_dir.is_some());
+    let volume = match (&options.pod_dir, is_empty_dir) {
+        (Some(dir), true) => dir
+            .join("volumes/kubernetes.io~empty-dir")
+            .join(&r.volume_name),
+        _ => {
+            return Err(EnvError::FileKeyVolumeMissing {
+                volume: r.volume_name.clone(),
+            });
+        }
+    };
+    let unreadable = |path: &Path, detail: String| EnvError::EnvFileUnreadable {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let path = crate::env_file::secure_join(&volume, Path::new(&r.path))
+        .map_err(|e| unreadable(&volume.join(&r.path), e.to_string()))?;
+    let content = std::fs::read(&path).map_err(|e| unreadable(&path, e.to_string()))?;
+    let value =
+        crate::env_file::lookup(&content, &r.key).map_err(|e| unreadable(&path, e.to_string()))?;
+    match value {
+        Some(v) if !v.is_empty() => Ok(Some(v)),
+        _ if r.optional.unwrap_or(false) => Ok(None),
+        _ => Err(EnvError::FileKeyMissing {
+            key: r.key.clone(),
+            path,
+        }),
+    }
 }
 
 /// Per-call memo of fetched objects; `None` = not found.

@@ -59,6 +59,34 @@ pub enum EnvError {
         name: String,
     },
 
+    /// PW-10: a `fileKeyRef` names a volume that is not an emptyDir of the pod (or the pod's
+    /// directory is unknown).
+    #[error("cannot find the volume {volume:?} referenced by FileKeyRef")]
+    FileKeyVolumeMissing {
+        /// The `volumeName`.
+        volume: String,
+    },
+
+    /// PW-10: a `fileKeyRef`'s env file could not be opened or does not follow the format —
+    /// an error even when the reference is optional, as in the kubelet. `Display` is the
+    /// kubelet's text; the reason is in `detail`.
+    #[error("couldn't parse env file")]
+    EnvFileUnreadable {
+        /// The file, inside the volume.
+        path: PathBuf,
+        /// Why (I/O error or the malformed line).
+        detail: String,
+    },
+
+    /// PW-10: a non-optional `fileKeyRef` names a key the file does not set, or sets empty.
+    #[error("environment variable key {key:?} not found in file {path:?}")]
+    FileKeyMissing {
+        /// The key.
+        key: String,
+        /// The file, inside the volume.
+        path: PathBuf,
+    },
+
     /// PW-10: a `fieldRef` or `resourceFieldRef` could not be resolved (unsupported field path
     /// or resource, unknown container, invalid quantity). `Display` is the kubelet's text, e.g.
     /// `unsupported container resource : limits.gpu`.

@@ -101,6 +101,7 @@
 )]
 
 mod env;
+mod env_file;
 mod error;
 mod expand;
 mod runtime;

@@ -292,12 +292,17 @@ impl PodSyncer for ConfigSyncer {
             .await
             .map_err(|source| SyncError::Runtime { source })?;
         let mut failures = Vec::new();
+        // fileKeyRef reads the pod's emptyDir volumes under its directory.
+        let env_options = EnvOptions {
+            pod_dir: Some(self.pod_dir(uid)),
+            ..self.config.env.clone()
+        };
         for ((container, _), entry) in containers(pod).into_iter().zip(&mut status.containers) {
             if created.contains(&container.name) {
                 entry.state = ContainerConfigState::Created;
                 continue;
             }
-            match resolve_env(pod, container, &self.parts.sources, &self.config.env).await {
+            match resolve_env(pod, container, &self.parts.sources, &env_options).await {
                 Ok(env) => {
                     for (reason, message) in &env.warnings {
                         self.event(pod, EventType::Warning, reason, message.clone());
