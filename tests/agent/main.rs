@@ -31,5 +31,7 @@ mod transport;
 // A server that fails as kube-apiserver does: restart with the watch history forgotten,
 // GOAWAY, 429 with Retry-After, no watch-lists.
 mod api_failures;
+// env[].valueFrom.fileKeyRef: an env file in the pod's emptyDir.
+mod env_files;
 // Starting an API server and an agent for one test.
 mod support;

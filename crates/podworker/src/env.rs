@@ -260,7 +260,7 @@ async fn value_from(
 }
 
 /// PW-10 `fileKeyRef`: the key's value in `<emptyDir host path>/<path>` (joined so that it
-/// stays inside the volume). An unreadable or malformed file fails even when optional; a key
+/// stays inside the volume); the emptyDir must be set up (mounted by a container). An unreadable or malformed file fails even when optional; a key
 /// the file does not set, or sets empty, is skipped when optional (the kubelet's rules).
 fn file_key_ref(
     pod: &Pod,
@@ -274,11 +274,20 @@ fn file_key_ref(
         .into_iter()
         .flatten()
         .any(|v| v.name == r.volume_name && v.empty_dir.is_some());
-    let volume = match (&options.pod_dir, is_empty_dir) {
-        (Some(dir), true) => dir
-            .join("volumes/kubernetes.io~empty-dir")
-            .join(&r.volume_name),
-        _ => {
+    // The kubelet looks the volume up among the pod's mounted volumes: an emptyDir no container
+    // mounts is never set up, and is not found either.
+    let volume = options
+        .pod_dir
+        .as_ref()
+        .filter(|_| is_empty_dir)
+        .map(|dir| {
+            dir.join("volumes/kubernetes.io~empty-dir")
+                .join(&r.volume_name)
+        })
+        .filter(|v| v.is_dir());
+    let volume = match volume {
+        Some(volume) => volume,
+        None => {
             return Err(EnvError::FileKeyVolumeMissing {
                 volume: r.volume_name.clone(),
             });

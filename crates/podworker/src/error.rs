@@ -59,8 +59,8 @@ pub enum EnvError {
         name: String,
     },
 
-    /// PW-10: a `fileKeyRef` names a volume that is not an emptyDir of the pod (or the pod's
-    /// directory is unknown).
+    /// PW-10: a `fileKeyRef` names a volume that is not a set-up emptyDir of the pod (not an
+    /// emptyDir, mounted by no container, or the pod's directory is unknown).
     #[error("cannot find the volume {volume:?} referenced by FileKeyRef")]
     FileKeyVolumeMissing {
         /// The `volumeName`.

@@ -17,7 +17,8 @@
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
 //!   `fieldRef` / `resourceFieldRef` values come from `nodelet_volume_manager::downward`, the
 //!   same code that renders downwardAPI volumes (one implementation, as in the kubelet); its
-//!   errors surface as [`EnvError::DownwardApi`] with the kubelet's texts.
+//!   errors surface as [`EnvError::DownwardApi`] with the kubelet's texts. `fileKeyRef` reads
+//!   an env file in one of the pod's emptyDir volumes ([`EnvOptions::pod_dir`]).
 //! * Seams: [`Volumes`] (the volume manager), [`RuntimeHook`] (default [`EnvFileRuntime`],
 //!   which writes `<root>/pods/<uid>/containers/<name>/env`), [`EventSink`], [`StatusSink`].
 //!   [`EventSink`], [`EventType`] and [`NoEvents`] are re-exported from

@@ -433,3 +433,159 @@ fn env_values_never_show_in_debug_output() {
     };
     assert_eq!(format!("{env:?}"), "PASSWORD=<7 bytes>");
 }
+
+/// A temporary root holding the directory of pod `u1` with its emptyDir `envfiles`, `files`
+/// written into it; returns the root and the volume's directory.
+fn pod_dir_with(files: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let volume = tmp
+        .path()
+        .join("pods/u1/volumes/kubernetes.io~empty-dir/envfiles");
+    std::fs::create_dir_all(&volume).unwrap_or_else(|e| panic!("{e}"));
+    for (name, content) in files {
+        std::fs::write(volume.join(name), content).unwrap_or_else(|e| panic!("{e}"));
+    }
+    (tmp, volume)
+}
+
+/// Resolves `env` for a pod with emptyDir `envfiles` and configMap volume `cfg` whose directory
+/// is in `root`.
+async fn resolve_in(root: &std::path::Path, env: Value) -> Result<ContainerEnv, EnvError> {
+    let api = api(Strategy::Watch).with_fixtures("ns");
+    let p = pod_with(
+        json!({"volumes": [{"name": "envfiles", "emptyDir": {}},
+                           {"name": "cfg", "configMap": {"name": "cm"}}]}),
+        json!({"env": env}),
+    );
+    api.register(&p);
+    let mut options = EnvOptions::default();
+    options.pod_dir = Some(root.join("pods/u1"));
+    resolve_env(&p, &first_container(&p), &api.sources, &options).await
+}
+
+/// [`pod_dir_with`] then [`resolve_in`].
+async fn resolve_file_refs(
+    files: &[(&str, &str)],
+    env: Value,
+) -> (
+    Result<ContainerEnv, EnvError>,
+    std::path::PathBuf,
+    tempfile::TempDir,
+) {
+    let (tmp, volume) = pod_dir_with(files);
+    let resolved = resolve_in(tmp.path(), env).await;
+    (resolved, volume, tmp)
+}
+
+fn file_ref(name: &str, path: &str, key: &str, optional: Option<bool>) -> Value {
+    let mut r = json!({"volumeName": "envfiles", "path": path, "key": key});
+    if let Some(o) = optional {
+        r["optional"] = json!(o);
+    }
+    json!({"name": name, "valueFrom": {"fileKeyRef": r}})
+}
+
+#[tokio::test]
+async fn pw10_file_key_ref_reads_the_key_from_an_env_file_in_the_pods_empty_dir() {
+    let file = "# written by an init container\nDB='db.internal'\nMOTD='two\nlines' # note\n";
+    let (env, _, _tmp) = resolve_file_refs(
+        &[("vars.env", file)],
+        json!([
+            file_ref("DB_HOST", "vars.env", "DB", None),
+            file_ref("MOTD", "vars.env", "MOTD", None),
+            {"name": "GREETING", "value": "at $(DB_HOST)"},
+        ]),
+    )
+    .await;
+    let env = env.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(text(&env, "DB_HOST").as_deref(), Some("db.internal"));
+    assert_eq!(text(&env, "MOTD").as_deref(), Some("two\nlines"));
+    assert_eq!(text(&env, "GREETING").as_deref(), Some("at db.internal"));
+}
+
+#[tokio::test]
+async fn pw10_a_missing_or_empty_key_is_skipped_when_optional_and_an_error_otherwise() {
+    let file = "OTHER='1'\nEMPTY= 'ignored'\n";
+    let (env, _, _tmp) = resolve_file_refs(
+        &[("vars.env", file)],
+        json!([
+            file_ref("ABSENT", "vars.env", "ABSENT", Some(true)),
+            file_ref("EMPTY", "vars.env", "EMPTY", Some(true)),
+        ]),
+    )
+    .await;
+    let env = env.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(names(&env), Vec::<&str>::new());
+    for key in ["ABSENT", "EMPTY"] {
+        let (err, volume, _tmp) = resolve_file_refs(
+            &[("vars.env", file)],
+            json!([file_ref("X", "vars.env", key, None)]),
+        )
+        .await;
+        let path = volume.join("vars.env");
+        assert_eq!(
+            err.err().map(|e| e.to_string()),
+            Some(format!(
+                "environment variable key {key:?} not found in file {path:?}"
+            ))
+        );
+    }
+}
+
+#[tokio::test]
+async fn pw10_an_unreadable_or_malformed_env_file_fails_even_when_optional() {
+    for (files, path) in [
+        (&[("vars.env", "KEY = 'spaced'\n")][..], "vars.env"),
+        (&[("vars.env", "KEY=unquoted\n")][..], "vars.env"),
+        (&[][..], "absent.env"),
+    ] {
+        let (err, _, _tmp) =
+            resolve_file_refs(files, json!([file_ref("K", path, "KEY", Some(true))])).await;
+        assert_eq!(
+            err.err().map(|e| e.to_string()).as_deref(),
+            Some("couldn't parse env file"),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pw10_a_file_key_ref_to_a_volume_that_is_no_empty_dir_of_the_pod_fails() {
+    for volume in ["other", "cfg"] {
+        let (err, _, _tmp) = resolve_file_refs(
+            &[("vars.env", "KEY='v'\n")],
+            json!([{"name": "K", "valueFrom": {"fileKeyRef":
+                {"volumeName": volume, "path": "vars.env", "key": "KEY"}}}]),
+        )
+        .await;
+        assert_eq!(
+            err.err().map(|e| e.to_string()),
+            Some(format!(
+                "cannot find the volume {volume:?} referenced by FileKeyRef"
+            ))
+        );
+    }
+}
+
+#[tokio::test]
+async fn pw10_the_env_file_path_cannot_leave_the_volume() {
+    let (tmp, volume) = pod_dir_with(&[("secret.env", "KEY='inside'\n")]);
+    // The same names outside the volume hold another value, never read.
+    std::fs::write(tmp.path().join("secret.env"), "KEY='outside'\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(tmp.path().join("pods/u1/secret.env"), "KEY='outside'\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("/../secret.env", volume.join("link.env"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let env = resolve_in(
+        tmp.path(),
+        json!([
+            file_ref("UP", "../../secret.env", "KEY", None),
+            file_ref("LINK", "link.env", "KEY", None),
+        ]),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(text(&env, "UP").as_deref(), Some("inside"));
+    assert_eq!(text(&env, "LINK").as_deref(), Some("inside"));
+}
