@@ -103,6 +103,9 @@ impl Agent {
             &tracker,
         );
         let mut vm_config = nodelet_volume_manager::Config::new(config.root_dir.clone());
+        let allocatable =
+            nodelet_volume_manager::plugins::NodeAllocatable::detect(&config.root_dir);
+        vm_config.node_allocatable = Some(allocatable);
         if config.volumes_on_disk {
             vm_config.memory_medium = MemoryMedium::Disk;
         }
@@ -123,7 +126,8 @@ impl Agent {
         let status =
             StatusWriter::start(client.clone(), metrics.clone(), shutdown.clone(), &tracker);
         let mut env = EnvOptions::default();
-        env.node_allocatable = crate::node::allocatable();
+        // One detection for env vars, volumes (set above) and the Node status' quantities.
+        env.node_allocatable = crate::node::quantities(&allocatable);
         let syncer = ConfigSyncer::new(
             SyncerConfig::new(&config.root_dir).with_env(env),
             SyncerParts {

@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use nodelet_volume_manager::plugins::NodeAllocatable;
+
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
 
@@ -25,21 +27,28 @@ pub const AGENT_TAINT_KEY: &str = "nodelet.io/agent";
 /// How often the Node's Ready condition heartbeat is refreshed.
 const STATUS_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Node allocatable quantities for `resourceFieldRef` and the Node status: CPUs and memory of
-/// this machine.
-pub(crate) fn allocatable() -> BTreeMap<String, String> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// The node's capacity and allocatable as Kubernetes quantities, from the one detection the
+/// volume plugins and `resourceFieldRef` env vars also use (`NodeAllocatable::detect`): cpu,
+/// memory, ephemeral-storage (the filesystem holding the root directory) and pods (110, the
+/// kubelet's default `maxPods`).
+pub(crate) fn quantities(detected: &NodeAllocatable) -> BTreeMap<String, String> {
+    let cpu = if detected.cpu_millis % 1000 == 0 {
+        (detected.cpu_millis / 1000).to_string()
+    } else {
+        format!("{}m", detected.cpu_millis)
+    };
     let mut out = BTreeMap::from([
-        ("cpu".to_owned(), cpus.to_string()),
+        ("cpu".to_owned(), cpu),
         ("pods".to_owned(), "110".to_owned()),
     ]);
-    if let Some(kib) = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines()
-            .find(|l| l.starts_with("MemTotal:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-    }) {
-        out.insert("memory".to_owned(), format!("{kib}Ki"));
+    if detected.memory_bytes > 0 {
+        out.insert("memory".to_owned(), detected.memory_bytes.to_string());
+    }
+    if detected.ephemeral_storage_bytes > 0 {
+        out.insert(
+            "ephemeral-storage".to_owned(),
+            detected.ephemeral_storage_bytes.to_string(),
+        );
     }
     out
 }
@@ -273,7 +282,7 @@ async fn patch_status(
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
     let now = now_secs();
-    let allocatable = allocatable();
+    let allocatable = quantities(&NodeAllocatable::detect(&config.root_dir));
     let status = json!({"status": {
         "conditions": [ready_condition(previous, &now)],
         "addresses": [{"type": "Hostname", "address": config.node_name}],

@@ -33,5 +33,7 @@ mod transport;
 mod api_failures;
 // env[].valueFrom.fileKeyRef: an env file in the pod's emptyDir.
 mod env_files;
+// One node allocatable: env vars, downwardAPI volumes and the Node status agree.
+mod allocatable;
 // Starting an API server and an agent for one test.
 mod support;

@@ -13,8 +13,9 @@ use crate::plugins::NodeAllocatable;
 /// The value of a `resourceFieldRef`: the named container's (or, when the selector names
 /// none, `default_container`'s) limit or request, divided by the divisor (default and `0`
 /// mean `1`) and rounded up. CPU is compared in millicores (`250m` with divisor `1` → `1`,
-/// with divisor `1m` → `250`), the other resources in units. A `cpu`, `memory` or
-/// `ephemeral-storage` limit the container does not set is the node's `allocatable`; an unset
+/// with divisor `1m` → `250`), the other resources in units. A `cpu` or `memory` limit the
+/// container does not set is the pod-level limit (`spec.resources.limits`), else the node's
+/// `allocatable`; an unset `ephemeral-storage` limit is the node's `allocatable`; an unset
 /// request (or hugepages limit) is `0`. Named containers are looked up among the containers,
 /// then the init containers.
 ///
@@ -64,14 +65,25 @@ pub fn resource_field_ref_value(
     } else {
         divisor
     };
-    // (4) The value: set, else the node's allocatable for unset limits, else zero.
+    // (4) The value: set, else (limits) the pod-level limit or the node's allocatable, else zero.
     let resources = container.resources.as_ref();
     let set = if requests {
         resources.and_then(|r| r.requests.as_ref())
     } else {
         resources.and_then(|r| r.limits.as_ref())
     };
-    let value = match set.and_then(|m| m.get(name)) {
+    // An unset CPU or memory limit falls back to the pod-level limit (`spec.resources`,
+    // PodLevelResources, on by default since 1.34), then to the node's allocatable.
+    let pod_limit = (!requests && matches!(name, "cpu" | "memory"))
+        .then(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.limits.as_ref())
+                .and_then(|m| m.get(name))
+        })
+        .flatten();
+    let value = match set.and_then(|m| m.get(name)).or(pod_limit) {
         Some(Quantity(text)) => parse_quantity(text).ok_or_else(|| invalid(text))?,
         None if requests => Exact::ZERO,
         None => match name {
@@ -403,6 +415,43 @@ mod tests {
             value("c", "limits.cpu", Some("lots")).unwrap_err(),
             "invalid quantity \"lots\" for resource limits.cpu"
         );
+    }
+
+    #[test]
+    fn an_unset_cpu_or_memory_limit_is_the_pod_level_limit_before_node_allocatable() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "resources": {"limits": {"cpu": "1500m", "memory": "2Gi", "ephemeral-storage": "1Gi"}},
+                "containers": [
+                    {"name": "bare"},
+                    {"name": "own", "resources": {"limits": {"cpu": "250m"}}}
+                ]
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let alloc = NodeAllocatable {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            ephemeral_storage_bytes: 100 << 30,
+        };
+        let v = |c: &str, r: &str| {
+            let sel = ResourceFieldSelector {
+                container_name: Some(c.into()),
+                resource: r.into(),
+                divisor: None,
+            };
+            resource_field_ref_value(&pod, &sel, None, &alloc).unwrap_or_default()
+        };
+        assert_eq!(v("bare", "limits.cpu"), "2");
+        assert_eq!(v("bare", "limits.memory"), (2u64 << 30).to_string());
+        assert_eq!(v("own", "limits.cpu"), "1");
+        // Pod-level resources cover CPU and memory only.
+        assert_eq!(
+            v("bare", "limits.ephemeral-storage"),
+            (100u64 << 30).to_string()
+        );
+        assert_eq!(v("bare", "requests.cpu"), "0");
     }
 
     #[test]
