@@ -9,8 +9,9 @@
 /// 3. `$(` without a closing `)` stays literal, as does `$` followed by any other byte or at
 ///    the end of the input.
 ///
-/// One difference: upstream turns a `$` followed by a non-ASCII byte into a mangled rune; here
-/// bytes are copied verbatim, so valid UTF-8 stays valid.
+/// A `$` followed by a multi-byte character keeps that character whole: bytes are copied
+/// verbatim, so valid UTF-8 stays valid (kubelets before 1.36 mangled the character; 1.36
+/// preserves it, as here).
 pub(crate) fn expand(input: &[u8], lookup: impl Fn(&str) -> Option<Vec<u8>>) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len());
     let mut cursor = 0;
