@@ -281,13 +281,28 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
     {
         conditions.insert(0, scheduled);
     }
-    json!({"status": {
+    // The generation of the spec this status was computed from (PodObservedGenerationTracking,
+    // on by default since 1.34), on the status and on the conditions the agent owns.
+    let generation = pod.metadata.generation;
+    if let Some(g) = generation {
+        for c in conditions
+            .iter_mut()
+            .filter(|c| c["type"] != "PodScheduled")
+        {
+            c["observedGeneration"] = json!(g);
+        }
+    }
+    let mut patch = json!({"status": {
         "phase": if all_created { "Running" } else { "Pending" },
         "startTime": now,
         "conditions": conditions,
         "initContainerStatuses": init,
         "containerStatuses": regular,
-    }})
+    }});
+    if let Some(g) = generation {
+        patch["status"]["observedGeneration"] = json!(g);
+    }
+    patch
 }
 
 impl StatusSink for StatusWriter {
@@ -387,6 +402,28 @@ mod tests {
             .iter()
             .find(|c| c["type"] == type_)
             .and_then(|c| c["status"].as_str().map(str::to_owned))
+    }
+
+    #[test]
+    fn the_status_and_the_agents_conditions_carry_the_pods_generation() {
+        let mut p = pod();
+        let patch = status_patch(&p, &status(ContainerConfigState::Created, true), "t");
+        assert!(patch["status"].get("observedGeneration").is_none());
+        p.metadata.generation = Some(3);
+        let patch = status_patch(&p, &status(ContainerConfigState::Created, true), "t");
+        assert_eq!(patch["status"]["observedGeneration"], 3);
+        for c in patch["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let expected = if c["type"] == "PodScheduled" {
+                Value::Null
+            } else {
+                json!(3)
+            };
+            assert_eq!(c["observedGeneration"], expected, "{}", c["type"]);
+        }
     }
 
     #[test]
