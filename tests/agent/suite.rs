@@ -52,6 +52,7 @@ scenarios! {
     e2e20_missing_secret_keeps_the_pod_pending => "missing-secret",
     e2e23_e2e26_env_from_keys => "env-from-keys",
     e2e24_e2e27_env_from_sources_with_prefix => "env-from-sources",
+    pw10_env_file_key_ref_reads_an_env_file_in_the_pods_empty_dir => "env-file-key-ref",
     pw12_env_missing_key_waits_with_create_container_config_error => "env-missing-key",
     pw7_missing_image_pull_secret_event => "image-pull-secret-missing",
     pod_deletion_removes_its_directories_and_the_pod => "pod-deletion-cleanup",

@@ -119,3 +119,56 @@ pub(crate) async fn image_pull_secret_missing(ctx: &Ctx) -> Result<(), String> {
     let env = ctx.wait_for_env(&pod, "c").await?;
     expect_var(&env, "A", "1")
 }
+
+/// PW-10 `fileKeyRef` (Kubernetes' `EnvFiles`, on by default since 1.35): a variable read from an
+/// env file in the pod's emptyDir. Until the file exists the container waits with
+/// `CreateContainerConfigError`; once something writes it (on a kubelet node an init container;
+/// here the suite, through the agent's root directory) and the pod is synced again (a pod
+/// update, so the scenario does not wait out the sync back-off), the variable is set.
+pub(crate) async fn env_file_key_ref(ctx: &Ctx) -> Result<(), String> {
+    let pod = ctx
+        .create_pod(
+            "p",
+            json!({
+                "volumes": [{ "name": "envfiles", "emptyDir": {} }],
+                "containers": [{ "name": "c",
+                    "volumeMounts": [{ "name": "envfiles", "mountPath": "/envfiles" }],
+                    "env": [
+                        { "name": "DB_HOST", "valueFrom": { "fileKeyRef":
+                            { "volumeName": "envfiles", "path": "vars.env", "key": "DB" } } },
+                        { "name": "MOTD", "valueFrom": { "fileKeyRef":
+                            { "volumeName": "envfiles", "path": "vars.env", "key": "MOTD" } } },
+                        { "name": "ABSENT", "valueFrom": { "fileKeyRef":
+                            { "volumeName": "envfiles", "path": "vars.env", "key": "ABSENT",
+                              "optional": true } } }
+                    ] }]
+            }),
+        )
+        .await?;
+    ctx.wait_for_waiting_reason("p", "CreateContainerConfigError")
+        .await?;
+    let file = ctx
+        .volume_dir(&pod, "empty-dir", "envfiles")?
+        .join("vars.env");
+    std::fs::write(
+        &file,
+        "# written by an init container\nDB='db.internal'\nMOTD='two\nlines' # note\n",
+    )
+    .map_err(|e| format!("writing {}: {e}", file.display()))?;
+    ctx.pods()
+        .patch(
+            "p",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                &json!({ "metadata": { "annotations": { "env-file": "written" } } }),
+            ),
+        )
+        .await
+        .map_err(|e| format!("annotating the pod: {e}"))?;
+    let env = ctx.wait_for_env(&pod, "c").await?;
+    expect_var(&env, "DB_HOST", "db.internal")?;
+    expect_var(&env, "MOTD", "two\nlines")?;
+    ensure(!env.contains_key("ABSENT"), || {
+        "an optional key the file does not set produced a variable".into()
+    })
+}

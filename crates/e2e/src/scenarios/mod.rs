@@ -58,6 +58,7 @@ pub(crate) const ALL: &[Scenario] = &[
     scenario!("missing-secret", failures::missing_secret),
     scenario!("env-from-keys", env::env_from_keys),
     scenario!("env-from-sources", env::env_from_sources),
+    scenario!("env-file-key-ref", env::env_file_key_ref),
     scenario!("env-missing-key", env::env_missing_key),
     scenario!("image-pull-secret-missing", env::image_pull_secret_missing),
     scenario!("pod-deletion-cleanup", lifecycle::pod_deletion_cleanup),
