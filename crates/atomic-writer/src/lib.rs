@@ -78,7 +78,8 @@
 //!    directory and the data directory (after all writes, so one journal commit covers most).
 //! 8. **Create `..data_tmp`** pointing to the new data directory; `fsync` the target.
 //! 9. **Rename `..data_tmp` over `..data`** (the atomic switch); `fsync` the target.
-//! 10. **Create missing visible symlinks** `name -> ..data/name` (AW-9).
+//! 10. **Create missing visible symlinks** `name -> ..data/name` (AW-9); the link of a
+//!     top-level file with an `fs_user` is `lchown`ed to it too (Kubernetes 1.36).
 //! 11. **Remove stale visible symlinks**: our symlinks whose name the payload no longer has
 //!     (AW-10); `fsync` the target if 10 or 11 changed anything.
 //! 12. **Remove old data directories**: the previous one and orphans of crashed writes.
@@ -157,7 +158,8 @@
 //!   dies mid-write, see the guarantees above.
 //! * **Secrets.** [`FileProjection`] and [`Payload`] redact file contents in `Debug`; tracing
 //!   events carry paths, counts and byte totals only.
-//! * **Ownership.** `fs_user` is applied with `chown` (uid only). Changing to another uid needs
+//! * **Ownership.** `fs_user` is applied with `chown` (uid only) to the file, and with `lchown`
+//!   to its user-visible symlink when the file is at the top level. Changing to another uid needs
 //!   `CAP_CHOWN`; tests use the current uid.
 //!
 //! # Reading

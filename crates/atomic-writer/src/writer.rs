@@ -176,7 +176,12 @@ impl AtomicWriter {
         };
 
         // (10) Create missing user-visible symlinks.
-        let mut touched = self.create_visible_links(&visible)?;
+        let owners: BTreeMap<&str, u32> = files
+            .iter()
+            .filter(|(path, _)| !path.contains('/'))
+            .filter_map(|(path, file)| Some((path.as_str(), file.fs_user?)))
+            .collect();
+        let mut touched = self.create_visible_links(&visible, &owners)?;
         // (11) Remove user-visible symlinks the payload no longer has.
         touched |= self.remove_stale_visible_links(&visible)?;
         if touched {
@@ -441,26 +446,44 @@ impl AtomicWriter {
         sync_dir(&self.target)
     }
 
-    /// (10) Creates `name -> ..data/name` for every top-level payload name that lacks it.
-    fn create_visible_links(&self, visible: &BTreeSet<&str>) -> Result<bool, Error> {
+    /// (10) Creates `name -> ..data/name` for every top-level payload name that lacks it, and
+    /// gives the link of a top-level file with an `fs_user` that owner (`lchown`, as kubelets
+    /// do since 1.36), when it has another.
+    fn create_visible_links(
+        &self,
+        visible: &BTreeSet<&str>,
+        owners: &BTreeMap<&str, u32>,
+    ) -> Result<bool, Error> {
         let mut touched = false;
         for name in visible {
             let path = self.target.join(name);
-            match fs::symlink_metadata(&path) {
+            let owner = match fs::symlink_metadata(&path) {
                 Ok(meta) => {
                     if !is_our_visible_link(&path, name).unwrap_or(false) {
                         let found = describe(&meta, &path);
                         return Err(Error::VisibleNameOccupied { path, found });
                     }
+                    Some(std::os::unix::fs::MetadataExt::uid(&meta))
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     self.config
                         .inject(FaultPoint::CreateVisibleLink)
                         .and_then(|()| std::os::unix::fs::symlink(visible_link_target(name), &path))
-                        .map_err(|cause| Error::CreateVisibleLink { path, cause })?;
+                        .map_err(|cause| Error::CreateVisibleLink {
+                            path: path.clone(),
+                            cause,
+                        })?;
                     touched = true;
+                    None
                 }
                 Err(cause) => return Err(Error::CreateVisibleLink { path, cause }),
+            };
+            if let Some(&uid) = owners.get(name)
+                && owner != Some(uid)
+            {
+                std::os::unix::fs::lchown(&path, Some(uid), None)
+                    .map_err(|cause| Error::Chown { path, uid, cause })?;
+                touched = true;
             }
         }
         Ok(touched)

@@ -556,3 +556,49 @@ fn errors_name_the_payload_path_never_the_timestamped_data_directory() {
         )
     );
 }
+
+#[test]
+fn with_an_fs_user_the_visible_symlink_is_owned_by_it_too() {
+    // Kubernetes 1.36 (PR #137332): the file in the timestamped directory and the user-visible
+    // symlink are both given the fs_user. A uid other than ours needs root (CAP_CHOWN); without
+    // it the write must fail naming the chown, never succeed half-owned.
+    let dir = tempfile::tempdir().unwrap();
+    let uid = 4242;
+    let owned: Payload = [
+        (
+            "key",
+            FileProjection::new(b"v".to_vec(), 0o644).with_fs_user(uid),
+        ),
+        ("plain", FileProjection::new(b"p".to_vec(), 0o644)),
+    ]
+    .into_iter()
+    .collect();
+    // Our uid: the owner of the directory we just created.
+    let me = fs::metadata(dir.path()).unwrap().uid();
+    let mut w = AtomicWriter::new(dir.path(), WriterConfig::default()).unwrap();
+    let result = w.write(&owned, None);
+    if me == 0 {
+        assert_eq!(result.unwrap(), WriteOutcome::Written);
+        let link = fs::symlink_metadata(dir.path().join("key")).unwrap();
+        assert!(link.file_type().is_symlink());
+        assert_eq!(link.uid(), uid, "the visible symlink");
+        assert_eq!(
+            fs::metadata(dir.path().join("key")).unwrap().uid(),
+            uid,
+            "the file"
+        );
+        assert_eq!(
+            fs::symlink_metadata(dir.path().join("plain"))
+                .unwrap()
+                .uid(),
+            me
+        );
+        assert_eq!(w.write(&owned, None).unwrap(), WriteOutcome::Unchanged);
+    } else {
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.starts_with("chown ") && err.contains("to uid 4242"),
+            "{err}"
+        );
+    }
+}
