@@ -160,7 +160,7 @@
 //!   events carry paths, counts and byte totals only.
 //! * **Ownership.** `fs_user` is applied with `chown` (uid only) to the file, and with `lchown`
 //!   to its user-visible symlink when the file is at the top level. Changing to another uid needs
-//!   `CAP_CHOWN`; tests use the current uid.
+//!   `CAP_CHOWN`; tests use the current uid, and another uid only when they run as root.
 //!
 //! # Reading
 //!
