@@ -187,6 +187,16 @@ async fn a_goaway_after_every_response_surfaces_no_error_and_status_and_events_a
         condition(p, "nodelet.io/ConfigReady").as_deref() == Some("True")
     })
     .await;
+    // The status says which generation of the spec it describes (PodObservedGenerationTracking).
+    let ok = bed
+        .h
+        .get("v1", "Pod", Some("default"), "ok")
+        .unwrap_or_default();
+    assert_eq!(
+        ok["status"]["observedGeneration"],
+        ok["metadata"]["generation"]
+    );
+    assert_eq!(ok["status"]["observedGeneration"], 1);
     // A pod whose ConfigMap is missing: an event and a False condition, both writes.
     bed.h
         .create(
