@@ -15,8 +15,10 @@ use nodelet_object_manager::transport::Protocol;
 pub const DEFAULT_EMBEDDED_NODE_NAME: &str = "nodelet";
 /// Root directory in `--manifests` mode when `--root-dir` is not given.
 pub const DEFAULT_EMBEDDED_ROOT_DIR: &str = "./nodelet-data";
-/// The kubelet's healthz address; the `--listen` default with `--manifests`.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:10248";
+/// The `--listen` default with `--manifests`: a port no Kubernetes component uses (the kubelet
+/// has 10248, 10250 and 10255, kube-proxy 10249 and 10256, the controller managers 10257 and
+/// 10258, the scheduler 10259), so the agent runs beside a kubelet on a dev node.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10271";
 
 /// Everything the agent needs besides a client. Start from [`AgentConfig::new`].
 #[derive(Debug, Clone)]
@@ -131,8 +133,9 @@ pub struct Cli {
     /// Create/update this node's Node object and renew its Lease (default on with --manifests).
     #[arg(long)]
     pub register_node: Option<Option<bool>>,
-    /// Address for /healthz, /readyz, /metrics, /pods, e.g. `127.0.0.1:10248`; `none` to
-    /// disable (default with --manifests: 127.0.0.1:10248; otherwise none).
+    /// Address for /healthz, /readyz, /metrics, /pods, e.g. `127.0.0.1:10271`; `none` to
+    /// disable (default with --manifests: 127.0.0.1:10271, a port no Kubernetes component
+    /// uses; otherwise none).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// `Watch`, `Cache` or `Get` (overrides configMapAndSecretChangeDetectionStrategy).

@@ -28,6 +28,50 @@ use tokio_util::task::TaskTracker;
 use crate::state::AgentState;
 use crate::views::{metrics_text, pods_json};
 
+/// The process listening on TCP `port` (any address), as `/proc` shows it: its pid and
+/// command name. `None` when it cannot be told (another network namespace, no permission).
+fn port_holder(port: u16) -> Option<(u32, String)> {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let cols: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = cols.get(1)?.rsplit(':').next()?;
+                    let listening = cols.get(3)? == &"0A";
+                    (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                        .then(|| cols.get(9).map(|i| format!("socket:[{i}]")))
+                        .flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return None;
+    }
+    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let target = std::fs::read_link(fd.path()).unwrap_or_default();
+            if inodes.iter().any(|i| target.as_os_str() == i.as_str()) {
+                let name = std::fs::read_to_string(proc_entry.path().join("comm"))
+                    .map(|c| c.trim().to_owned())
+                    .unwrap_or_default();
+                return Some((pid, name));
+            }
+        }
+    }
+    None
+}
+
 /// Binds `addr` and serves until `shutdown`; returns the bound address.
 pub(crate) async fn serve(
     addr: SocketAddr,
@@ -35,9 +79,18 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding --listen {addr}"))?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let holder = port_holder(addr.port())
+                .map(|(pid, name)| format!(", held by pid {pid} ({name})"))
+                .unwrap_or_default();
+            return Err(anyhow::anyhow!(
+                "binding --listen {addr}: the address is in use{holder}; pick another with --listen ADDR or --listen none"
+            ));
+        }
+        Err(e) => return Err(e).with_context(|| format!("binding --listen {addr}")),
+    };
     let bound = listener.local_addr()?;
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))

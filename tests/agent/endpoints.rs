@@ -259,3 +259,52 @@ async fn an_api_outage_shows_in_metrics_and_pods_while_readyz_stays_ok() {
     );
     world.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_address_in_use_is_refused_naming_the_address_and_its_holder() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let addr = held.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let server =
+        nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default().with_auth())
+            .await
+            .unwrap_or_else(|e| panic!("api server: {e}"));
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut config = crate::support::agent_config(root.path());
+    config.listen = Some(addr);
+    let client = crate::support::client_for(
+        &server,
+        &nodelet_apiserver::User::node(crate::support::NODE),
+    )
+    .await;
+    let err = match nodelet::Agent::start(config, client).await {
+        Ok(agent) => {
+            agent.shutdown().await;
+            panic!("the agent started on an address in use");
+        }
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains(&format!("binding --listen {addr}: the address is in use")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("held by pid {}", std::process::id())),
+        "{err}"
+    );
+    drop(held);
+    server.shutdown().await;
+}
+
+#[test]
+fn the_default_listen_port_is_none_of_kubernetes_own() {
+    let port: u16 = nodelet::DEFAULT_LISTEN
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_default();
+    for taken in [
+        10248, 10249, 10250, 10255, 10256, 10257, 10258, 10259, 6443, 2379, 2380,
+    ] {
+        assert_ne!(port, taken);
+    }
+}
