@@ -110,7 +110,8 @@ pub enum LogFormat {
 #[command(
     name = "nodelet",
     version,
-    about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does."
+    about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does.",
+    after_help = "Also: `nodelet reset --root-dir DIR [--dry-run]` unmounts and removes what the agent left in DIR."
 )]
 pub struct Cli {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).

@@ -61,6 +61,7 @@ mod node;
 mod node_labels;
 mod pod_watch;
 mod propagation;
+pub mod reset;
 mod state;
 mod status;
 mod views;

@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
 use clap::Parser as _;
 use nodelet::{Cli, LogFormat};
 use tracing_subscriber::EnvFilter;
@@ -32,7 +34,69 @@ fn log_filter_from(rust_log: Option<String>) -> EnvFilter {
 /// `EX_USAGE`: invalid configuration.
 const EXIT_CONFIG: u8 = 64;
 
+/// `EX_TEMPFAIL`: `nodelet reset` refused because an agent runs on the directory.
+const EXIT_IN_USE: u8 = 75;
+
+/// `nodelet reset`: undo what the agent left in a root directory (see `nodelet::reset`).
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "nodelet reset",
+    about = "Unmount and remove what nodelet left in its root directory (pods' volumes, admin.kubeconfig, the lock); anything else stays. Exit codes: 0 done, 1 failed, 64 bad usage, 75 an agent is running on the directory."
+)]
+struct ResetCli {
+    /// The agent's root directory.
+    #[arg(long, value_name = "DIR")]
+    root_dir: PathBuf,
+    /// Say what would be done; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn reset_main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli = match ResetCli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let would = if cli.dry_run { "would " } else { "" };
+    match nodelet::reset::reset(&cli.root_dir, cli.dry_run) {
+        Ok(report) => {
+            for m in &report.unmounted {
+                println!("{would}unmount {}", m.display());
+            }
+            for p in &report.removed {
+                println!("{would}remove {}", p.display());
+            }
+            for p in &report.left {
+                println!("{would}leave {} (not nodelet's)", p.display());
+            }
+            if report.unmounted.is_empty() && report.removed.is_empty() {
+                println!("nothing of nodelet's in {}", cli.root_dir.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e @ nodelet::reset::ResetError::InUse { .. }) => {
+            eprintln!("nodelet reset: {e}");
+            ExitCode::from(EXIT_IN_USE)
+        }
+        Err(e) => {
+            eprintln!("nodelet reset: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "reset") {
+        return reset_main(args.into_iter().skip(1).collect());
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

@@ -35,5 +35,7 @@ mod api_failures;
 mod env_files;
 // One node allocatable: env vars, downwardAPI volumes and the Node status agree.
 mod allocatable;
+// `nodelet reset`: unmount and remove what the agent left in its root directory.
+mod reset;
 // Starting an API server and an agent for one test.
 mod support;

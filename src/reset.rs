@@ -1,0 +1,201 @@
+//! `nodelet reset --root-dir DIR`: undo what the agent left in its root directory, as
+//! `kubeadm reset` does for a kubelet. Steps (markers `// (n)`):
+//! 1. take the root directory's lock (`nodelet.lock`); while an agent holds it, refuse, naming
+//!    its pid (exit 75), and change nothing;
+//! 2. unmount every mount whose mount point is inside `DIR/pods` (the secret and token tmpfs
+//!    volumes a stopped agent leaves for its successor to adopt), deepest first, never one
+//!    outside `DIR`;
+//! 3. if no mount is left inside, remove `DIR/pods` (symlinks are removed, never followed),
+//!    then what the agent wrote at the top of `DIR` (`admin.kubeconfig`, `nodelet.lock`);
+//! 4. leave anything else in `DIR` and name it; remove `DIR` itself only when it is then empty.
+//!
+//! With `dry_run` nothing is changed and the report says what would be done.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::lock::LOCK_FILE_NAME;
+
+/// Files the agent writes at the top of its root directory.
+const AGENT_FILES: [&str; 2] = ["admin.kubeconfig", LOCK_FILE_NAME];
+
+/// Why a reset did not run or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetError {
+    /// An agent holds the root directory (step 1).
+    #[error("root directory {} is in use by a running nodelet ({holder}): stop it first", root.display())]
+    InUse {
+        /// The root directory.
+        root: PathBuf,
+        /// `pid N`, or `pid unknown`.
+        holder: String,
+    },
+    /// Anything else: a mount that would not go, a file that could not be removed.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+/// What a reset did (or, with `dry_run`, would do).
+#[derive(Debug, Default)]
+pub struct ResetReport {
+    /// Mount points unmounted.
+    pub unmounted: Vec<PathBuf>,
+    /// Paths removed.
+    pub removed: Vec<PathBuf>,
+    /// Entries of the root directory left in place (not the agent's).
+    pub left: Vec<PathBuf>,
+}
+
+/// Resets `root` (module docs, steps (1)–(4)).
+///
+/// # Errors
+/// [`ResetError::InUse`] while an agent holds the directory; [`ResetError::Failed`] when a
+/// mount or a file could not be removed (what was done before is in the message).
+pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
+    let mut report = ResetReport::default();
+    if !root.exists() {
+        return Ok(report);
+    }
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("resolving {}", root.display()))?;
+    // (1)
+    let _lock = lock(&root)?;
+    // (2)
+    let pods = root.join("pods");
+    let mounts = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
+    for mount in mounts {
+        if !dry_run {
+            nix::mount::umount2(&mount, nix::mount::MntFlags::empty())
+                .or_else(|e| match e {
+                    Errno::EBUSY => nix::mount::umount2(&mount, nix::mount::MntFlags::MNT_DETACH),
+                    other => Err(other),
+                })
+                .with_context(|| format!("unmounting {}", mount.display()))?;
+        }
+        report.unmounted.push(mount);
+    }
+    // (3)
+    if !dry_run {
+        let still = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
+        if let Some(m) = still.first() {
+            return Err(anyhow::anyhow!(
+                "{} is still mounted; nothing under {} was removed",
+                m.display(),
+                pods.display()
+            )
+            .into());
+        }
+    }
+    if pods.symlink_metadata().is_ok() {
+        if !dry_run {
+            std::fs::remove_dir_all(&pods)
+                .with_context(|| format!("removing {}", pods.display()))?;
+        }
+        report.removed.push(pods);
+    }
+    for name in AGENT_FILES {
+        let path = root.join(name);
+        if path.symlink_metadata().is_ok() {
+            if !dry_run {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+            report.removed.push(path);
+        }
+    }
+    // (4)
+    let mut left: Vec<PathBuf> = std::fs::read_dir(&root)
+        .with_context(|| format!("reading {}", root.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| !report.removed.contains(p))
+        .collect();
+    left.sort();
+    if left.is_empty() {
+        if !dry_run {
+            std::fs::remove_dir(&root).with_context(|| format!("removing {}", root.display()))?;
+        }
+        report.removed.push(root);
+    }
+    report.left = left;
+    Ok(report)
+}
+
+/// The root directory's lock, if no agent holds it (1).
+fn lock(root: &Path) -> Result<Option<Flock<std::fs::File>>, ResetError> {
+    let path = root.join(LOCK_FILE_NAME);
+    let Ok(file) = std::fs::File::open(&path) else {
+        return Ok(None);
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => Ok(Some(locked)),
+        Err((_, Errno::EWOULDBLOCK)) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = match pid.trim() {
+                "" => "pid unknown".to_owned(),
+                pid => format!("pid {pid}"),
+            };
+            Err(ResetError::InUse {
+                root: root.to_path_buf(),
+                holder,
+            })
+        }
+        Err((_, errno)) => Err(anyhow::Error::from(errno)
+            .context(format!("locking {}", path.display()))
+            .into()),
+    }
+}
+
+/// Mount points strictly inside `dir`, deepest first (2). `dir` is canonical, so a symlink can
+/// never lead outside it here: mount points in `mountinfo` are canonical paths too.
+fn mounts_inside(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape(field)))
+        .filter(|p| p.starts_with(dir) && p != dir)
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    Ok(found)
+}
+
+/// `mountinfo` escapes space, tab, newline and backslash as `\NNN` (octal).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape("/a\\040b/c\\134d"), "/a b/c\\d");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape("/trailing\\04"), "/trailing\\04");
+    }
+}
