@@ -152,6 +152,10 @@ pub struct Cli {
     /// multiplexed), `http1` (one connection per watch) or `http2`.
     #[arg(long, value_name = "PROTOCOL", default_value = "auto")]
     pub api_protocol: String,
+    /// With --manifests: at shutdown, unmount and remove the pods' directories (what
+    /// `nodelet reset` would remove under `pods/`) instead of leaving them for the next start.
+    #[arg(long, requires = "manifests")]
+    pub cleanup_on_exit: bool,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -211,6 +215,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// HTTP version policy towards the API server (`--api-protocol`, default auto).
     pub api_protocol: Protocol,
+    /// Unmount and remove the pods' directories at shutdown (`--cleanup-on-exit`).
+    pub cleanup_on_exit: bool,
 }
 
 impl Cli {
@@ -363,6 +369,7 @@ impl Cli {
             api,
             log_format: self.log_format,
             api_protocol,
+            cleanup_on_exit: self.cleanup_on_exit,
         })
     }
 }

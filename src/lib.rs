@@ -269,6 +269,20 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     stop.await;
     info!("stopping");
     agent.shutdown().await;
+    if settings.cleanup_on_exit {
+        // Still under the root directory's lock: no other agent can be adopting these volumes.
+        let mut report = reset::ResetReport::default();
+        match reset::remove_pods(&config.root_dir, false, &mut report) {
+            Ok(()) => info!(
+                unmounted = report.unmounted.len(),
+                "pods' directories removed (--cleanup-on-exit)"
+            ),
+            Err(error) => warn!(
+                error = format!("{error:#}"),
+                "pods' directories not removed"
+            ),
+        }
+    }
     #[cfg(feature = "embedded")]
     if let Some(embedded) = embedded {
         drop(embedded.sync);

@@ -64,39 +64,8 @@ pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
         .with_context(|| format!("resolving {}", root.display()))?;
     // (1)
     let _lock = lock(&root)?;
-    // (2)
-    let pods = root.join("pods");
-    let mounts = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
-    for mount in mounts {
-        if !dry_run {
-            nix::mount::umount2(&mount, nix::mount::MntFlags::empty())
-                .or_else(|e| match e {
-                    Errno::EBUSY => nix::mount::umount2(&mount, nix::mount::MntFlags::MNT_DETACH),
-                    other => Err(other),
-                })
-                .with_context(|| format!("unmounting {}", mount.display()))?;
-        }
-        report.unmounted.push(mount);
-    }
-    // (3)
-    if !dry_run {
-        let still = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
-        if let Some(m) = still.first() {
-            return Err(anyhow::anyhow!(
-                "{} is still mounted; nothing under {} was removed",
-                m.display(),
-                pods.display()
-            )
-            .into());
-        }
-    }
-    if pods.symlink_metadata().is_ok() {
-        if !dry_run {
-            std::fs::remove_dir_all(&pods)
-                .with_context(|| format!("removing {}", pods.display()))?;
-        }
-        report.removed.push(pods);
-    }
+    // (2), (3)
+    remove_pods(&root, dry_run, &mut report)?;
     for name in AGENT_FILES {
         let path = root.join(name);
         if path.symlink_metadata().is_ok() {
@@ -123,6 +92,46 @@ pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
     }
     report.left = left;
     Ok(report)
+}
+
+/// Steps (2) and (3) for `DIR/pods` alone: unmount every mount inside it, then remove it if
+/// nothing stays mounted. What it did is added to `report`. The caller holds the root
+/// directory's lock (`nodelet reset`, or the agent itself at exit with `--cleanup-on-exit`).
+///
+/// # Errors
+/// A mount that would not go (then nothing is removed), or a file that could not be removed.
+pub fn remove_pods(root: &Path, dry_run: bool, report: &mut ResetReport) -> anyhow::Result<()> {
+    let pods = root.join("pods");
+    let Ok(pods) = pods.canonicalize() else {
+        return Ok(());
+    };
+    // (2)
+    let mounts = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
+    for mount in mounts {
+        if !dry_run {
+            nix::mount::umount2(&mount, nix::mount::MntFlags::empty())
+                .or_else(|e| match e {
+                    Errno::EBUSY => nix::mount::umount2(&mount, nix::mount::MntFlags::MNT_DETACH),
+                    other => Err(other),
+                })
+                .with_context(|| format!("unmounting {}", mount.display()))?;
+        }
+        report.unmounted.push(mount);
+    }
+    // (3)
+    if !dry_run {
+        let still = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
+        if let Some(m) = still.first() {
+            anyhow::bail!(
+                "{} is still mounted; nothing under {} was removed",
+                m.display(),
+                pods.display()
+            );
+        }
+        std::fs::remove_dir_all(&pods).with_context(|| format!("removing {}", pods.display()))?;
+    }
+    report.removed.push(pods);
+    Ok(())
 }
 
 /// The root directory's lock, if no agent holds it (1).

@@ -136,3 +136,67 @@ fn reset_unmounts_the_volumes_a_stopped_agent_leaves_mounted() {
         "still mounted"
     );
 }
+
+#[test]
+fn cleanup_on_exit_removes_the_pods_directories_when_the_agent_stops() {
+    use std::time::{Duration, Instant};
+    let manifests = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        manifests.path().join("app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: default}\n\
+         data: {greeting: hello}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: default}\n\
+         spec:\n  nodeName: cleanup-node\n  containers:\n  - name: c\n    image: x\n\
+         \x20   volumeMounts: [{name: cfg, mountPath: /cfg}]\n  volumes:\n\
+         \x20 - name: cfg\n    configMap: {name: cfg}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args([
+            "--node-name",
+            "cleanup-node",
+            "--listen",
+            "none",
+            "--cleanup-on-exit",
+        ])
+        .arg("--manifests")
+        .arg(manifests.path())
+        .arg("--root-dir")
+        .arg(root.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting nodelet: {e}"));
+    let pods = root.path().join("pods");
+    let deadline = Instant::now() + crate::support::PATIENCE;
+    let greeting = loop {
+        let found = std::fs::read_dir(&pods).ok().and_then(|mut d| {
+            let pod = d.next()?.ok()?.path();
+            std::fs::read(pod.join("volumes/kubernetes.io~configmap/cfg/greeting")).ok()
+        });
+        if let Some(g) = found {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "the volume never appeared");
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the agent exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(greeting, b"hello");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or_default()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success(), "{status}");
+    assert!(!pods.exists(), "the pods' directories were left");
+    assert!(
+        root.path().join("admin.kubeconfig").exists(),
+        "only pods/ is removed"
+    );
+}
