@@ -277,7 +277,7 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
                 unmounted = report.unmounted.len(),
                 "pods' directories removed (--cleanup-on-exit)"
             ),
-            Err(error) => warn!(
+            Err(error) => tracing::warn!(
                 error = format!("{error:#}"),
                 "pods' directories not removed"
             ),
