@@ -111,7 +111,7 @@ pub enum LogFormat {
     name = "nodelet",
     version,
     about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does.",
-    after_help = "Also: `nodelet reset --root-dir DIR [--dry-run]` unmounts and removes what the agent left in DIR."
+    after_help = "Also: `nodelet reset --root-dir DIR [--dry-run]` unmounts and removes what the agent left in DIR; `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds."
 )]
 pub struct Cli {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).

@@ -55,6 +55,7 @@ mod config;
 mod counting;
 mod events;
 mod http;
+pub mod inspect;
 mod lock;
 mod metrics;
 mod node;

@@ -92,10 +92,60 @@ fn reset_main(args: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
+/// `nodelet pods`: the running agent's pods, from its `/pods` endpoint.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "nodelet pods",
+    about = "Show what a running nodelet holds: each pod, its phase, volumes (mounted of all, failed), the objects they project with their resourceVersions, and the last error. Exit codes: 0 shown, 1 no agent answered, 64 bad usage."
+)]
+struct PodsCli {
+    /// The agent's --listen address.
+    #[arg(long, value_name = "ADDR", default_value = nodelet::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+    /// `table` (default) or `json` (the endpoint's JSON as is).
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "table",
+          value_parser = ["table", "json"])]
+    output: String,
+}
+
+fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli = match PodsCli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match nodelet::inspect::fetch_pods(cli.listen) {
+        Ok(pods) if cli.output == "json" => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&pods).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(pods) => {
+            print!("{}", nodelet::inspect::render_table(&pods));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nodelet pods: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "reset") {
         return reset_main(args.into_iter().skip(1).collect());
+    }
+    if args.get(1).is_some_and(|a| a == "pods") {
+        return pods_main(args.into_iter().skip(1).collect());
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -308,3 +308,78 @@ fn the_default_listen_port_is_none_of_kubernetes_own() {
         assert_ne!(port, taken);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodelet_pods_shows_the_running_agents_pods_as_a_table_and_as_json() {
+    let world = World::start_with(|c| c.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let addr = world
+        .with_agent(|a| a.http_addr())
+        .await
+        .unwrap_or_else(|| panic!("no HTTP address"));
+    let h = world.server.handle();
+    h.create(
+        ConfigMapBuilder::new("default", "cfg")
+            .data("k", "v")
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    h.create(
+        PodBuilder::new("default", "web")
+            .node(crate::support::NODE)
+            .container(json!({"name": "c", "image": "x",
+                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}))
+            .spec(json!({"volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]}))
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let run = |args: Vec<String>| async move {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+                .args(&args)
+                .output()
+                .unwrap_or_else(|e| panic!("running nodelet pods: {e}"))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let listen = addr.to_string();
+    let table = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let out = run(vec!["pods".into(), "--listen".into(), listen.clone()]).await;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && text.contains("ConfigMap/cfg@") && text.contains("1/1") {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("nodelet pods never showed the mounted pod"));
+    assert!(table.starts_with("POD"), "{table}");
+    assert!(table.contains("default/web"), "{table}");
+
+    let out = run(vec![
+        "pods".into(),
+        "--listen".into(),
+        listen.clone(),
+        "-o".into(),
+        "json".into(),
+    ])
+    .await;
+    assert!(out.status.success());
+    let parsed: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parsed["pods"][0]["name"], "web");
+
+    // Nothing listening: exit 1 naming the address.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = run(vec!["pods".into(), "--listen".into(), closed.to_string()]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no nodelet answers on {closed}")),
+        "{err}"
+    );
+    world.stop().await;
+}
