@@ -1,11 +1,9 @@
 //! The `nodelet` binary: parse the command line, set up logging, exit 64 on bad configuration,
-//! run the agent until SIGINT/SIGTERM.
-
-use std::process::ExitCode;
+//! run the agent until SIGINT/SIGTERM; `nodelet reset` and `nodelet pods` are subcommands.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use clap::Parser as _;
 use nodelet::{Cli, LogFormat};
 use tracing_subscriber::EnvFilter;
 
@@ -52,17 +50,22 @@ struct ResetCli {
     dry_run: bool,
 }
 
+/// Parses `args` as `C`; `--help`/`--version` exit 0, bad usage exits 64, both after printing.
+fn parse<C: clap::Parser>(args: Vec<std::ffi::OsString>) -> Result<C, ExitCode> {
+    C::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            ExitCode::from(EXIT_CONFIG)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
 fn reset_main(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let cli = match ResetCli::try_parse_from(args) {
+    let cli: ResetCli = match parse(args) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(code) => return code,
     };
     let would = if cli.dry_run { "would " } else { "" };
     match nodelet::reset::reset(&cli.root_dir, cli.dry_run) {
@@ -109,16 +112,9 @@ struct PodsCli {
 }
 
 fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let cli = match PodsCli::try_parse_from(args) {
+    let cli: PodsCli = match parse(args) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(code) => return code,
     };
     match nodelet::inspect::fetch_pods(cli.listen) {
         Ok(pods) if cli.output == "json" => {
@@ -147,16 +143,9 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == "pods") {
         return pods_main(args.into_iter().skip(1).collect());
     }
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match parse(args) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(code) => return code,
     };
     let settings = match cli.settings() {
         Ok(s) => s,

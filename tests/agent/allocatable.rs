@@ -1,12 +1,12 @@
 //! One node allocatable (issue 18 item 5): a `limits.ephemeral-storage` the container does not
 //! set is the same in an env var and in a downwardAPI volume, and the Node reports it.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use nodelet_e2e::wait_for_content;
 use nodelet_object_manager::testutil::PodBuilder;
 
-use crate::support::{NODE, PATIENCE, World, poll_pause};
+use crate::support::{NODE, PATIENCE, World, poll_pause, wait_for_env_var};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unset_ephemeral_storage_limit_is_node_allocatable_in_env_volume_and_node_status() {
@@ -27,30 +27,8 @@ async fn an_unset_ephemeral_storage_limit_is_node_allocatable_in_env_volume_and_
                 .json(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    let uid = pod["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let pod_dir = world.root_dir().join("pods").join(&uid);
-
-    let env_json = pod_dir.join("containers/c/env.json");
-    let from_env = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let vars: Option<Value> = std::fs::read(&env_json)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            if let Some(v) = vars.as_ref().and_then(Value::as_array).and_then(|a| {
-                a.iter()
-                    .find(|v| v["name"] == "STORAGE")
-                    .and_then(|v| v["value"].as_str().map(String::from))
-            }) {
-                return v;
-            }
-            poll_pause().await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the container never got STORAGE"));
+    let pod_dir = world.pod_dir(&pod);
+    let from_env = wait_for_env_var(&pod_dir, "c", "STORAGE").await;
     assert_ne!(from_env, "0", "an unset limit is node allocatable, not 0");
     wait_for_content(
         &pod_dir.join("volumes/kubernetes.io~downward-api/info/storage"),

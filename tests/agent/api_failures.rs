@@ -68,12 +68,7 @@ impl Bed {
                     .json(),
             )
             .unwrap_or_else(|e| panic!("{e}"));
-        let uid = created["metadata"]["uid"].as_str().unwrap_or_default();
-        self.root
-            .path()
-            .join("pods")
-            .join(uid)
-            .join("volumes/kubernetes.io~configmap")
+        crate::support::pod_dir(self.root.path(), &created).join("volumes/kubernetes.io~configmap")
     }
 
     fn set(&self, name: &str, value: &str, create: bool) {

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use nodelet_object_manager::testutil::PodBuilder;
 
-use crate::support::{NODE, PATIENCE, World, poll_pause};
+use crate::support::{NODE, PATIENCE, World, poll_pause, wait_for_env_var};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_key_ref_fails_until_the_env_file_is_written_then_sets_the_variable() {
@@ -28,11 +28,6 @@ async fn a_file_key_ref_fails_until_the_env_file_is_written_then_sets_the_variab
                 .json(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    let uid = pod["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-
     // No file yet: the container is not created, with the kubelet's text.
     tokio::time::timeout(PATIENCE, async {
         while !world
@@ -47,31 +42,15 @@ async fn a_file_key_ref_fails_until_the_env_file_is_written_then_sets_the_variab
     .await
     .unwrap_or_else(|_| panic!("the pod never failed on the missing env file"));
 
-    let pod_dir = world.root_dir().join("pods").join(&uid);
+    let pod_dir = world.pod_dir(&pod);
     std::fs::write(
         pod_dir.join("volumes/kubernetes.io~empty-dir/envfiles/vars.env"),
         "# written by an init container\nDB='db.internal'\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let env_json = pod_dir.join("containers/c/env.json");
-    let value = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let vars: Option<Value> = std::fs::read(&env_json)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            let found = vars.as_ref().and_then(Value::as_array).and_then(|a| {
-                a.iter()
-                    .find(|v| v["name"] == "DB_HOST")
-                    .map(|v| v["value"].clone())
-            });
-            if let Some(v) = found {
-                return v;
-            }
-            poll_pause().await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the container never got DB_HOST"));
-    assert_eq!(value, json!("db.internal"));
+    assert_eq!(
+        wait_for_env_var(&pod_dir, "c", "DB_HOST").await,
+        "db.internal"
+    );
     world.stop().await;
 }

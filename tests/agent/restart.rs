@@ -24,11 +24,7 @@ async fn a_pod_deleted_while_the_agent_was_down_is_cleaned_up_at_the_next_start(
                 .json(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    let uid = pod["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let pod_dir = world.root_dir().join("pods").join(&uid);
+    let pod_dir = world.pod_dir(&pod);
     wait_for_content(&pod_dir.join("volumes/kubernetes.io~configmap/v/k"), b"v")
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -100,6 +100,11 @@ impl World {
         self.root.path().to_path_buf()
     }
 
+    /// `<root>/pods/<uid>` of a pod as the server returned it.
+    pub(crate) fn pod_dir(&self, pod: &serde_json::Value) -> PathBuf {
+        pod_dir(self.root.path(), pod)
+    }
+
     pub(crate) fn target(&self) -> nodelet_e2e::Target {
         nodelet_e2e::Target {
             admin: self.admin.clone(),
@@ -191,4 +196,38 @@ impl nodelet_e2e::AgentControl for AgentSlot {
         *slot = Some(agent);
         Ok(())
     }
+}
+
+/// `<root>/pods/<uid>` of a pod as the server returned it.
+pub(crate) fn pod_dir(root: &std::path::Path, pod: &serde_json::Value) -> PathBuf {
+    root.join("pods")
+        .join(pod["metadata"]["uid"].as_str().unwrap_or_default())
+}
+
+/// Waits (bounded by [`PATIENCE`]) until the agent's `env.json` for `container` in `pod_dir`
+/// has variable `name`; returns its value.
+pub(crate) async fn wait_for_env_var(
+    pod_dir: &std::path::Path,
+    container: &str,
+    name: &str,
+) -> String {
+    let path = pod_dir.join("containers").join(container).join("env.json");
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let vars: Option<serde_json::Value> = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let found = vars.as_ref().and_then(|v| v.as_array()).and_then(|a| {
+                a.iter()
+                    .find(|v| v["name"] == name)
+                    .and_then(|v| v["value"].as_str().map(String::from))
+            });
+            if let Some(v) = found {
+                return v;
+            }
+            poll_pause().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} never had {name}", path.display()))
 }
