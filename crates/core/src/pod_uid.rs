@@ -2,8 +2,9 @@
 //!
 //! The UID keys pod workers, volume-manager state and reference counts, and names the pod's
 //! directory `<root>/pods/<uid>/`. A missing UID must never become the directory `pods/`, and a
-//! UID like `../x` must never leave it, so the raw string is checked once, here, and carried as
-//! a [`PodUid`] afterwards.
+//! UID like `../x` must never leave it, so the raw string is checked once, when the pod is
+//! admitted ([`AdmittedPod::new`](crate::AdmittedPod::new)), and carried as a [`PodUid`]
+//! afterwards.
 
 use std::fmt;
 
@@ -47,7 +48,9 @@ impl PodUid {
         Self::checked(uid.into(), || "<unknown>".to_owned())
     }
 
-    /// The validated UID of `pod`.
+    /// The validated UID of `pod`. Where a pod enters the node, use
+    /// [`AdmittedPod::new`](crate::AdmittedPod::new), which calls this once and carries the
+    /// result with the pod.
     ///
     /// # Errors
     /// [`PodUidError::Missing`] when the pod has no UID, [`PodUidError::NotAPathComponent`]
@@ -129,11 +132,26 @@ impl std::borrow::Borrow<str> for PodUid {
 mod tests {
     use super::*;
 
-    use crate::testutil::PodBuilder;
-
     /// Pod `ns/web` (no UID).
     fn web() -> PodBuilder {
-        PodBuilder::new("ns", "web")
+        PodBuilder(Pod::default()).named("ns", "web")
+    }
+
+    struct PodBuilder(Pod);
+
+    impl PodBuilder {
+        fn named(mut self, namespace: &str, name: &str) -> Self {
+            self.0.metadata.namespace = Some(namespace.into());
+            self.0.metadata.name = Some(name.into());
+            self
+        }
+        fn uid(mut self, uid: &str) -> Self {
+            self.0.metadata.uid = Some(uid.into());
+            self
+        }
+        fn build(self) -> Pod {
+            self.0
+        }
     }
 
     #[test]

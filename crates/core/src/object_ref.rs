@@ -1,8 +1,8 @@
 //! [`ObjectRef`]: the one way the node names a ConfigMap or Secret — its kind, namespace and
 //! name.
 //!
-//! The managers key their stores by it and send it in change notifications (each
-//! [`Manager<K>`](crate::Manager) knows its [`ObjectKind`], so a notification is a full
+//! The object managers (nodelet-object-manager) key their stores by it and send it in change
+//! notifications (each `Manager<K>` knows its [`ObjectKind`], so a notification is a full
 //! reference); the volume manager lists the objects a volume reads with it and reports the
 //! versions it projected with it; the agent matches failed pods against it.
 

@@ -1,0 +1,68 @@
+//! The types every nodelet crate shares: how the node names a pod, an object and a pod's
+//! directories. The `kube-core` of the workspace: small, synchronous, no client.
+//!
+//! # Principal types
+//!
+//! * [`AdmittedPod`]: a pod that entered the node — the pod object (`Arc<Pod>`) with its
+//!   validated [`PodUid`]. Made once, by the agent's pod source; every seam between crates
+//!   takes `&AdmittedPod` (or only `&PodUid`), never a raw `Pod`, so nothing after the pod
+//!   source validates a UID again.
+//! * [`PodUid`] / [`PodUidError`]: a pod UID that is non-empty and one path component; the key
+//!   of pod workers, volume-manager state and the object managers' reference counts.
+//! * [`ObjectRef`] / [`ObjectKind`]: one ConfigMap or Secret (kind, namespace, name): the
+//!   object managers' store key and notifications, the objects a volume reads.
+//! * [`PodDirs`]: the only place `<root>/pods/<uid>/{volumes,plugins,containers}/…` is spelled.
+//! * [`NodeAllocatable`]: the node's allocatable CPU, memory and ephemeral storage.
+//! * [`node_labels`]: the NodeRestriction rules for the labels a node may set on itself, used
+//!   by the agent (its `nodeLabels`) and by nodelet-apiserver (admission).
+//! * [`EventType`]: `Normal` or `Warning`, for the events the node crates emit.
+//!
+//! # Invariants
+//!
+//! * An [`AdmittedPod`] exists only for a pod whose UID passed [`PodUid::from_pod`]; its UID is
+//!   the pod's `metadata.uid` verbatim.
+//! * [`PodDirs`] builds paths only and never leaves `<root>/pods/<uid>/` for a [`PodUid`].
+//! * No async, no API client, no disk writes.
+//!
+//! # Example
+//!
+//! ```
+//! use k8s_openapi::api::core::v1::Pod;
+//! use nodelet_core::{AdmittedPod, PodDirs};
+//!
+//! let mut pod = Pod::default();
+//! pod.metadata.namespace = Some("default".into());
+//! pod.metadata.name = Some("web".into());
+//! pod.metadata.uid = Some("1234-abcd".into());
+//! let pod = AdmittedPod::new(pod)?; // validated once, where the pod enters the node
+//!
+//! let dirs = PodDirs::new("/var/lib/nodelet");
+//! assert_eq!(
+//!     dirs.volume(pod.uid(), "kubernetes.io/configmap", "cfg"),
+//!     std::path::Path::new("/var/lib/nodelet/pods/1234-abcd/volumes/kubernetes.io~configmap/cfg"),
+//! );
+//!
+//! let mut nameless = Pod::default();
+//! nameless.metadata.uid = Some("../escape".into());
+//! assert!(AdmittedPod::new(nameless).is_err()); // never a directory outside pods/
+//! # Ok::<(), nodelet_core::PodUidError>(())
+//! ```
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod admitted;
+mod allocatable;
+mod events;
+mod layout;
+pub mod node_labels;
+mod object_ref;
+mod pod_uid;
+
+pub use admitted::AdmittedPod;
+pub use allocatable::NodeAllocatable;
+pub use events::EventType;
+pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
+pub use object_ref::{ObjectKind, ObjectRef};
+pub use pod_uid::{PodUid, PodUidError};
