@@ -12,11 +12,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
+use nodelet_core::{AdmittedPod, NodeAllocatable, ObjectRef, PodDirs, PodUid};
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
-use nodelet_object_manager::{
-    ConfigMapManager, ManagerConfig, ObjectRef, PodUid, SecretManager, referenced_config_map_names,
-    referenced_secret_names,
-};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, referenced_config_map_names, referenced_secret_names};
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
     SyncerParts, UpdateType, WorkerConfig, WorkerPhase,
@@ -35,7 +33,6 @@ use crate::metrics::Metrics;
 use crate::state::AgentState;
 use crate::status::StatusWriter;
 use crate::views::{metrics_text, pods_json};
-use crate::volumes::ManagedVolumes;
 
 /// How often finished workers of pods no longer known are forgotten (the kubelet's
 /// housekeeping period).
@@ -67,7 +64,7 @@ impl Agent {
     /// # Errors
     /// The root directory cannot be created, or the listen address cannot be bound.
     pub async fn start(config: AgentConfig, client: kube::Client) -> anyhow::Result<Agent> {
-        std::fs::create_dir_all(config.root_dir.join("pods"))
+        std::fs::create_dir_all(PodDirs::new(&config.root_dir).pods())
             .with_context(|| format!("creating root directory {}", config.root_dir.display()))?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -103,8 +100,7 @@ impl Agent {
             &tracker,
         );
         let mut vm_config = nodelet_volume_manager::Config::new(config.root_dir.clone());
-        let allocatable =
-            nodelet_volume_manager::plugins::NodeAllocatable::detect(&config.root_dir);
+        let allocatable = NodeAllocatable::detect(&config.root_dir);
         vm_config.node_allocatable = Some(allocatable);
         if config.volumes_on_disk {
             vm_config.memory_medium = MemoryMedium::Disk;
@@ -135,7 +131,7 @@ impl Agent {
                     configmaps: configmaps.clone(),
                     secrets: secrets.clone(),
                 },
-                volumes: Arc::new(ManagedVolumes(volumes.clone())),
+                volumes: Arc::new(volumes.clone()),
                 runtime: Arc::new(EnvFileRuntime::new(&config.root_dir)),
                 events: Arc::new(events),
                 status: Arc::new(status),
@@ -243,12 +239,13 @@ fn counted<K: Send + Sync + 'static>(
     })
 }
 
-/// Validates a watched pod's UID once, where pods enter the node (issue 13): a pod without a
-/// UID, or with one that is not a single path component (`../x`), is skipped with a warning
-/// naming its namespace/name. It never reaches the workers, the volume manager or `<root>/pods`.
-fn admitted_uid(pod: &Pod) -> Option<PodUid> {
-    match PodUid::from_pod(pod) {
-        Ok(uid) => Some(uid),
+/// Admits a watched pod: its UID is validated here, once, where pods enter the node. A pod
+/// without a UID, or with one that is not a single path component (`../x`), is skipped with a
+/// warning naming its namespace/name. It never reaches the workers, the managers, the volume
+/// manager or `<root>/pods`; everything after this takes the [`AdmittedPod`].
+fn admit(pod: Pod) -> Option<AdmittedPod> {
+    match AdmittedPod::new(pod) {
+        Ok(pod) => Some(pod),
         Err(error) => {
             warn!(%error, "pod skipped: unusable metadata.uid");
             None
@@ -277,7 +274,7 @@ async fn pod_source(
     let workers = &state.workers;
     let mut configmap_changes = state.configmaps.subscribe();
     let mut secret_changes = state.secrets.subscribe();
-    let mut known: HashMap<PodUid, Pod> = HashMap::new();
+    let mut known: HashMap<PodUid, AdmittedPod> = HashMap::new();
     let mut listing: Option<HashSet<PodUid>> = None;
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     let mut first_list = true;
@@ -314,20 +311,20 @@ async fn pod_source(
                 listing = Some(HashSet::new());
             }
             Ok(Event::InitApply(pod)) => {
-                let Some(uid) = admitted_uid(&pod) else {
+                let Some(pod) = admit(pod) else {
                     continue;
                 };
                 if let Some(l) = listing.as_mut() {
-                    l.insert(uid.clone());
+                    l.insert(pod.uid().clone());
                 }
-                known.insert(uid, pod.clone());
+                known.insert(pod.uid().clone(), pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::InitDone) => {
                 state.metrics.api_request("watch");
                 state.metrics.set_watches("pods", 1);
                 let listed = listing.take().unwrap_or_default();
-                let gone: Vec<(PodUid, Pod)> = known
+                let gone: Vec<(PodUid, AdmittedPod)> = known
                     .iter()
                     .filter(|(u, _)| !listed.contains(*u))
                     .map(|(u, p)| (u.clone(), p.clone()))
@@ -348,17 +345,17 @@ async fn pod_source(
                 }
             }
             Ok(Event::Apply(pod)) => {
-                let Some(uid) = admitted_uid(&pod) else {
+                let Some(pod) = admit(pod) else {
                     continue;
                 };
-                known.insert(uid, pod.clone());
+                known.insert(pod.uid().clone(), pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::Delete(pod)) => {
-                let Some(uid) = admitted_uid(&pod) else {
+                let Some(pod) = admit(pod) else {
                     continue;
                 };
-                known.remove(&uid);
+                known.remove(pod.uid());
                 workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
             }
             Err(error) => {
@@ -389,7 +386,7 @@ async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
 /// manager, and a running container's environment never changes (UP-3).
 fn retry_failed_pods(
     state: &AgentState,
-    known: &HashMap<PodUid, Pod>,
+    known: &HashMap<PodUid, AdmittedPod>,
     change: Result<ObjectRef, broadcast::error::RecvError>,
     references: fn(&Pod) -> Vec<String>,
 ) {
@@ -425,7 +422,7 @@ fn retry_failed_pods(
 /// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the
 /// agent was down) are terminated: volumes torn down, directories removed.
 fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
-    let dir = state.config.root_dir.join("pods");
+    let dir = PodDirs::new(&state.config.root_dir).pods();
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return;
     };
@@ -441,11 +438,10 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
             continue;
         }
         info!(pod.uid = %name, "terminating pod found only on disk");
-        let mut pod = Pod::default();
-        pod.metadata.uid = Some(name);
-        state
-            .workers
-            .update_pod(PodUpdate::new(UpdateType::Kill, pod));
+        state.workers.update_pod(PodUpdate::new(
+            UpdateType::Kill,
+            AdmittedPod::known_by_uid(uid),
+        ));
     }
 }
 
@@ -470,10 +466,10 @@ mod tests {
     #[test]
     fn the_pod_source_skips_pods_without_a_usable_uid() {
         for bad in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
-            assert_eq!(admitted_uid(&pod(bad)), None, "{bad:?}");
+            assert!(admit(pod(bad)).is_none(), "{bad:?}");
         }
         assert_eq!(
-            admitted_uid(&pod(Some("6f1c-42"))).map(|u| u.to_string()),
+            admit(pod(Some("6f1c-42"))).map(|p| p.uid().to_string()),
             Some("6f1c-42".to_owned())
         );
     }

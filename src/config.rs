@@ -311,7 +311,7 @@ impl Cli {
             .node_labels
             .keys()
             .map(String::as_str)
-            .filter(|k| !crate::node_labels::node_may_set_label(k))
+            .filter(|k| !nodelet_core::node_labels::node_may_set_label(k))
             .collect();
         if !refused.is_empty() {
             return Err(invalid(

@@ -59,14 +59,12 @@ pub mod inspect;
 mod lock;
 mod metrics;
 mod node;
-mod node_labels;
 mod pod_watch;
 mod propagation;
 pub mod reset;
 mod state;
 mod status;
 mod views;
-mod volumes;
 
 use std::future::Future;
 

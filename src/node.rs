@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use nodelet_volume_manager::plugins::NodeAllocatable;
+use nodelet_core::NodeAllocatable;
 
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn the_agents_own_labels_are_ones_a_node_may_set() {
-        use crate::node_labels::node_may_set_label;
+        use nodelet_core::node_labels::node_may_set_label;
         let config = AgentConfig::new("n1", "/r");
         for key in labels(&config).keys() {
             assert!(node_may_set_label(key), "{key}");

@@ -101,7 +101,7 @@ pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
 /// # Errors
 /// A mount that would not go (then nothing is removed), or a file that could not be removed.
 pub fn remove_pods(root: &Path, dry_run: bool, report: &mut ResetReport) -> anyhow::Result<()> {
-    let pods = root.join("pods");
+    let pods = nodelet_core::PodDirs::new(root).pods();
     let Ok(pods) = pods.canonicalize() else {
         return Ok(());
     };

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use nodelet_object_manager::PodUid;
 use nodelet_podworker::{ContainerConfigState, PodConfigStatus, StatusSink};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -306,11 +306,8 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
 }
 
 impl StatusSink for StatusWriter {
-    fn set_status(&self, pod: &Pod, status: &PodConfigStatus) {
-        // The pod workers run only pods with a usable UID (the pod source admits no other).
-        let Ok(uid) = PodUid::from_pod(pod) else {
-            return;
-        };
+    fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
+        let uid = pod.uid().clone();
         let Ok(mut sent) = self.shared.sent.lock() else {
             return;
         };
@@ -333,10 +330,8 @@ impl StatusSink for StatusWriter {
         );
     }
 
-    fn terminated(&self, pod: &Pod) {
-        let Ok(uid) = PodUid::from_pod(pod) else {
-            return;
-        };
+    fn terminated(&self, pod: &AdmittedPod) {
+        let uid = pod.uid().clone();
         if let Ok(mut sent) = self.shared.sent.lock() {
             sent.remove(&uid);
         }

@@ -9,7 +9,7 @@ use crate::state::AgentState;
 
 /// The `/pods` document.
 pub(crate) fn pods_json(state: &AgentState) -> Value {
-    let volumes: HashMap<nodelet_volume_manager::PodUid, nodelet_volume_manager::PodVolumes> =
+    let volumes: HashMap<nodelet_core::PodUid, nodelet_volume_manager::PodVolumes> =
         state
             .volumes
             .snapshot()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use nodelet_volume_manager::EventType;
+use nodelet_core::EventType;
 
 /// Similar events (same object, type and reason, different messages) within this time of the
 /// previous one count towards [`AGGREGATE_MAX_EVENTS`] (upstream

@@ -14,7 +14,9 @@
 //!    not be added, changed or removed (`is not allowed to modify labels: a, b`, upstream's
 //!    text, without the node's name).
 //!
-//! Every refusal is a 403 `Forbidden` on `nodes "<name>"`. Labels a kubelet may set
+//! Every refusal is a 403 `Forbidden` on `nodes "<name>"`. The label rules are
+//! `nodelet_core::node_labels` (the agent checks its own `nodeLabels` with the same code).
+//! Labels a kubelet may set
 //! (`k8s.io/kubelet/pkg/apis.IsKubeletLabel`): `kubernetes.io/hostname`, `kubernetes.io/os`,
 //! `kubernetes.io/arch`, `beta.kubernetes.io/os`, `beta.kubernetes.io/arch`,
 //! `beta.kubernetes.io/instance-type`, `node.kubernetes.io/instance-type`,
@@ -25,31 +27,11 @@
 
 use std::collections::BTreeSet;
 
+use nodelet_core::node_labels::node_may_set_label;
 use serde_json::{Map, Value};
 
 use crate::resources::NODES;
 use crate::status::ApiError;
-
-/// Label keys a kubelet may set on its own Node.
-const KUBELET_LABELS: &[&str] = &[
-    "kubernetes.io/hostname",
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone",
-    "failure-domain.beta.kubernetes.io/region",
-    "beta.kubernetes.io/instance-type",
-    "node.kubernetes.io/instance-type",
-    "kubernetes.io/os",
-    "kubernetes.io/arch",
-    "beta.kubernetes.io/os",
-    "beta.kubernetes.io/arch",
-];
-
-/// Label namespaces (and their subdomains) a kubelet may set keys in.
-const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
-
-/// The namespace no kubelet may set labels in.
-const NODE_RESTRICTION_NAMESPACE: &str = "node-restriction.kubernetes.io";
 
 /// Admits (or refuses with a 403) `node` writing the Node `name`: `new` is the object to be
 /// stored, `old` the stored one (`None` on create). See the module docs.
@@ -149,32 +131,11 @@ fn modified_labels(
         .collect()
 }
 
-fn label_namespace(key: &str) -> &str {
-    key.split_once('/').map_or("", |(ns, _)| ns)
-}
-
-/// `ns` is `domain` or a subdomain of it.
-fn in_domain(ns: &str, domain: &str) -> bool {
-    ns == domain
-        || ns
-            .strip_suffix(domain)
-            .is_some_and(|prefix| prefix.ends_with('.'))
-}
-
-fn is_kubelet_label(key: &str) -> bool {
-    let ns = label_namespace(key);
-    KUBELET_LABELS.contains(&key) || KUBELET_LABEL_NAMESPACES.iter().any(|d| in_domain(ns, d))
-}
-
 /// The modified keys a node may not touch, in sorted order.
 fn forbidden_labels(modified: BTreeSet<String>) -> Vec<String> {
     modified
         .into_iter()
-        .filter(|key| {
-            let ns = label_namespace(key);
-            let kubernetes = in_domain(ns, "kubernetes.io") || in_domain(ns, "k8s.io");
-            in_domain(ns, NODE_RESTRICTION_NAMESPACE) || (kubernetes && !is_kubelet_label(key))
-        })
+        .filter(|key| !node_may_set_label(key))
         .collect()
 }
 

@@ -37,6 +37,18 @@ impl AdmittedPod {
         Ok(Self { uid, pod })
     }
 
+    /// A pod known only by its UID — its directory found under `<root>/pods/` after a restart,
+    /// the API object gone. The pod object carries only `metadata.uid`; enough to terminate
+    /// it and tear its volumes down.
+    pub fn known_by_uid(uid: PodUid) -> Self {
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some(uid.as_str().to_owned());
+        Self {
+            uid,
+            pod: Arc::new(pod),
+        }
+    }
+
     /// The pod's validated UID.
     pub fn uid(&self) -> &PodUid {
         &self.uid
@@ -114,6 +126,15 @@ mod tests {
             format!("{admitted:?}"),
             r#"AdmittedPod { pod: ns/web, uid: "u-1" }"#
         );
+    }
+
+    #[test]
+    fn a_pod_known_only_by_its_uid_carries_that_uid_in_its_object() {
+        let uid = PodUid::new("u-2").unwrap();
+        let orphan = AdmittedPod::known_by_uid(uid.clone());
+        assert_eq!(orphan.uid(), &uid);
+        assert_eq!(orphan.metadata.uid.as_deref(), Some("u-2"));
+        assert_eq!(PodUid::from_pod(&orphan).unwrap(), uid);
     }
 
     #[test]

@@ -48,7 +48,7 @@ fn warm_get(c: &mut Criterion) {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s0", "value"));
         let m = manager(strategy, &fake);
-        m.register_pod(&pod(0, &["s0".to_owned()]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod(0, &["s0".to_owned()])).unwrap());
         rt.block_on(async { m.get("ns", "s0").await.map(drop) })
             .unwrap_or_else(|e| panic!("{e}"));
         c.bench_function(&format!("get warm cache ({strategy})"), |b| {
@@ -82,10 +82,10 @@ fn register_churn(c: &mut Criterion) {
             |b| {
                 b.iter(|| {
                     for p in &pods {
-                        m.register_pod(p);
+                        m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
                     }
                     for p in &pods {
-                        m.unregister_pod(p);
+                        m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
                     }
                     // Let the cancelled reflector tasks (Watch) end inside the measurement.
                     rt.block_on(async {
@@ -127,7 +127,7 @@ fn watch_1000() {
         let m = manager(Strategy::Watch, &fake);
         for i in 0..100 {
             let names: Vec<String> = (0..10).map(|j| format!("s{}", i * 10 + j)).collect();
-            m.register_pod(&pod(i, &names));
+            m.register_pod(&nodelet_core::AdmittedPod::new(pod(i, &names)).unwrap());
         }
         for i in 0..1000 {
             m.get("ns", &format!("s{i}")).await.unwrap_or_else(|e| panic!("{e}"));
@@ -238,7 +238,7 @@ fn watch_1000_http() {
             .unwrap_or_else(|e| panic!("manager: {e}"));
         for i in 0..100 {
             let names: Vec<String> = (0..10).map(|j| format!("c{}", i * 10 + j)).collect();
-            m.register_pod(&cm_pod(i, &names));
+            m.register_pod(&nodelet_core::AdmittedPod::new(cm_pod(i, &names)).unwrap());
         }
         let start = Instant::now();
         for i in 0..1000 {

@@ -165,7 +165,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v1", false));
         let m = manager(Strategy::Watch, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         settle().await;
         let healthy = m.watch_health();
@@ -203,7 +203,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v1", false));
         let m = manager(Strategy::Watch, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         settle().await;
         fake.compact();
@@ -218,7 +218,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v1", false));
         let m = manager(Strategy::Get, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         assert!(m.watch_health().is_empty());
     }

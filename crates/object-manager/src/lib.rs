@@ -24,17 +24,16 @@
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
 //!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
-//! * [`ObjectRef`] ([`ObjectKind`], namespace, name): the one name of a ConfigMap or Secret
-//!   on the node — the key of the managers' stores, what [`Manager::subscribe`] sends (each
-//!   `Manager<K>` knows its kind), and what nodelet-volume-manager and the agent use to say
-//!   which objects a volume reads. `Display` is `namespace/name`.
-//! * [`PodUid`] / [`PodUidError`]: a pod UID validated once (non-empty, one path component),
-//!   the key the node's pod state uses; re-exported by nodelet-volume-manager.
+//! * From nodelet-core: [`ObjectRef`](nodelet_core::ObjectRef) (kind, namespace, name), the
+//!   key of the managers' stores and what [`Manager::subscribe`] sends (each `Manager<K>`
+//!   knows its kind); [`AdmittedPod`](nodelet_core::AdmittedPod), what `register_pod` takes,
+//!   and [`PodUid`](nodelet_core::PodUid), what `unregister_pod` takes and what references
+//!   are counted by.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
 //!
 //! ```text
-//!  register_pod(pod) ──► names (OM-3/4) ──► add/delete references ──► store
+//!  register_pod(&AdmittedPod) ──► names (OM-3/4) ──► add/delete references ──► store
 //!  get(ns, name) ───────────────────────────────────────────────────► store ──► Arc<K>
 //!                         Get:   no store, one GET per call
 //!                         Cache: TTL entry per object, GET when stale
@@ -66,8 +65,8 @@
 //! # Invariants
 //!
 //! * `register_pod` / `unregister_pod` never block on the network and are idempotent.
-//!   References are counted per [`PodUid`]; a pod without a usable UID is not registered
-//!   (a warning names it), never counted under an empty UID.
+//!   References are counted per pod UID, which an admitted pod carries validated, so no pod
+//!   is ever counted under an empty UID.
 //! * Watch: a reflector runs for an object exactly while a registered pod references it and it
 //!   is neither idle-stopped nor immutable; at most one run per object (runs carry an epoch and
 //!   a stopped run's writes are discarded). Reference counts never go negative.
@@ -104,6 +103,7 @@
 //! # async fn main() -> Result<(), nodelet_object_manager::Error> {
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+//! use nodelet_core::AdmittedPod;
 //! use nodelet_object_manager::{ConfigMapManager, ManagerConfig, source::FakeSource};
 //!
 //! // In production: `ConfigMapManager::new(kube_client, ManagerConfig::default())?`.
@@ -118,13 +118,14 @@
 //!     "spec": {"containers": [{"name": "c"}],
 //!              "volumes": [{"name": "cfg", "configMap": {"name": "settings"}}]},
 //! })).expect("valid pod");
+//! let pod = AdmittedPod::new(pod).expect("a pod with a UID"); // the agent's pod source does this
 //! manager.register_pod(&pod); // never blocks; starts the watch of default/settings
 //! let settings = manager.get("default", "settings").await?; // waits for the first list
 //! assert_eq!(settings.metadata.name.as_deref(), Some("settings"));
 //!
 //! let mut changes = manager.subscribe(); // ObjectRef of every object whose content changes
 //! # drop(changes.try_recv());
-//! manager.unregister_pod(&pod); // stops the watch
+//! manager.unregister_pod(pod.uid()); // stops the watch
 //! manager.shutdown().await;
 //! # Ok(())
 //! # }
@@ -139,8 +140,6 @@ mod error;
 mod health;
 mod kind;
 mod manager;
-mod object_ref;
-mod pod_uid;
 mod recovery;
 mod reflector;
 mod refs;
@@ -158,7 +157,8 @@ pub use error::Error;
 pub use health::WatchHealth;
 pub use kind::ManagedObject;
 pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
-pub use object_ref::{ObjectKind, ObjectRef};
-pub use pod_uid::{PodUid, PodUidError};
 pub use refs::{referenced_config_map_names, referenced_secret_names};
 pub use ttl::TTL_ANNOTATION;
+
+// The shared node types, under the paths this crate's modules use.
+use nodelet_core::{ObjectKind, ObjectRef, PodUid};

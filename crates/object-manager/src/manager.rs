@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
 use tokio::runtime::Handle;
 use tokio::sync::broadcast;
 
@@ -15,7 +16,7 @@ use crate::source::{KubeSource, ObjectSource, ReadFrom};
 use crate::tasks::Tasks;
 use crate::ttl::{NodeTtl, TtlStore};
 use crate::watch::{WatchOptions, WatchStore};
-use crate::{Error, ManagerConfig, ObjectRef, PodUid, PodUidError, Strategy};
+use crate::{Error, ManagerConfig, Strategy};
 
 /// The ConfigMap manager the volume plugins and env-var resolution share.
 pub type ConfigMapManager = Manager<ConfigMap>;
@@ -51,8 +52,8 @@ struct Shared<K> {
     strategy: Strategy,
     source: Arc<dyn ObjectSource<K>>,
     backend: Backend<K>,
-    /// (namespace, name, uid) → names the stored pod references (OM-7).
-    pods: Mutex<HashMap<PodKey, Vec<String>>>,
+    /// Pod UID → the namespace and the names the stored pod references (OM-7).
+    pods: Mutex<HashMap<PodUid, Registered>>,
     notify: broadcast::Sender<ObjectRef>,
     tasks: Tasks,
 }
@@ -63,24 +64,11 @@ enum Backend<K> {
     Watch(WatchStore<K>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct PodKey {
+/// What a registered pod references: its namespace and the object names (OM-7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Registered {
     namespace: String,
-    name: String,
-    uid: PodUid,
-}
-
-impl PodKey {
-    /// The pod's key; refused when it has no usable UID (it would be counted under `""`).
-    fn of(pod: &Pod) -> Result<Self, PodUidError> {
-        let uid = PodUid::from_pod(pod)?;
-        let m = &pod.metadata;
-        Ok(PodKey {
-            namespace: m.namespace.clone().unwrap_or_default(),
-            name: m.name.clone().unwrap_or_default(),
-            uid,
-        })
-    }
+    names: Vec<String>,
 }
 
 impl<K> Drop for Shared<K> {
@@ -233,49 +221,39 @@ impl<K: ManagedObject> Manager<K> {
 
     /// Record that `pod` references the objects named in its spec (OM-3/OM-4, OM-8).
     ///
-    /// Never blocks on the network; idempotent. Re-registering a pod (same namespace, name and
-    /// UID) adds references only for new names and drops those that disappeared; unchanged
-    /// names keep their cache entries. A no-op for [`Strategy::Get`].
-    ///
-    /// A pod without a usable UID (missing, empty, or not one path component; see [`PodUid`])
-    /// is ignored with a warning naming it: it references nothing, so a `get` for its objects
-    /// fails with [`Error::NotRegistered`]. (The agent admits no such pod in the first place.)
-    pub fn register_pod(&self, pod: &Pod) {
+    /// Never blocks on the network; idempotent. Re-registering a pod (same UID) adds
+    /// references only for new names and drops those that disappeared; unchanged names keep
+    /// their cache entries. A no-op for [`Strategy::Get`]. References are counted per
+    /// [`PodUid`], which the [`AdmittedPod`] carries validated.
+    pub fn register_pod(&self, pod: &AdmittedPod) {
         if matches!(self.shared.backend, Backend::Get) {
             return;
         }
-        let key = match PodKey::of(pod) {
-            Ok(key) => key,
-            Err(error) => {
-                tracing::warn!(%error, kind = K::SINGULAR, "pod not registered");
-                return;
-            }
+        let uid = pod.uid();
+        let new = Registered {
+            namespace: pod.namespace().to_owned(),
+            names: K::referenced_names(pod),
         };
-        let names = K::referenced_names(pod);
         let mut pods = self.lock_pods();
-        let old = pods.insert(key.clone(), names.clone()).unwrap_or_default();
-        for name in names.iter().filter(|n| !old.contains(n)) {
-            self.add_reference(&key, name);
+        let old = pods.insert(uid.clone(), new.clone()).unwrap_or_default();
+        for name in new.names.iter().filter(|n| !old.names.contains(n)) {
+            self.add_reference(uid, &new.namespace, name);
         }
-        for name in old.iter().filter(|n| !names.contains(n)) {
-            self.delete_reference(&key, name);
+        for name in old.names.iter().filter(|n| !new.names.contains(n)) {
+            self.delete_reference(uid, &old.namespace, name);
         }
     }
 
-    /// Forget `pod`'s references: those of the pod as last registered, not of the argument
-    /// (OM-9). Never blocks on the network; unknown pods (and pods without a usable UID,
-    /// which were never registered) are a no-op.
-    pub fn unregister_pod(&self, pod: &Pod) {
+    /// Forget the references of pod `uid`: those of the pod as last registered (OM-9). Never
+    /// blocks on the network; unknown pods are a no-op.
+    pub fn unregister_pod(&self, uid: &PodUid) {
         if matches!(self.shared.backend, Backend::Get) {
             return;
         }
-        let Ok(key) = PodKey::of(pod) else {
-            return;
-        };
         let mut pods = self.lock_pods();
-        if let Some(names) = pods.remove(&key) {
-            for name in &names {
-                self.delete_reference(&key, name);
+        if let Some(old) = pods.remove(uid) {
+            for name in &old.names {
+                self.delete_reference(uid, &old.namespace, name);
             }
         }
     }
@@ -334,25 +312,25 @@ impl<K: ManagedObject> Manager<K> {
         tasks.close_and_wait().await;
     }
 
-    fn lock_pods(&self) -> MutexGuard<'_, HashMap<PodKey, Vec<String>>> {
+    fn lock_pods(&self) -> MutexGuard<'_, HashMap<PodUid, Registered>> {
         self.shared.pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn add_reference(&self, pod: &PodKey, name: &str) {
-        let key = ObjectRef::new(K::KIND, pod.namespace.clone(), name);
+    fn add_reference(&self, uid: &PodUid, namespace: &str, name: &str) {
+        let key = ObjectRef::new(K::KIND, namespace, name);
         match &self.shared.backend {
             Backend::Get => {}
             Backend::Cache(store) => store.add_reference(&key),
-            Backend::Watch(store) => store.add_reference(&key, &pod.uid),
+            Backend::Watch(store) => store.add_reference(&key, uid),
         }
     }
 
-    fn delete_reference(&self, pod: &PodKey, name: &str) {
-        let key = ObjectRef::new(K::KIND, pod.namespace.clone(), name);
+    fn delete_reference(&self, uid: &PodUid, namespace: &str, name: &str) {
+        let key = ObjectRef::new(K::KIND, namespace, name);
         match &self.shared.backend {
             Backend::Get => {}
             Backend::Cache(store) => store.delete_reference(&key),
-            Backend::Watch(store) => store.delete_reference(&key, &pod.uid),
+            Backend::Watch(store) => store.delete_reference(&key, uid),
         }
     }
 }
@@ -374,7 +352,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v1", false));
         let m = manager(Strategy::Get, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert_eq!(
             m.get("ns", "s1").await.map(|s| value(&s)).ok().as_deref(),
             Some("v1")
@@ -396,7 +374,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "hunter2", false));
         let m = manager(Strategy::Watch, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         let debug = format!("{m:?}");
         assert!(debug.contains("registered_pods: 1"), "{debug}");
@@ -419,7 +397,7 @@ mod tests {
             for uid in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
                 let mut p = pod("ns", "p", "ignored", &["s1"]);
                 p.metadata.uid = uid.map(str::to_owned);
-                m.register_pod(&p);
+                m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
                 assert_eq!(m.stats().registered_pods, 0, "{strategy} {uid:?}");
                 assert_eq!(m.stats().referenced_objects, 0, "{strategy} {uid:?}");
                 assert!(!m.is_watching("ns", "s1"), "{strategy} {uid:?}");
@@ -427,11 +405,11 @@ mod tests {
                     matches!(m.get("ns", "s1").await, Err(Error::NotRegistered { .. })),
                     "{strategy} {uid:?}"
                 );
-                m.unregister_pod(&p);
+                m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
             }
             // A pod with a UID still registers as before.
             let good = pod("ns", "p", "u1", &["s1"]);
-            m.register_pod(&good);
+            m.register_pod(&nodelet_core::AdmittedPod::new(good.clone()).unwrap());
             assert_eq!(m.stats().registered_pods, 1, "{strategy}");
             assert!(m.get("ns", "s1").await.is_ok(), "{strategy}");
             m.shutdown().await;
@@ -483,12 +461,12 @@ mod tests {
         for op in ops {
             match &op {
                 Op::Register { pod, names } => {
-                    m.register_pod(&test_pod(*pod, names));
+                    m.register_pod(&nodelet_core::AdmittedPod::new(test_pod(*pod, names)).unwrap());
                     model.insert(*pod, names.clone());
                 }
                 Op::Unregister { pod } => {
                     // The argument's spec is irrelevant (OM-9): pass an empty one.
-                    m.unregister_pod(&test_pod(*pod, &BTreeSet::new()));
+                    m.unregister_pod(nodelet_core::AdmittedPod::new(test_pod(*pod, &BTreeSet::new())).unwrap().uid());
                     model.remove(pod);
                 }
                 Op::Get { object } => {
@@ -523,7 +501,7 @@ mod tests {
             assert_eq!(fake.open_watches(), stats.running_watches);
         }
         for pod in 0..PODS {
-            m.unregister_pod(&test_pod(pod, &BTreeSet::new()));
+            m.unregister_pod(nodelet_core::AdmittedPod::new(test_pod(pod, &BTreeSet::new())).unwrap().uid());
         }
         assert_eq!(m.stats().referenced_objects, 0);
         m.shutdown().await;

@@ -334,7 +334,7 @@ mod tests {
         for i in 0..10 {
             let name = format!("s{i}");
             fake.apply("ns", secret(&name, "v", false));
-            m.register_pod(&pod("ns", &format!("p{i}"), &format!("u{i}"), &[&name]));
+            m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", &format!("p{i}"), &format!("u{i}"), &[&name])).unwrap());
         }
     }
 
@@ -377,7 +377,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         let m = manager(Strategy::Cache, &fake, Some(&nodes));
         settle().await;
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         let gets = || fake.count(Verb::Get, "ns", "s1");
 
         assert!(m.get("ns", "s1").await.is_ok());
@@ -405,7 +405,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         nodes.hold_lists(true);
         let m = manager(Strategy::Cache, &fake, Some(&nodes));
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         let start = Instant::now();
         assert!(m.get("ns", "s1").await.is_ok());
         assert_eq!(
@@ -428,7 +428,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         tokio::time::advance(Duration::from_secs(59)).await;
         assert!(m.get("ns", "s1").await.is_ok());
@@ -445,13 +445,13 @@ mod tests {
             fake.apply("ns", secret(s, "v", false));
         }
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s2").await.is_ok());
-        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s2").await.is_ok());
         assert_eq!(fake.total(Verb::Get), 2, "a resync re-fetches nothing");
 
-        m.register_pod(&pod("ns", "p", "u", &["s1", "s3"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s3"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s3").await.is_ok());
         assert_eq!(fake.total(Verb::Get), 3, "only the new name is fetched");
         let err = m.get("ns", "s2").await.err().map(|e| e.to_string());
@@ -463,14 +463,14 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p1", "u1", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p1", "u1", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
-        m.register_pod(&pod("ns", "p2", "u2", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         assert_eq!(fake.count(Verb::Get, "ns", "s1"), 2);
-        m.unregister_pod(&pod("ns", "p1", "u1", &[]));
+        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p1", "u1", &[])).unwrap().uid());
         assert!(m.get("ns", "s1").await.is_ok(), "still referenced by p2");
-        m.unregister_pod(&pod("ns", "p2", "u2", &[]));
+        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &[])).unwrap().uid());
         assert!(matches!(
             m.get("ns", "s1").await,
             Err(Error::NotRegistered { .. })
@@ -482,14 +482,14 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p1", "u1", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p1", "u1", &["s1"])).unwrap());
         fake.hold_gets(true);
         let reader = tokio::spawn({
             let m = m.clone();
             async move { m.get("ns", "s1").await.map(|s| value(&s)) }
         });
         settle().await;
-        m.register_pod(&pod("ns", "p2", "u2", &["s1"])); // invalidates the entry (OM-10)
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &["s1"])).unwrap()); // invalidates the entry (OM-10)
         fake.hold_gets(false);
         let got = reader.await.unwrap_or_else(|e| panic!("reader: {e}"));
         assert_eq!(got.ok().as_deref(), Some("v"));
@@ -499,7 +499,7 @@ mod tests {
     async fn om11_not_found_is_cached_with_the_api_text_and_refetched_on_every_get() {
         let fake = FakeSource::<Secret>::new();
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["missing"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["missing"])).unwrap());
         for _ in 0..3 {
             let err = m.get("ns", "missing").await.err();
             assert!(err.as_ref().is_some_and(Error::is_not_found));
@@ -521,7 +521,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         assert_eq!(fake.watch_cache_gets(), 0, "first fetch is quorum");
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -534,7 +534,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "old", false));
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
 
         fake.fail_next(1, SourceError::status(500, "InternalError", "etcd is sad"));
         let err = m.get("ns", "s2").await.err().map(|e| e.to_string());
@@ -568,7 +568,7 @@ mod tests {
         fake.apply("ns", secret("s1", "old", false));
         let m = manager(Strategy::Cache, &fake, None);
         let mut changes = m.subscribe();
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(m.get("ns", "s1").await.is_ok());

@@ -340,11 +340,11 @@ mod tests {
             .map(|i| pod("ns", &format!("p{i}"), &format!("u{i}"), &["s1"]))
             .collect();
         for p in &pods {
-            m.register_pod(p);
+            m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
         }
         assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v"));
         for p in &pods[..20] {
-            m.unregister_pod(p);
+            m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
         }
         assert!(read(&m, "s1").await.is_ok());
         settle().await;
@@ -352,7 +352,7 @@ mod tests {
         assert_eq!(fake.count(Verb::Watch, "ns", "s1"), 1);
         assert!(m.is_watching("ns", "s1"));
 
-        m.unregister_pod(&pods[20]);
+        m.unregister_pod(nodelet_core::AdmittedPod::new(pods[20]).unwrap().uid());
         assert!(!m.is_watching("ns", "s1"));
         assert!(matches!(
             m.get("ns", "s1").await,
@@ -420,11 +420,11 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         let m = watch(&fake);
         let p = pod("ns", "p", "u", &["s1"]);
-        m.register_pod(&p);
-        m.register_pod(&p);
-        m.unregister_pod(&p);
+        m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
+        m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
+        m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
         assert!(!m.is_watching("ns", "s1"));
-        m.unregister_pod(&p);
+        m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
         assert_eq!(m.stats().referenced_objects, 0);
     }
 
@@ -433,11 +433,11 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "old", &["s1"]));
-        m.register_pod(&pod("ns", "p", "new", &["s1"]));
-        m.unregister_pod(&pod("ns", "p", "old", &[]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "old", &["s1"])).unwrap());
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "new", &["s1"])).unwrap());
+        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p", "old", &[])).unwrap().uid());
         assert!(m.is_watching("ns", "s1"));
-        m.unregister_pod(&pod("ns", "p", "new", &[]));
+        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p", "new", &[])).unwrap().uid());
         assert!(!m.is_watching("ns", "s1"));
     }
 
@@ -445,7 +445,7 @@ mod tests {
     async fn om18_a_missing_object_reads_as_the_singular_not_found() {
         let fake = FakeSource::<Secret>::new();
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         let err = m.get("ns", "s1").await.err();
         assert!(err.as_ref().is_some_and(Error::is_not_found));
         assert_eq!(
@@ -460,7 +460,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         fake.hold_lists(true);
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         let err = m.get("ns", "s1").await.err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
@@ -480,7 +480,7 @@ mod tests {
             ..ManagerConfig::default()
         };
         let m = manager_with(config, &fake, None);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(read(&m, "s1").await.is_ok());
 
         tokio::time::sleep(Duration::from_secs(90)).await;
@@ -513,7 +513,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         fake.hold_lists(true);
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_err());
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert!(m.is_watching("ns", "s1"));
@@ -559,7 +559,7 @@ mod tests {
                 fake.apply("ns", secret("s", "v1", immutable));
             }
             let m = watch(&fake);
-            m.register_pod(&pod("ns", "p", "u", &["s"]));
+            m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s"])).unwrap());
             let _ = m.get("ns", "s").await;
             if let Some(immutable) = update {
                 assert!(
@@ -579,7 +579,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s", "v1", true));
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s"])).unwrap());
         assert!(read(&m, "s").await.is_ok());
         fake.delete("ns", "s");
         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -593,7 +593,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         fake.apply("ns", secret("imm", "v", true));
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1", "s2", "imm"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2", "imm"])).unwrap());
         assert!(read(&m, "s1").await.is_ok() && read(&m, "imm").await.is_ok());
         assert_eq!(m.stats().running_watches, 2);
 
@@ -610,7 +610,7 @@ mod tests {
             Some("v"),
             "immutable: from memory"
         );
-        m.register_pod(&pod("ns", "p2", "u2", &["s3"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &["s3"])).unwrap());
         assert!(!m.is_watching("ns", "s3"));
         assert_eq!(m.stats().background_tasks, 0);
         m.shutdown().await;
@@ -621,7 +621,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(read(&m, "s1").await.is_ok());
         assert_eq!(fake.open_watches(), 1);
         drop(m);
@@ -635,7 +635,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v1", false));
         let m = watch(&fake);
         let mut changes = m.subscribe();
-        m.register_pod(&pod("ns", "p", "u", &["s1", "s2"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
         assert!(read(&m, "s1").await.is_ok() && read(&m, "s2").await.is_err());
         settle().await;
         assert!(changes.try_recv().is_err(), "first load");
@@ -669,7 +669,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v1", false));
         let m = watch(&fake);
         let mut changes = m.subscribe();
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(read(&m, "s1").await.is_ok());
         settle().await;
         fake.close_watches();
@@ -693,7 +693,7 @@ mod tests {
         }
         let m = watch(&fake);
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        m.register_pod(&pod("ns", "p", "u", &refs));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &refs)).unwrap());
         for n in &names {
             assert!(read(&m, n).await.is_ok());
         }
@@ -728,7 +728,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v1", false));
         let m = watch(&fake);
         let mut changes = m.subscribe();
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(read(&m, "s1").await.is_ok());
         settle().await;
         fake.close_watches();
@@ -746,7 +746,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v1", false));
         let m = watch(&fake);
         let mut changes = m.subscribe();
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(read(&m, "s1").await.is_ok());
         settle().await;
         fake.fail_next(5, SourceError::status(500, "InternalError", "down"));
@@ -772,7 +772,7 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v1", false));
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         assert!(read(&m, "s1").await.is_ok());
         // Every watch from now on is refused with 410; lists keep working.
         fake.fail_next_of(
@@ -797,7 +797,7 @@ mod tests {
         fake.apply("ns", secret("s1", "v1", false));
         fake.fail_next(3, SourceError::status(500, "InternalError", "down"));
         let m = watch(&fake);
-        m.register_pod(&pod("ns", "p", "u", &["s1"]));
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1"])).unwrap());
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v1"));
         assert_eq!(fake.count(Verb::List, "ns", "s1"), 4);

@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{
 };
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use nodelet_volume_manager::downward::{env_field_ref_value, resource_field_ref_value};
-use nodelet_volume_manager::plugins::NodeAllocatable;
 
 use crate::error::EnvError;
 use crate::expand::expand;
@@ -217,7 +216,7 @@ async fn value_from(
         return Ok(Some(env_field_ref_value(pod, f)?.into_bytes()));
     }
     if let Some(r) = &from.resource_field_ref {
-        let allocatable = NodeAllocatable::from_quantities(&options.node_allocatable)?;
+        let allocatable = nodelet_volume_manager::downward::node_allocatable_from_quantities(&options.node_allocatable)?;
         return Ok(Some(
             resource_field_ref_value(pod, r, Some(container), &allocatable)?.into_bytes(),
         ));

@@ -101,13 +101,10 @@ pub enum VolumeError {
     /// The wait was interrupted (cancelled or timed out; spec PW-4: no summary event).
     #[error("the wait for volumes was interrupted")]
     Interrupted,
-    /// Volumes failed to mount or unmount; `Display` is the volume manager's text, e.g.
-    /// `unmounted volumes=[cfg]: ...`.
-    #[error("{message}")]
-    Failed {
-        /// The volume manager's message.
-        message: String,
-    },
+    /// Volumes failed to mount or unmount: the volume manager's error, unchanged (`Display`
+    /// is its text, e.g. `unmounted volumes=[cfg], …: timed out waiting for the condition`).
+    #[error(transparent)]
+    Failed(nodelet_volume_manager::Error),
 }
 
 /// An error of the runtime seam ([`RuntimeHook`](crate::RuntimeHook)).

@@ -117,7 +117,7 @@ pub use env::{
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
 pub use runtime::{ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, env_file, env_json};
 pub use seams::{
-    ContainerConfigState, ContainerConfigStatus, EventSink, EventType, NoEvents, NoStatus,
+    ContainerConfigState, ContainerConfigStatus, EventSink, NoEvents, NoStatus,
     PodConfigStatus, Readiness, StatusSink, Volumes, reasons,
 };
 #[cfg(any(test, feature = "test-util"))]

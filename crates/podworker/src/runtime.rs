@@ -11,17 +11,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{Container, Secret};
 use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriterConfig};
-use nodelet_volume_manager::PodUid;
+use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 
 /// What runs containers. The config syncer hands it each container once, with its resolved
 /// environment (spec PW-4 last step); a container already created is never re-created, so its
-/// environment never changes (UP-3). Every method gets the pod's UID as the pod worker
-/// validated it, next to the pod.
+/// environment never changes (UP-3). Every method gets the [`AdmittedPod`] (its UID
+/// validated once, where the pod entered the node).
 #[async_trait]
 pub trait RuntimeHook: Send + Sync + 'static {
     /// Names of `pod`'s containers that exist already (created by an earlier sync or an
@@ -29,11 +29,8 @@ pub trait RuntimeHook: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`RuntimeError`] when the runtime cannot tell.
-    async fn created_containers(
-        &self,
-        uid: &PodUid,
-        pod: &Pod,
-    ) -> Result<BTreeSet<String>, RuntimeError>;
+    async fn created_containers(&self, pod: &AdmittedPod)
+    -> Result<BTreeSet<String>, RuntimeError>;
 
     /// Create `container` of `pod` with environment `env`; `pull_secrets` are the image pull
     /// secrets that could be read (PW-7).
@@ -42,8 +39,7 @@ pub trait RuntimeHook: Send + Sync + 'static {
     /// [`RuntimeError`]; the syncer retries on the next sync.
     async fn create_container(
         &self,
-        uid: &PodUid,
-        pod: &Pod,
+        pod: &AdmittedPod,
         container: &Container,
         env: &ContainerEnv,
         pull_secrets: &[Arc<Secret>],
@@ -53,18 +49,14 @@ pub trait RuntimeHook: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
-    async fn kill_pod(
-        &self,
-        uid: &PodUid,
-        pod: &Pod,
-        grace_period: Duration,
-    ) -> Result<(), RuntimeError>;
+    async fn kill_pod(&self, pod: &AdmittedPod, grace_period: Duration)
+    -> Result<(), RuntimeError>;
 
     /// Remove everything the runtime keeps for `pod` (SyncTerminatedPod).
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
-    async fn remove_pod(&self, uid: &PodUid, pod: &Pod) -> Result<(), RuntimeError>;
+    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError>;
 }
 
 /// File name of the `NAME=value` environment file.
@@ -94,7 +86,7 @@ pub const ENV_JSON_FILE: &str = "env.json";
 /// `containers` directory.
 #[derive(Debug, Clone)]
 pub struct EnvFileRuntime {
-    root_dir: PathBuf,
+    dirs: PodDirs,
     writer: WriterConfig,
     /// Serialises the blocking filesystem work of writes and removals. A write runs on the
     /// blocking pool and outlives a cancelled sync; without this, the removal at termination
@@ -106,7 +98,7 @@ impl EnvFileRuntime {
     /// A runtime writing under `root_dir` (the agent's `--root-dir`).
     pub fn new(root_dir: &Path) -> Self {
         Self {
-            root_dir: root_dir.to_path_buf(),
+            dirs: PodDirs::new(root_dir),
             writer: WriterConfig::default(),
             fs_lock: Arc::default(),
         }
@@ -114,10 +106,7 @@ impl EnvFileRuntime {
 
     /// `<root>/pods/<uid>/containers`.
     pub fn containers_dir(&self, pod_uid: &PodUid) -> PathBuf {
-        self.root_dir
-            .join("pods")
-            .join(pod_uid.as_str())
-            .join("containers")
+        self.dirs.containers(pod_uid)
     }
 
     fn write(
@@ -149,10 +138,9 @@ impl EnvFileRuntime {
 impl RuntimeHook for EnvFileRuntime {
     async fn created_containers(
         &self,
-        uid: &PodUid,
-        _pod: &Pod,
+        pod: &AdmittedPod,
     ) -> Result<BTreeSet<String>, RuntimeError> {
-        let dir = self.containers_dir(uid);
+        let dir = self.containers_dir(pod.uid());
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
@@ -173,13 +161,12 @@ impl RuntimeHook for EnvFileRuntime {
 
     async fn create_container(
         &self,
-        uid: &PodUid,
-        _pod: &Pod,
+        pod: &AdmittedPod,
         container: &Container,
         env: &ContainerEnv,
         _pull_secrets: &[Arc<Secret>],
     ) -> Result<(), RuntimeError> {
-        let uid = uid.clone();
+        let uid = pod.uid().clone();
         let name = container.name.clone();
         let env = env.clone();
         let this = self.clone();
@@ -192,15 +179,14 @@ impl RuntimeHook for EnvFileRuntime {
 
     async fn kill_pod(
         &self,
-        _uid: &PodUid,
-        _pod: &Pod,
+        _pod: &AdmittedPod,
         _grace_period: Duration,
     ) -> Result<(), RuntimeError> {
         Ok(())
     }
 
-    async fn remove_pod(&self, uid: &PodUid, _pod: &Pod) -> Result<(), RuntimeError> {
-        let dir = self.containers_dir(uid);
+    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
+        let dir = self.containers_dir(pod.uid());
         let lock = self.fs_lock.clone();
         tokio::task::spawn_blocking(move || {
             // Waits for a write still running from a cancelled sync.

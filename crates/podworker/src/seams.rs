@@ -1,17 +1,19 @@
-//! The seams of the config syncer: [`Volumes`] (the volume manager), [`EventSink`] (Kubernetes
-//! Events), [`StatusSink`] (pod status) and the status types, with fakes for tests.
+//! The seams of the config syncer: [`Volumes`] (the volume manager, implemented here for
+//! [`VolumeManager`]), [`EventSink`] (Kubernetes Events), [`StatusSink`] (pod status) and the
+//! status types, with fakes for tests.
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Pod;
-use nodelet_volume_manager::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_volume_manager::{Error as VolumeManagerError, VolumeManager, WaitCause};
 
 use crate::error::VolumeError;
 
 /// The event seam is the volume manager's: one trait for the whole agent, which implements it
 /// once for both crates. Implementations must not block (queue and return).
-pub use nodelet_volume_manager::events::{EventSink, EventType, NoEvents};
+pub use nodelet_volume_manager::events::{EventSink, NoEvents};
 
-/// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13).
+/// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13): [`VolumeManager`]
+/// in production, `FakeVolumes` (feature `test-util`) in tests.
 #[async_trait]
 pub trait Volumes: Send + Sync + 'static {
     /// Put `pod` (its newest object) in the desired state of the world (VM-4, VM-5).
@@ -19,7 +21,7 @@ pub trait Volumes: Send + Sync + 'static {
     /// [`ConfigSyncer`](crate::ConfigSyncer)'s [`pod_desired`](crate::PodSyncer::pod_desired),
     /// which [`PodWorkers::update_pod`](crate::PodWorkers::update_pod) calls for each update of
     /// a live pod: the one place a pod becomes desired.
-    fn add_pod(&self, pod: &Pod);
+    fn add_pod(&self, pod: &AdmittedPod);
 
     /// Termination of pod `uid` was requested and its containers are stopped: its volumes may
     /// be torn down. Idempotent, non-blocking.
@@ -31,15 +33,57 @@ pub trait Volumes: Send + Sync + 'static {
     /// pod: `pod` was made desired by [`add_pod`](Self::add_pod) before this sync was queued.
     ///
     /// # Errors
-    /// [`VolumeError::Failed`] with the volume manager's text (also for a pod that is not in
-    /// the desired state), or [`VolumeError::Interrupted`] (time-out or cancellation).
-    async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError>;
+    /// [`VolumeError::Failed`] with the volume manager's error (also for a pod that is not in
+    /// the desired state), or [`VolumeError::Interrupted`] (the volume manager shut down).
+    async fn wait_for_attach_and_mount(&self, pod: &AdmittedPod) -> Result<(), VolumeError>;
 
-    /// Wait until no volume of `pod` is mounted any more (VM-12).
+    /// Wait until no volume of pod `uid` is mounted any more (VM-12).
     ///
     /// # Errors
     /// As [`wait_for_attach_and_mount`](Self::wait_for_attach_and_mount).
-    async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), VolumeError>;
+    async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError>;
+}
+
+/// The volume manager itself is the production [`Volumes`]. A wait that ends because the
+/// manager shut down is an interruption (no event); a time-out is a failure with the kubelet's
+/// text, so the `FailedMount` summary event is emitted (the older kubelets' behaviour, spec §7
+/// item 9).
+#[async_trait]
+impl Volumes for VolumeManager {
+    fn add_pod(&self, pod: &AdmittedPod) {
+        VolumeManager::add_pod(self, pod);
+    }
+
+    fn remove_pod(&self, uid: &PodUid) {
+        VolumeManager::remove_pod(self, uid);
+    }
+
+    async fn wait_for_attach_and_mount(&self, pod: &AdmittedPod) -> Result<(), VolumeError> {
+        VolumeManager::wait_for_attach_and_mount(self, pod)
+            .await
+            .map_err(volume_error)
+    }
+
+    async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError> {
+        VolumeManager::wait_for_unmount(self, uid)
+            .await
+            .map_err(volume_error)
+    }
+}
+
+/// A shut-down manager interrupts the wait; every other error is kept as it is.
+fn volume_error(err: VolumeManagerError) -> VolumeError {
+    match &err {
+        VolumeManagerError::VolumesNotMounted {
+            cause: WaitCause::ShutDown,
+            ..
+        }
+        | VolumeManagerError::VolumesStillMounted {
+            cause: WaitCause::ShutDown,
+            ..
+        } => VolumeError::Interrupted,
+        _ => VolumeError::Failed(err),
+    }
 }
 
 /// Event reasons the config syncer emits, with the kubelet's spelling.
@@ -109,11 +153,11 @@ pub struct PodConfigStatus {
 /// Where pod statuses go (the agent patches the pod's status). Implementations must not block.
 pub trait StatusSink: Send + Sync + 'static {
     /// The newest status of `pod`.
-    fn set_status(&self, pod: &Pod, status: &PodConfigStatus);
+    fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus);
 
     /// `pod` has finished terminating: volumes gone, references dropped. The agent deletes the
     /// API object (grace period 0), as the kubelet's status manager does.
-    fn terminated(&self, pod: &Pod);
+    fn terminated(&self, pod: &AdmittedPod);
 }
 
 /// A [`StatusSink`] that drops everything.
@@ -121,8 +165,8 @@ pub trait StatusSink: Send + Sync + 'static {
 pub struct NoStatus;
 
 impl StatusSink for NoStatus {
-    fn set_status(&self, _pod: &Pod, _status: &PodConfigStatus) {}
-    fn terminated(&self, _pod: &Pod) {}
+    fn set_status(&self, _pod: &AdmittedPod, _status: &PodConfigStatus) {}
+    fn terminated(&self, _pod: &AdmittedPod) {}
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -135,21 +179,17 @@ mod fakes {
 
     use async_trait::async_trait;
     use k8s_openapi::api::core::v1::Pod;
-    use nodelet_volume_manager::PodUid;
+    use nodelet_core::{AdmittedPod, EventType, PodUid};
+    use nodelet_volume_manager::Error as VolumeManagerError;
     use tokio::sync::watch;
 
-    use super::{EventSink, EventType, PodConfigStatus, StatusSink, Volumes};
+    use super::{EventSink, PodConfigStatus, StatusSink, Volumes};
     use crate::error::VolumeError;
 
-    /// The UID the recorders file a pod under. Events and statuses may concern a pod the
-    /// volume manager refused for its UID, so the recorders keep the raw text (`""` for none).
+    /// The UID the event recorder files a pod under: the raw text (`""` for none), as an
+    /// event may concern any pod object.
     fn uid(pod: &Pod) -> String {
         pod.metadata.uid.clone().unwrap_or_default()
-    }
-
-    /// The UID of a pod handed to the volume seam: the pod worker validated it.
-    fn volume_uid(pod: &Pod) -> String {
-        PodUid::from_pod(pod).map_or_else(|e| format!("<{e}>"), |u| u.to_string())
     }
 
     /// A [`Volumes`] fake: mounts succeed unless failures are queued; records calls. Like the
@@ -162,7 +202,7 @@ mod fakes {
     #[derive(Debug, Default)]
     struct FakeVolumesState {
         desired: BTreeSet<String>,
-        mount_failures: VecDeque<String>,
+        mount_failures: VecDeque<VolumeManagerError>,
         calls: Vec<String>,
     }
 
@@ -171,10 +211,10 @@ mod fakes {
         pub fn new() -> Self {
             Self::default()
         }
-        /// The next `wait_for_attach_and_mount` fails with `message`.
-        pub fn fail_next_mount(&self, message: &str) {
+        /// The next `wait_for_attach_and_mount` fails with `error`.
+        pub fn fail_next_mount(&self, error: VolumeManagerError) {
             if let Ok(mut s) = self.state.lock() {
-                s.mount_failures.push_back(message.to_owned());
+                s.mount_failures.push_back(error);
             }
         }
         /// UIDs in the desired state.
@@ -207,8 +247,8 @@ mod fakes {
 
     #[async_trait]
     impl Volumes for FakeVolumes {
-        fn add_pod(&self, pod: &Pod) {
-            let uid = volume_uid(pod);
+        fn add_pod(&self, pod: &AdmittedPod) {
+            let uid = pod.uid().to_string();
             self.record("add", &uid);
             if let Ok(mut s) = self.state.lock() {
                 s.desired.insert(uid);
@@ -220,23 +260,26 @@ mod fakes {
                 s.desired.remove(uid.as_str());
             }
         }
-        async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), VolumeError> {
-            let uid = volume_uid(pod);
-            self.record("mount", &uid);
+        async fn wait_for_attach_and_mount(&self, pod: &AdmittedPod) -> Result<(), VolumeError> {
+            let uid = pod.uid();
+            self.record("mount", uid.as_str());
             let failure = self.state.lock().ok().and_then(|mut s| {
-                if s.desired.contains(&uid) {
+                if s.desired.contains(uid.as_str()) {
                     s.mount_failures.pop_front()
                 } else {
-                    Some(format!("pod {uid} is not desired"))
+                    Some(VolumeManagerError::PodNotDesired {
+                        pod: pod.to_string(),
+                        uid: uid.clone(),
+                    })
                 }
             });
             match failure {
-                Some(message) => Err(VolumeError::Failed { message }),
+                Some(error) => Err(VolumeError::Failed(error)),
                 None => Ok(()),
             }
         }
-        async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), VolumeError> {
-            self.record("unmount", &volume_uid(pod));
+        async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError> {
+            self.record("unmount", uid.as_str());
             Ok(())
         }
     }
@@ -332,15 +375,15 @@ mod fakes {
     }
 
     impl StatusSink for RecordingStatus {
-        fn set_status(&self, pod: &Pod, status: &PodConfigStatus) {
+        fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
             if let Ok(mut s) = self.statuses.lock() {
-                s.insert(uid(pod), status.clone());
+                s.insert(pod.uid().to_string(), status.clone());
             }
             self.changed.send_modify(|n| *n += 1);
         }
-        fn terminated(&self, pod: &Pod) {
+        fn terminated(&self, pod: &AdmittedPod) {
             if let Ok(mut t) = self.terminated.lock() {
-                t.push(uid(pod));
+                t.push(pod.uid().to_string());
             }
             self.changed.send_modify(|n| *n += 1);
         }

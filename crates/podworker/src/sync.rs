@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
-use nodelet_volume_manager::PodUid;
+use nodelet_core::{AdmittedPod, EventType, PodDirs, PodUid};
 use tracing::{debug, warn};
 
 use crate::env::{EnvOptions, EnvSources, resolve_env};
 use crate::error::{SyncError, VolumeError};
 use crate::runtime::RuntimeHook;
 use crate::seams::{
-    ContainerConfigState, ContainerConfigStatus, EventSink, EventType, PodConfigStatus, Readiness,
+    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness,
     StatusSink, Volumes, reasons,
 };
 use crate::workers::{PodSyncer, SyncOutcome, is_terminal};
@@ -125,7 +125,7 @@ impl ConfigSyncer {
 
     /// `<root>/pods/<uid>`.
     pub fn pod_dir(&self, uid: &PodUid) -> PathBuf {
-        self.config.root_dir.join("pods").join(uid.as_str())
+        PodDirs::new(&self.config.root_dir).pod(uid)
     }
 
     fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
@@ -133,12 +133,8 @@ impl ConfigSyncer {
     }
 
     fn make_pod_dirs(&self, uid: &PodUid) -> Result<(), SyncError> {
-        let pod_dir = self.pod_dir(uid);
-        for dir in [
-            pod_dir.clone(),
-            pod_dir.join("volumes"),
-            pod_dir.join("plugins"),
-        ] {
+        let dirs = PodDirs::new(&self.config.root_dir);
+        for dir in [dirs.pod(uid), dirs.volumes(uid), dirs.plugins(uid)] {
             let err = |source| SyncError::MakePodDirectories {
                 path: dir.clone(),
                 source,
@@ -191,8 +187,8 @@ impl ConfigSyncer {
         found
     }
 
-    fn publish(&self, uid: &PodUid, pod: &Pod, status: &PodConfigStatus) {
-        self.lock_published().insert(uid.clone());
+    fn publish(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
+        self.lock_published().insert(pod.uid().clone());
         self.parts.status.set_status(pod, status);
     }
 
@@ -225,7 +221,7 @@ fn pending_containers(pod: &Pod) -> Vec<ContainerConfigStatus> {
 }
 
 impl PodSyncer for ConfigSyncer {
-    fn pod_desired(&self, _uid: &PodUid, pod: &Pod) {
+    fn pod_desired(&self, pod: &AdmittedPod) {
         // PW-4 / PW-13: registered before anything reads objects for it; again on every update
         // so that new references are picked up (PW-14).
         self.parts.sources.secrets.register_pod(pod);
@@ -234,7 +230,8 @@ impl PodSyncer for ConfigSyncer {
         self.parts.volumes.add_pod(pod);
     }
 
-    async fn sync_pod(&self, uid: &PodUid, pod: &Pod) -> Result<SyncOutcome, SyncError> {
+    async fn sync_pod(&self, pod: &AdmittedPod) -> Result<SyncOutcome, SyncError> {
+        let uid = pod.uid();
         // (1)
         if is_terminal(pod) {
             return Ok(SyncOutcome::Terminal);
@@ -259,7 +256,7 @@ impl PodSyncer for ConfigSyncer {
             let mut waiting = status.clone();
             waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
             waiting.config.message = Some("waiting for volumes".to_owned());
-            self.publish(uid, pod, &waiting);
+            self.publish(pod, &waiting);
         }
         match self.parts.volumes.wait_for_attach_and_mount(pod).await {
             Ok(()) => status.volumes.ready = true,
@@ -278,7 +275,7 @@ impl PodSyncer for ConfigSyncer {
                 );
                 status.volumes.message = Some(err.to_string());
                 status.config.message = Some("waiting for volumes".to_owned());
-                self.publish(uid, pod, &status);
+                self.publish(pod, &status);
                 return Err(err);
             }
         }
@@ -288,7 +285,7 @@ impl PodSyncer for ConfigSyncer {
         let created = self
             .parts
             .runtime
-            .created_containers(uid, pod)
+            .created_containers(pod)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
         let mut failures = Vec::new();
@@ -309,7 +306,7 @@ impl PodSyncer for ConfigSyncer {
                     }
                     self.parts
                         .runtime
-                        .create_container(uid, pod, container, &env, &pull_secrets)
+                        .create_container(pod, container, &env, &pull_secrets)
                         .await
                         .map_err(|source| SyncError::Runtime { source })?;
                     debug!(container = %container.name, vars = env.vars.len(), "container created");
@@ -342,44 +339,44 @@ impl PodSyncer for ConfigSyncer {
                 ready: true,
                 message: None,
             };
-            self.publish(uid, pod, &status);
+            self.publish(pod, &status);
             Ok(SyncOutcome::Running)
         } else {
             let err = SyncError::CreateContainerConfig { failures };
             status.config.message = Some(err.to_string());
-            self.publish(uid, pod, &status);
+            self.publish(pod, &status);
             Err(err)
         }
     }
 
     async fn sync_terminating_pod(
         &self,
-        uid: &PodUid,
-        pod: &Pod,
+        pod: &AdmittedPod,
         grace_period: Duration,
     ) -> Result<(), SyncError> {
         self.parts
             .runtime
-            .kill_pod(uid, pod, grace_period)
+            .kill_pod(pod, grace_period)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
-        self.parts.volumes.remove_pod(uid);
+        self.parts.volumes.remove_pod(pod.uid());
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, uid: &PodUid, pod: &Pod) -> Result<(), SyncError> {
+    async fn sync_terminated_pod(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
+        let uid = pod.uid();
         self.parts.volumes.remove_pod(uid);
         self.parts
             .volumes
-            .wait_for_unmount(pod)
+            .wait_for_unmount(uid)
             .await
             .map_err(|error| SyncError::Unmount { error })?;
         // PW-6 / PW-14: only now, with the volumes gone.
-        self.parts.sources.secrets.unregister_pod(pod);
-        self.parts.sources.configmaps.unregister_pod(pod);
+        self.parts.sources.secrets.unregister_pod(uid);
+        self.parts.sources.configmaps.unregister_pod(uid);
         self.parts
             .runtime
-            .remove_pod(uid, pod)
+            .remove_pod(pod)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
         let dir = self.pod_dir(uid);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_volume_manager::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
 use rand::Rng as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -20,7 +20,7 @@ use crate::error::SyncError;
 /// What a pod worker runs: the hook that records a live pod as desired, and the three
 /// callbacks (the kubelet's SyncPod, SyncTerminatingPod, SyncTerminatedPod).
 ///
-/// Every method gets the pod's UID as the worker validated it ([`PodUid::from_pod`]), so no
+/// Every method gets the [`AdmittedPod`] (the pod source validated its UID once), so no
 /// implementation reads `metadata.uid` again.
 pub trait PodSyncer: Send + Sync + 'static {
     /// Record `pod`, the newest object of a live pod, as desired: the kubelet's pod manager
@@ -34,31 +34,22 @@ pub trait PodSyncer: Send + Sync + 'static {
     ///
     /// Called under the workers' lock: it must not block and must not call back into the
     /// [`PodWorkers`].
-    fn pod_desired(&self, uid: &PodUid, pod: &Pod);
+    fn pod_desired(&self, pod: &AdmittedPod);
 
     /// Bring the pod towards its desired state. `Ok(SyncOutcome::Terminal)` when the pod has
     /// finished (phase Succeeded/Failed) and should terminate. Dropped (cancelled) when
     /// termination is requested mid-sync.
-    fn sync_pod(
-        &self,
-        uid: &PodUid,
-        pod: &Pod,
-    ) -> impl Future<Output = Result<SyncOutcome, SyncError>> + Send;
+    fn sync_pod(&self, pod: &AdmittedPod) -> impl Future<Output = Result<SyncOutcome, SyncError>> + Send;
 
     /// Stop the pod's containers within `grace_period` (PW-5). Repeated until it succeeds.
     fn sync_terminating_pod(
         &self,
-        uid: &PodUid,
-        pod: &Pod,
+        pod: &AdmittedPod,
         grace_period: Duration,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 
     /// Release the pod's resources (PW-6). Repeated until it succeeds.
-    fn sync_terminated_pod(
-        &self,
-        uid: &PodUid,
-        pod: &Pod,
-    ) -> impl Future<Output = Result<(), SyncError>> + Send;
+    fn sync_terminated_pod(&self, pod: &AdmittedPod) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
 
 /// What a successful [`PodSyncer::sync_pod`] found.
@@ -99,15 +90,15 @@ pub enum UpdateType {
 /// One update for [`PodWorkers::update_pod`].
 #[derive(Debug, Clone)]
 pub struct PodUpdate {
-    /// The pod (newest seen).
-    pub pod: Pod,
+    /// The pod (newest seen), admitted by the pod source.
+    pub pod: AdmittedPod,
     /// What happened.
     pub kind: UpdateType,
 }
 
 impl PodUpdate {
     /// An update of `kind` with `pod`.
-    pub fn new(kind: UpdateType, pod: Pod) -> Self {
+    pub fn new(kind: UpdateType, pod: AdmittedPod) -> Self {
         Self { pod, kind }
     }
 }
@@ -237,7 +228,7 @@ impl<S> Inner<S> {
 }
 
 struct Worker {
-    pod: Arc<Pod>,
+    pod: AdmittedPod,
     pending: bool,
     phase: WorkerPhase,
     grace_period: Option<Duration>,
@@ -296,16 +287,11 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// request moves the phase on under the same lock, and the terminating and terminated
     /// callbacks run only after that, so no update re-registers or re-adds a pod once its
     /// termination was requested (PW-14, VM-4).
-    ///
-    /// A pod without a usable UID ([`PodUid::from_pod`] fails) gets no worker and is ignored:
-    /// the pod source validates and reports such pods before they get here (issue 13).
     pub fn update_pod(&self, update: PodUpdate) {
         if self.inner.shutdown.is_cancelled() {
             return;
         }
-        let Ok(uid) = PodUid::from_pod(&update.pod) else {
-            return;
-        };
+        let uid = update.pod.uid().clone();
         let termination = termination_request(&update);
         let live = termination.is_none() && !is_terminal(&update.pod);
         let mut workers = self.inner.lock();
@@ -314,9 +300,9 @@ impl<S: PodSyncer> PodWorkers<S> {
                 return;
             }
             if live && w.phase == WorkerPhase::Syncing {
-                self.inner.syncer.pod_desired(&uid, &update.pod);
+                self.inner.syncer.pod_desired(&update.pod);
             }
-            w.pod = Arc::new(update.pod);
+            w.pod = update.pod;
             w.pending = true;
             if let Some(grace) = termination {
                 if w.phase == WorkerPhase::Syncing {
@@ -336,10 +322,10 @@ impl<S: PodSyncer> PodWorkers<S> {
             WorkerPhase::Syncing
         };
         if live {
-            self.inner.syncer.pod_desired(&uid, &update.pod);
+            self.inner.syncer.pod_desired(&update.pod);
         }
         let wake = Arc::new(Notify::new());
-        let pod = Arc::new(update.pod);
+        let pod = update.pod;
         let span = info_span!(
             "pod worker",
             pod.uid = %uid,
@@ -390,7 +376,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                         false
                     }
                     WorkerPhase::Syncing => {
-                        to_kill.push((*w.pod).clone());
+                        to_kill.push(w.pod.clone());
                         true
                     }
                     _ => true,
@@ -469,7 +455,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 
 /// What the task takes from the worker's state to run one step.
 struct Work {
-    pod: Arc<Pod>,
+    pod: AdmittedPod,
     phase: WorkerPhase,
     grace_period: Duration,
     cancel: CancellationToken,
@@ -500,7 +486,7 @@ async fn run_worker<S: PodSyncer>(
         };
         let span = info_span!("sync pod", phase = ?work.phase);
         let result = tokio::select! {
-            r = step(&*syncer, &uid, &work).instrument(span) => r,
+            r = step(&*syncer, &work).instrument(span) => r,
             () = shutdown.cancelled() => return,
         };
         let Some(inner) = inner.upgrade() else {
@@ -550,20 +536,20 @@ fn take_work<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> Option<Work> {
 }
 
 /// One callback of the current phase; `Ok(true)` = move to the next phase.
-async fn step<S: PodSyncer>(syncer: &S, uid: &PodUid, work: &Work) -> Result<bool, SyncError> {
+async fn step<S: PodSyncer>(syncer: &S, work: &Work) -> Result<bool, SyncError> {
     match work.phase {
         WorkerPhase::Syncing => {
             tokio::select! {
-                r = syncer.sync_pod(uid, &work.pod) => r.map(|o| o == SyncOutcome::Terminal),
+                r = syncer.sync_pod(&work.pod) => r.map(|o| o == SyncOutcome::Terminal),
                 () = work.cancel.cancelled() => Err(SyncError::Interrupted),
             }
         }
         WorkerPhase::Terminating => syncer
-            .sync_terminating_pod(uid, &work.pod, work.grace_period)
+            .sync_terminating_pod(&work.pod, work.grace_period)
             .await
             .map(|()| true),
         WorkerPhase::Terminated => syncer
-            .sync_terminated_pod(uid, &work.pod)
+            .sync_terminated_pod(&work.pod)
             .await
             .map(|()| true),
         WorkerPhase::Finished => Ok(false),

@@ -14,14 +14,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
-use nodelet_volume_manager::{
-    Config, EventSink, EventType, KubeTokenSource, PodUid, VolumeManager,
-};
+use nodelet_volume_manager::{Config, EventSink, EventType, KubeTokenSource, VolumeManager};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -121,7 +120,7 @@ async fn propagation(bed: &Bed, updates: usize) {
         .vm
         .host()
         .volume_dir(
-            &nodelet_volume_manager::PodUid::from_pod(&pod).unwrap(),
+            &nodelet_core::PodUid::from_pod(&pod).unwrap(),
             "kubernetes.io/configmap",
             "cfg",
         )

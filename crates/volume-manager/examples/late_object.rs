@@ -11,12 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::RecordingSink;
-use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, PodUid, VolumeManager};
+use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, VolumeManager};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

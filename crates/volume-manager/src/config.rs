@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::plugins::{NodeAllocatable, PluginRegistry};
+use nodelet_core::NodeAllocatable;
+
+use crate::plugins::PluginRegistry;
 
 /// Where memory-medium volumes (secret, projected, downwardAPI, emptyDir `Memory`) live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::{ObjectRef, PodUid};
+use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
+use k8s_openapi::api::core::v1::Volume;
 
 use crate::plugins::VolumePlugin;
 
@@ -38,7 +38,8 @@ pub(crate) struct UnsupportedVolume {
 pub(crate) struct DesiredPod {
     /// The pod's validated UID (its key in the desired state).
     pub(crate) uid: PodUid,
-    pub(crate) pod: Arc<Pod>,
+    /// The newest admitted pod object (VM-5).
+    pub(crate) pod: AdmittedPod,
     pub(crate) volumes: Vec<DesiredVolume>,
     pub(crate) unsupported: Vec<UnsupportedVolume>,
     /// Populator errors (VM-5), popped by `wait_for_attach_and_mount`.

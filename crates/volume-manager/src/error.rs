@@ -36,9 +36,6 @@ pub enum Error {
         /// Why the wait ended.
         cause: WaitCause,
     },
-    /// The pod's `metadata.uid` is missing or not a single path component; the pod is refused.
-    #[error(transparent)]
-    InvalidPodUid(nodelet_object_manager::PodUidError),
     /// `wait_for_attach_and_mount` was asked to wait for a pod that is not in the desired
     /// state (never added, or removed): nothing would ever mount its volumes, so the wait ends
     /// at once instead of after the time-out as the kubelet's would.
@@ -49,7 +46,7 @@ pub enum Error {
         /// `namespace/name` of the pod.
         pod: String,
         /// The pod's UID.
-        uid: nodelet_object_manager::PodUid,
+        uid: nodelet_core::PodUid,
     },
     /// The root directory could not be created or probed.
     #[error("prepare root directory {}: {cause}", path.display())]

@@ -2,26 +2,7 @@
 //! crate emits, and `RecordingSink` for tests (feature `test-util`).
 
 use k8s_openapi::api::core::v1::Pod;
-
-/// Kubernetes event type (`Event.type`). The one event-type enum of the node crates: the
-/// pod worker re-exports it and the agent's event recorder keys on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    /// `Normal`.
-    Normal,
-    /// `Warning`.
-    Warning,
-}
-
-impl EventType {
-    /// The `Event.type` text: `Normal` or `Warning`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
+use nodelet_core::EventType;
 
 /// Event reasons emitted by the volume manager.
 pub mod reasons {

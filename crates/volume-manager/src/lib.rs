@@ -210,9 +210,8 @@ mod updates;
 
 pub use config::{Config, MemoryMedium};
 pub use error::{Error, SetUpError, WaitCause};
-pub use events::{EventSink, EventType};
+pub use events::EventSink;
 pub use manager::VolumeManager;
-pub use nodelet_object_manager::{PodUid, PodUidError};
 pub use plugins::{PluginRegistry, VolumePlugin};
 pub use snapshot::{PodVolumes, VolumeSnapshot, VolumeState};
 pub use token::{KubeTokenSource, Token, TokenError, TokenSource};

@@ -4,8 +4,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use nodelet_core::EventType;
+use nodelet_core::{AdmittedPod, NodeAllocatable, PodUid};
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_object_manager::{ConfigMapManager, PodUid, SecretManager};
+use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -13,9 +15,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::asw::ActualState;
 use crate::dsw::{DesiredPod, DesiredState, UnsupportedVolume};
-use crate::events::{EventSink, EventType, reasons};
+use crate::events::{EventSink, reasons};
 use crate::executor::Operations;
-use crate::plugins::{NodeAllocatable, PluginRegistry, VolumeHost, host_probe_tmpfs};
+use crate::plugins::{PluginRegistry, VolumeHost, host_probe_tmpfs};
 use crate::populator::{desired_pod, expected_volumes};
 use crate::token::{TokenCache, TokenSource};
 use crate::{Config, Error, MemoryMedium, WaitCause};
@@ -165,25 +167,12 @@ impl VolumeManager {
     /// latest pod object is kept, and the pod's mounted volumes are marked for remount (so
     /// downward API changes reach the files). Never blocks.
     ///
-    /// A pod whose UID is missing or not a single path component is refused: nothing is
-    /// recorded (so nothing is created outside `<root>/pods/<uid>/`) and a `FailedMount`
-    /// warning event names the pod.
-    pub fn add_pod(&self, pod: Arc<Pod>) {
-        let uid = match PodUid::from_pod(&pod) {
-            Ok(uid) => uid,
-            Err(error) => {
-                self.inner.events.event(
-                    &pod,
-                    EventType::Warning,
-                    reasons::FAILED_MOUNT,
-                    error.to_string(),
-                );
-                return;
-            }
-        };
-        let desired = desired_pod(&uid, pod.clone(), &self.inner.registry);
-        let fresh = set_desired(&mut self.inner.lock(), &uid, desired);
-        self.report_unsupported(&pod, fresh);
+    /// The pod was admitted ([`AdmittedPod`]): its UID is one path component, so nothing is
+    /// ever created outside `<root>/pods/<uid>/`.
+    pub fn add_pod(&self, pod: &AdmittedPod) {
+        let desired = desired_pod(pod, &self.inner.registry);
+        let fresh = set_desired(&mut self.inner.lock(), pod.uid(), desired);
+        self.report_unsupported(pod, fresh);
         self.inner.bump();
     }
 
@@ -201,7 +190,7 @@ impl VolumeManager {
             let Some(pod) = st.dsw.pod(pod_uid).map(|p| p.pod.clone()) else {
                 return false;
             };
-            let desired = desired_pod(pod_uid, pod.clone(), &self.inner.registry);
+            let desired = desired_pod(&pod, &self.inner.registry);
             (pod, set_desired(&mut st, pod_uid, desired))
         };
         self.report_unsupported(&pod, fresh);
@@ -227,7 +216,7 @@ impl VolumeManager {
     }
 
     /// Same as [`add_pod`](Self::add_pod): the newest pod object replaces the old one.
-    pub fn update_pod(&self, pod: Arc<Pod>) {
+    pub fn update_pod(&self, pod: &AdmittedPod) {
         self.add_pod(pod);
     }
 
@@ -257,30 +246,24 @@ impl VolumeManager {
     /// # Errors
     /// [`Error::VolumesNotMounted`] after `config.wait_timeout` (2 min 3 s) or when the
     /// populator recorded pod errors — unless every volume is mounted by then;
-    /// [`Error::InvalidPodUid`] at once for a pod without a usable UID;
     /// [`Error::PodNotDesired`] at once for a pod with volumes that is not desired (the kubelet
     /// would wait out the time-out for it; nothing would ever mount them).
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future only stops waiting.
-    pub async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<(), Error> {
-        let uid = PodUid::from_pod(pod).map_err(Error::InvalidPodUid)?;
-        let expected = expected_volumes(&uid, pod, &self.inner.registry);
+    pub async fn wait_for_attach_and_mount(&self, pod: &AdmittedPod) -> Result<(), Error> {
+        let uid = pod.uid();
+        let expected = expected_volumes(uid, pod, &self.inner.registry);
         if expected.is_empty() {
             return Ok(());
         }
         let mut rx = self.inner.changed.subscribe();
-        if !self.reprocess_pod(&uid) {
+        if !self.reprocess_pod(uid) {
             return Err(Error::PodNotDesired {
-                pod: format!(
-                    "{}/{}",
-                    pod.metadata.namespace.as_deref().unwrap_or_default(),
-                    pod.metadata.name.as_deref().unwrap_or_default()
-                ),
-                uid,
+                pod: pod.to_string(),
+                uid: uid.clone(),
             });
         }
-        let uid = &uid;
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
@@ -323,7 +306,7 @@ impl VolumeManager {
         })
     }
 
-    /// VM-12: waits until none of the pod's volumes is on disk any more (call after
+    /// VM-12: waits until none of pod `uid`'s volumes is on disk any more (call after
     /// [`remove_pod`](Self::remove_pod); a desired pod's volumes stay mounted). When it
     /// returns `Ok`, the volume directories are gone (PW-6).
     ///
@@ -332,17 +315,13 @@ impl VolumeManager {
     ///
     /// # Cancel safety
     /// Cancel-safe.
-    pub async fn wait_for_unmount(&self, pod: &Pod) -> Result<(), Error> {
-        // A pod without a usable UID was refused by `add_pod`: it has nothing on disk.
-        let Ok(uid) = PodUid::from_pod(pod) else {
-            return Ok(());
-        };
+    pub async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), Error> {
         let mut rx = self.inner.changed.subscribe();
         self.inner.bump();
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
-            if self.inner.lock().asw.present_for_pod(&uid).is_empty() {
+            if self.inner.lock().asw.present_for_pod(uid).is_empty() {
                 return Ok(());
             }
             tokio::select! {
@@ -350,7 +329,7 @@ impl VolumeManager {
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
-        let mounted = self.inner.lock().asw.present_for_pod(&uid);
+        let mounted = self.inner.lock().asw.present_for_pod(uid);
         if mounted.is_empty() {
             return Ok(());
         }
@@ -540,7 +519,7 @@ mod tests {
     // name, nor for a ConfigMap of the same name in another namespace.
     #[tokio::test(start_paused = true)]
     async fn a_notification_remounts_only_the_volumes_reading_that_exact_object() {
-        use nodelet_object_manager::ObjectRef;
+        use nodelet_core::ObjectRef;
         let bed = bed(Strategy::Get, None);
         bed.configmaps.apply("ns", cm("cm", "v1"));
         // The wait never adds a pod (VM-4): add it first, as the pod workers do.

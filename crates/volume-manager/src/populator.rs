@@ -2,10 +2,9 @@
 //! it runs when the agent adds or updates a pod, not on a 100 ms loop.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
 
+use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::PodUid;
 
 use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume};
 use crate::plugins::PluginRegistry;
@@ -51,12 +50,13 @@ fn used_volumes(pod: &Pod) -> Vec<&Volume> {
 /// VM-4 `processPodVolumes` for one pod: a desired volume per used, supported volume; used
 /// volumes without a plugin are recorded as unsupported; a volume name that cannot be a
 /// directory name is a pod error.
-pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry) -> DesiredPod {
+pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> DesiredPod {
+    let uid = pod.uid();
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let mut volumes = Vec::new();
     let mut unsupported = Vec::new();
     let mut errors = BTreeSet::new();
-    for volume in used_volumes(&pod) {
+    for volume in used_volumes(pod) {
         if !is_directory_name(&volume.name) {
             if errors.len() < MAX_POD_ERRORS {
                 errors.insert(format!(
@@ -82,7 +82,7 @@ pub(crate) fn desired_pod(uid: &PodUid, pod: Arc<Pod>, registry: &PluginRegistry
     }
     DesiredPod {
         uid: uid.clone(),
-        pod,
+        pod: pod.clone(),
         volumes,
         unsupported,
         errors,
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(d.errors.len(), 1);
         assert_eq!(
             d.volumes[0].objects,
-            [nodelet_object_manager::ObjectRef::config_map("ns", "cm")]
+            [nodelet_core::ObjectRef::config_map("ns", "cm")]
         );
     }
 

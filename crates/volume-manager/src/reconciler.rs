@@ -4,15 +4,16 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use nodelet_core::EventType;
+use nodelet_core::{ObjectRef, PodUid};
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::{ObjectRef, PodUid};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::asw::{MountState, MountedVolume};
-use crate::events::{EventType, reasons};
+use crate::events::reasons;
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
 use crate::plugins::{SetUpContext, TearDownContext, VolumePlugin};
@@ -119,7 +120,7 @@ impl Inner {
                     Ok(()) => mounts.push(MountJob {
                         unique: v.unique.clone(),
                         pod_uid: pod.uid.clone(),
-                        pod: pod.pod.clone(),
+                        pod: pod.pod.pod().clone(),
                         volume: v.volume.clone(),
                         plugin: v.plugin.clone(),
                         remount,

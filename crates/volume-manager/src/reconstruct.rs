@@ -9,11 +9,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nodelet_object_manager::PodUid;
+use nodelet_core::{PodDirs, PodUid, unescape_plugin_name};
 
 use crate::asw::{MountState, MountedVolume};
 use crate::manager::Inner;
-use crate::plugins::unescape_plugin_name;
 use crate::populator::unique_volume_name;
 
 /// A volume directory found on disk.
@@ -28,11 +27,12 @@ pub(crate) struct FoundVolume {
 /// Every `<root>/pods/<uid>/volumes/<escaped plugin>/<volume>` directory.
 pub(crate) fn scan(root: &Path) -> Vec<FoundVolume> {
     let mut found = Vec::new();
-    for pod in dirs(&root.join("pods")) {
+    let layout = PodDirs::new(root);
+    for pod in dirs(&layout.pods()) {
         let Some(pod_uid) = pod_uid_of(&pod) else {
             continue;
         };
-        for plugin in dirs(&pod.join("volumes")) {
+        for plugin in dirs(&layout.volumes(&pod_uid)) {
             let plugin_name = unescape_plugin_name(&name_of(&plugin));
             for volume in dirs(&plugin) {
                 found.push(FoundVolume {

@@ -1,9 +1,10 @@
 //! A point-in-time view of both worlds for the agent's `/pods` endpoint.
 
 use std::collections::BTreeMap;
+
+use nodelet_core::PodUid;
 use std::path::PathBuf;
 
-use nodelet_object_manager::PodUid;
 
 use crate::VolumeManager;
 use crate::asw::MountState;

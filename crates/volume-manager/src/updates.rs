@@ -3,7 +3,7 @@
 //! was told of the change, so an observer (the agent's propagation histogram) measures
 //! "change seen → volume current" without polling the snapshot or reading the objects again.
 
-use nodelet_object_manager::PodUid;
+use nodelet_core::PodUid;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 

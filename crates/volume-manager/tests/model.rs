@@ -8,13 +8,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::token::FakeTokenSource;
-use nodelet_volume_manager::{Config, MemoryMedium, PodUid, VolumeManager};
+use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
 use proptest::prelude::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -69,7 +69,7 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     vm.wait_for_attach_and_mount(&pod).await.unwrap();
 
     let dir = vm.host().volume_dir(
-        &nodelet_volume_manager::PodUid::new("u1").unwrap(),
+        &nodelet_core::PodUid::new("u1").unwrap(),
         "kubernetes.io/configmap",
         "cfg",
     );
@@ -81,7 +81,7 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     assert_eq!(mode(&dir.join("b")), 0o644);
     assert_eq!(mode(&dir.join("inner")), 0o755);
     let empty = vm.host().volume_dir(
-        &nodelet_volume_manager::PodUid::new("u1").unwrap(),
+        &nodelet_core::PodUid::new("u1").unwrap(),
         "kubernetes.io/empty-dir",
         "inner",
     );

@@ -9,7 +9,7 @@ async fn om11_cache_serves_from_memory_within_the_ttl_and_caches_not_found() {
     let (server, handle) = server().await;
     create(&handle, config_map("cm", "v1", false));
     let m = manager(&server, config(Strategy::Cache));
-    m.register_pod(&pod("p", &["cm", "missing"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["cm", "missing"])).unwrap());
     for _ in 0..5 {
         assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
     }
@@ -43,7 +43,7 @@ async fn om11_cache_serves_the_stale_object_when_the_api_fails() {
     let mut config = config(Strategy::Cache);
     config.default_ttl = Duration::ZERO;
     let m = manager(&server, config);
-    m.register_pod(&pod("p", &["cm"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["cm"])).unwrap());
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
     handle.fail_next(1, 500);
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
@@ -82,7 +82,7 @@ async fn cache_with_node_ttl(ttl: &str) -> (ApiServer, ServerHandle, ConfigMapMa
     );
     create(&handle, config_map("cm", "v1", false));
     let m = manager(&server, config(Strategy::Cache).with_node_name("n1"));
-    m.register_pod(&pod("p", &["cm"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["cm"])).unwrap());
     (server, handle, m)
 }
 

@@ -7,7 +7,7 @@ use super::*;
 async fn watching(server: &ApiServer, handle: &ServerHandle) -> ConfigMapManager {
     create(handle, config_map("cm", "v1", false));
     let m = manager(server, config(Strategy::Watch));
-    m.register_pod(&pod("p", &["cm"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["cm"])).unwrap());
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
     m
 }

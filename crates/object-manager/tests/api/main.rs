@@ -16,10 +16,11 @@ mod transport;
 
 use std::time::Duration;
 
+use nodelet_core::ObjectRef;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle};
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
-use nodelet_object_manager::{ConfigMapManager, ManagerConfig, ObjectRef, Strategy};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, Strategy};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 

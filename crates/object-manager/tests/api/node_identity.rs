@@ -75,8 +75,8 @@ async fn every_request_of_every_strategy_is_allowed_for_the_node_identity() {
         let secrets = SecretManager::new(client.clone(), node_config(strategy))
             .unwrap_or_else(|e| panic!("{e}"));
         let mut changes = cms.subscribe();
-        cms.register_pod(&pod);
-        secrets.register_pod(&pod);
+        cms.register_pod(&nodelet_core::AdmittedPod::new(pod.clone()).unwrap());
+        secrets.register_pod(&nodelet_core::AdmittedPod::new(pod.clone()).unwrap());
         for name in ["a", "frozen"] {
             assert_eq!(
                 read(&cms, name).await.as_deref(),
@@ -98,8 +98,8 @@ async fn every_request_of_every_strategy_is_allowed_for_the_node_identity() {
             update(&handle, config_map("a", "v1", false));
             changed(&mut changes, "a").await;
         }
-        cms.unregister_pod(&pod);
-        secrets.unregister_pod(&pod);
+        cms.unregister_pod(nodelet_core::AdmittedPod::new(pod.clone()).unwrap().uid());
+        secrets.unregister_pod(nodelet_core::AdmittedPod::new(pod.clone()).unwrap().uid());
         cms.shutdown().await;
         secrets.shutdown().await;
     }
@@ -158,11 +158,11 @@ async fn every_request_of_the_admin_identity_names_a_single_object_too() {
     for strategy in [Strategy::Watch, Strategy::Cache, Strategy::Get] {
         let m = manager(&server, config(strategy));
         let p = pod(&format!("p-{strategy}"), &["a", "frozen", "missing"]);
-        m.register_pod(&p);
+        m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
         for name in ["a", "frozen", "missing"] {
             let _ = m.get("default", name).await;
         }
-        m.unregister_pod(&p);
+        m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
         m.shutdown().await;
     }
     let records = handle.requests();

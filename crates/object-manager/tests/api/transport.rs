@@ -48,7 +48,7 @@ async fn watch_many(handle: &ServerHandle, client: kube::Client, n: usize) -> Co
     let m = ConfigMapManager::new(client, config(Strategy::Watch))
         .unwrap_or_else(|e| panic!("manager: {e}"));
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    m.register_pod(&pod("many", &refs));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("many", &refs)).unwrap());
     for name in &names {
         assert_eq!(read(&m, name).await.as_deref(), Ok("v1"), "{name}");
     }
@@ -108,7 +108,7 @@ async fn at_a_server_limit_of_8_streams_50_watches_spread_over_at_least_7_connec
         .unwrap_or_else(|_| panic!("short requests blocked behind full watch connections"));
     assert!(results.iter().all(Result::is_ok));
     create(&handle, config_map("late", "v1", false));
-    m.register_pod(&pod("late", &["late"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("late", &["late"])).unwrap());
     assert_eq!(read(&m, "late").await.as_deref(), Ok("v1"));
     wait_for(
         || handle.open_watches("configmaps", None, None) == 51,
@@ -219,7 +219,7 @@ async fn connections_left_empty_are_closed_after_the_idle_time_out() {
     let (client, t) = h2_client(server.kube_config(), tc).await;
     let m = watch_many(&handle, client, 10).await;
     assert_eq!(handle.open_connections().total(), 2);
-    m.unregister_pod(&pod("many", &[]));
+    m.unregister_pod(nodelet_core::AdmittedPod::new(pod("many", &[])).unwrap().uid());
     wait_for(
         || handle.open_connections().total() == 0,
         "idle connections closed",

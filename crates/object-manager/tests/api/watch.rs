@@ -12,11 +12,11 @@ async fn om16_twenty_one_registrations_cost_one_watch_list() {
     let mut changes = m.subscribe();
     let pods: Vec<_> = (0..21).map(|i| pod(&format!("p{i}"), &["cm"])).collect();
     for p in &pods {
-        m.register_pod(p);
+        m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
     }
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
     for p in &pods[..20] {
-        m.unregister_pod(p);
+        m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
     }
     // An update seen through the watch proves the watch request was made.
     update(&handle, config_map("cm", "v2", false));
@@ -37,7 +37,7 @@ async fn om16_twenty_one_registrations_cost_one_watch_list() {
         "no GET per read"
     );
 
-    m.unregister_pod(&pods[20]);
+    m.unregister_pod(nodelet_core::AdmittedPod::new(pods[20]).unwrap().uid());
     assert!(!m.is_watching("default", "cm"));
     assert!(matches!(
         m.get("default", "cm").await,
@@ -52,7 +52,7 @@ async fn an_api_write_reaches_subscribers_and_get() {
     create(&handle, config_map("cm", "v1", false));
     let m = manager(&server, config(Strategy::Watch));
     let mut changes = m.subscribe();
-    m.register_pod(&pod("p", &["cm", "later"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["cm", "later"])).unwrap());
     assert_eq!(read(&m, "cm").await.as_deref(), Ok("v1"));
     assert_eq!(
         read(&m, "later").await,
@@ -85,7 +85,7 @@ async fn om20_an_immutable_config_map_stops_its_watch_and_is_served_from_memory(
     create(&handle, config_map("frozen", "v1", true));
     let m = manager(&server, config(Strategy::Watch));
     let mut changes = m.subscribe();
-    m.register_pod(&pod("p", &["mutable", "frozen"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["mutable", "frozen"])).unwrap());
     assert_eq!(read(&m, "frozen").await.as_deref(), Ok("v1"));
     assert_eq!(read(&m, "mutable").await.as_deref(), Ok("v1"));
     assert!(!m.is_watching("default", "frozen"));
@@ -108,7 +108,7 @@ async fn om18_a_slow_first_list_fails_get_with_the_kubelet_text() {
     create(&handle, config_map("cm", "v1", false));
     handle.set_latency(Duration::from_secs(3));
     let m = manager(&server, config(Strategy::Watch));
-    m.register_pod(&pod("p", &["cm"]));
+    m.register_pod(&nodelet_core::AdmittedPod::new(pod("p", &["cm"])).unwrap());
     assert_eq!(
         read(&m, "cm").await,
         Err("failed to sync configmap cache: timed out waiting for the condition".to_owned())

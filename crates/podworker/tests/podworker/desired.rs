@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_object_manager::{PodUid, Strategy};
+use nodelet_core::PodUid;
+use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, FakeVolumes, PodUpdate, PodWorkers, RecordingEvents,
     RecordingStatus, SyncerConfig, SyncerParts, UpdateType, WorkerConfig, WorkerPhase,

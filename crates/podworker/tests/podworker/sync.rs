@@ -6,8 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_object_manager::{PodUid, Strategy};
+use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
     ConfigSyncer, ContainerConfigState, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
     RecordingStatus, SyncOutcome, SyncerConfig, SyncerParts,

@@ -43,7 +43,7 @@ use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::{ObjectFieldSelector, Pod};
 
-pub use resources::resource_field_ref_value;
+pub use resources::{node_allocatable_from_quantities, resource_field_ref_value};
 
 /// Why a downward API value could not be rendered; `Display` is the kubelet's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

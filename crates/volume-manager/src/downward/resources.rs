@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::DownwardError;
-use crate::plugins::NodeAllocatable;
+use nodelet_core::NodeAllocatable;
 
 /// The value of a `resourceFieldRef`: the named container's (or, when the selector names
 /// none, `default_container`'s) limit or request, divided by the divisor (default and `0`
@@ -110,15 +110,16 @@ pub fn resource_field_ref_value(
     Ok(div_ceil(v, d).to_string())
 }
 
-impl NodeAllocatable {
-    /// The node's allocatable from a resource list of quantity strings, as a Node's
-    /// `status.allocatable` reads (`{"cpu": "4", "memory": "8Gi", ...}`): CPU rounded up to
-    /// millicores, memory and ephemeral storage up to bytes; missing entries are zero and
-    /// other entries are ignored.
-    ///
-    /// # Errors
-    /// [`DownwardError::InvalidQuantity`] for a value that is not a quantity or out of range.
-    pub fn from_quantities(list: &BTreeMap<String, String>) -> Result<Self, DownwardError> {
+/// The node's allocatable from a resource list of quantity strings, as a Node's
+/// `status.allocatable` reads (`{"cpu": "4", "memory": "8Gi", ...}`): CPU rounded up to
+/// millicores, memory and ephemeral storage up to bytes; missing entries are zero and other
+/// entries are ignored.
+///
+/// # Errors
+/// [`DownwardError::InvalidQuantity`] for a value that is not a quantity or out of range.
+pub fn node_allocatable_from_quantities(
+    list: &BTreeMap<String, String>,
+) -> Result<NodeAllocatable, DownwardError> {
         let get = |name: &str, scale: u32| -> Result<i64, DownwardError> {
             let Some(text) = list.get(name) else {
                 return Ok(0);
@@ -131,13 +132,12 @@ impl NodeAllocatable {
                     value: text.clone(),
                 })
         };
-        Ok(Self {
+        Ok(NodeAllocatable {
             cpu_millis: get("cpu", 3)?,
             memory_bytes: get("memory", 0)?,
             ephemeral_storage_bytes: get("ephemeral-storage", 0)?,
         })
     }
-}
 
 /// An exact quantity `num / den` (`den > 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,18 +466,18 @@ mod tests {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         assert_eq!(
-            NodeAllocatable::from_quantities(&list).unwrap(),
+            node_allocatable_from_quantities(&list).unwrap(),
             NodeAllocatable {
                 cpu_millis: 3500,
                 memory_bytes: 8 << 30,
                 ephemeral_storage_bytes: 1000,
             }
         );
-        let empty = NodeAllocatable::from_quantities(&BTreeMap::new()).unwrap();
+        let empty = node_allocatable_from_quantities(&BTreeMap::new()).unwrap();
         assert_eq!(empty.cpu_millis + empty.memory_bytes, 0);
         let bad: BTreeMap<String, String> = [("memory".to_owned(), "much".to_owned())].into();
         assert_eq!(
-            NodeAllocatable::from_quantities(&bad)
+            node_allocatable_from_quantities(&bad)
                 .unwrap_err()
                 .to_string(),
             "invalid quantity \"much\" for resource memory"

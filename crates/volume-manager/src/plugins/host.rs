@@ -7,12 +7,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
-use nodelet_object_manager::{ConfigMapManager, PodUid, SecretManager};
+use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use tokio::time::Instant;
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
-use super::{SetUpContext, escape_plugin_name};
+use super::SetUpContext;
 use crate::SetUpError;
 use crate::token::{Token, TokenCache};
 
@@ -26,50 +27,10 @@ pub enum Medium {
     Memory,
 }
 
-/// The node's allocatable resources: the value of a `resourceFieldRef` limit a container does
-/// not set (PL-13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeAllocatable {
-    /// CPU in millicores.
-    pub cpu_millis: i64,
-    /// Memory in bytes.
-    pub memory_bytes: i64,
-    /// Ephemeral storage in bytes.
-    pub ephemeral_storage_bytes: i64,
-}
-
-impl NodeAllocatable {
-    /// The machine's CPUs, `MemTotal` from `/proc/meminfo` and the size of the filesystem
-    /// holding `root_dir` (zero where unknown).
-    pub fn detect(root_dir: &Path) -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let memory_kib = fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("MemTotal:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse::<i64>().ok())
-            })
-            .unwrap_or(0);
-        let storage = nix::sys::statvfs::statvfs(root_dir)
-            .map(|s| {
-                i64::try_from(u128::from(s.blocks()) * u128::from(s.fragment_size()))
-                    .unwrap_or(i64::MAX)
-            })
-            .unwrap_or(0);
-        Self {
-            cpu_millis: i64::try_from(cpus).unwrap_or(1) * 1000,
-            memory_bytes: memory_kib.saturating_mul(1024),
-            ephemeral_storage_bytes: storage,
-        }
-    }
-}
-
 /// Shared services for plugins: the object managers, the service account token cache, the
 /// disk layout under the root directory and the common write path.
 pub struct VolumeHost {
-    root_dir: PathBuf,
+    dirs: PodDirs,
     configmaps: ConfigMapManager,
     secrets: SecretManager,
     tokens: TokenCache,
@@ -81,7 +42,7 @@ pub struct VolumeHost {
 impl std::fmt::Debug for VolumeHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VolumeHost")
-            .field("root_dir", &self.root_dir)
+            .field("root_dir", &self.dirs.root())
             .field("tmpfs", &self.tmpfs)
             .field("fsync", &self.fsync)
             .finish_non_exhaustive()
@@ -99,7 +60,7 @@ impl VolumeHost {
         allocatable: NodeAllocatable,
     ) -> Self {
         Self {
-            root_dir,
+            dirs: PodDirs::new(root_dir),
             configmaps,
             secrets,
             tokens,
@@ -111,28 +72,23 @@ impl VolumeHost {
 
     /// The agent's root directory (the kubelet's `--root-dir`).
     pub fn root_dir(&self) -> &Path {
-        &self.root_dir
+        self.dirs.root()
+    }
+
+    /// The pod directories under the root directory.
+    pub fn dirs(&self) -> &PodDirs {
+        &self.dirs
     }
 
     /// PL-1: `<root>/pods/<uid>/volumes/<escaped plugin>/<volume>`.
     pub fn volume_dir(&self, pod_uid: &PodUid, plugin: &str, volume: &str) -> PathBuf {
-        self.root_dir
-            .join("pods")
-            .join(pod_uid)
-            .join("volumes")
-            .join(escape_plugin_name(plugin))
-            .join(volume)
+        self.dirs.volume(pod_uid, plugin, volume)
     }
 
     /// PL-5: the wrapper's readiness marker directory
     /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/wrapped_<volume>`.
     pub fn wrapper_marker_dir(&self, pod_uid: &PodUid, volume: &str) -> PathBuf {
-        self.root_dir
-            .join("pods")
-            .join(pod_uid)
-            .join("plugins")
-            .join("kubernetes.io~empty-dir")
-            .join(format!("wrapped_{volume}"))
+        self.dirs.wrapper_marker(pod_uid, volume)
     }
 
     /// The shared ConfigMap manager (PW-13).

@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use nodelet_core::{ObjectRef, PodUid};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_object_manager::{ObjectRef, PodUid};
 use tokio::time::Instant;
 
 use crate::SetUpError;
@@ -24,7 +24,7 @@ pub use configmap::ConfigMapPlugin;
 pub use downward_api::{DownwardApiPlugin, collect_downward_api_data};
 pub use empty_dir::EmptyDirPlugin;
 pub(crate) use host::probe_tmpfs as host_probe_tmpfs;
-pub use host::{Medium, NodeAllocatable, VolumeHost};
+pub use host::{Medium, VolumeHost};
 pub use ownership::set_volume_ownership;
 pub use payload::{config_map_payload, secret_payload};
 pub use projected::ProjectedPlugin;
@@ -188,15 +188,6 @@ impl PluginRegistry {
     }
 }
 
-/// `kubernetes.io/configmap` → `kubernetes.io~configmap` (PL-1).
-pub fn escape_plugin_name(name: &str) -> String {
-    name.replace('/', "~")
-}
-
-/// `kubernetes.io~configmap` → `kubernetes.io/configmap`.
-pub fn unescape_plugin_name(name: &str) -> String {
-    name.replace('~', "/")
-}
 
 /// The mode as the writer takes it; out-of-range values are kept out of range so the writer
 /// rejects them with a clear error.
@@ -210,18 +201,6 @@ mod tests {
 
     fn volume(json: serde_json::Value) -> Volume {
         serde_json::from_value(json).unwrap()
-    }
-
-    #[test]
-    fn plugin_names_escape_to_the_kubelet_directory_names() {
-        assert_eq!(
-            escape_plugin_name("kubernetes.io/configmap"),
-            "kubernetes.io~configmap"
-        );
-        assert_eq!(
-            unescape_plugin_name("kubernetes.io~downward-api"),
-            "kubernetes.io/downward-api"
-        );
     }
 
     // PL-2 (TestCanSupport): an empty configMap name still counts.

@@ -1,12 +1,12 @@
 //! The projected volume plugin, `kubernetes.io/projected` (PL-10): configMap, secret,
 //! downwardAPI and serviceAccountToken sources merged into one volume.
 
+use nodelet_core::ObjectRef;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume, VolumeProjection};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
 use tokio::time::Instant;
 
-use nodelet_object_manager::ObjectRef;
 
 use super::{
     Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, collect_downward_api_data,
@@ -209,7 +209,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::plugins::{NodeAllocatable, VolumeHost};
+    use crate::plugins::VolumeHost;
+    use nodelet_core::NodeAllocatable;
     use crate::token::{FakeTokenSource, TokenCache};
 
     fn host() -> VolumeHost {
@@ -252,7 +253,7 @@ mod tests {
         fs_user: Option<u32>,
     ) -> Collected {
         let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
-        let uid = nodelet_object_manager::PodUid::from_pod(pod).unwrap();
+        let uid = nodelet_core::PodUid::from_pod(pod).unwrap();
         let ctx = SetUpContext {
             pod_uid: &uid,
             pod,

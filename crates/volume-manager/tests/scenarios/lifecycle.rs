@@ -3,7 +3,7 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use nodelet_volume_manager::PodUid;
+use nodelet_core::PodUid;
 use serde_json::json;
 
 use crate::support::*;

@@ -6,13 +6,12 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
-use nodelet_volume_manager::{
-    Config, KubeTokenSource, MemoryMedium, PodUid, TokenSource, VolumeManager,
-};
+use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

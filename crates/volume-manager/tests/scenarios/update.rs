@@ -3,7 +3,7 @@
 
 use std::fs;
 
-use nodelet_object_manager::ObjectKind;
+use nodelet_core::ObjectKind;
 use nodelet_volume_manager::events::reasons;
 use serde_json::json;
 
