@@ -339,7 +339,7 @@ impl<K: ManagedObject> Manager<K> {
 mod tests {
     use std::collections::{BTreeSet, HashMap};
 
-    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::core::v1::{Pod, Secret};
     use proptest::prelude::{ProptestConfig, Strategy as _, prop_oneof, proptest};
     use proptest::strategy::BoxedStrategy;
 
@@ -386,8 +386,9 @@ mod tests {
     }
 
     // Issue 13 (PodUid): a pod without a usable UID used to be counted under "" — two such pods
-    // shared one reference and unregistering either dropped the other's. Now it is ignored
-    // (with a warning): it references nothing, starts no watch, and its unregister is a no-op.
+    // shared one reference and unregistering either dropped the other's. Now such a pod is
+    // never admitted, so `register_pod` (which takes an `AdmittedPod`) cannot be handed one:
+    // it references nothing and starts no watch.
     #[tokio::test(start_paused = true)]
     async fn a_pod_without_a_usable_uid_is_not_registered_and_counts_nothing() {
         for strategy in [Strategy::Watch, Strategy::Cache] {
@@ -397,7 +398,10 @@ mod tests {
             for uid in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
                 let mut p = pod("ns", "p", "ignored", &["s1"]);
                 p.metadata.uid = uid.map(str::to_owned);
-                m.register_pod(&nodelet_core::AdmittedPod::new(p.clone()).unwrap());
+                assert!(
+                    nodelet_core::AdmittedPod::new(p).is_err(),
+                    "{strategy} {uid:?}"
+                );
                 assert_eq!(m.stats().registered_pods, 0, "{strategy} {uid:?}");
                 assert_eq!(m.stats().referenced_objects, 0, "{strategy} {uid:?}");
                 assert!(!m.is_watching("ns", "s1"), "{strategy} {uid:?}");
@@ -405,7 +409,6 @@ mod tests {
                     matches!(m.get("ns", "s1").await, Err(Error::NotRegistered { .. })),
                     "{strategy} {uid:?}"
                 );
-                m.unregister_pod(nodelet_core::AdmittedPod::new(p.clone()).unwrap().uid());
             }
             // A pod with a UID still registers as before.
             let good = pod("ns", "p", "u1", &["s1"]);

@@ -352,7 +352,7 @@ mod tests {
         assert_eq!(fake.count(Verb::Watch, "ns", "s1"), 1);
         assert!(m.is_watching("ns", "s1"));
 
-        m.unregister_pod(nodelet_core::AdmittedPod::new(pods[20]).unwrap().uid());
+        m.unregister_pod(nodelet_core::AdmittedPod::new(pods[20].clone()).unwrap().uid());
         assert!(!m.is_watching("ns", "s1"));
         assert!(matches!(
             m.get("ns", "s1").await,
