@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodelet_core::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
@@ -113,9 +113,9 @@ async fn propagation(bed: &Bed, updates: usize) {
             .unwrap(),
     )
     .unwrap();
-    bed.configmaps.register_pod(&pod);
-    bed.vm.add_pod(Arc::new(pod.clone()));
-    bed.vm.wait_for_attach_and_mount(&pod).await.unwrap();
+    bed.configmaps.register_pod(&admitted(&pod));
+    bed.vm.add_pod(&admitted(&pod.clone()));
+    bed.vm.wait_for_attach_and_mount(&admitted(&pod)).await.unwrap();
     let file = bed
         .vm
         .host()
@@ -209,11 +209,11 @@ async fn startup(bed: &Bed, rounds: usize) -> Vec<Arc<Pod>> {
         let pods = create_pods(&bed.api, round);
         let start = Instant::now();
         for p in &pods {
-            bed.secrets.register_pod(p);
-            bed.configmaps.register_pod(p);
-            bed.vm.add_pod(p.clone());
+            bed.secrets.register_pod(&admitted(&p));
+            bed.configmaps.register_pod(&admitted(&p));
+            bed.vm.add_pod(&admitted(&p));
         }
-        let waits = pods.iter().map(|p| bed.vm.wait_for_attach_and_mount(p));
+        let waits = pods.iter().map(|p| bed.vm.wait_for_attach_and_mount(&admitted(&p)));
         for r in futures::future::join_all(waits).await {
             r.unwrap();
         }
@@ -223,9 +223,9 @@ async fn startup(bed: &Bed, rounds: usize) -> Vec<Arc<Pod>> {
                 bed.vm.remove_pod(&PodUid::from_pod(p).unwrap());
             }
             for p in &pods {
-                bed.vm.wait_for_unmount(p).await.unwrap();
-                bed.secrets.unregister_pod(p);
-                bed.configmaps.unregister_pod(p);
+                bed.vm.wait_for_unmount(admitted(&p).uid()).await.unwrap();
+                bed.secrets.unregister_pod(admitted(&p).uid());
+                bed.configmaps.unregister_pod(admitted(&p).uid());
             }
         } else {
             last = pods;
@@ -286,11 +286,16 @@ fn main() {
             bed.vm.remove_pod(&PodUid::from_pod(p).unwrap());
         }
         for p in &pods {
-            bed.vm.wait_for_unmount(p).await.unwrap();
+            bed.vm.wait_for_unmount(admitted(&p).uid()).await.unwrap();
         }
         bed.shutdown.cancel();
         bed.configmaps.shutdown().await;
         bed.secrets.shutdown().await;
         bed.server.shutdown().await;
     });
+}
+
+/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
+fn admitted(pod: &Pod) -> AdmittedPod {
+    AdmittedPod::new(pod.clone()).unwrap()
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
@@ -121,9 +121,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             api.create(config_map(case.name, false))?;
         }
         let pod: Arc<Pod> = Arc::new(serde_json::from_value(api.create(pod(case))?)?);
-        configmaps.register_pod(&pod);
-        secrets.register_pod(&pod);
-        vm.add_pod(pod.clone());
+        configmaps.register_pod(&admitted(&pod));
+        secrets.register_pod(&admitted(&pod));
+        vm.add_pod(&admitted(&pod));
         let (vm, api) = (vm.clone(), api.clone());
         let at = start + Duration::from_secs_f64(case.at * scale);
         waits.push(tokio::spawn(async move {
@@ -154,4 +154,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     secrets.shutdown().await;
     server.shutdown().await;
     Ok(())
+}
+
+/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
+fn admitted(pod: &Pod) -> AdmittedPod {
+    AdmittedPod::new(pod.clone()).unwrap()
 }

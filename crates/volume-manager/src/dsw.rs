@@ -119,7 +119,7 @@ mod tests {
     fn desired(unsupported: &[&str]) -> DesiredPod {
         DesiredPod {
             uid: u(),
-            pod: Arc::new(Pod::default()),
+            pod: AdmittedPod::known_by_uid(u()),
             volumes: Vec::new(),
             unsupported: unsupported
                 .iter()

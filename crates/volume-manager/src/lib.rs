@@ -9,7 +9,8 @@
 //!
 //! # Principal types
 //!
-//! * [`VolumeManager`] — the handle the pod worker uses: [`add_pod`](VolumeManager::add_pod) /
+//! * [`VolumeManager`] — the handle the pod worker uses (it implements the pod worker's
+//!   `Volumes` seam in nodelet-podworker): [`add_pod`](VolumeManager::add_pod) /
 //!   [`update_pod`](VolumeManager::update_pod) / [`remove_pod`](VolumeManager::remove_pod)
 //!   (the desired state; only the owner of "desired" calls them: in nodelet the pod workers'
 //!   `update_pod`, through its syncer's `pod_desired` hook),
@@ -30,8 +31,11 @@
 //!   for env vars) and `resourceFieldRef` ([`downward::resource_field_ref_value`]), with the
 //!   kubelet's rendering and texts ([`downward::DownwardError`]). One implementation, as in
 //!   the kubelet (PL-13, PW-10).
+//! * Pods arrive as `nodelet_core::AdmittedPod` (UID validated once, by the agent's pod
+//!   source) and are named by `nodelet_core::PodUid`; directories are spelled by
+//!   `nodelet_core::PodDirs`; the node's allocatable is `nodelet_core::NodeAllocatable`.
 //! * [`EventSink`] — where `FailedMount` and the other events go (the pod worker re-exports
-//!   and uses the same trait); [`TokenSource`] — where
+//!   and uses the same trait; the type is `nodelet_core::EventType`); [`TokenSource`] — where
 //!   service account tokens come from ([`KubeTokenSource`]: the TokenRequest API).
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts.
 //!
@@ -144,7 +148,8 @@
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 //! use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, source::FakeSource};
-//! use nodelet_volume_manager::{Config, MemoryMedium, PodUid, VolumeManager};
+//! use nodelet_core::AdmittedPod;
+//! use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
 //! use nodelet_volume_manager::{events::NoEvents, token::FakeTokenSource};
 //! use serde_json::json;
 //! use tokio_util::sync::CancellationToken;
@@ -172,16 +177,15 @@
 //!     "metadata": {"name": "web", "namespace": "default", "uid": "uid-1"},
 //!     "spec": {"containers": [{"name": "c", "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
 //!              "volumes": [{"name": "cfg", "configMap": {"name": "settings", "defaultMode": 420}}]}}))?;
+//! let pod = AdmittedPod::new(pod)?; // validated once, where the pod enters the node
 //! configmaps.register_pod(&pod); // the pod worker registers first (PW-4)
-//! let pod = Arc::new(pod);
-//! volumes.add_pod(pod.clone()); // desired (VM-4): in nodelet, when the pod worker gets the pod
+//! volumes.add_pod(&pod); // desired (VM-4): in nodelet, when the pod worker gets the pod
 //! volumes.wait_for_attach_and_mount(&pod).await?; // SyncPod: reprocess, wait (VM-11)
-//! let uid = PodUid::from_pod(&pod)?; // validated once, where the pod enters the node
-//! let dir = volumes.host().volume_dir(&uid, "kubernetes.io/configmap", "cfg");
+//! let dir = volumes.host().volume_dir(pod.uid(), "kubernetes.io/configmap", "cfg");
 //! assert_eq!(std::fs::read_to_string(dir.join("port"))?, "8080");
 //!
-//! volumes.remove_pod(&uid); // containers stopped (VM-13)
-//! volumes.wait_for_unmount(&pod).await?;
+//! volumes.remove_pod(pod.uid()); // containers stopped (VM-13)
+//! volumes.wait_for_unmount(pod.uid()).await?;
 //! assert!(!dir.exists());
 //! shutdown.cancel();
 //! # Ok(())

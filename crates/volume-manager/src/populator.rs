@@ -129,8 +129,8 @@ mod tests {
 
     use super::*;
 
-    fn pod() -> Arc<Pod> {
-        Arc::new(
+    fn pod() -> AdmittedPod {
+        AdmittedPod::new(
             PodBuilder::new("ns", "p")
                 .uid("u1")
                 .init_container(
@@ -147,6 +147,7 @@ mod tests {
                 .config_map_volume("../evil", "cm")
                 .build(),
         )
+        .unwrap()
     }
 
     fn u1() -> PodUid {
@@ -156,7 +157,7 @@ mod tests {
     // VM-2, VM-4: unique names, unused volumes skipped, unsupported ones recorded.
     #[test]
     fn used_volumes_become_desired_and_unused_ones_are_skipped() {
-        let d = desired_pod(&u1(), pod(), &PluginRegistry::default());
+        let d = desired_pod(&pod(), &PluginRegistry::default());
         let names: Vec<_> = d.volumes.iter().map(|v| v.unique.as_str()).collect();
         assert_eq!(
             names,

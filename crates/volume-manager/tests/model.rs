@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
@@ -143,8 +143,8 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
         match op {
             Op::AddPod(i) => {
                 let p = pod(i);
-                configmaps.register_pod(&p);
-                vm.add_pod(Arc::new(p));
+                configmaps.register_pod(&admitted(&p));
+                vm.add_pod(&admitted(&p));
                 desired.insert(i, ());
             }
             Op::RemovePod(i) => {
@@ -198,4 +198,9 @@ proptest! {
             .unwrap();
         rt.block_on(run_case(ops))?;
     }
+}
+
+/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
+fn admitted(pod: &Pod) -> AdmittedPod {
+    AdmittedPod::new(pod.clone()).unwrap()
 }

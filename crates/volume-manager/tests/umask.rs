@@ -4,7 +4,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use nodelet_core::AdmittedPod;
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
@@ -64,9 +65,9 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
         )
         .volume(json!({"name": "inner", "emptyDir": {}}))
         .build();
-    configmaps.register_pod(&pod);
-    vm.add_pod(Arc::new(pod.clone()));
-    vm.wait_for_attach_and_mount(&pod).await.unwrap();
+    configmaps.register_pod(&admitted(&pod));
+    vm.add_pod(&admitted(&pod.clone()));
+    vm.wait_for_attach_and_mount(&admitted(&pod)).await.unwrap();
 
     let dir = vm.host().volume_dir(
         &nodelet_core::PodUid::new("u1").unwrap(),
@@ -88,4 +89,9 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
     assert_eq!(mode(&empty), 0o777);
     shutdown.cancel();
     run.await.unwrap();
+}
+
+/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
+fn admitted(pod: &Pod) -> AdmittedPod {
+    AdmittedPod::new(pod.clone()).unwrap()
 }

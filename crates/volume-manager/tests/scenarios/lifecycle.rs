@@ -56,8 +56,8 @@ async fn removing_a_pod_tears_down_its_volume_directories() {
 async fn waiting_for_the_unmount_of_an_unknown_pod_returns_at_once() {
     let env = Env::start().await;
     let pod = env.create_pod("p", json!([]));
-    within(env.vm.wait_for_unmount(&pod)).await.unwrap();
-    within(env.vm.wait_for_attach_and_mount(&pod))
+    within(env.vm.wait_for_unmount(admitted(&pod).uid())).await.unwrap();
+    within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap();
 }
@@ -90,7 +90,7 @@ async fn a_restart_adopts_unchanged_volumes_and_tears_down_the_rest() {
     symlink("..2020_01_01_00_00_00.42", stay_dir.join("..data_tmp")).unwrap();
 
     env.add_pod(&stay);
-    within(env.vm.wait_for_attach_and_mount(&stay))
+    within(env.vm.wait_for_attach_and_mount(&admitted(&stay)))
         .await
         .unwrap();
     assert_eq!(fs::read_link(stay_dir.join("..data")).unwrap(), data_before);
@@ -101,7 +101,7 @@ async fn a_restart_adopts_unchanged_volumes_and_tears_down_the_rest() {
     assert!(leave_dir.exists());
 
     env.vm.pods_synced();
-    within(env.vm.wait_for_unmount(&leave)).await.unwrap();
+    within(env.vm.wait_for_unmount(admitted(&leave).uid())).await.unwrap();
     assert!(!leave_dir.exists());
     assert!(stay_dir.exists());
 }

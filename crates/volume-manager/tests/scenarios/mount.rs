@@ -136,7 +136,7 @@ async fn a_missing_object_fails_with_the_kubelet_event_and_nothing_is_written() 
     );
     assert!(!env.dir(&pod, CM, "cfg").exists());
 
-    let err = within(env.vm.wait_for_attach_and_mount(&pod))
+    let err = within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap_err();
     assert!(matches!(
@@ -250,7 +250,7 @@ async fn downward_api_volumes_render_pod_fields_and_follow_label_changes() {
         .labels
         .get_or_insert_default()
         .insert("tier".into(), "web".into());
-    env.vm.update_pod(std::sync::Arc::new(updated));
+    env.vm.update_pod(&admitted(&updated));
     env.until("labels file updated", || {
         files(&dir).get("labels").map(String::as_str) == Some("app=\"p\"\ntier=\"web\"")
     })
@@ -317,7 +317,7 @@ async fn unsupported_volumes_are_reported_once_and_do_not_block_the_pod() {
         ]),
     );
     env.add_and_mount(&pod).await;
-    within(env.vm.wait_for_attach_and_mount(&pod))
+    within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap();
     let unsupported = env.events.with_reason(reasons::UNSUPPORTED_VOLUME);

@@ -32,7 +32,7 @@ async fn an_api_outage_during_a_remount_keeps_the_old_content() {
     let dir = env.dir(&pod, CM, "cfg");
 
     env.api.stop_listener().await;
-    env.vm.update_pod(pod.clone()); // a pod resync asks for a remount
+    env.vm.update_pod(&admitted(&pod)); // a pod resync asks for a remount
     let event = env.event(|e| e.reason == reasons::FAILED_MOUNT).await;
     assert!(
         event
@@ -42,7 +42,7 @@ async fn an_api_outage_during_a_remount_keeps_the_old_content() {
         event.message
     );
     assert_eq!(files(&dir), text(&[("data-1", "value-1")]));
-    within(env.vm.wait_for_attach_and_mount(&pod))
+    within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap();
 

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nodelet_core::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
@@ -209,14 +209,14 @@ impl Env {
 
     /// What the pod worker does first (PW-4): register with the managers, then the volumes.
     pub(crate) fn add_pod(&self, pod: &Arc<Pod>) {
-        self.secrets.register_pod(pod);
-        self.configmaps.register_pod(pod);
-        self.vm.add_pod(pod.clone());
+        self.secrets.register_pod(&admitted(&pod));
+        self.configmaps.register_pod(&admitted(&pod));
+        self.vm.add_pod(&admitted(&pod));
     }
 
     pub(crate) async fn add_and_mount(&self, pod: &Arc<Pod>) {
         self.add_pod(pod);
-        within(self.vm.wait_for_attach_and_mount(pod))
+        within(self.vm.wait_for_attach_and_mount(&admitted(&pod)))
             .await
             .unwrap();
     }
@@ -224,9 +224,9 @@ impl Env {
     /// SyncTerminatedPod (PW-6): volumes gone, then unregister.
     pub(crate) async fn remove_pod(&self, pod: &Arc<Pod>) {
         self.vm.remove_pod(&PodUid::from_pod(pod).unwrap());
-        within(self.vm.wait_for_unmount(pod)).await.unwrap();
-        self.secrets.unregister_pod(pod);
-        self.configmaps.unregister_pod(pod);
+        within(self.vm.wait_for_unmount(admitted(&pod).uid())).await.unwrap();
+        self.secrets.unregister_pod(admitted(&pod).uid());
+        self.configmaps.unregister_pod(admitted(&pod).uid());
     }
 
     pub(crate) fn dir(&self, pod: &Pod, plugin: &str, volume: &str) -> PathBuf {
@@ -327,3 +327,8 @@ pub(crate) const CM: &str = "kubernetes.io/configmap";
 pub(crate) const SECRET: &str = "kubernetes.io/secret";
 pub(crate) const PROJECTED: &str = "kubernetes.io/projected";
 pub(crate) const DOWNWARD: &str = "kubernetes.io/downward-api";
+
+/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
+pub(crate) fn admitted(pod: &Pod) -> AdmittedPod {
+    AdmittedPod::new(pod.clone()).unwrap()
+}

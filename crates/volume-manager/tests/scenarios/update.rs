@@ -129,7 +129,7 @@ async fn deleting_a_non_optional_object_keeps_the_last_content_and_reports_it() 
     let dir = env.dir(&pod, CM, "cfg");
     assert_eq!(files(&dir).len(), 3);
     // A mounted volume stays mounted (VM-11 does not wait for remounts).
-    within(env.vm.wait_for_attach_and_mount(&pod))
+    within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap();
 }
@@ -156,8 +156,8 @@ async fn an_immutable_object_keeps_its_volume_content() {
             .json(),
     );
     assert!(rejected.is_err());
-    env.vm.update_pod(pod.clone());
-    within(env.vm.wait_for_attach_and_mount(&pod))
+    env.vm.update_pod(&admitted(&pod));
+    within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap();
     assert_eq!(files(&env.dir(&pod, CM, "cfg")), text(&[("k", "v1")]));
