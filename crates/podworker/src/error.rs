@@ -247,13 +247,17 @@ mod tests {
     #[test]
     fn pw4_mount_failure_reads_like_the_kubelet_event() {
         let e = SyncError::Mount {
-            error: VolumeError::Failed {
-                message: "unmounted volumes=[cfg]".into(),
-            },
+            error: VolumeError::Failed(nodelet_volume_manager::Error::VolumesNotMounted {
+                unmounted: vec!["cfg".into()],
+                unattached: Vec::new(),
+                failed_to_process: Vec::new(),
+                cause: nodelet_volume_manager::WaitCause::Timeout,
+            }),
         };
         assert_eq!(
             e.to_string(),
-            "Unable to attach or mount volumes: unmounted volumes=[cfg]"
+            "Unable to attach or mount volumes: unmounted volumes=[cfg], unattached volumes=[], \
+             failed to process volumes=[]: timed out waiting for the condition"
         );
         assert!(!e.is_interrupted());
         assert!(

@@ -347,12 +347,12 @@ mod tests {
     async fn env_files_are_0600_in_0700_directories_and_removed_with_the_pod() {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let rt = EnvFileRuntime::new(root.path());
-        let p = PodBuilder::new("ns", "p").uid("u1").build();
-        let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
-        let created = rt.created_containers(&uid, &p).await.unwrap_or_default();
+        let p = AdmittedPod::new(PodBuilder::new("ns", "p").uid("u1").build())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let created = rt.created_containers(&p).await.unwrap_or_default();
         assert!(created.is_empty());
         let r = rt
-            .create_container(&uid, &p, &container("c"), &env(&[("K", b"v")]), &[])
+            .create_container(&p, &container("c"), &env(&[("K", b"v")]), &[])
             .await;
         assert!(r.is_ok(), "{r:?}");
         let dir = root.path().join("pods/u1/containers/c");
@@ -362,13 +362,13 @@ mod tests {
         assert_eq!(mode(&dir.join("env")), 0o600);
         assert_eq!(mode(&dir.join("env.json")), 0o600);
         assert_eq!(fs::read(dir.join("env")).unwrap_or_default(), b"K=v\n");
-        let created = rt.created_containers(&uid, &p).await.unwrap_or_default();
+        let created = rt.created_containers(&p).await.unwrap_or_default();
         assert_eq!(
             created.into_iter().collect::<Vec<_>>(),
             vec!["c".to_owned()]
         );
-        assert!(rt.remove_pod(&uid, &p).await.is_ok());
+        assert!(rt.remove_pod(&p).await.is_ok());
         assert!(!root.path().join("pods/u1/containers").exists());
-        assert!(rt.remove_pod(&uid, &p).await.is_ok(), "idempotent");
+        assert!(rt.remove_pod(&p).await.is_ok(), "idempotent");
     }
 }

@@ -47,7 +47,8 @@ impl Script {
             .count()
     }
     /// The worker passes the pod with the UID it was admitted under (as `pod_desired` checks).
-    fn record(&self, what: &str, uid: &PodUid, pod: &Pod) {
+    fn record(&self, what: &str, pod: &AdmittedPod) {
+        let uid = pod.uid();
         assert_eq!(pod.metadata.uid.as_deref(), Some(uid.as_str()));
         let generation = pod.metadata.generation.unwrap_or(0);
         if let Ok(mut c) = self.calls.lock() {
@@ -57,7 +58,8 @@ impl Script {
 }
 
 impl PodSyncer for Script {
-    fn pod_desired(&self, uid: &PodUid, pod: &Pod) {
+    fn pod_desired(&self, pod: &AdmittedPod) {
+        let uid = pod.uid();
         assert_eq!(pod.metadata.uid.as_deref(), Some(uid.as_str()));
         let generation = pod.metadata.generation.unwrap_or(0);
         if let Ok(mut d) = self.desired.lock() {
@@ -65,7 +67,7 @@ impl PodSyncer for Script {
         }
     }
 
-    async fn sync_pod(&self, uid: &PodUid, pod: &Pod) -> Result<SyncOutcome, SyncError> {
+    async fn sync_pod(&self, pod: &AdmittedPod) -> Result<SyncOutcome, SyncError> {
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
         let gate = self.gate.lock().ok().and_then(|g| g.clone());
@@ -80,7 +82,7 @@ impl PodSyncer for Script {
         if let Some(gate) = gate {
             let _permit = gate.acquire().await;
         }
-        self.record("sync", uid, pod);
+        self.record("sync", pod);
         if self.fail_sync.load(Ordering::SeqCst) {
             return Err(SyncError::Status {
                 message: "scripted failure".into(),
@@ -94,11 +96,10 @@ impl PodSyncer for Script {
 
     async fn sync_terminating_pod(
         &self,
-        uid: &PodUid,
-        pod: &Pod,
+        pod: &AdmittedPod,
         grace: Duration,
     ) -> Result<(), SyncError> {
-        self.record(&format!("terminating({}s)", grace.as_secs()), uid, pod);
+        self.record(&format!("terminating({}s)", grace.as_secs()), pod);
         if self.fail_terminating_once.swap(false, Ordering::SeqCst) {
             return Err(SyncError::Status {
                 message: "scripted failure".into(),
@@ -107,8 +108,8 @@ impl PodSyncer for Script {
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, uid: &PodUid, pod: &Pod) -> Result<(), SyncError> {
-        self.record("terminated", uid, pod);
+    async fn sync_terminated_pod(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
+        self.record("terminated", pod);
         Ok(())
     }
 }
@@ -120,6 +121,11 @@ fn pod(uid: &str, generation: i64) -> Pod {
         .build();
     p.metadata.generation = Some(generation);
     p
+}
+
+/// `pod` as the agent's pod source admits it.
+fn admit(pod: Pod) -> AdmittedPod {
+    AdmittedPod::new(pod).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn workers(script: &Arc<Script>) -> PodWorkers<Script> {
@@ -151,8 +157,8 @@ async fn pw1_each_pod_gets_one_worker_and_its_syncs_never_overlap() {
     *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
     let w = workers(&script);
     for g in 0..5 {
-        w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", g)));
-        w.update_pod(PodUpdate::new(UpdateType::Update, pod("b", g)));
+        w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", g))));
+        w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("b", g))));
         tokio::task::yield_now().await;
     }
     gate.add_permits(100);
@@ -170,11 +176,11 @@ async fn pw2_a_burst_of_updates_becomes_one_sync_with_the_newest_pod() {
     let gate = Arc::new(Semaphore::new(0));
     *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     // The first sync is held; meanwhile a burst arrives.
     tokio::task::yield_now().await;
     for g in 2..=9 {
-        w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", g)));
+        w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", g))));
     }
     gate.add_permits(100);
     wait_syncs(&w, "a", 2).await;
@@ -188,10 +194,10 @@ async fn pw2_a_termination_request_cancels_the_in_flight_sync() {
     let gate = Arc::new(Semaphore::new(0)); // never opened: sync_pod hangs
     *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     tokio::task::yield_now().await;
     assert_eq!(script.in_flight.load(Ordering::SeqCst), 1);
-    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("a", 2)));
+    w.update_pod(PodUpdate::new(UpdateType::Kill, admit(pod("a", 2))));
     wait_phase(&w, "a", WorkerPhase::Finished).await;
     assert_eq!(
         script.in_flight.load(Ordering::SeqCst),
@@ -210,13 +216,13 @@ async fn pw2_a_termination_request_cancels_the_in_flight_sync() {
 async fn pw1_a_deletion_timestamp_requests_termination_with_the_pods_grace_period() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_syncs(&w, "a", 1).await;
     let mut deleted = pod("a", 2);
     deleted.metadata.deletion_timestamp =
         serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
     deleted.metadata.deletion_grace_period_seconds = Some(5);
-    w.update_pod(PodUpdate::new(UpdateType::Update, deleted));
+    w.update_pod(PodUpdate::new(UpdateType::Update, admit(deleted)));
     wait_phase(&w, "a", WorkerPhase::Finished).await;
     assert_eq!(
         script.calls(),
@@ -229,7 +235,7 @@ async fn pw1_a_deletion_timestamp_requests_termination_with_the_pods_grace_perio
 async fn pw3_a_successful_sync_is_repeated_after_one_to_one_and_a_half_resync_intervals() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_syncs(&w, "a", 1).await;
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(59)).await;
@@ -248,7 +254,7 @@ async fn pw3_a_failed_sync_is_retried_after_the_back_off_period_and_recorded() {
     let script = Arc::new(Script::default());
     script.fail_sync.store(true, Ordering::SeqCst);
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_syncs(&w, "a", 1).await;
     let snap = w.snapshot();
     assert_eq!(
@@ -273,10 +279,10 @@ async fn pw3_a_failed_sync_is_retried_after_the_back_off_period_and_recorded() {
 async fn pw3_a_pending_update_is_processed_at_once_not_after_the_resync_interval() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_syncs(&w, "a", 1).await;
     let start = Instant::now();
-    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
+    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", 2))));
     wait_syncs(&w, "a", 2).await;
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(script.calls(), vec!["sync a 1", "sync a 2"]);
@@ -289,7 +295,7 @@ async fn pw1_a_terminal_pod_terminates_and_a_failed_terminating_step_is_retried(
     script.terminal.store(true, Ordering::SeqCst);
     script.fail_terminating_once.store(true, Ordering::SeqCst);
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_phase(&w, "a", WorkerPhase::Finished).await;
     assert_eq!(
         script.calls(),
@@ -307,9 +313,9 @@ async fn pw1_a_terminal_pod_terminates_and_a_failed_terminating_step_is_retried(
 async fn pw1_a_finished_pod_ignores_updates_until_its_worker_is_forgotten() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Kill, admit(pod("a", 1))));
     wait_phase(&w, "a", WorkerPhase::Finished).await;
-    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
+    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", 2))));
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(script.count("sync"), 0);
     // Still desired: kept.
@@ -317,7 +323,7 @@ async fn pw1_a_finished_pod_ignores_updates_until_its_worker_is_forgotten() {
     // No longer desired: forgotten, and a new pod with that UID starts afresh.
     assert_eq!(w.sync_known_pods(&HashSet::new()), vec![uid("a")]);
     assert_eq!(w.phase(&uid("a")), None);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 3)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 3))));
     wait_syncs(&w, "a", 1).await;
     assert_eq!(script.count("sync"), 1);
     w.shutdown().await;
@@ -327,8 +333,8 @@ async fn pw1_a_finished_pod_ignores_updates_until_its_worker_is_forgotten() {
 async fn pw1_sync_known_pods_terminates_workers_of_pods_no_longer_desired() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("b", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("b", 1))));
     wait_syncs(&w, "a", 1).await;
     wait_syncs(&w, "b", 1).await;
     w.sync_known_pods(&uids(&["a"]));
@@ -341,27 +347,28 @@ async fn pw1_sync_known_pods_terminates_workers_of_pods_no_longer_desired() {
 async fn shutdown_stops_every_worker_and_later_updates_are_ignored() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_syncs(&w, "a", 1).await;
     w.shutdown().await;
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("b", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("b", 1))));
     tokio::time::sleep(Duration::from_secs(300)).await;
     assert_eq!(script.calls(), vec!["sync a 1"]);
 }
 
 // Issue 13: a pod without a usable UID (none, or not one path component) gets no worker, so
-// nothing is ever synced for `pods/` or `pods/../x`; a pod with a plain UID next to them does.
+// nothing is ever synced for `pods/` or `pods/../x`: such a pod is never admitted, and an
+// update carries only an admitted pod. A pod with a plain UID is synced.
 #[tokio::test(start_paused = true)]
 async fn a_pod_without_a_usable_uid_gets_no_worker() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
     let mut missing = pod("x", 1);
     missing.metadata.uid = None;
-    w.update_pod(PodUpdate::new(UpdateType::Create, missing));
+    assert!(AdmittedPod::new(missing).is_err());
     for bad in ["", "../x", ".."] {
-        w.update_pod(PodUpdate::new(UpdateType::Create, pod(bad, 1)));
+        assert!(AdmittedPod::new(pod(bad, 1)).is_err(), "{bad:?}");
     }
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     wait_syncs(&w, "a", 1).await;
     tokio::time::sleep(Duration::from_secs(300)).await;
     let uids: Vec<String> = w.snapshot().iter().map(|s| s.uid.to_string()).collect();
@@ -397,7 +404,7 @@ async fn pw4_update_pod_makes_a_live_pod_desired_before_it_returns_and_syncs_do_
     let gate = Arc::new(Semaphore::new(0));
     *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     assert_eq!(
         script.desired(),
         ["a 1"],
@@ -409,8 +416,8 @@ async fn pw4_update_pod_makes_a_live_pod_desired_before_it_returns_and_syncs_do_
         Vec::<String>::new(),
         "no sync has completed"
     );
-    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 2)));
-    w.update_pod(PodUpdate::new(UpdateType::Sync, pod("a", 3)));
+    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", 2))));
+    w.update_pod(PodUpdate::new(UpdateType::Sync, admit(pod("a", 3))));
     assert_eq!(
         script.desired(),
         ["a 1", "a 2", "a 3"],
@@ -431,22 +438,22 @@ async fn pw4_update_pod_makes_a_live_pod_desired_before_it_returns_and_syncs_do_
 async fn pw4_killed_deleting_and_terminal_pods_are_never_desired() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("k", 1)));
-    w.update_pod(PodUpdate::new(UpdateType::Create, deleting(pod("d", 1))));
+    w.update_pod(PodUpdate::new(UpdateType::Kill, admit(pod("k", 1))));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(deleting(pod("d", 1)))));
     w.update_pod(PodUpdate::new(
         UpdateType::Create,
-        with_phase(pod("s", 1), "Succeeded"),
+        admit(with_phase(pod("s", 1), "Succeeded")),
     ));
     w.update_pod(PodUpdate::new(
         UpdateType::Create,
-        with_phase(pod("f", 1), "Failed"),
+        admit(with_phase(pod("f", 1), "Failed")),
     ));
     // A running pod that finishes: its terminal update is not desired.
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("r", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("r", 1))));
     wait_syncs(&w, "r", 1).await;
     w.update_pod(PodUpdate::new(
         UpdateType::Update,
-        with_phase(pod("r", 2), "Succeeded"),
+        admit(with_phase(pod("r", 2), "Succeeded")),
     ));
     for u in ["k", "d"] {
         wait_phase(&w, u, WorkerPhase::Finished).await;
@@ -466,13 +473,13 @@ async fn pw14_an_update_after_the_termination_request_does_not_make_the_pod_desi
     let gate = Arc::new(Semaphore::new(0)); // SyncPod hangs: termination cancels it
     *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     let w = workers(&script);
-    w.update_pod(PodUpdate::new(UpdateType::Create, pod("a", 1)));
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     tokio::task::yield_now().await;
-    w.update_pod(PodUpdate::new(UpdateType::Kill, pod("a", 2)));
+    w.update_pod(PodUpdate::new(UpdateType::Kill, admit(pod("a", 2))));
     assert!(w.is_termination_requested(&uid("a")));
-    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 3)));
+    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", 3))));
     wait_phase(&w, "a", WorkerPhase::Finished).await;
-    w.update_pod(PodUpdate::new(UpdateType::Update, pod("a", 4)));
+    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", 4))));
     assert_eq!(script.desired(), ["a 1"]);
     w.shutdown().await;
 }
@@ -516,7 +523,7 @@ mod model {
                     generation += 1;
                     let uid = p.to_string();
                     let before = script.desired_count(&uid);
-                    w.update_pod(PodUpdate::new(UpdateType::Update, pod(&uid, generation)));
+                    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod(&uid, generation))));
                     // PW-14: never desired again once termination was requested; else at once.
                     let expected = before + usize::from(!killed.contains(&uid));
                     assert_eq!(script.desired_count(&uid), expected, "pod {uid}");
@@ -526,7 +533,7 @@ mod model {
                     killed.insert(p.to_string());
                     w.update_pod(PodUpdate::new(
                         UpdateType::Kill,
-                        pod(&p.to_string(), generation),
+                        admit(pod(&p.to_string(), generation)),
                     ));
                 }
                 Op::Wait(s) => tokio::time::sleep(Duration::from_secs(*s)).await,

@@ -14,7 +14,7 @@ use nodelet_podworker::{
 };
 use serde_json::json;
 
-use crate::support::{Api, api, pod};
+use crate::support::{Api, admit, api, pod};
 
 struct Bed {
     _root: tempfile::TempDir,
@@ -64,7 +64,7 @@ async fn update_pod_registers_and_adds_a_live_pod_once_before_it_returns_and_syn
     let p = pod(json!({"env": [{"name": "K",
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-1"}}}]}));
     b.workers
-        .update_pod(PodUpdate::new(UpdateType::Create, p.clone()));
+        .update_pod(PodUpdate::new(UpdateType::Create, admit(p.clone())));
     // Before update_pod returned, with no await in between: no sync can have run.
     assert_eq!(registered(&b.api), (1, 1));
     assert_eq!(b.volumes.calls(), ["add u1"]);
@@ -77,14 +77,14 @@ async fn update_pod_registers_and_adds_a_live_pod_once_before_it_returns_and_syn
     // PW-6 / PW-14: termination unmounts, then unregisters; a late update does not register
     // the pod again.
     b.workers
-        .update_pod(PodUpdate::new(UpdateType::Kill, p.clone()));
+        .update_pod(PodUpdate::new(UpdateType::Kill, admit(p.clone())));
     b.workers
-        .update_pod(PodUpdate::new(UpdateType::Update, p.clone()));
+        .update_pod(PodUpdate::new(UpdateType::Update, admit(p.clone())));
     let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
     b.workers
         .wait_for(|_| b.workers.phase(&uid) == Some(WorkerPhase::Finished))
         .await;
-    b.workers.update_pod(PodUpdate::new(UpdateType::Update, p));
+    b.workers.update_pod(PodUpdate::new(UpdateType::Update, admit(p)));
     assert_eq!(registered(&b.api), (0, 0));
     assert_eq!(b.volumes.count("add"), 1, "{:?}", b.volumes.calls());
     let calls = b.volumes.calls();

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use nodelet_core::AdmittedPod;
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
@@ -78,8 +79,9 @@ impl Api {
     }
 
     pub(crate) fn register(&self, pod: &Pod) {
-        self.sources.secrets.register_pod(pod);
-        self.sources.configmaps.register_pod(pod);
+        let pod = admit(pod.clone());
+        self.sources.secrets.register_pod(&pod);
+        self.sources.configmaps.register_pod(&pod);
     }
 }
 
@@ -103,6 +105,11 @@ pub(crate) fn pod_with(spec: Value, container: Value) -> Pod {
         .spec(spec)
         .status(json!({"hostIP": "10.0.0.1", "podIP": "10.1.0.5"}))
         .build()
+}
+
+/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
+pub(crate) fn admit(pod: Pod) -> AdmittedPod {
+    AdmittedPod::new(pod).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub(crate) fn first_container(pod: &Pod) -> Container {

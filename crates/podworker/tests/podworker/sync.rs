@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_core::AdmittedPod;
 use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
     ConfigSyncer, ContainerConfigState, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
@@ -16,7 +16,7 @@ use nodelet_podworker::{
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::support::{Api, api, pod, pod_with};
+use crate::support::{Api, admit, api, pod, pod_with};
 
 struct Fixture {
     root: TempDir,
@@ -58,11 +58,12 @@ fn env_pod() -> Pod {
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-1"}}}]}))
 }
 
-/// What `PodWorkers::update_pod` does for a live pod before any sync (PW-4, PW-13, VM-4).
-fn desire(f: &Fixture, p: &Pod) -> PodUid {
-    let uid = PodUid::from_pod(p).unwrap_or_else(|e| panic!("{e}"));
-    f.syncer.pod_desired(&uid, p);
-    uid
+/// What `PodWorkers::update_pod` does for a live pod before any sync (PW-4, PW-13, VM-4):
+/// the pod as admitted, after `pod_desired`.
+fn desire(f: &Fixture, p: &Pod) -> AdmittedPod {
+    let pod = admit(p.clone());
+    f.syncer.pod_desired(&pod);
+    pod
 }
 
 fn mode(p: &Path) -> u32 {
@@ -73,11 +74,11 @@ fn mode(p: &Path) -> u32 {
 async fn pw4_pod_desired_registers_and_adds_then_sync_pod_mounts_and_writes_the_env_file() {
     let f = fixture();
     let p = env_pod();
-    let uid = desire(&f, &p);
+    let p = desire(&f, &p);
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 1);
     assert_eq!(f.api.sources.secrets.stats().registered_pods, 1);
     assert_eq!(f.volumes.calls(), ["add u1"]);
-    let r = f.syncer.sync_pod(&uid, &p).await;
+    let r = f.syncer.sync_pod(&p).await;
     assert_eq!(r.ok(), Some(SyncOutcome::Running));
     let pod_dir = f.root.path().join("pods/u1");
     for d in ["", "volumes", "plugins"] {
@@ -99,16 +100,22 @@ async fn pw4_pod_desired_registers_and_adds_then_sync_pod_mounts_and_writes_the_
 async fn pw4_a_mount_failure_emits_failed_mount_and_creates_no_container() {
     let f = fixture();
     f.volumes
-        .fail_next_mount("unmounted volumes=[cfg]: timed out");
+        .fail_next_mount(nodelet_volume_manager::Error::VolumesNotMounted {
+            unmounted: vec!["cfg".into()],
+            unattached: Vec::new(),
+            failed_to_process: Vec::new(),
+            cause: nodelet_volume_manager::WaitCause::Timeout,
+        });
     let p = env_pod();
-    let uid = desire(&f, &p);
+    let p = desire(&f, &p);
     let err = f
         .syncer
-        .sync_pod(&uid, &p)
+        .sync_pod(&p)
         .await
         .err()
         .map(|e| e.to_string());
-    let text = "Unable to attach or mount volumes: unmounted volumes=[cfg]: timed out";
+    let text = "Unable to attach or mount volumes: unmounted volumes=[cfg], unattached volumes=[], \
+                failed to process volumes=[]: timed out waiting for the condition";
     assert_eq!(err.as_deref(), Some(text));
     assert_eq!(
         f.events.reasons_and_messages(),
@@ -128,8 +135,8 @@ async fn pw7_missing_image_pull_secrets_give_one_event_and_do_not_stop_the_pod()
         json!({"imagePullSecrets": [{"name": "sec"}, {"name": ""}, {"name": "gone-1"}, {"name": "gone-2"}]}),
         json!({}),
     );
-    let uid = desire(&f, &p);
-    let r = f.syncer.sync_pod(&uid, &p).await;
+    let p = desire(&f, &p);
+    let r = f.syncer.sync_pod(&p).await;
     assert_eq!(r.ok(), Some(SyncOutcome::Running));
     let events: Vec<_> = f
         .events
@@ -151,10 +158,10 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
     let f = fixture();
     let p = pod(json!({"env": [{"name": "X",
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4"}}}]}));
-    let uid = desire(&f, &p);
+    let p = desire(&f, &p);
     let err = f
         .syncer
-        .sync_pod(&uid, &p)
+        .sync_pod(&p)
         .await
         .err()
         .map(|e| e.to_string());
@@ -190,7 +197,7 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
     );
     let mut created = false;
     for _ in 0..100 {
-        if f.syncer.sync_pod(&uid, &p).await.is_ok() {
+        if f.syncer.sync_pod(&p).await.is_ok() {
             created = true;
             break;
         }
@@ -205,11 +212,11 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
 async fn up3_a_created_container_keeps_its_environment_on_later_syncs() {
     let f = fixture();
     let p = env_pod();
-    let uid = desire(&f, &p);
-    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
+    let p = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
     f.api.configmap("ns", "cm", json!({"data-1": "changed"}));
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
     let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
     assert_eq!(env.ok().as_deref(), Some("CONFIG_DATA_1=value-1\n"));
     let created = f
@@ -228,9 +235,9 @@ async fn pw4_a_terminal_pod_is_neither_registered_nor_mounted() {
     if let Some(s) = p.status.as_mut() {
         s.phase = Some("Succeeded".into());
     }
-    let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
+    let p = admit(p);
     assert_eq!(
-        f.syncer.sync_pod(&uid, &p).await.ok(),
+        f.syncer.sync_pod(&p).await.ok(),
         Some(SyncOutcome::Terminal)
     );
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
@@ -241,11 +248,11 @@ async fn pw4_a_terminal_pod_is_neither_registered_nor_mounted() {
 async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_directory() {
     let f = fixture();
     let p = env_pod();
-    let uid = desire(&f, &p);
-    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
+    let p = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
     assert!(
         f.syncer
-            .sync_terminating_pod(&uid, &p, Duration::from_secs(30))
+            .sync_terminating_pod(&p, Duration::from_secs(30))
             .await
             .is_ok()
     );
@@ -254,7 +261,7 @@ async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_dire
         1,
         "still registered while terminating (PW-5)"
     );
-    assert!(f.syncer.sync_terminated_pod(&uid, &p).await.is_ok());
+    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
     assert_eq!(f.api.sources.secrets.stats().registered_pods, 0);
     let calls = f.volumes.calls();
@@ -267,11 +274,11 @@ async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_dire
 async fn pw6_a_pod_directory_with_leftover_files_is_kept() {
     let f = fixture();
     let p = env_pod();
-    let uid = desire(&f, &p);
-    assert!(f.syncer.sync_pod(&uid, &p).await.is_ok());
+    let p = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
     let stray = f.root.path().join("pods/u1/volumes/stray");
     assert!(std::fs::write(&stray, b"x").is_ok());
-    assert!(f.syncer.sync_terminated_pod(&uid, &p).await.is_ok());
+    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
     assert!(stray.exists(), "never delete what is not known to be empty");
     assert!(!f.root.path().join("pods/u1/containers").exists());
 }
@@ -284,16 +291,19 @@ async fn pw6_a_pod_directory_with_leftover_files_is_kept() {
 async fn pw13_sync_pod_of_a_pod_never_desired_registers_nothing_and_adds_nothing() {
     let f = fixture();
     let p = env_pod();
-    let uid = PodUid::from_pod(&p).unwrap_or_else(|e| panic!("{e}"));
+    let p = admit(p);
     let err = f
         .syncer
-        .sync_pod(&uid, &p)
+        .sync_pod(&p)
         .await
         .err()
         .map(|e| e.to_string());
     assert_eq!(
         err.as_deref(),
-        Some("Unable to attach or mount volumes: pod u1 is not desired")
+        Some(
+            "Unable to attach or mount volumes: pod ns/web (UID u1) is not desired: it must be \
+             added before waiting for its volumes"
+        )
     );
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
     assert_eq!(f.api.sources.secrets.stats().registered_pods, 0);
@@ -306,19 +316,18 @@ async fn pw13_sync_pod_of_a_pod_never_desired_registers_nothing_and_adds_nothing
 #[tokio::test]
 async fn pw14_each_update_registers_the_pods_new_references() {
     let f = fixture();
-    let p = env_pod();
-    let uid = desire(&f, &p);
+    desire(&f, &env_pod());
     assert_eq!(f.api.sources.secrets.stats().referenced_objects, 0);
     let updated = pod(json!({"env": [{"name": "S",
         "valueFrom": {"secretKeyRef": {"name": "sec", "key": "data-1"}}}]}));
-    desire(&f, &updated);
+    let updated = desire(&f, &updated);
     assert_eq!(f.api.sources.secrets.stats().referenced_objects, 1);
     assert_eq!(
         f.volumes.count("add"),
         2,
         "the newest object is desired (VM-5)"
     );
-    let r = f.syncer.sync_pod(&uid, &updated).await;
+    let r = f.syncer.sync_pod(&updated).await;
     assert_eq!(r.ok(), Some(SyncOutcome::Running));
     let env = std::fs::read_to_string(f.root.path().join("pods/u1/containers/c/env"));
     assert_eq!(env.ok().as_deref(), Some("S=value-1\\n\n"));
