@@ -19,14 +19,18 @@
 //!   same code that renders downwardAPI volumes (one implementation, as in the kubelet); its
 //!   errors surface as [`EnvError::DownwardApi`] with the kubelet's texts. `fileKeyRef` reads
 //!   an env file in one of the pod's emptyDir volumes ([`EnvOptions::pod_dir`]).
-//! * Seams: [`Volumes`] (the volume manager), [`RuntimeHook`] (default [`EnvFileRuntime`],
-//!   which writes `<root>/pods/<uid>/containers/<name>/env`), [`EventSink`], [`StatusSink`].
-//!   [`EventSink`], [`EventType`] and [`NoEvents`] are re-exported from
-//!   `nodelet_volume_manager::events`: an agent implements one event trait for both crates.
-//!   Fakes live behind the `test-util` feature.
+//! * Seams: [`Volumes`] (implemented here for `nodelet_volume_manager::VolumeManager`, whose
+//!   typed error [`VolumeError::Failed`] carries to the `FailedMount` event), [`RuntimeHook`]
+//!   (default [`EnvFileRuntime`], which writes `<root>/pods/<uid>/containers/<name>/env`),
+//!   [`EventSink`], [`StatusSink`]. Pods cross every seam as `nodelet_core::AdmittedPod` (the
+//!   agent's pod source validated the UID once) or as a `nodelet_core::PodUid`; directories
+//!   are spelled by `nodelet_core::PodDirs`. [`EventSink`] and [`NoEvents`] are re-exported
+//!   from `nodelet_volume_manager::events`: an agent implements one event trait for both
+//!   crates (events are typed `nodelet_core::EventType`). Fakes live behind the `test-util`
+//!   feature.
 //!
 //! ```text
-//! update_pod(pod) ─► live pod, worker new or Syncing (checked under the workers' lock):
+//! update_pod(AdmittedPod) ─► live pod, worker new or Syncing (checked under the workers' lock):
 //!                      ConfigSyncer::pod_desired ─► register (secrets, configmaps) ─► Volumes::add_pod
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
@@ -88,6 +92,7 @@
 //!         "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "APP_"}],
 //!         "env": [{"name": "GREETING", "value": "mode=$(APP_mode)"}]}]},
 //! }))?;
+//! let pod = nodelet_core::AdmittedPod::new(pod)?; // the agent's pod source admits it once
 //! sources.configmaps.register_pod(&pod); // the pod worker does this first (PW-13)
 //! let container = &pod.spec.as_ref().map(|s| s.containers[0].clone()).unwrap_or_default();
 //! let env = resolve_env(&pod, container, &sources, &EnvOptions::default()).await?;
