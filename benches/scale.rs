@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodelet_core::PodUid;
 use nodelet_apiserver::{ApiServer, RequestRecord, Restart, ServerHandle, User};
+use nodelet_core::PodUid;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 

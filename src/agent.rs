@@ -14,7 +14,10 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use nodelet_core::{AdmittedPod, NodeAllocatable, ObjectRef, PodDirs, PodUid};
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
-use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, referenced_config_map_names, referenced_secret_names};
+use nodelet_object_manager::{
+    ConfigMapManager, ManagerConfig, SecretManager, referenced_config_map_names,
+    referenced_secret_names,
+};
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
     SyncerParts, UpdateType, WorkerConfig, WorkerPhase,

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_podworker::{ContainerConfigState, PodConfigStatus, StatusSink};
 use serde_json::{Value, json};
 use tokio::sync::Notify;

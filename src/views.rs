@@ -9,13 +9,12 @@ use crate::state::AgentState;
 
 /// The `/pods` document.
 pub(crate) fn pods_json(state: &AgentState) -> Value {
-    let volumes: HashMap<nodelet_core::PodUid, nodelet_volume_manager::PodVolumes> =
-        state
-            .volumes
-            .snapshot()
-            .into_iter()
-            .map(|p| (p.pod_uid.clone(), p))
-            .collect();
+    let volumes: HashMap<nodelet_core::PodUid, nodelet_volume_manager::PodVolumes> = state
+        .volumes
+        .snapshot()
+        .into_iter()
+        .map(|p| (p.pod_uid.clone(), p))
+        .collect();
     let pods: Vec<Value> = state
         .workers
         .snapshot()

@@ -120,7 +120,11 @@ mod tests {
         let admitted = AdmittedPod::new(shared.clone()).unwrap();
         assert_eq!(admitted.uid().as_str(), "u-1");
         assert!(Arc::ptr_eq(admitted.pod(), &shared));
-        assert_eq!(admitted.metadata.name.as_deref(), Some("web"), "derefs to the pod");
+        assert_eq!(
+            admitted.metadata.name.as_deref(),
+            Some("web"),
+            "derefs to the pod"
+        );
         assert_eq!(admitted.to_string(), "ns/web");
         assert_eq!(
             format!("{admitted:?}"),

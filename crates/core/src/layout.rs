@@ -118,7 +118,10 @@ mod tests {
             dirs.container(&uid, "app"),
             Path::new("/var/lib/nodelet/pods/u-1/containers/app")
         );
-        assert_eq!(dirs.plugins(&uid), Path::new("/var/lib/nodelet/pods/u-1/plugins"));
+        assert_eq!(
+            dirs.plugins(&uid),
+            Path::new("/var/lib/nodelet/pods/u-1/plugins")
+        );
     }
 
     #[test]

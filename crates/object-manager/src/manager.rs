@@ -469,7 +469,11 @@ mod tests {
                 }
                 Op::Unregister { pod } => {
                     // The argument's spec is irrelevant (OM-9): pass an empty one.
-                    m.unregister_pod(nodelet_core::AdmittedPod::new(test_pod(*pod, &BTreeSet::new())).unwrap().uid());
+                    m.unregister_pod(
+                        nodelet_core::AdmittedPod::new(test_pod(*pod, &BTreeSet::new()))
+                            .unwrap()
+                            .uid(),
+                    );
                     model.remove(pod);
                 }
                 Op::Get { object } => {
@@ -504,7 +508,11 @@ mod tests {
             assert_eq!(fake.open_watches(), stats.running_watches);
         }
         for pod in 0..PODS {
-            m.unregister_pod(nodelet_core::AdmittedPod::new(test_pod(pod, &BTreeSet::new())).unwrap().uid());
+            m.unregister_pod(
+                nodelet_core::AdmittedPod::new(test_pod(pod, &BTreeSet::new()))
+                    .unwrap()
+                    .uid(),
+            );
         }
         assert_eq!(m.stats().referenced_objects, 0);
         m.shutdown().await;

@@ -334,7 +334,15 @@ mod tests {
         for i in 0..10 {
             let name = format!("s{i}");
             fake.apply("ns", secret(&name, "v", false));
-            m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", &format!("p{i}"), &format!("u{i}"), &[&name])).unwrap());
+            m.register_pod(
+                &nodelet_core::AdmittedPod::new(pod(
+                    "ns",
+                    &format!("p{i}"),
+                    &format!("u{i}"),
+                    &[&name],
+                ))
+                .unwrap(),
+            );
         }
     }
 
@@ -445,13 +453,19 @@ mod tests {
             fake.apply("ns", secret(s, "v", false));
         }
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap(),
+        );
         assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s2").await.is_ok());
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap(),
+        );
         assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s2").await.is_ok());
         assert_eq!(fake.total(Verb::Get), 2, "a resync re-fetches nothing");
 
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s3"])).unwrap());
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s3"])).unwrap(),
+        );
         assert!(m.get("ns", "s1").await.is_ok() && m.get("ns", "s3").await.is_ok());
         assert_eq!(fake.total(Verb::Get), 3, "only the new name is fetched");
         let err = m.get("ns", "s2").await.err().map(|e| e.to_string());
@@ -468,9 +482,17 @@ mod tests {
         m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &["s1"])).unwrap());
         assert!(m.get("ns", "s1").await.is_ok());
         assert_eq!(fake.count(Verb::Get, "ns", "s1"), 2);
-        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p1", "u1", &[])).unwrap().uid());
+        m.unregister_pod(
+            nodelet_core::AdmittedPod::new(pod("ns", "p1", "u1", &[]))
+                .unwrap()
+                .uid(),
+        );
         assert!(m.get("ns", "s1").await.is_ok(), "still referenced by p2");
-        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &[])).unwrap().uid());
+        m.unregister_pod(
+            nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &[]))
+                .unwrap()
+                .uid(),
+        );
         assert!(matches!(
             m.get("ns", "s1").await,
             Err(Error::NotRegistered { .. })
@@ -534,7 +556,9 @@ mod tests {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "old", false));
         let m = manager(Strategy::Cache, &fake, None);
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap(),
+        );
 
         fake.fail_next(1, SourceError::status(500, "InternalError", "etcd is sad"));
         let err = m.get("ns", "s2").await.err().map(|e| e.to_string());

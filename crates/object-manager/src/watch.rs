@@ -352,7 +352,11 @@ mod tests {
         assert_eq!(fake.count(Verb::Watch, "ns", "s1"), 1);
         assert!(m.is_watching("ns", "s1"));
 
-        m.unregister_pod(nodelet_core::AdmittedPod::new(pods[20].clone()).unwrap().uid());
+        m.unregister_pod(
+            nodelet_core::AdmittedPod::new(pods[20].clone())
+                .unwrap()
+                .uid(),
+        );
         assert!(!m.is_watching("ns", "s1"));
         assert!(matches!(
             m.get("ns", "s1").await,
@@ -435,9 +439,17 @@ mod tests {
         let m = watch(&fake);
         m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "old", &["s1"])).unwrap());
         m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "new", &["s1"])).unwrap());
-        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p", "old", &[])).unwrap().uid());
+        m.unregister_pod(
+            nodelet_core::AdmittedPod::new(pod("ns", "p", "old", &[]))
+                .unwrap()
+                .uid(),
+        );
         assert!(m.is_watching("ns", "s1"));
-        m.unregister_pod(nodelet_core::AdmittedPod::new(pod("ns", "p", "new", &[])).unwrap().uid());
+        m.unregister_pod(
+            nodelet_core::AdmittedPod::new(pod("ns", "p", "new", &[]))
+                .unwrap()
+                .uid(),
+        );
         assert!(!m.is_watching("ns", "s1"));
     }
 
@@ -593,7 +605,9 @@ mod tests {
         fake.apply("ns", secret("s1", "v", false));
         fake.apply("ns", secret("imm", "v", true));
         let m = watch(&fake);
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2", "imm"])).unwrap());
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2", "imm"])).unwrap(),
+        );
         assert!(read(&m, "s1").await.is_ok() && read(&m, "imm").await.is_ok());
         assert_eq!(m.stats().running_watches, 2);
 
@@ -635,7 +649,9 @@ mod tests {
         fake.apply("ns", secret("s1", "v1", false));
         let m = watch(&fake);
         let mut changes = m.subscribe();
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap());
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap(),
+        );
         assert!(read(&m, "s1").await.is_ok() && read(&m, "s2").await.is_err());
         settle().await;
         assert!(changes.try_recv().is_err(), "first load");

@@ -216,7 +216,9 @@ async fn value_from(
         return Ok(Some(env_field_ref_value(pod, f)?.into_bytes()));
     }
     if let Some(r) = &from.resource_field_ref {
-        let allocatable = nodelet_volume_manager::downward::node_allocatable_from_quantities(&options.node_allocatable)?;
+        let allocatable = nodelet_volume_manager::downward::node_allocatable_from_quantities(
+            &options.node_allocatable,
+        )?;
         return Ok(Some(
             resource_field_ref_value(pod, r, Some(container), &allocatable)?.into_bytes(),
         ));

@@ -122,8 +122,8 @@ pub use env::{
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
 pub use runtime::{ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, env_file, env_json};
 pub use seams::{
-    ContainerConfigState, ContainerConfigStatus, EventSink, NoEvents, NoStatus,
-    PodConfigStatus, Readiness, StatusSink, Volumes, reasons,
+    ContainerConfigState, ContainerConfigStatus, EventSink, NoEvents, NoStatus, PodConfigStatus,
+    Readiness, StatusSink, Volumes, reasons,
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};

@@ -17,8 +17,8 @@ use crate::env::{EnvOptions, EnvSources, resolve_env};
 use crate::error::{SyncError, VolumeError};
 use crate::runtime::RuntimeHook;
 use crate::seams::{
-    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness,
-    StatusSink, Volumes, reasons,
+    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness, StatusSink,
+    Volumes, reasons,
 };
 use crate::workers::{PodSyncer, SyncOutcome, is_terminal};
 

@@ -39,7 +39,10 @@ pub trait PodSyncer: Send + Sync + 'static {
     /// Bring the pod towards its desired state. `Ok(SyncOutcome::Terminal)` when the pod has
     /// finished (phase Succeeded/Failed) and should terminate. Dropped (cancelled) when
     /// termination is requested mid-sync.
-    fn sync_pod(&self, pod: &AdmittedPod) -> impl Future<Output = Result<SyncOutcome, SyncError>> + Send;
+    fn sync_pod(
+        &self,
+        pod: &AdmittedPod,
+    ) -> impl Future<Output = Result<SyncOutcome, SyncError>> + Send;
 
     /// Stop the pod's containers within `grace_period` (PW-5). Repeated until it succeeds.
     fn sync_terminating_pod(
@@ -49,7 +52,10 @@ pub trait PodSyncer: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 
     /// Release the pod's resources (PW-6). Repeated until it succeeds.
-    fn sync_terminated_pod(&self, pod: &AdmittedPod) -> impl Future<Output = Result<(), SyncError>> + Send;
+    fn sync_terminated_pod(
+        &self,
+        pod: &AdmittedPod,
+    ) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
 
 /// What a successful [`PodSyncer::sync_pod`] found.
@@ -548,10 +554,7 @@ async fn step<S: PodSyncer>(syncer: &S, work: &Work) -> Result<bool, SyncError> 
             .sync_terminating_pod(&work.pod, work.grace_period)
             .await
             .map(|()| true),
-        WorkerPhase::Terminated => syncer
-            .sync_terminated_pod(&work.pod)
-            .await
-            .map(|()| true),
+        WorkerPhase::Terminated => syncer.sync_terminated_pod(&work.pod).await.map(|()| true),
         WorkerPhase::Finished => Ok(false),
     }
 }

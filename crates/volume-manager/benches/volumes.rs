@@ -14,13 +14,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
+use nodelet_core::{AdmittedPod, EventType};
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
-use nodelet_volume_manager::{Config, EventSink, EventType, KubeTokenSource, VolumeManager};
+use nodelet_volume_manager::{Config, EventSink, KubeTokenSource, VolumeManager};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -113,17 +113,14 @@ async fn propagation(bed: &Bed, updates: usize) {
             .unwrap(),
     )
     .unwrap();
-    bed.configmaps.register_pod(&admitted(&pod));
-    bed.vm.add_pod(&admitted(&pod.clone()));
-    bed.vm.wait_for_attach_and_mount(&admitted(&pod)).await.unwrap();
+    let pod = admitted(&pod);
+    bed.configmaps.register_pod(&pod);
+    bed.vm.add_pod(&pod);
+    bed.vm.wait_for_attach_and_mount(&pod).await.unwrap();
     let file = bed
         .vm
         .host()
-        .volume_dir(
-            &nodelet_core::PodUid::from_pod(&pod).unwrap(),
-            "kubernetes.io/configmap",
-            "cfg",
-        )
+        .volume_dir(pod.uid(), "kubernetes.io/configmap", "cfg")
         .join("key");
     let api: Api<ConfigMap> = Api::namespaced(bed.server.client(), "default");
     let mut rx = bed.vm.subscribe();
@@ -202,33 +199,34 @@ fn create_pods(api: &ServerHandle, round: usize) -> Vec<Arc<Pod>> {
         .collect()
 }
 
-async fn startup(bed: &Bed, rounds: usize) -> Vec<Arc<Pod>> {
+async fn startup(bed: &Bed, rounds: usize) -> Vec<AdmittedPod> {
     let mut samples = Vec::new();
     let mut last = Vec::new();
     for round in 0..rounds {
         let pods = create_pods(&bed.api, round);
         let start = Instant::now();
-        for p in &pods {
-            bed.secrets.register_pod(&admitted(&p));
-            bed.configmaps.register_pod(&admitted(&p));
-            bed.vm.add_pod(&admitted(&p));
+        let admitted: Vec<AdmittedPod> = pods.iter().map(|p| admitted(p)).collect();
+        for p in &admitted {
+            bed.secrets.register_pod(p);
+            bed.configmaps.register_pod(p);
+            bed.vm.add_pod(p);
         }
-        let waits = pods.iter().map(|p| bed.vm.wait_for_attach_and_mount(&admitted(&p)));
+        let waits = admitted.iter().map(|p| bed.vm.wait_for_attach_and_mount(p));
         for r in futures::future::join_all(waits).await {
             r.unwrap();
         }
         samples.push(start.elapsed());
         if round + 1 < rounds {
-            for p in &pods {
-                bed.vm.remove_pod(&PodUid::from_pod(p).unwrap());
+            for p in &admitted {
+                bed.vm.remove_pod(p.uid());
             }
-            for p in &pods {
-                bed.vm.wait_for_unmount(admitted(&p).uid()).await.unwrap();
-                bed.secrets.unregister_pod(admitted(&p).uid());
-                bed.configmaps.unregister_pod(admitted(&p).uid());
+            for p in &admitted {
+                bed.vm.wait_for_unmount(p.uid()).await.unwrap();
+                bed.secrets.unregister_pod(p.uid());
+                bed.configmaps.unregister_pod(p.uid());
             }
         } else {
-            last = pods;
+            last = admitted;
         }
     }
     samples.sort();
@@ -283,10 +281,10 @@ fn main() {
         let pods = startup(&bed, env_usize("STARTUP_ROUNDS", 5)).await;
         idle(env_usize("IDLE_SECS", 10) as u64).await;
         for p in &pods {
-            bed.vm.remove_pod(&PodUid::from_pod(p).unwrap());
+            bed.vm.remove_pod(p.uid());
         }
         for p in &pods {
-            bed.vm.wait_for_unmount(admitted(&p).uid()).await.unwrap();
+            bed.vm.wait_for_unmount(p.uid()).await.unwrap();
         }
         bed.shutdown.cancel();
         bed.configmaps.shutdown().await;

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
+use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::RecordingSink;

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nodelet_core::PodUid;
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_core::PodUid;
 use tokio::time::Instant;
 
 use crate::plugins::{ObjectVersion, VolumePlugin};

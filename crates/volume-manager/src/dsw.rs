@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
 use k8s_openapi::api::core::v1::Volume;
+use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
 
 use crate::plugins::VolumePlugin;
 

@@ -4,9 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use k8s_openapi::api::core::v1::Pod;
 use nodelet_core::EventType;
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodUid};
-use k8s_openapi::api::core::v1::Pod;
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -513,8 +513,15 @@ mod tests {
         let good = admitted(&pod("cm"));
         bed.vm.add_pod(&good);
         bed.vm.wait_for_attach_and_mount(&good).await.unwrap();
-        let dir = bed.vm.host().volume_dir(good.uid(), "kubernetes.io/configmap", "cfg");
-        assert!(dir.starts_with(root.join("pods").join("u1")), "{}", dir.display());
+        let dir = bed
+            .vm
+            .host()
+            .volume_dir(good.uid(), "kubernetes.io/configmap", "cfg");
+        assert!(
+            dir.starts_with(root.join("pods").join("u1")),
+            "{}",
+            dir.display()
+        );
         bed.shutdown.cancel();
     }
 
@@ -529,7 +536,10 @@ mod tests {
         // The wait never adds a pod (VM-4): add it first, as the pod workers do.
         let p = pod("cm");
         bed.vm.add_pod(&admitted(&p));
-        bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let pending = |vm: &VolumeManager| vm.snapshot()[0].volumes[0].remount_pending;
         assert!(!pending(&bed.vm));
@@ -606,7 +616,10 @@ mod tests {
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
         bed.vm.add_pod(&admitted(&p));
-        bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let passes = bed.vm.inner.passes.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -622,7 +635,10 @@ mod tests {
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
         bed.vm.add_pod(&admitted(&p));
-        bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap();
         let dir = bed.vm.host().volume_dir(
             &PodUid::new("u1").unwrap(),
             "kubernetes.io/configmap",
@@ -649,11 +665,19 @@ mod tests {
         bed.vm.add_pod(&admitted(&p.clone()));
         let text = "unmounted volumes=[../x], unattached volumes=[], failed to process volumes=[../x]: \
              volume name \"../x\" cannot be used as a directory name";
-        let err = bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap_err();
+        let err = bed
+            .vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap_err();
         assert_eq!(err.to_string(), text);
         // The next SyncPod's wait reprocesses the pod: the error is recorded again and ends
         // that wait at once too (no 2 min 3 s time-out).
-        let err = bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap_err();
+        let err = bed
+            .vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap_err();
         assert_eq!(err.to_string(), text);
         assert!(matches!(
             err,
@@ -675,7 +699,11 @@ mod tests {
         let root = bed._root.path().to_path_buf();
         let before = tree(&root);
         let p = pod("cm");
-        let err = bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap_err();
+        let err = bed
+            .vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "pod ns/p (UID u1) is not desired: it must be added before waiting for its volumes"
@@ -688,7 +716,10 @@ mod tests {
         // Added, mounted, removed: the pod is no longer desired, and a wait does not bring it
         // back (the volume is torn down).
         bed.vm.add_pod(&admitted(&p));
-        bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap();
         let uid = PodUid::new("u1").unwrap();
         bed.vm.remove_pod(&uid);
         assert!(matches!(
@@ -700,7 +731,10 @@ mod tests {
 
         let mut no_volumes = (*p).clone();
         no_volumes.spec = Some(Default::default());
-        bed.vm.wait_for_attach_and_mount(&admitted(&no_volumes)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&no_volumes))
+            .await
+            .unwrap();
         bed.shutdown.cancel();
     }
 
@@ -713,7 +747,10 @@ mod tests {
         bed.configmaps.apply("ns", cm("cm", "v1"));
         let p = pod("cm");
         bed.vm.add_pod(&admitted(&p));
-        bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap();
         let dir = bed.vm.host().volume_dir(
             &PodUid::new("u1").unwrap(),
             "kubernetes.io/configmap",
@@ -722,7 +759,10 @@ mod tests {
         bed.configmaps.apply("ns", cm("cm", "v2"));
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"v1", "nobody asked");
-        bed.vm.wait_for_attach_and_mount(&admitted(&p)).await.unwrap();
+        bed.vm
+            .wait_for_attach_and_mount(&admitted(&p))
+            .await
+            .unwrap();
         let mut rx = bed.vm.subscribe();
         let remounted = tokio::time::timeout(Duration::from_secs(600), async {
             while std::fs::read(dir.join("k")).unwrap() != b"v2" {

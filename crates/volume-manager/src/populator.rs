@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_core::{AdmittedPod, PodUid};
 
 use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume};
 use crate::plugins::PluginRegistry;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use nodelet_core::EventType;
 use nodelet_core::{ObjectRef, PodUid};
-use k8s_openapi::api::core::v1::{Pod, Volume};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use nodelet_core::PodUid;
 use std::path::PathBuf;
 
-
 use crate::VolumeManager;
 use crate::asw::MountState;
 use crate::plugins::ObjectVersion;

@@ -7,11 +7,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use nodelet_core::PodUid;
 use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
+use nodelet_core::PodUid;
 use tokio::time::Instant;
 
 /// A service account token. `Debug` redacts the token.

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};

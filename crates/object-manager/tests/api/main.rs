@@ -16,9 +16,9 @@ mod transport;
 
 use std::time::Duration;
 
-use nodelet_core::ObjectRef;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle};
+use nodelet_core::ObjectRef;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, Strategy};
 use serde_json::{Value, json};

@@ -219,7 +219,11 @@ async fn connections_left_empty_are_closed_after_the_idle_time_out() {
     let (client, t) = h2_client(server.kube_config(), tc).await;
     let m = watch_many(&handle, client, 10).await;
     assert_eq!(handle.open_connections().total(), 2);
-    m.unregister_pod(nodelet_core::AdmittedPod::new(pod("many", &[])).unwrap().uid());
+    m.unregister_pod(
+        nodelet_core::AdmittedPod::new(pod("many", &[]))
+            .unwrap()
+            .uid(),
+    );
     wait_for(
         || handle.open_connections().total() == 0,
         "idle connections closed",

@@ -37,7 +37,11 @@ async fn om16_twenty_one_registrations_cost_one_watch_list() {
         "no GET per read"
     );
 
-    m.unregister_pod(nodelet_core::AdmittedPod::new(pods[20].clone()).unwrap().uid());
+    m.unregister_pod(
+        nodelet_core::AdmittedPod::new(pods[20].clone())
+            .unwrap()
+            .uid(),
+    );
     assert!(!m.is_watching("default", "cm"));
     assert!(matches!(
         m.get("default", "cm").await,

@@ -439,7 +439,10 @@ async fn pw4_killed_deleting_and_terminal_pods_are_never_desired() {
     let script = Arc::new(Script::default());
     let w = workers(&script);
     w.update_pod(PodUpdate::new(UpdateType::Kill, admit(pod("k", 1))));
-    w.update_pod(PodUpdate::new(UpdateType::Create, admit(deleting(pod("d", 1)))));
+    w.update_pod(PodUpdate::new(
+        UpdateType::Create,
+        admit(deleting(pod("d", 1))),
+    ));
     w.update_pod(PodUpdate::new(
         UpdateType::Create,
         admit(with_phase(pod("s", 1), "Succeeded")),
@@ -523,7 +526,10 @@ mod model {
                     generation += 1;
                     let uid = p.to_string();
                     let before = script.desired_count(&uid);
-                    w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod(&uid, generation))));
+                    w.update_pod(PodUpdate::new(
+                        UpdateType::Update,
+                        admit(pod(&uid, generation)),
+                    ));
                     // PW-14: never desired again once termination was requested; else at once.
                     let expected = before + usize::from(!killed.contains(&uid));
                     assert_eq!(script.desired_count(&uid), expected, "pod {uid}");

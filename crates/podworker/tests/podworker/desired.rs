@@ -84,7 +84,8 @@ async fn update_pod_registers_and_adds_a_live_pod_once_before_it_returns_and_syn
     b.workers
         .wait_for(|_| b.workers.phase(&uid) == Some(WorkerPhase::Finished))
         .await;
-    b.workers.update_pod(PodUpdate::new(UpdateType::Update, admit(p)));
+    b.workers
+        .update_pod(PodUpdate::new(UpdateType::Update, admit(p)));
     assert_eq!(registered(&b.api), (0, 0));
     assert_eq!(b.volumes.count("add"), 1, "{:?}", b.volumes.calls());
     let calls = b.volumes.calls();

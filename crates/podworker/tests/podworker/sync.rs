@@ -108,12 +108,7 @@ async fn pw4_a_mount_failure_emits_failed_mount_and_creates_no_container() {
         });
     let p = env_pod();
     let p = desire(&f, &p);
-    let err = f
-        .syncer
-        .sync_pod(&p)
-        .await
-        .err()
-        .map(|e| e.to_string());
+    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
     let text = "Unable to attach or mount volumes: unmounted volumes=[cfg], unattached volumes=[], \
                 failed to process volumes=[]: timed out waiting for the condition";
     assert_eq!(err.as_deref(), Some(text));
@@ -159,12 +154,7 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
     let p = pod(json!({"env": [{"name": "X",
         "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "data-4"}}}]}));
     let p = desire(&f, &p);
-    let err = f
-        .syncer
-        .sync_pod(&p)
-        .await
-        .err()
-        .map(|e| e.to_string());
+    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
     assert_eq!(
         err.as_deref(),
         Some(
@@ -292,12 +282,7 @@ async fn pw13_sync_pod_of_a_pod_never_desired_registers_nothing_and_adds_nothing
     let f = fixture();
     let p = env_pod();
     let p = admit(p);
-    let err = f
-        .syncer
-        .sync_pod(&p)
-        .await
-        .err()
-        .map(|e| e.to_string());
+    let err = f.syncer.sync_pod(&p).await.err().map(|e| e.to_string());
     assert_eq!(
         err.as_deref(),
         Some(

@@ -120,24 +120,24 @@ pub fn resource_field_ref_value(
 pub fn node_allocatable_from_quantities(
     list: &BTreeMap<String, String>,
 ) -> Result<NodeAllocatable, DownwardError> {
-        let get = |name: &str, scale: u32| -> Result<i64, DownwardError> {
-            let Some(text) = list.get(name) else {
-                return Ok(0);
-            };
-            parse_quantity(text)
-                .and_then(|q| q.scaled_ceil(scale))
-                .and_then(|v| i64::try_from(v).ok())
-                .ok_or_else(|| DownwardError::InvalidQuantity {
-                    resource: name.to_owned(),
-                    value: text.clone(),
-                })
+    let get = |name: &str, scale: u32| -> Result<i64, DownwardError> {
+        let Some(text) = list.get(name) else {
+            return Ok(0);
         };
-        Ok(NodeAllocatable {
-            cpu_millis: get("cpu", 3)?,
-            memory_bytes: get("memory", 0)?,
-            ephemeral_storage_bytes: get("ephemeral-storage", 0)?,
-        })
-    }
+        parse_quantity(text)
+            .and_then(|q| q.scaled_ceil(scale))
+            .and_then(|v| i64::try_from(v).ok())
+            .ok_or_else(|| DownwardError::InvalidQuantity {
+                resource: name.to_owned(),
+                value: text.clone(),
+            })
+    };
+    Ok(NodeAllocatable {
+        cpu_millis: get("cpu", 3)?,
+        memory_bytes: get("memory", 0)?,
+        ephemeral_storage_bytes: get("ephemeral-storage", 0)?,
+    })
+}
 
 /// An exact quantity `num / den` (`den > 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,9 @@
 //! The configMap volume plugin, `kubernetes.io/configmap` (PL-1 … PL-7).
 
-use nodelet_core::ObjectRef;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Volume};
 use nodelet_atomic_writer::WriteOutcome;
+use nodelet_core::ObjectRef;
 
 use super::{Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, config_map_payload};
 use crate::SetUpError;

@@ -7,13 +7,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
+use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use tokio::time::Instant;
 
-use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use super::SetUpContext;
+use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
 use crate::token::{Token, TokenCache};
 

@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use nodelet_core::{ObjectRef, PodUid};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_core::{ObjectRef, PodUid};
 use tokio::time::Instant;
 
 use crate::SetUpError;
@@ -187,7 +187,6 @@ impl PluginRegistry {
         self.plugins.iter()
     }
 }
-
 
 /// The mode as the writer takes it; out-of-range values are kept out of range so the writer
 /// rejects them with a clear error.

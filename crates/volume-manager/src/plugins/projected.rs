@@ -1,12 +1,11 @@
 //! The projected volume plugin, `kubernetes.io/projected` (PL-10): configMap, secret,
 //! downwardAPI and serviceAccountToken sources merged into one volume.
 
-use nodelet_core::ObjectRef;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume, VolumeProjection};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
+use nodelet_core::ObjectRef;
 use tokio::time::Instant;
-
 
 use super::{
     Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, collect_downward_api_data,
@@ -210,8 +209,8 @@ mod tests {
 
     use super::*;
     use crate::plugins::VolumeHost;
-    use nodelet_core::NodeAllocatable;
     use crate::token::{FakeTokenSource, TokenCache};
+    use nodelet_core::NodeAllocatable;
 
     fn host() -> VolumeHost {
         let mut mc = ManagerConfig::default();

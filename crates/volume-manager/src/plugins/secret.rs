@@ -1,9 +1,9 @@
 //! The secret volume plugin, `kubernetes.io/secret` (PL-1 … PL-6, PL-8).
 
-use nodelet_core::ObjectRef;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Secret, Volume};
 use nodelet_atomic_writer::WriteOutcome;
+use nodelet_core::ObjectRef;
 
 use super::{Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, secret_payload};
 use crate::SetUpError;

@@ -56,7 +56,9 @@ async fn removing_a_pod_tears_down_its_volume_directories() {
 async fn waiting_for_the_unmount_of_an_unknown_pod_returns_at_once() {
     let env = Env::start().await;
     let pod = env.create_pod("p", json!([]));
-    within(env.vm.wait_for_unmount(admitted(&pod).uid())).await.unwrap();
+    within(env.vm.wait_for_unmount(admitted(&pod).uid()))
+        .await
+        .unwrap();
     within(env.vm.wait_for_attach_and_mount(&admitted(&pod)))
         .await
         .unwrap();
@@ -101,7 +103,9 @@ async fn a_restart_adopts_unchanged_volumes_and_tears_down_the_rest() {
     assert!(leave_dir.exists());
 
     env.vm.pods_synced();
-    within(env.vm.wait_for_unmount(admitted(&leave).uid())).await.unwrap();
+    within(env.vm.wait_for_unmount(admitted(&leave).uid()))
+        .await
+        .unwrap();
     assert!(!leave_dir.exists());
     assert!(stay_dir.exists());
 }

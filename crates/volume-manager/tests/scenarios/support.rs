@@ -6,9 +6,9 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nodelet_core::{AdmittedPod, PodUid};
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
+use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
 use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
@@ -208,25 +208,27 @@ impl Env {
     }
 
     /// What the pod worker does first (PW-4): register with the managers, then the volumes.
-    pub(crate) fn add_pod(&self, pod: &Arc<Pod>) {
-        self.secrets.register_pod(&admitted(&pod));
-        self.configmaps.register_pod(&admitted(&pod));
-        self.vm.add_pod(&admitted(&pod));
+    pub(crate) fn add_pod(&self, pod: &Pod) {
+        let pod = admitted(pod);
+        self.secrets.register_pod(&pod);
+        self.configmaps.register_pod(&pod);
+        self.vm.add_pod(&pod);
     }
 
-    pub(crate) async fn add_and_mount(&self, pod: &Arc<Pod>) {
+    pub(crate) async fn add_and_mount(&self, pod: &Pod) {
         self.add_pod(pod);
-        within(self.vm.wait_for_attach_and_mount(&admitted(&pod)))
+        within(self.vm.wait_for_attach_and_mount(&admitted(pod)))
             .await
             .unwrap();
     }
 
     /// SyncTerminatedPod (PW-6): volumes gone, then unregister.
-    pub(crate) async fn remove_pod(&self, pod: &Arc<Pod>) {
-        self.vm.remove_pod(&PodUid::from_pod(pod).unwrap());
-        within(self.vm.wait_for_unmount(admitted(&pod).uid())).await.unwrap();
-        self.secrets.unregister_pod(admitted(&pod).uid());
-        self.configmaps.unregister_pod(admitted(&pod).uid());
+    pub(crate) async fn remove_pod(&self, pod: &Pod) {
+        let uid = PodUid::from_pod(pod).unwrap();
+        self.vm.remove_pod(&uid);
+        within(self.vm.wait_for_unmount(&uid)).await.unwrap();
+        self.secrets.unregister_pod(&uid);
+        self.configmaps.unregister_pod(&uid);
     }
 
     pub(crate) fn dir(&self, pod: &Pod, plugin: &str, volume: &str) -> PathBuf {
