@@ -108,9 +108,9 @@ pub struct ManifestSync {
 
 /// An object's identity: resource, namespace (`""` when cluster-scoped) and name.
 ///
-/// Deliberately not the node agent's `nodelet_object_manager::ObjectRef`: the API server is a leaf
-/// that depends on no nodelet crate, and a manifest may hold any resource it serves, including
-/// cluster-scoped ones, where `ObjectRef` names only a ConfigMap or Secret in a namespace.
+/// Deliberately not the node agent's `nodelet_core::ObjectRef`: a manifest may hold any resource
+/// the server serves, including cluster-scoped ones, where `ObjectRef` names only a ConfigMap or
+/// Secret in a namespace.
 type ObjKey = (resources::ResourceId, String, String);
 
 /// What the last pass saw of one file.
