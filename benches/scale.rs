@@ -33,7 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, RequestRecord, Restart, ServerHandle, User};
-use nodelet_core::PodUid;
+use nodelet_core::{PodDirs, PodUid};
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
@@ -304,7 +304,7 @@ async fn run(r: Run) {
         let pod = h.create(pod(i, &objs)).unwrap_or_else(|e| panic!("{e}"));
         let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
             .unwrap_or_else(|e| panic!("the server's pod: {e}"));
-        let vols = root.join("pods").join(&uid).join("volumes");
+        let vols = PodDirs::new(&root).volumes(&uid);
         for j in objs {
             files[j] = vols.join(volume_dir(j)).join("k");
         }

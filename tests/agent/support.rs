@@ -8,6 +8,7 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodelet::{Agent, AgentConfig};
 use nodelet_apiserver::{ApiServer, ServerHandle, User};
+use nodelet_core::{PodDirs, PodUid};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
@@ -152,7 +153,7 @@ impl World {
 /// `..data` targets of every volume under `root` (diagnostics for the restart scenario).
 fn data_links(root: &std::path::Path) -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
-    let pods = std::fs::read_dir(root.join("pods"))
+    let pods = std::fs::read_dir(PodDirs::new(root).pods())
         .into_iter()
         .flatten()
         .flatten();
@@ -200,8 +201,9 @@ impl nodelet_e2e::AgentControl for AgentSlot {
 
 /// `<root>/pods/<uid>` of a pod as the server returned it.
 pub(crate) fn pod_dir(root: &std::path::Path, pod: &serde_json::Value) -> PathBuf {
-    root.join("pods")
-        .join(pod["metadata"]["uid"].as_str().unwrap_or_default())
+    let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the server's pod: {e}"));
+    PodDirs::new(root).pod(&uid)
 }
 
 /// Waits (bounded by [`PATIENCE`]) until the agent's `env.json` for `container` in `pod_dir`

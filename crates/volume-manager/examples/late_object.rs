@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
-use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_core::AdmittedPod;
 use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::RecordingSink;
@@ -120,14 +120,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if case.missing_key {
             api.create(config_map(case.name, false))?;
         }
-        let pod: Arc<Pod> = Arc::new(serde_json::from_value(api.create(pod(case))?)?);
-        configmaps.register_pod(&admitted(&pod));
-        secrets.register_pod(&admitted(&pod));
-        vm.add_pod(&admitted(&pod));
+        let pod: Pod = serde_json::from_value(api.create(pod(case))?)?;
+        let pod = AdmittedPod::new(pod)?; // where the pod enters the node, once
+        configmaps.register_pod(&pod);
+        secrets.register_pod(&pod);
+        vm.add_pod(&pod);
         let (vm, api) = (vm.clone(), api.clone());
         let at = start + Duration::from_secs_f64(case.at * scale);
         waits.push(tokio::spawn(async move {
-            let uid = PodUid::from_pod(&pod)?;
+            let uid = pod.uid();
             tokio::time::sleep_until(at).await;
             let object = config_map(case.name, true);
             if case.missing_key {
@@ -137,7 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let created = Instant::now();
             let mut changed = vm.subscribe();
-            while vm.mounted_volumes(&uid).is_empty() {
+            while vm.mounted_volumes(uid).is_empty() {
                 changed.changed().await?;
             }
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>((case.label, created.elapsed()))
@@ -154,9 +155,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     secrets.shutdown().await;
     server.shutdown().await;
     Ok(())
-}
-
-/// `pod` as the agent's pod source admits it (the fixtures always carry a UID).
-fn admitted(pod: &Pod) -> AdmittedPod {
-    AdmittedPod::new(pod.clone()).unwrap()
 }

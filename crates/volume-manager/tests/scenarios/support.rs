@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
-use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
 use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
@@ -261,11 +261,7 @@ impl Env {
 }
 
 pub(crate) fn volume_dir(root: &Path, pod: &Pod, plugin: &str, volume: &str) -> PathBuf {
-    root.join("pods")
-        .join(pod.metadata.uid.as_deref().unwrap())
-        .join("volumes")
-        .join(plugin.replace('/', "~"))
-        .join(volume)
+    PodDirs::new(root).volume(admitted(pod).uid(), plugin, volume)
 }
 
 /// Awaits `f` with the safety net.
