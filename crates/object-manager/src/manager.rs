@@ -385,7 +385,7 @@ mod tests {
         m.shutdown().await;
     }
 
-    // Issue 13 (PodUid): a pod without a usable UID used to be counted under "" — two such pods
+    // A pod without a usable UID used to be counted under "" — two such pods
     // shared one reference and unregistering either dropped the other's. Now such a pod is
     // never admitted, so `register_pod` (which takes an `AdmittedPod`) cannot be handed one:
     // it references nothing and starts no watch.

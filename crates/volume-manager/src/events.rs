@@ -47,9 +47,8 @@ mod recording {
     /// One event seen by a [`RecordingSink`].
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RecordedEvent {
-        /// The pod's `metadata.uid` as given (empty when missing): a plain string, not a
-        /// `PodUid`, because the events about a pod refused for an unusable UID are recorded
-        /// too.
+        /// The pod's `metadata.uid` as given (empty when missing): the sink receives the pod
+        /// object, not its `PodUid`.
         pub pod_uid: String,
         /// The pod's name.
         pub pod_name: String,

@@ -490,7 +490,7 @@ mod tests {
         out
     }
 
-    // Issue 13 (PodUid): a pod without a UID must not become the directory `pods/`, and a UID
+    // A pod without a UID must not become the directory `pods/`, and a UID
     // like `../x` must not leave `<root>/pods/`. Such a pod is never admitted (the error names
     // it), so the manager, which takes only an `AdmittedPod`, is never asked for it and nothing
     // is created under the root (`pods/../x` would be `<root>/x`); a pod with a plain UID next

@@ -355,7 +355,7 @@ async fn shutdown_stops_every_worker_and_later_updates_are_ignored() {
     assert_eq!(script.calls(), vec!["sync a 1"]);
 }
 
-// Issue 13: a pod without a usable UID (none, or not one path component) gets no worker, so
+// A pod without a usable UID (none, or not one path component) gets no worker, so
 // nothing is ever synced for `pods/` or `pods/../x`: such a pod is never admitted, and an
 // update carries only an admitted pod. A pod with a plain UID is synced.
 #[tokio::test(start_paused = true)]
