@@ -46,7 +46,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use nodelet_core::EventType;
+use nodelet_core::{AdmittedPod, EventType};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -404,7 +404,7 @@ impl Writer {
 
 // One trait for both crates: nodelet_podworker::EventSink re-exports this one.
 impl nodelet_volume_manager::EventSink for EventPublisher {
-    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+    fn event(&self, pod: &AdmittedPod, type_: EventType, reason: &str, message: String) {
         self.push(pod, type_, reason, message);
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! * [`AdmittedPod`]: a pod that entered the node — the pod object (`Arc<Pod>`) with its
 //!   validated [`PodUid`]. Made once, by the agent's pod source; every seam between crates
-//!   takes `&AdmittedPod` (or only `&PodUid`), never a raw `Pod`, so nothing after the pod
+//!   takes `&AdmittedPod` (or only `&PodUid`), never a raw `Pod` — volume manager, object
+//!   managers, pod workers, runtime hook, status and event sinks — so nothing after the pod
 //!   source validates a UID again.
 //! * [`PodUid`] / [`PodUidError`]: a pod UID that is non-empty and one path component; the key
 //!   of pod workers, volume-manager state and the object managers' reference counts.

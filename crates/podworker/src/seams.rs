@@ -178,19 +178,12 @@ mod fakes {
     use std::sync::{Arc, Mutex};
 
     use async_trait::async_trait;
-    use k8s_openapi::api::core::v1::Pod;
     use nodelet_core::{AdmittedPod, EventType, PodUid};
     use nodelet_volume_manager::Error as VolumeManagerError;
     use tokio::sync::watch;
 
     use super::{EventSink, PodConfigStatus, StatusSink, Volumes};
     use crate::error::VolumeError;
-
-    /// The UID the event recorder files a pod under: the raw text (`""` for none), as an
-    /// event may concern any pod object.
-    fn uid(pod: &Pod) -> String {
-        pod.metadata.uid.clone().unwrap_or_default()
-    }
 
     /// A [`Volumes`] fake: mounts succeed unless failures are queued; records calls. Like the
     /// volume manager, a wait for a pod that is not desired fails at once.
@@ -322,10 +315,10 @@ mod fakes {
     }
 
     impl EventSink for RecordingEvents {
-        fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+        fn event(&self, pod: &AdmittedPod, type_: EventType, reason: &str, message: String) {
             if let Ok(mut e) = self.events.lock() {
                 e.push(RecordedEvent {
-                    pod_uid: uid(pod),
+                    pod_uid: pod.uid().to_string(),
                     type_,
                     reason: reason.to_owned(),
                     message,

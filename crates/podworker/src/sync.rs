@@ -128,7 +128,7 @@ impl ConfigSyncer {
         PodDirs::new(&self.config.root_dir).pod(uid)
     }
 
-    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+    fn event(&self, pod: &AdmittedPod, type_: EventType, reason: &str, message: String) {
         self.parts.events.event(pod, type_, reason, message);
     }
 
@@ -153,7 +153,7 @@ impl ConfigSyncer {
     }
 
     /// PW-7: the pull secrets that could be read, in order.
-    async fn pull_secrets(&self, pod: &Pod) -> Vec<Arc<Secret>> {
+    async fn pull_secrets(&self, pod: &AdmittedPod) -> Vec<Arc<Secret>> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let mut found = Vec::new();
         let mut failed = Vec::new();

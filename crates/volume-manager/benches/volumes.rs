@@ -28,7 +28,7 @@ const PODS: usize = 110;
 
 struct NoEvents;
 impl EventSink for NoEvents {
-    fn event(&self, _: &Pod, _: EventType, reason: &str, message: String) {
+    fn event(&self, _: &AdmittedPod, _: EventType, reason: &str, message: String) {
         eprintln!("event {reason}: {message}");
     }
 }

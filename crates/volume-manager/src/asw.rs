@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
-use nodelet_core::PodUid;
+use nodelet_core::{AdmittedPod, PodUid};
 use tokio::time::Instant;
 
 use crate::plugins::{ObjectVersion, VolumePlugin};
@@ -40,7 +39,7 @@ pub(crate) struct MountedVolume {
     /// Found by reconstruction: torn down only once the agent said its pods are synced.
     pub(crate) reconstructed: bool,
     /// The pod object of the last SetUp (for events); `None` for reconstructed volumes.
-    pub(crate) pod: Option<Arc<Pod>>,
+    pub(crate) pod: Option<AdmittedPod>,
 }
 
 /// The actual state: unique volume name → [`MountedVolume`].

@@ -1,8 +1,7 @@
 //! The event seam: [`EventSink`] (the agent wires it to Kubernetes Events), the reasons this
 //! crate emits, and `RecordingSink` for tests (feature `test-util`).
 
-use k8s_openapi::api::core::v1::Pod;
-use nodelet_core::EventType;
+use nodelet_core::{AdmittedPod, EventType};
 
 /// Event reasons emitted by the volume manager.
 pub mod reasons {
@@ -21,7 +20,7 @@ pub mod reasons {
 /// event and return).
 pub trait EventSink: Send + Sync + 'static {
     /// Record an event about `pod`.
-    fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String);
+    fn event(&self, pod: &AdmittedPod, type_: EventType, reason: &str, message: String);
 }
 
 /// An [`EventSink`] that drops every event (for users without an event recorder).
@@ -29,7 +28,7 @@ pub trait EventSink: Send + Sync + 'static {
 pub struct NoEvents;
 
 impl EventSink for NoEvents {
-    fn event(&self, _pod: &Pod, _type: EventType, _reason: &str, _message: String) {}
+    fn event(&self, _pod: &AdmittedPod, _type: EventType, _reason: &str, _message: String) {}
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -39,7 +38,7 @@ pub use recording::{RecordedEvent, RecordingSink};
 mod recording {
     use std::sync::{Arc, Mutex};
 
-    use k8s_openapi::api::core::v1::Pod;
+    use nodelet_core::AdmittedPod;
     use tokio::sync::watch;
 
     use super::{EventSink, EventType};
@@ -47,8 +46,7 @@ mod recording {
     /// One event seen by a [`RecordingSink`].
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RecordedEvent {
-        /// The pod's `metadata.uid` as given (empty when missing): the sink receives the pod
-        /// object, not its `PodUid`.
+        /// The pod's UID.
         pub pod_uid: String,
         /// The pod's name.
         pub pod_name: String,
@@ -110,10 +108,10 @@ mod recording {
     }
 
     impl EventSink for RecordingSink {
-        fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: String) {
+        fn event(&self, pod: &AdmittedPod, type_: EventType, reason: &str, message: String) {
             let event = RecordedEvent {
-                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
-                pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                pod_uid: pod.uid().to_string(),
+                pod_name: pod.name().to_owned(),
                 type_,
                 reason: reason.to_owned(),
                 message,

@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::Pod;
 use nodelet_core::EventType;
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
@@ -199,7 +198,7 @@ impl VolumeManager {
     }
 
     /// One `UnsupportedVolume` warning per volume not reported for this pod yet.
-    fn report_unsupported(&self, pod: &Pod, fresh: Vec<UnsupportedVolume>) {
+    fn report_unsupported(&self, pod: &AdmittedPod, fresh: Vec<UnsupportedVolume>) {
         for u in fresh {
             let message = format!(
                 "volume {:?} of type {} is not supported by nodelet and is not mounted; \
@@ -409,6 +408,7 @@ mod tests {
     use super::*;
     use crate::events::RecordingSink;
     use crate::token::FakeTokenSource;
+    use k8s_openapi::api::core::v1::Pod;
 
     struct Bed {
         vm: VolumeManager,

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_core::EventType;
-use nodelet_core::{ObjectRef, PodUid};
+use nodelet_core::{AdmittedPod, EventType, ObjectRef, PodUid};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +23,7 @@ struct MountJob {
     unique: String,
     /// The desired pod's UID (validated when the pod was added).
     pod_uid: PodUid,
-    pod: Arc<Pod>,
+    pod: AdmittedPod,
     volume: Volume,
     plugin: Arc<dyn VolumePlugin>,
     remount: bool,
@@ -120,7 +119,7 @@ impl Inner {
                     Ok(()) => mounts.push(MountJob {
                         unique: v.unique.clone(),
                         pod_uid: pod.uid.clone(),
-                        pod: pod.pod.pod().clone(),
+                        pod: pod.pod.clone(),
                         volume: v.volume.clone(),
                         plugin: v.plugin.clone(),
                         remount,
@@ -270,7 +269,7 @@ impl Inner {
             let pod = v
                 .pod
                 .clone()
-                .unwrap_or_else(|| Arc::new(pod_stub(&v.pod_uid)));
+                .unwrap_or_else(|| AdmittedPod::known_by_uid(v.pod_uid.clone()));
             let message = format!(
                 "UnmountVolume.TearDown failed for volume {:?} : {error}",
                 v.outer_name
@@ -376,11 +375,4 @@ fn fs_user(pod: &Pod) -> Option<u32> {
     } else {
         None
     }
-}
-
-/// A pod carrying only its UID (events about reconstructed volumes).
-fn pod_stub(uid: &PodUid) -> Pod {
-    let mut pod = Pod::default();
-    pod.metadata.uid = Some(uid.to_string());
-    pod
 }
