@@ -182,7 +182,6 @@ async fn register(
     config: &AgentConfig,
     metrics: &Metrics,
 ) -> Result<Registration, kube::Error> {
-    metrics.api_request("get");
     let mut existing = nodes.get_opt(&config.node_name).await?;
     if existing.is_none() {
         let node: Node = serde_json::from_value(json!({
@@ -191,7 +190,6 @@ async fn register(
             "spec": {"taints": [taint()]},
         }))
         .map_err(kube::Error::SerdeError)?;
-        metrics.api_request("create");
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {
                 patch_status(nodes, config, metrics).await?;
@@ -199,7 +197,6 @@ async fn register(
             }
             // Created meanwhile by someone else: reconcile it as an existing Node.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                metrics.api_request("get");
                 existing = nodes.get_opt(&config.node_name).await?;
             }
             Err(e) => return Err(e),
@@ -213,7 +210,6 @@ async fn register(
         outcome.missing_taint = !has_agent_taint(node);
         let changed = changed_labels(node, &labels(config));
         if !changed.is_empty() {
-            metrics.api_request("patch");
             let patch = Patch::Merge(json!({"metadata": {"labels": changed}}));
             match nodes
                 .patch(&config.node_name, &PatchParams::default(), &patch)
@@ -274,7 +270,6 @@ async fn patch_status(
     config: &AgentConfig,
     metrics: &Metrics,
 ) -> Result<(), kube::Error> {
-    metrics.api_request("get");
     let current = nodes.get_opt(&config.node_name).await?;
     let previous = current
         .as_ref()
@@ -294,7 +289,6 @@ async fn patch_status(
             "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
         },
     }});
-    metrics.api_request("patch");
     nodes
         .patch_status(
             &config.node_name,
@@ -312,7 +306,6 @@ async fn renew_lease(
     metrics: &Metrics,
 ) -> Result<(), kube::Error> {
     let name = &config.node_name;
-    metrics.api_request("patch");
     let renew = json!({"spec": {"renewTime": now_micro(), "holderIdentity": name,
                                 "leaseDurationSeconds": config.lease_duration_seconds}});
     match leases
@@ -321,7 +314,6 @@ async fn renew_lease(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            metrics.api_request("get");
             let owner = nodes.get_opt(name).await?.and_then(|n| n.metadata.uid);
             let mut lease = json!({
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -333,7 +325,6 @@ async fn renew_lease(
                     json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
             }
             let lease: Lease = serde_json::from_value(lease).map_err(kube::Error::SerdeError)?;
-            metrics.api_request("create");
             leases
                 .create(&PostParams::default(), &lease)
                 .await

@@ -121,7 +121,6 @@ async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<()
             name,
             body,
         } => {
-            metrics.api_request("patch");
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             match api
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
@@ -137,7 +136,6 @@ async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<()
             name,
             uid,
         } => {
-            metrics.api_request("delete");
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             let params = DeleteParams {
                 grace_period_seconds: Some(0),

@@ -22,8 +22,6 @@
 //!   one safety time-out of in-process tests. Never a normal-dependency feature of the agent.
 //! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
-//! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
-//!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
 //! * [`ObjectRef`] ([`ObjectKind`], namespace, name): the one name of a ConfigMap or Secret
 //!   on the node — the key of the managers' stores, what [`Manager::subscribe`] sends (each
 //!   `Manager<K>` knows its kind), and what nodelet-volume-manager and the agent use to say
@@ -57,7 +55,7 @@
 //! `fieldSelector=metadata.name=<name>`), which is what the Node authorizer allows a node
 //! identity (`system:node:<node>`) for objects its pods reference; no namespace-wide list is
 //! ever made. kube's default client speaks HTTP/1.1, so each running watch would hold one
-//! connection to the API server; build the client with [`transport::client`] instead and the
+//! connection to the API server; build the client with `nodelet_transport::client` instead and the
 //! watches share a few HTTP/2 connections, sharded below the server's stream limit (as the
 //! kubelet multiplexes its watches). After an outage, one reflector probes and every watch
 //! resumes as soon as a request succeeds again (see `reflector.rs`, `recovery.rs`). The Cache strategy's TTL comes from a watch on the agent's own Node
@@ -146,7 +144,6 @@ mod reflector;
 mod refs;
 pub mod source;
 mod tasks;
-pub mod transport;
 mod ttl;
 mod watch;
 
