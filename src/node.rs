@@ -79,7 +79,7 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => return,
             _ = lease_tick.tick() => {
                 if !registered {
-                    match register(&nodes, &config, &metrics).await {
+                    match register(&nodes, &config).await {
                         Ok(outcome) => {
                             registered = true;
                             outcome.log(&config.node_name);
@@ -91,13 +91,13 @@ pub(crate) async fn run(
                         }
                     }
                 }
-                if let Err(error) = renew_lease(&leases, &nodes, &config, &metrics).await {
+                if let Err(error) = renew_lease(&leases, &nodes, &config).await {
                     warn!(%error, "lease renewal failed");
                     metrics.api_write_failed("lease");
                 }
             }
             _ = status_tick.tick(), if registered => {
-                if let Err(error) = patch_status(&nodes, &config, &metrics).await {
+                if let Err(error) = patch_status(&nodes, &config).await {
                     warn!(%error, "node status update failed");
                     metrics.api_write_failed("node_status");
                 }
@@ -180,7 +180,6 @@ impl Registration {
 async fn register(
     nodes: &Api<Node>,
     config: &AgentConfig,
-    metrics: &Metrics,
 ) -> Result<Registration, kube::Error> {
     let mut existing = nodes.get_opt(&config.node_name).await?;
     if existing.is_none() {
@@ -192,7 +191,7 @@ async fn register(
         .map_err(kube::Error::SerdeError)?;
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {
-                patch_status(nodes, config, metrics).await?;
+                patch_status(nodes, config).await?;
                 return Ok(Registration::default());
             }
             // Created meanwhile by someone else: reconcile it as an existing Node.
@@ -225,7 +224,7 @@ async fn register(
             }
         }
     }
-    patch_status(nodes, config, metrics).await?;
+    patch_status(nodes, config).await?;
     Ok(outcome)
 }
 
@@ -268,7 +267,6 @@ fn ready_condition(previous: Option<&NodeCondition>, now: &str) -> Value {
 async fn patch_status(
     nodes: &Api<Node>,
     config: &AgentConfig,
-    metrics: &Metrics,
 ) -> Result<(), kube::Error> {
     let current = nodes.get_opt(&config.node_name).await?;
     let previous = current
@@ -303,7 +301,6 @@ async fn renew_lease(
     leases: &Api<Lease>,
     nodes: &Api<Node>,
     config: &AgentConfig,
-    metrics: &Metrics,
 ) -> Result<(), kube::Error> {
     let name = &config.node_name;
     let renew = json!({"spec": {"renewTime": now_micro(), "holderIdentity": name,

@@ -83,7 +83,7 @@ impl StatusWriter {
                     if shutdown.is_cancelled() {
                         return;
                     }
-                    if let Err(error) = run(&client, &metrics, &work).await {
+                    if let Err(error) = run(&client, &work).await {
                         warn!(pod.uid = %uid, %error, "pod status not written");
                         metrics.api_write_failed("pod_status");
                         retry.push((uid, work));
@@ -114,7 +114,7 @@ impl StatusWriter {
     }
 }
 
-async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<(), kube::Error> {
+async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
     match work {
         Work::Patch {
             namespace,
