@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, debug, info, info_span, warn};
 
-use crate::config::AgentConfig;
 use crate::api_client::ApiClient;
+use crate::config::AgentConfig;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::state::AgentState;
@@ -66,10 +66,7 @@ impl Agent {
     ///
     /// # Errors
     /// The root directory cannot be created, or the listen address cannot be bound.
-    pub async fn start(
-        config: AgentConfig,
-        client: impl Into<ApiClient>,
-    ) -> anyhow::Result<Agent> {
+    pub async fn start(config: AgentConfig, client: impl Into<ApiClient>) -> anyhow::Result<Agent> {
         let ApiClient { client, counters } = client.into();
         std::fs::create_dir_all(config.root_dir.join("pods"))
             .with_context(|| format!("creating root directory {}", config.root_dir.display()))?;

@@ -177,10 +177,7 @@ impl Registration {
 /// what NodeRestriction lets a node change (its labels, its status), never its taints, which a
 /// node may set only when it creates itself. Annotations (the TTL controller's
 /// `node.alpha.kubernetes.io/ttl`) are never touched.
-async fn register(
-    nodes: &Api<Node>,
-    config: &AgentConfig,
-) -> Result<Registration, kube::Error> {
+async fn register(nodes: &Api<Node>, config: &AgentConfig) -> Result<Registration, kube::Error> {
     let mut existing = nodes.get_opt(&config.node_name).await?;
     if existing.is_none() {
         let node: Node = serde_json::from_value(json!({
@@ -264,10 +261,7 @@ fn ready_condition(previous: Option<&NodeCondition>, now: &str) -> Value {
     })
 }
 
-async fn patch_status(
-    nodes: &Api<Node>,
-    config: &AgentConfig,
-) -> Result<(), kube::Error> {
+async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kube::Error> {
     let current = nodes.get_opt(&config.node_name).await?;
     let previous = current
         .as_ref()

@@ -95,17 +95,35 @@ mod tests {
             Verb::of(&method, &uri)
         };
         assert_eq!(verb("GET", "/api/v1/namespaces/d/secrets/s"), Verb::Get);
-        assert_eq!(verb("GET", "/api/v1/namespaces/d/secrets?limit=1"), Verb::List);
-        assert_eq!(verb("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn"), Verb::List);
+        assert_eq!(
+            verb("GET", "/api/v1/namespaces/d/secrets?limit=1"),
+            Verb::List
+        );
+        assert_eq!(
+            verb("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn"),
+            Verb::List
+        );
         assert_eq!(verb("GET", "/api/v1/namespaces"), Verb::List);
         assert_eq!(verb("GET", "/api/v1/namespaces/d"), Verb::Get);
         assert_eq!(verb("GET", "/api/v1/nodes/n"), Verb::Get);
-        assert_eq!(verb("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"), Verb::List);
+        assert_eq!(
+            verb(
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+            ),
+            Verb::List
+        );
         assert_eq!(verb("GET", "/api/v1/pods?watch=true"), Verb::Watch);
         assert_eq!(verb("GET", "/version"), Verb::Get);
-        assert_eq!(verb("PATCH", "/api/v1/namespaces/d/pods/p/status"), Verb::Patch);
+        assert_eq!(
+            verb("PATCH", "/api/v1/namespaces/d/pods/p/status"),
+            Verb::Patch
+        );
         assert_eq!(verb("POST", "/api/v1/namespaces/d/events"), Verb::Create);
-        assert_eq!(verb("PUT", "/apis/coordination.k8s.io/v1/namespaces/l/leases/n"), Verb::Update);
+        assert_eq!(
+            verb("PUT", "/apis/coordination.k8s.io/v1/namespaces/l/leases/n"),
+            Verb::Update
+        );
         assert_eq!(verb("DELETE", "/api/v1/namespaces/d/pods/p"), Verb::Delete);
         assert_eq!(verb("OPTIONS", "/api/v1/pods"), Verb::Other);
     }

@@ -68,4 +68,3 @@ pub async fn connect(
     }
     Ok((client, handle))
 }
-

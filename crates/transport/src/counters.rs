@@ -245,7 +245,10 @@ mod tests {
         };
         for req in [
             send("GET", "/api/v1/namespaces/d/configmaps/x"),
-            send("GET", "/api/v1/namespaces/d/configmaps?fieldSelector=metadata.name%3Dx"),
+            send(
+                "GET",
+                "/api/v1/namespaces/d/configmaps?fieldSelector=metadata.name%3Dx",
+            ),
             send("GET", "/api/v1/namespaces/d/configmaps?watch=true"),
             send("PATCH", "/api/v1/namespaces/d/pods/p/status"),
             send("POST", "/api/v1/namespaces/d/events"),
@@ -254,7 +257,13 @@ mod tests {
         }
         let counts = counters.requests();
         assert_eq!(
-            (counts.get, counts.list, counts.watch, counts.patch, counts.create),
+            (
+                counts.get,
+                counts.list,
+                counts.watch,
+                counts.patch,
+                counts.create
+            ),
             (1, 1, 1, 1, 1)
         );
         assert_eq!((counts.update, counts.delete, counts.other), (0, 0, 0));

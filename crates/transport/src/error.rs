@@ -74,10 +74,8 @@ pub enum TransportError {
     },
 }
 
-
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A shared, cloneable error message (a failed connect seen by several waiters).
 #[derive(Debug, Clone)]
 pub(crate) struct SharedFailure(pub(crate) Arc<str>);
-
