@@ -431,7 +431,7 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_object_manager::testutil::PodBuilder;
+    use nodelet_testutil::PodBuilder;
 
     use super::*;
 

@@ -525,7 +525,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changing_messages_are_combined_after_ten_and_bounded_by_the_spam_filter() {
         use kube::api::ListParams;
-        use nodelet_object_manager::testutil::{PATIENCE, PodBuilder};
+        use nodelet_testutil::{PATIENCE, PodBuilder};
 
         let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
             .await

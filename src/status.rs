@@ -355,8 +355,8 @@ impl StatusSink for StatusWriter {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_object_manager::testutil::PodBuilder;
     use nodelet_podworker::{ContainerConfigStatus, Readiness};
+    use nodelet_testutil::PodBuilder;
 
     use super::*;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nodelet::Agent;
 use nodelet_apiserver::{ApiServer, Restart, ServerHandle, User};
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 

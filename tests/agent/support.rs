@@ -11,7 +11,7 @@ use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
-pub(crate) use nodelet_object_manager::testutil::PATIENCE;
+pub(crate) use nodelet_testutil::PATIENCE;
 
 pub(crate) const NODE: &str = "agent-test-node";
 

@@ -8,7 +8,7 @@ use nodelet_apiserver::{ApiServer, User};
 use serde_json::json;
 
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 
 use crate::support::{NODE, PATIENCE, agent_config, api_client_for, poll_pause};
 

@@ -17,9 +17,6 @@
 //!   references (OM-3 / OM-4); the managers register exactly these.
 //! * [`source::ObjectSource`]: the seam to the API server. [`source::KubeSource`] is the real
 //!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
-//! * `testutil` (feature `test-util`): the workspace's shared test fixtures — `PodBuilder`,
-//!   `ConfigMapBuilder`, `SecretBuilder` (typed object or JSON manifest) and `PATIENCE`, the
-//!   one safety time-out of in-process tests. Never a normal-dependency feature of the agent.
 //! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
 //! * [`ObjectRef`] ([`ObjectKind`], namespace, name): the one name of a ConfigMap or Secret
@@ -147,8 +144,8 @@ mod tasks;
 mod ttl;
 mod watch;
 
-#[cfg(any(test, feature = "test-util"))]
-pub mod testutil;
+#[cfg(test)]
+mod testutil;
 
 pub use config::{ManagerConfig, Strategy};
 pub use error::Error;

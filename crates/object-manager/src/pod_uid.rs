@@ -129,7 +129,7 @@ impl std::borrow::Borrow<str> for PodUid {
 mod tests {
     use super::*;
 
-    use crate::testutil::PodBuilder;
+    use nodelet_testutil::PodBuilder;
 
     /// Pod `ns/web` (no UID).
     fn web() -> PodBuilder {

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_volume_manager::{
     Config, EventSink, EventType, KubeTokenSource, PodUid, VolumeManager,
 };

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use nodelet_object_manager::source::FakeSource;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::token::FakeTokenSource;
 use nodelet_volume_manager::{Config, MemoryMedium, PodUid, VolumeManager};

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use nodelet_object_manager::source::FakeSource;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::token::FakeTokenSource;
 use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};

@@ -3,7 +3,7 @@
 //! the pod and ConfigMap builders, typed or as the manifest `ServerHandle::create` takes.
 //!
 //! nodelet-apiserver depends on no other nodelet crate, tests included, so these mirror (in
-//! small) the workspace's shared fixtures in `nodelet_object_manager::testutil`, with the same
+//! small) the workspace's shared fixtures in `nodelet_testutil`, with the same
 //! `PATIENCE`.
 #![allow(dead_code, reason = "each test binary uses part of the shared harness")]
 
