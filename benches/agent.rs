@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, User};
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
 const PODS: usize = 110;

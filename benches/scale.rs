@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, RequestRecord, Restart, ServerHandle, User};
 use nodelet_core::{PodDirs, PodUid};
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
 const PODS: usize = 110;

@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, debug, info, info_span, warn};
 
+use crate::api_client::ApiClient;
 use crate::config::AgentConfig;
-use crate::counting::Counting;
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::state::AgentState;
@@ -66,32 +66,26 @@ impl Agent {
     ///
     /// # Errors
     /// The root directory cannot be created, or the listen address cannot be bound.
-    pub async fn start(config: AgentConfig, client: kube::Client) -> anyhow::Result<Agent> {
+    pub async fn start(config: AgentConfig, client: impl Into<ApiClient>) -> anyhow::Result<Agent> {
+        let ApiClient { client, counters } = client.into();
         std::fs::create_dir_all(PodDirs::new(&config.root_dir).pods())
             .with_context(|| format!("creating root directory {}", config.root_dir.display()))?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let metrics = Metrics::new();
+        // Requests, retries and connections are counted by the transport under `client`.
+        let metrics = Metrics::for_transport(counters);
         let manager_config = ManagerConfig::new(config.strategy)
             .with_node_name(config.node_name.clone())
             .with_resync_interval(config.sync_frequency);
-        let nodes = counted(
-            Arc::new(KubeSource::<Node>::cluster(client.clone())),
-            &metrics,
-        );
+        let nodes: Arc<dyn ObjectSource<Node>> =
+            Arc::new(KubeSource::<Node>::cluster(client.clone()));
         let configmaps = ConfigMapManager::with_sources(
-            counted(
-                Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),
-                &metrics,
-            ),
+            Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),
             Some(nodes.clone()),
             manager_config.clone(),
         )?;
         let secrets = SecretManager::with_sources(
-            counted(
-                Arc::new(KubeSource::<Secret>::namespaced(client.clone())),
-                &metrics,
-            ),
+            Arc::new(KubeSource::<Secret>::namespaced(client.clone())),
             Some(nodes),
             manager_config,
         )?;
@@ -231,17 +225,6 @@ impl Agent {
     }
 }
 
-/// `source`, with its requests counted in `nodelet_api_requests_total`.
-fn counted<K: Send + Sync + 'static>(
-    source: Arc<dyn ObjectSource<K>>,
-    metrics: &Metrics,
-) -> Arc<dyn ObjectSource<K>> {
-    Arc::new(Counting {
-        inner: source,
-        metrics: metrics.clone(),
-    })
-}
-
 /// Admits a watched pod: its UID is validated here, once, where pods enter the node. A pod
 /// without a UID, or with one that is not a single path component (`../x`), is skipped with a
 /// warning naming its namespace/name. It never reaches the workers, the managers, the volume
@@ -310,7 +293,6 @@ async fn pod_source(
         }
         match event {
             Ok(Event::Init) => {
-                state.metrics.api_request("list");
                 listing = Some(HashSet::new());
             }
             Ok(Event::InitApply(pod)) => {
@@ -324,7 +306,6 @@ async fn pod_source(
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::InitDone) => {
-                state.metrics.api_request("watch");
                 state.metrics.set_watches("pods", 1);
                 let listed = listing.take().unwrap_or_default();
                 let gone: Vec<(PodUid, AdmittedPod)> = known
@@ -373,7 +354,6 @@ async fn pod_source(
 /// While the pod watch fails: one small list of this node's pods (allowed to a node identity);
 /// an answer means the API server is reachable again (the watch itself re-watches silently).
 async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
-    state.metrics.api_request("list");
     let params = kube::api::ListParams::default().fields(selector).limit(1);
     match tokio::time::timeout(crate::pod_watch::PROBE_INTERVAL, api.list_metadata(&params)).await {
         Ok(Ok(_)) => state.pod_watch.success(),
@@ -450,7 +430,7 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_object_manager::testutil::PodBuilder;
+    use nodelet_testutil::PodBuilder;
 
     use super::*;
 

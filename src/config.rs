@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nodelet_object_manager::Strategy;
-use nodelet_object_manager::transport::Protocol;
+use nodelet_transport::Protocol;
 
 /// Node name in `--manifests` mode when `--node-name` is not given; the examples bind their
 /// pods to it.

@@ -314,7 +314,6 @@ impl Writer {
         let result = match step {
             // (4)
             Step::Repeat { name, count, first } => {
-                self.metrics.api_request("patch");
                 let patch = serde_json::json!({
                     "count": count,
                     "lastTimestamp": Time(now),
@@ -326,7 +325,6 @@ impl Writer {
                 {
                     Ok(_) => Ok((name, count, first)),
                     Err(kube::Error::Api(status)) if status.code == 404 => {
-                        self.metrics.api_request("create");
                         let body = self.body(&event, &namespace, &name, count, first, now);
                         api.create(&PostParams::default(), &body)
                             .await
@@ -338,7 +336,6 @@ impl Writer {
             // (5)
             Step::Create => {
                 let name = self.names.next(&pod_name, now);
-                self.metrics.api_request("create");
                 let body = self.body(&event, &namespace, &name, 1, now, now);
                 api.create(&PostParams::default(), &body)
                     .await
@@ -528,7 +525,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changing_messages_are_combined_after_ten_and_bounded_by_the_spam_filter() {
         use kube::api::ListParams;
-        use nodelet_object_manager::testutil::{PATIENCE, PodBuilder};
+        use nodelet_testutil::{PATIENCE, PodBuilder};
 
         let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
             .await

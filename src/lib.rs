@@ -6,7 +6,8 @@
 //! * [`AgentConfig`]: node name, root directory, strategy, sync frequency, node registration,
 //!   listen address. [`Cli`] parses the command line and a KubeletConfiguration subset into
 //!   [`Settings`].
-//! * [`Agent`]: started with a `kube::Client`; runs the object managers, the volume manager,
+//! * [`Agent`]: started with an [`ApiClient`] (a `kube::Client`, and the counters of the
+//!   `nodelet-transport` under it for `/metrics`; a plain `kube::Client` converts); runs the object managers, the volume manager,
 //!   the pod workers (`nodelet-podworker`), the pod source (a watch of pods with
 //!   `spec.nodeName=<node>`), the event publisher, the pod-status writer, node registration and
 //!   the HTTP endpoints; stopped with [`Agent::shutdown`].
@@ -50,9 +51,9 @@
 //! ```
 
 mod agent;
+mod api_client;
 mod api_health;
 mod config;
-mod counting;
 mod events;
 mod http;
 pub mod inspect;
@@ -72,12 +73,13 @@ use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 #[cfg(feature = "embedded")]
 use nodelet_apiserver::{ApiServer, ManifestSync, User};
-use nodelet_object_manager::transport::{self, Protocol, TransportConfig};
+use nodelet_transport::{Protocol, TransportConfig};
 use tracing::info;
 #[cfg(feature = "embedded")]
 use tracing::warn;
 
 pub use agent::Agent;
+pub use api_client::ApiClient;
 pub use config::{
     AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
     DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, LogFormat, Settings, parse_duration,
@@ -93,8 +95,8 @@ pub struct Embedded {
     pub server: ApiServer,
     /// Keeps the store in sync with the directory until dropped.
     pub sync: ManifestSync,
-    /// A client with the node identity `system:node:<node>`.
-    pub node_client: kube::Client,
+    /// A client with the node identity `system:node:<node>`, with its transport's counters.
+    pub node_client: ApiClient,
 }
 
 #[cfg(feature = "embedded")]
@@ -153,7 +155,7 @@ pub async fn start_embedded_with(
 }
 
 #[cfg(feature = "embedded")]
-async fn client_from_yaml(yaml: &str, protocol: Protocol) -> anyhow::Result<kube::Client> {
+async fn client_from_yaml(yaml: &str, protocol: Protocol) -> anyhow::Result<ApiClient> {
     let kubeconfig = Kubeconfig::from_yaml(yaml).context("parsing kubeconfig")?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -161,11 +163,11 @@ async fn client_from_yaml(yaml: &str, protocol: Protocol) -> anyhow::Result<kube
     api_client(config, protocol).await
 }
 
-/// A client over the object manager's HTTP/2 transport (HTTP/1.1 where the server offers no
-/// h2, or with [`Protocol::Http1`]); logs the protocol the first connection negotiated.
-async fn api_client(config: kube::Config, protocol: Protocol) -> anyhow::Result<kube::Client> {
+/// A client over `nodelet-transport` (HTTP/2; HTTP/1.1 where the server offers no h2, or with
+/// [`Protocol::Http1`]) and its counters; logs the protocol the first connection negotiated.
+async fn api_client(config: kube::Config, protocol: Protocol) -> anyhow::Result<ApiClient> {
     let url = config.cluster_url.to_string();
-    let (client, transport) = transport::connect(config, TransportConfig::new(protocol))
+    let (client, transport) = nodelet_transport::connect(config, TransportConfig::new(protocol))
         .await
         .context("building the kube client")?;
     match transport.as_ref().and_then(|t| t.protocol()) {
@@ -179,19 +181,19 @@ async fn api_client(config: kube::Config, protocol: Protocol) -> anyhow::Result<
         ),
         None => info!(api_server = %url, "API server transport: kube's HTTP/1.1 stack (proxy)"),
     }
-    Ok(client)
+    Ok(ApiClient::from((client, transport)))
 }
 
 /// A client for the cluster: `path`, else what kube-rs infers (`KUBECONFIG`, in-cluster,
-/// `~/.kube/config`), over the object manager's transport with `protocol`. Returns the client
-/// and the server URL.
+/// `~/.kube/config`), over `nodelet-transport` with `protocol`. Returns the client (with its
+/// transport's counters) and the server URL.
 ///
 /// # Errors
 /// No usable configuration.
 pub async fn cluster_client(
     path: Option<&std::path::Path>,
     protocol: Protocol,
-) -> anyhow::Result<(kube::Client, String)> {
+) -> anyhow::Result<(ApiClient, String)> {
     let config = match path {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)

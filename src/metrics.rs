@@ -9,6 +9,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use nodelet_transport::Counters;
+
 type Labels = Vec<(String, String)>;
 
 /// The agent's metrics. Cheap to clone.
@@ -39,6 +41,9 @@ struct Inner {
     api_reachable: Gauge,
     watches_failing: Family<Labels, Gauge>,
     watch_last_success: Family<Labels, Gauge>,
+    /// The counters of the transport under the agent's client: requests by verb, retries and
+    /// open connections are read from it at each scrape.
+    transport: Option<Counters>,
 }
 
 impl Default for Metrics {
@@ -48,13 +53,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh registry with every metric registered.
+    /// A fresh registry with every metric registered, without transport counters (the
+    /// request, retry and connection metrics stay empty).
     pub fn new() -> Self {
+        Self::for_transport(None)
+    }
+
+    /// A fresh registry whose request, retry and connection metrics come from `transport`, the
+    /// counters of the `nodelet-transport` under the agent's client.
+    pub fn for_transport(transport: Option<Counters>) -> Self {
         let mut registry = Registry::with_prefix("nodelet");
         let api_requests = Family::<Labels, Counter>::default();
         registry.register(
             "api_requests",
-            "API requests the agent made, by verb (watches counted when opened)",
+            "API requests the agent made, by verb (watches counted when opened); counted by the transport",
             api_requests.clone(),
         );
         let watches_open = Family::<Labels, Gauge>::default();
@@ -136,6 +148,7 @@ impl Metrics {
                 api_reachable,
                 watches_failing,
                 watch_last_success,
+                transport,
             }),
         }
     }
@@ -146,14 +159,6 @@ impl Metrics {
         self.inner
             .api_write_failures
             .get_or_create(&vec![("what".to_owned(), what.to_owned())])
-            .inc();
-    }
-
-    /// Count one API request with `verb`.
-    pub fn api_request(&self, verb: &str) {
-        self.inner
-            .api_requests
-            .get_or_create(&vec![("verb".to_owned(), verb.to_owned())])
             .inc();
     }
 
@@ -221,14 +226,41 @@ impl Metrics {
 
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let open = nodelet_object_manager::transport::open_connections();
+        let mut out = String::new();
+        // Under the registry lock: two scrapes never both advance the request counters.
+        if let Ok(registry) = self.inner.registry.lock() {
+            if let Some(counters) = &self.inner.transport {
+                self.refresh_from(counters);
+            }
+            let _ = encode(&mut out, &registry);
+        }
+        out
+    }
+
+    /// Copies the transport's counts into the request, retry and connection metrics.
+    fn refresh_from(&self, counters: &Counters) {
+        for (verb, n) in counters.requests().by_verb() {
+            if n == 0 {
+                continue;
+            }
+            let counter = self
+                .inner
+                .api_requests
+                .get_or_create(&vec![("verb".to_owned(), verb.to_owned())]);
+            // The transport's count only grows; the Prometheus counter follows it.
+            let seen = counter.get();
+            if n > seen {
+                counter.inc_by(n - seen);
+            }
+        }
+        let open = counters.open_connections();
         for (protocol, n) in [("HTTP/1.1", open.http1), ("HTTP/2", open.http2)] {
             self.inner
                 .api_connections
                 .get_or_create(&vec![("protocol".to_owned(), protocol.to_owned())])
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
-        let retried = nodelet_object_manager::transport::retries();
+        let retried = counters.retries();
         for (reason, n) in [
             ("refused", retried.refused),
             ("throttled", retried.throttled),
@@ -238,10 +270,5 @@ impl Metrics {
                 .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
-        let mut out = String::new();
-        if let Ok(registry) = self.inner.registry.lock() {
-            let _ = encode(&mut out, &registry);
-        }
-        out
     }
 }

@@ -79,7 +79,7 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => return,
             _ = lease_tick.tick() => {
                 if !registered {
-                    match register(&nodes, &config, &metrics).await {
+                    match register(&nodes, &config).await {
                         Ok(outcome) => {
                             registered = true;
                             outcome.log(&config.node_name);
@@ -91,13 +91,13 @@ pub(crate) async fn run(
                         }
                     }
                 }
-                if let Err(error) = renew_lease(&leases, &nodes, &config, &metrics).await {
+                if let Err(error) = renew_lease(&leases, &nodes, &config).await {
                     warn!(%error, "lease renewal failed");
                     metrics.api_write_failed("lease");
                 }
             }
             _ = status_tick.tick(), if registered => {
-                if let Err(error) = patch_status(&nodes, &config, &metrics).await {
+                if let Err(error) = patch_status(&nodes, &config).await {
                     warn!(%error, "node status update failed");
                     metrics.api_write_failed("node_status");
                 }
@@ -177,12 +177,7 @@ impl Registration {
 /// what NodeRestriction lets a node change (its labels, its status), never its taints, which a
 /// node may set only when it creates itself. Annotations (the TTL controller's
 /// `node.alpha.kubernetes.io/ttl`) are never touched.
-async fn register(
-    nodes: &Api<Node>,
-    config: &AgentConfig,
-    metrics: &Metrics,
-) -> Result<Registration, kube::Error> {
-    metrics.api_request("get");
+async fn register(nodes: &Api<Node>, config: &AgentConfig) -> Result<Registration, kube::Error> {
     let mut existing = nodes.get_opt(&config.node_name).await?;
     if existing.is_none() {
         let node: Node = serde_json::from_value(json!({
@@ -191,15 +186,13 @@ async fn register(
             "spec": {"taints": [taint()]},
         }))
         .map_err(kube::Error::SerdeError)?;
-        metrics.api_request("create");
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {
-                patch_status(nodes, config, metrics).await?;
+                patch_status(nodes, config).await?;
                 return Ok(Registration::default());
             }
             // Created meanwhile by someone else: reconcile it as an existing Node.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                metrics.api_request("get");
                 existing = nodes.get_opt(&config.node_name).await?;
             }
             Err(e) => return Err(e),
@@ -213,7 +206,6 @@ async fn register(
         outcome.missing_taint = !has_agent_taint(node);
         let changed = changed_labels(node, &labels(config));
         if !changed.is_empty() {
-            metrics.api_request("patch");
             let patch = Patch::Merge(json!({"metadata": {"labels": changed}}));
             match nodes
                 .patch(&config.node_name, &PatchParams::default(), &patch)
@@ -229,7 +221,7 @@ async fn register(
             }
         }
     }
-    patch_status(nodes, config, metrics).await?;
+    patch_status(nodes, config).await?;
     Ok(outcome)
 }
 
@@ -269,12 +261,7 @@ fn ready_condition(previous: Option<&NodeCondition>, now: &str) -> Value {
     })
 }
 
-async fn patch_status(
-    nodes: &Api<Node>,
-    config: &AgentConfig,
-    metrics: &Metrics,
-) -> Result<(), kube::Error> {
-    metrics.api_request("get");
+async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kube::Error> {
     let current = nodes.get_opt(&config.node_name).await?;
     let previous = current
         .as_ref()
@@ -294,7 +281,6 @@ async fn patch_status(
             "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
         },
     }});
-    metrics.api_request("patch");
     nodes
         .patch_status(
             &config.node_name,
@@ -309,10 +295,8 @@ async fn renew_lease(
     leases: &Api<Lease>,
     nodes: &Api<Node>,
     config: &AgentConfig,
-    metrics: &Metrics,
 ) -> Result<(), kube::Error> {
     let name = &config.node_name;
-    metrics.api_request("patch");
     let renew = json!({"spec": {"renewTime": now_micro(), "holderIdentity": name,
                                 "leaseDurationSeconds": config.lease_duration_seconds}});
     match leases
@@ -321,7 +305,6 @@ async fn renew_lease(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            metrics.api_request("get");
             let owner = nodes.get_opt(name).await?.and_then(|n| n.metadata.uid);
             let mut lease = json!({
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -333,7 +316,6 @@ async fn renew_lease(
                     json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
             }
             let lease: Lease = serde_json::from_value(lease).map_err(kube::Error::SerdeError)?;
-            metrics.api_request("create");
             leases
                 .create(&PostParams::default(), &lease)
                 .await

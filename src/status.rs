@@ -83,7 +83,7 @@ impl StatusWriter {
                     if shutdown.is_cancelled() {
                         return;
                     }
-                    if let Err(error) = run(&client, &metrics, &work).await {
+                    if let Err(error) = run(&client, &work).await {
                         warn!(pod.uid = %uid, %error, "pod status not written");
                         metrics.api_write_failed("pod_status");
                         retry.push((uid, work));
@@ -114,14 +114,13 @@ impl StatusWriter {
     }
 }
 
-async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<(), kube::Error> {
+async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
     match work {
         Work::Patch {
             namespace,
             name,
             body,
         } => {
-            metrics.api_request("patch");
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             match api
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
@@ -137,7 +136,6 @@ async fn run(client: &kube::Client, metrics: &Metrics, work: &Work) -> Result<()
             name,
             uid,
         } => {
-            metrics.api_request("delete");
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
@@ -352,8 +350,8 @@ impl StatusSink for StatusWriter {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_object_manager::testutil::PodBuilder;
     use nodelet_podworker::{ContainerConfigStatus, Readiness};
+    use nodelet_testutil::PodBuilder;
 
     use super::*;
 

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::PodBuilder;
+use nodelet_testutil::PodBuilder;
 
 use crate::support::{NODE, PATIENCE, World, poll_pause, wait_for_env_var};
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 use nodelet::Agent;
 use nodelet_apiserver::{ApiServer, Restart, ServerHandle, User};
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::support::{NODE, PATIENCE, agent_config, client_for, poll_pause};
+use crate::support::{NODE, PATIENCE, agent_config, api_client_for, poll_pause};
 
 /// A server over TLS with auth, and the agent on its node identity with its HTTP endpoint.
 struct Bed {
@@ -32,7 +32,7 @@ impl Bed {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut config = agent_config(root.path());
         config.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-        let agent = Agent::start(config, client_for(&server, &User::node(NODE)).await)
+        let agent = Agent::start(config, api_client_for(&server, &User::node(NODE)).await)
             .await
             .unwrap_or_else(|e| panic!("agent: {e:#}"));
         tokio::time::timeout(PATIENCE, agent.wait_ready())

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 

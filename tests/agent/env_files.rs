@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use nodelet_object_manager::testutil::PodBuilder;
+use nodelet_testutil::PodBuilder;
 
 use crate::support::{NODE, PATIENCE, World, poll_pause, wait_for_env_var};
 

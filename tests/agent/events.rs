@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 use serde_json::{Value, json};
 
 use crate::support::{NODE, PATIENCE, World, poll_pause};

@@ -153,12 +153,11 @@ async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_r
     }
     assert!(text.contains("server: https://127.0.0.1:"), "{text}");
     assert!(text.contains("certificate-authority-data"), "{text}");
-    let (client, _) =
-        nodelet::cluster_client(Some(&kc), nodelet_object_manager::transport::Protocol::Auto)
-            .await
-            .unwrap_or_else(|e| panic!("{e:#}"));
+    let (client, _) = nodelet::cluster_client(Some(&kc), nodelet_transport::Protocol::Auto)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client, "default");
+        kube::Api::namespaced(client.client, "default");
     let cm = cms.get("app").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         cm.data.and_then(|d| d.get("greeting").cloned()).as_deref(),

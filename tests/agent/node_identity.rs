@@ -5,7 +5,7 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
 
 use crate::support::{NODE, PATIENCE, World};

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 
 use crate::support::{NODE, PATIENCE, World, poll_pause};
 

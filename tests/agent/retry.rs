@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 
 use crate::support::{NODE, World};
 

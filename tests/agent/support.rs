@@ -12,7 +12,7 @@ use nodelet_core::{PodDirs, PodUid};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
-pub(crate) use nodelet_object_manager::testutil::PATIENCE;
+pub(crate) use nodelet_testutil::PATIENCE;
 
 pub(crate) const NODE: &str = "agent-test-node";
 
@@ -32,19 +32,24 @@ pub(crate) struct World {
 pub(crate) struct AgentSlot {
     agent: Mutex<Option<Agent>>,
     config: AgentConfig,
-    node_client: kube::Client,
+    node_client: nodelet::ApiClient,
 }
 
 pub(crate) async fn client_for(server: &ApiServer, user: &User) -> kube::Client {
+    api_client_for(server, user).await.client
+}
+
+/// [`client_for`] with the counters of its transport, as `nodelet::run` gives the agent.
+pub(crate) async fn api_client_for(server: &ApiServer, user: &User) -> nodelet::ApiClient {
     let yaml = server.kubeconfig_yaml(user);
     let kc = Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
     // The agent's own transport (HTTP/2 where the server offers it), as `nodelet::run` builds.
-    let transport = nodelet_object_manager::transport::TransportConfig::default();
-    nodelet_object_manager::transport::client(config, transport)
-        .map(|(client, _)| client)
+    let transport = nodelet_transport::TransportConfig::default();
+    nodelet_transport::client(config, transport)
+        .map(nodelet::ApiClient::from)
         .unwrap_or_else(|e| panic!("client: {e}"))
 }
 
@@ -75,7 +80,7 @@ impl World {
             .unwrap_or_else(|e| panic!("api server: {e}"));
         seed(&server.handle());
         let admin = client_for(&server, &User::admin()).await;
-        let node_client = client_for(&server, &User::node(NODE)).await;
+        let node_client = api_client_for(&server, &User::node(NODE)).await;
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut config = agent_config(root.path());
         tweak(&mut config);

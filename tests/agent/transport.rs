@@ -8,9 +8,9 @@ use nodelet_apiserver::{ApiServer, User};
 use serde_json::json;
 
 use nodelet_e2e::wait_for_content;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 
-use crate::support::{NODE, PATIENCE, agent_config, client_for, poll_pause};
+use crate::support::{NODE, PATIENCE, agent_config, api_client_for, poll_pause};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_volumes_of_one_pod_are_watched_over_two_http2_connections() {
@@ -21,7 +21,7 @@ async fn thirty_volumes_of_one_pod_are_watched_over_two_http2_connections() {
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut config = agent_config(root.path());
     config.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let agent = Agent::start(config, client_for(&server, &User::node(NODE)).await)
+    let agent = Agent::start(config, api_client_for(&server, &User::node(NODE)).await)
         .await
         .unwrap_or_else(|e| panic!("agent: {e:#}"));
     let mounts: Vec<_> = (0..30)

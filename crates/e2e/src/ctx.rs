@@ -17,7 +17,7 @@ use crate::Target;
 
 /// The safety bound of every wait of the scenarios (and of [`wait_for_content`] wherever it is
 /// used). Not an assertion of speed: a healthy run is far below it. It is twice the in-process
-/// tests' `nodelet_object_manager::testutil::PATIENCE` (60 s) because these scenarios also run
+/// tests' `nodelet_testutil::PATIENCE` (60 s) because these scenarios also run
 /// against real clusters (`cargo xtask e2e`): there the API server, the scheduler-free pod
 /// binding and the agent's process start add latency, and a Cache-strategy agent may need the
 /// TTL on top (the upstream E2E common fixtures poll for 240 s + TTL).

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use nodelet_object_manager::source::FakeSource;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 
 /// Secret `name` with `k` = `value` (the namespace comes from `FakeSource::apply`).
 fn secret(name: &str, value: &str) -> Secret {

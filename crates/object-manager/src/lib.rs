@@ -17,13 +17,8 @@
 //!   references (OM-3 / OM-4); the managers register exactly these.
 //! * [`source::ObjectSource`]: the seam to the API server. [`source::KubeSource`] is the real
 //!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
-//! * `testutil` (feature `test-util`): the workspace's shared test fixtures — `PodBuilder`,
-//!   `ConfigMapBuilder`, `SecretBuilder` (typed object or JSON manifest) and `PATIENCE`, the
-//!   one safety time-out of in-process tests. Never a normal-dependency feature of the agent.
 //! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
-//! * [`transport`]: a `kube::Client` over HTTP/2 with stream-aware sharding of watches
-//!   ([`transport::client`], [`transport::TransportConfig`]), HTTP/1.1 where h2 is not offered.
 //! * From nodelet-core: [`ObjectRef`](nodelet_core::ObjectRef) (kind, namespace, name), the
 //!   key of the managers' stores and what [`Manager::subscribe`] sends (each `Manager<K>`
 //!   knows its kind); [`AdmittedPod`](nodelet_core::AdmittedPod), what `register_pod` takes,
@@ -56,7 +51,7 @@
 //! `fieldSelector=metadata.name=<name>`), which is what the Node authorizer allows a node
 //! identity (`system:node:<node>`) for objects its pods reference; no namespace-wide list is
 //! ever made. kube's default client speaks HTTP/1.1, so each running watch would hold one
-//! connection to the API server; build the client with [`transport::client`] instead and the
+//! connection to the API server; build the client with `nodelet_transport::client` instead and the
 //! watches share a few HTTP/2 connections, sharded below the server's stream limit (as the
 //! kubelet multiplexes its watches). After an outage, one reflector probes and every watch
 //! resumes as soon as a request succeeds again (see `reflector.rs`, `recovery.rs`). The Cache strategy's TTL comes from a watch on the agent's own Node
@@ -145,12 +140,11 @@ mod reflector;
 mod refs;
 pub mod source;
 mod tasks;
-pub mod transport;
 mod ttl;
 mod watch;
 
-#[cfg(any(test, feature = "test-util"))]
-pub mod testutil;
+#[cfg(test)]
+mod testutil;
 
 pub use config::{ManagerConfig, Strategy};
 pub use error::Error;

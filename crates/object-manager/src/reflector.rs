@@ -22,6 +22,10 @@
 //! 7. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
 //!    newer run wrote, so there is never more than one effective run per object.
 //!
+//! The steps are the states of [`State`] (`Empty` (1), `Listing` (1)–(2), `WatchListing` (2),
+//! `Watching` (3), `Backoff` (5)–(6), `Stopped` (7)), moved on by one transition function,
+//! [`Reflector::step`]; nothing else decides what a run does next.
+//!
 //! The task holds only a `Weak` reference to its cell and ends when the cell is dropped or its
 //! cancellation token fires.
 
@@ -37,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::recovery::{Pause, Recovery};
-use crate::source::{ObjectSource, SourceError, WatchEvent};
+use crate::source::{ObjectSource, SourceError, WatchEvent, WatchStream};
 use crate::{ObjectKind, ObjectRef};
 
 /// What a reflector has seen of its object.
@@ -131,10 +135,89 @@ struct RecoveryState {
     generation: u64,
 }
 
-/// The reflector's exit reason.
-enum Stop {
-    /// The cell was dropped or a newer run owns it.
-    Superseded,
+/// Where one reflector run stands: the steps of the module docs as states, moved on by
+/// [`Reflector::step`], the one transition function.
+///
+/// ```text
+/// Empty ──watch-list──► WatchListing ──InitialEventsEnd──► Watching(stream) ─┐
+///   │  └─refused──► Listing ──listed──► Watching(open) ◄──ended/failed──────┘
+///   └─failed──► Backoff ──► (the state it names)       410 ──► Empty (or Backoff ► Empty)
+/// any write to a superseded cell ──► Stopped
+/// ```
+enum State<K> {
+    /// Nothing current: open a watch-list, else LIST (1).
+    Empty,
+    /// The source offers no watch-list: LIST (1), then (2).
+    Listing,
+    /// Following a watch-list until its initial events end (2); `listed` is the state its
+    /// events gave so far.
+    WatchListing {
+        stream: WatchStream<K>,
+        started: Instant,
+        listed: Option<Arc<K>>,
+    },
+    /// Listed: follow `stream` or, without one, open a WATCH from the last resourceVersion (3).
+    Watching {
+        stream: Option<Open<K>>,
+        /// An event arrived, or a watch stayed up for a while, since the last list (4).
+        progressed: bool,
+    },
+    /// After a failure: back off, or wait for the shared recovery signal when `error` says the
+    /// server is unreachable (5)/(6); then `then`.
+    Backoff {
+        error: Option<SourceError>,
+        then: Box<State<K>>,
+    },
+    /// The cell is gone or a newer run owns it (7): the run ends.
+    Stopped,
+}
+
+impl<K> State<K> {
+    /// The state's name, for logs and tests.
+    fn name(&self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::Listing => "Listing",
+            State::WatchListing { .. } => "WatchListing",
+            State::Watching { .. } => "Watching",
+            State::Backoff { .. } => "Backoff",
+            State::Stopped => "Stopped",
+        }
+    }
+
+    /// A relist (4): at once when something healthy happened since the last list, else after
+    /// a back-off step, so a server that keeps answering 410 cannot drive a hot loop.
+    fn relist(progressed: bool) -> Self {
+        if progressed {
+            State::Empty
+        } else {
+            State::backoff(None, State::Empty)
+        }
+    }
+
+    fn backoff(error: Option<SourceError>, then: State<K>) -> Self {
+        State::Backoff {
+            error,
+            then: Box::new(then),
+        }
+    }
+}
+
+/// A watch being followed (3).
+struct Open<K> {
+    stream: WatchStream<K>,
+    /// When it was requested: one that ends within [`SHORT_WATCH`] without events failed (5).
+    started: Instant,
+    /// An event was applied from it (a watch-list's end of initial events counts).
+    saw_event: bool,
+}
+
+/// What a run carries from state to state.
+struct RunState {
+    backoff: Backoff,
+    recovery: RecoveryState,
+    /// Where the next WATCH starts.
+    resource_version: String,
 }
 
 /// A watch that ends sooner than this without any event counts as a failure (5).
@@ -153,7 +236,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {}
-                Stop::Superseded = self.list_and_watch() => {}
+                _ = self.list_and_watch() => {}
             }
             tracing::debug!("reflector stopped");
         }
@@ -161,111 +244,176 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         .await
     }
 
-    async fn list_and_watch(&self) -> Stop {
+    /// Moves through the states until [`State::Stopped`].
+    async fn list_and_watch(&self) {
+        let mut run = RunState {
+            backoff: Backoff::new(self.backoff),
+            recovery: RecoveryState::default(),
+            resource_version: String::new(),
+        };
+        let mut state = State::Empty;
+        while !matches!(state, State::Stopped) {
+            tracing::trace!(state = state.name(), "reflector state");
+            state = self.step(state, &mut run).await;
+        }
+    }
+
+    /// The transition function: does what `state` calls for and returns the next state.
+    async fn step(&self, state: State<K>, run: &mut RunState) -> State<K> {
         let (namespace, name) = (&self.namespace, &self.name);
-        let mut backoff = Backoff::new(self.backoff);
-        // A 410 right after a list with no healthy watch in between backs off before the next
-        // relist, so a server that keeps answering 410 cannot drive a list/watch hot loop.
-        let mut delay_relist = false;
-        let mut rs = RecoveryState::default();
-        'relist: loop {
-            if delay_relist {
-                tokio::time::sleep(backoff.next_delay()).await;
+        match state {
+            State::Stopped => State::Stopped,
+            State::Backoff { error, then } => {
+                match error {
+                    Some(error) => {
+                        self.failed(&error, &mut run.backoff, &mut run.recovery)
+                            .await
+                    }
+                    None => tokio::time::sleep(run.backoff.next_delay()).await,
+                }
+                *then
             }
             // (1) a watch-list, else LIST.
-            let opened = {
-                let _permit = self.permit(&mut rs).await;
-                self.answered(self.source.watch_list(namespace, name).await)
-            };
-            let mut initial = match opened {
-                Ok(stream) => stream,
-                Err(error) => {
-                    tracing::debug!(%error, "watch-list failed");
-                    self.failed(&error, &mut backoff, &mut rs).await;
-                    delay_relist = false;
-                    continue 'relist;
+            State::Empty => {
+                let opened = {
+                    let _permit = self.permit(&mut run.recovery).await;
+                    self.answered(self.source.watch_list(namespace, name).await)
+                };
+                match opened {
+                    Ok(Some(stream)) => State::WatchListing {
+                        stream,
+                        started: Instant::now(),
+                        listed: None,
+                    },
+                    Ok(None) => State::Listing,
+                    Err(error) => {
+                        tracing::debug!(%error, "watch-list failed");
+                        State::backoff(Some(error), State::Empty)
+                    }
                 }
-            };
-            let mut resource_version = String::new();
-            if initial.is_none() {
+            }
+            State::Listing => {
                 let listed = {
-                    let _permit = self.permit(&mut rs).await;
+                    let _permit = self.permit(&mut run.recovery).await;
                     self.answered(self.source.list(namespace, name).await)
                 };
-                let listed = match listed {
-                    Ok(listed) => listed,
+                match listed {
                     Err(error) => {
                         tracing::debug!(%error, "list failed");
-                        self.failed(&error, &mut backoff, &mut rs).await;
-                        delay_relist = false;
-                        continue 'relist;
+                        State::backoff(Some(error), State::Empty)
                     }
-                };
-                // (2)
-                if !self.replace(listed.object.map(Arc::new)) {
-                    return Stop::Superseded;
-                }
-                resource_version = listed.resource_version;
-            }
-            // An event arrived, or a watch stayed up for a while, since the list.
-            let mut progressed = false;
-
-            loop {
-                // (3) the watch-list's own stream first, then watches from the last version.
-                let started = Instant::now();
-                let (mut stream, mut listing) = match initial.take() {
-                    Some(stream) => (stream, true),
-                    None if rs.woken && self.history_was_forgotten() => {
-                        tracing::debug!("the API server forgot its watch history; relisting"); // (6)
-                        delay_relist = false;
-                        continue 'relist;
-                    }
-                    None => {
-                        let opened = {
-                            let _permit = self.permit(&mut rs).await;
-                            self.answered(
-                                self.source.watch(namespace, name, &resource_version).await,
-                            )
-                        };
-                        match opened {
-                            Ok(stream) => (stream, false),
-                            Err(error) if error.is_gone() => {
-                                tracing::debug!("watch expired, relisting"); // (4)
-                                self.expired(&rs);
-                                delay_relist = !progressed;
-                                continue 'relist;
-                            }
-                            Err(error) => {
-                                tracing::debug!(%error, "watch failed");
-                                self.failed(&error, &mut backoff, &mut rs).await; // (5)
-                                continue;
-                            }
+                    // (2)
+                    Ok(listed) => {
+                        if !self.replace(listed.object.map(Arc::new)) {
+                            return State::Stopped;
+                        }
+                        run.resource_version = listed.resource_version;
+                        State::Watching {
+                            stream: None,
+                            progressed: false,
                         }
                     }
+                }
+            }
+            // A watch-list's initial state, applied at its end (2).
+            State::WatchListing {
+                mut stream,
+                started,
+                mut listed,
+            } => {
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(WatchEvent::Applied(obj)) => listed = Some(Arc::new(obj)),
+                        Ok(WatchEvent::Deleted(_)) => listed = None,
+                        Ok(WatchEvent::InitialEventsEnd { resource_version }) => {
+                            run.resource_version = resource_version;
+                            if !self.replace(listed.take()) {
+                                return State::Stopped;
+                            }
+                            // The end of the initial events is the stream's first event.
+                            run.backoff.reset();
+                            return State::Watching {
+                                stream: Some(Open {
+                                    stream,
+                                    started,
+                                    saw_event: true,
+                                }),
+                                progressed: true,
+                            };
+                        }
+                        Ok(WatchEvent::Bookmark { .. }) => {}
+                        Err(error) if error.is_gone() => {
+                            tracing::debug!("watch expired, relisting"); // (4)
+                            return State::relist(false);
+                        }
+                        Err(error) => {
+                            tracing::debug!(%error, "watch stream failed");
+                            // The watch-list ended before its initial events did: list again.
+                            return State::backoff(Some(error), State::Empty);
+                        }
+                    }
+                }
+                State::backoff(None, State::Empty)
+            }
+            // (3) the watch-list's own stream first, then watches from the last version.
+            State::Watching {
+                stream: None,
+                progressed,
+            } => {
+                let started = Instant::now();
+                if run.recovery.woken && self.history_was_forgotten() {
+                    tracing::debug!("the API server forgot its watch history; relisting"); // (6)
+                    return State::Empty;
+                }
+                let opened = {
+                    let _permit = self.permit(&mut run.recovery).await;
+                    self.answered(
+                        self.source
+                            .watch(namespace, name, &run.resource_version)
+                            .await,
+                    )
                 };
-                // A watch-list's initial state, applied at its end (2).
-                let mut listed: Option<Arc<K>> = None;
-                let mut saw_event = false;
+                match opened {
+                    Ok(stream) => State::Watching {
+                        stream: Some(Open {
+                            stream,
+                            started,
+                            saw_event: false,
+                        }),
+                        progressed,
+                    },
+                    Err(error) if error.is_gone() => {
+                        tracing::debug!("watch expired, relisting"); // (4)
+                        self.expired(&run.recovery);
+                        State::relist(progressed)
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "watch failed");
+                        State::backoff(
+                            Some(error),
+                            State::Watching {
+                                stream: None,
+                                progressed,
+                            },
+                        ) // (5)
+                    }
+                }
+            }
+            State::Watching {
+                stream:
+                    Some(Open {
+                        mut stream,
+                        started,
+                        mut saw_event,
+                    }),
+                mut progressed,
+            } => {
                 let mut failed = None;
                 while let Some(item) = stream.next().await {
                     let applied = match item {
-                        Ok(WatchEvent::Applied(obj)) if listing => {
-                            listed = Some(Arc::new(obj));
-                            true
-                        }
-                        Ok(WatchEvent::Deleted(_)) if listing => {
-                            listed = None;
-                            true
-                        }
-                        Ok(WatchEvent::InitialEventsEnd {
-                            resource_version: end,
-                        }) if listing => {
-                            listing = false;
-                            resource_version = end;
-                            self.replace(listed.take())
-                        }
                         Ok(WatchEvent::Applied(obj)) => {
-                            resource_version = obj_rv(&obj).unwrap_or(resource_version);
+                            run.resource_version =
+                                obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
                             let obj = Arc::new(obj);
                             self.update(|s| {
                                 let changed = rv(&s.object) != Some(rv_of(&obj));
@@ -274,29 +422,21 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                             })
                         }
                         Ok(WatchEvent::Deleted(obj)) => {
-                            resource_version = obj_rv(&obj).unwrap_or(resource_version);
+                            run.resource_version =
+                                obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
                             self.update(|s| s.object.take().is_some())
                         }
                         Ok(
-                            WatchEvent::Bookmark {
-                                resource_version: bookmark,
-                            }
-                            | WatchEvent::InitialEventsEnd {
-                                resource_version: bookmark,
-                            },
+                            WatchEvent::Bookmark { resource_version }
+                            | WatchEvent::InitialEventsEnd { resource_version },
                         ) => {
-                            if !listing {
-                                resource_version = bookmark;
-                            }
+                            run.resource_version = resource_version;
                             true
                         }
                         Err(error) if error.is_gone() => {
                             tracing::debug!("watch expired, relisting"); // (4)
-                            if !listing {
-                                self.expired(&rs);
-                            }
-                            delay_relist = !(progressed || saw_event);
-                            continue 'relist;
+                            self.expired(&run.recovery);
+                            return State::relist(progressed || saw_event);
                         }
                         Err(error) => {
                             tracing::debug!(%error, "watch stream failed");
@@ -305,33 +445,24 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         }
                     };
                     if !applied {
-                        return Stop::Superseded;
+                        return State::Stopped;
                     }
-                    if !listing {
-                        saw_event = true;
-                        progressed = true;
-                        backoff.reset();
-                    }
-                }
-                if listing {
-                    // The watch-list ended before its initial events did: list again (1).
-                    match failed {
-                        Some(error) => self.failed(&error, &mut backoff, &mut rs).await,
-                        None => tokio::time::sleep(backoff.next_delay()).await,
-                    }
-                    delay_relist = false;
-                    continue 'relist;
+                    saw_event = true;
+                    progressed = true;
+                    run.backoff.reset();
                 }
                 let healthy = started.elapsed() >= SHORT_WATCH;
-                if healthy {
-                    progressed = true;
-                }
+                let next = State::Watching {
+                    stream: None,
+                    progressed: progressed || healthy,
+                };
                 if let Some(error) = failed {
-                    self.failed(&error, &mut backoff, &mut rs).await; // (5)
+                    State::backoff(Some(error), next) // (5)
                 } else if !(saw_event || healthy) {
-                    tokio::time::sleep(backoff.next_delay()).await; // (5)
+                    State::backoff(None, next) // (5)
                 } else {
-                    backoff.reset();
+                    run.backoff.reset();
+                    next
                 }
             }
         }
@@ -446,6 +577,200 @@ fn rv<K: Resource>(obj: &Option<Arc<K>>) -> Option<Option<&str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::FakeSource;
+    use k8s_openapi::api::core::v1::Secret;
+
+    fn secret(value: &str) -> Secret {
+        nodelet_testutil::SecretBuilder::new("", "s")
+            .data("k", value)
+            .build()
+    }
+
+    /// A reflector of `ns/s` over `fake`, with a plain back-off, writing into `cell`.
+    fn reflector(fake: &FakeSource<Secret>, cell: &Arc<Cell<Secret>>) -> Reflector<Secret> {
+        Reflector {
+            source: Arc::new(fake.clone()),
+            namespace: "ns".into(),
+            name: "s".into(),
+            kind: "secret",
+            cell: Arc::downgrade(cell),
+            epoch: 0,
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(800),
+                max: Duration::from_secs(30),
+            },
+            notify: None,
+            recovery: None,
+        }
+    }
+
+    fn run_state() -> RunState {
+        RunState {
+            backoff: Backoff::new(BackoffConfig {
+                initial: Duration::from_millis(800),
+                max: Duration::from_secs(30),
+            }),
+            recovery: RecoveryState::default(),
+            resource_version: String::new(),
+        }
+    }
+
+    fn synced_value(cell: &Cell<Secret>) -> Option<String> {
+        let s = cell.state.borrow();
+        s.synced.then(|| {
+            s.object
+                .as_ref()
+                .and_then(|o| o.data.as_ref())
+                .and_then(|d| d.get("k"))
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .unwrap_or_default()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_opens_a_watch_list_whose_initial_events_end_syncs_the_cell_and_keeps_watching() {
+        let fake = FakeSource::<Secret>::new();
+        fake.set_watch_list(true);
+        fake.apply("ns", secret("v1"));
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let state = r.step(State::Empty, &mut run).await;
+        assert_eq!(state.name(), "WatchListing");
+        assert_eq!(
+            synced_value(&cell),
+            None,
+            "not synced before the initial events end"
+        );
+        let state = r.step(state, &mut run).await;
+        assert!(
+            matches!(
+                &state,
+                State::Watching {
+                    stream: Some(Open {
+                        saw_event: true,
+                        ..
+                    }),
+                    progressed: true
+                }
+            ),
+            "{}",
+            state.name()
+        );
+        assert_eq!(synced_value(&cell).as_deref(), Some("v1"));
+        assert!(
+            !run.resource_version.is_empty(),
+            "watches resume from the end bookmark"
+        );
+        assert_eq!(
+            fake.total(crate::source::Verb::List),
+            0,
+            "a watch-list needs no LIST"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_watch_lists_empty_goes_to_listing_which_syncs_and_then_opens_a_watch() {
+        let fake = FakeSource::<Secret>::new();
+        fake.apply("ns", secret("v1"));
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let state = r.step(State::Empty, &mut run).await;
+        assert_eq!(state.name(), "Listing");
+        let state = r.step(state, &mut run).await;
+        assert!(
+            matches!(
+                &state,
+                State::Watching {
+                    stream: None,
+                    progressed: false
+                }
+            ),
+            "{}",
+            state.name()
+        );
+        assert_eq!(synced_value(&cell).as_deref(), Some("v1"));
+        let state = r.step(state, &mut run).await;
+        assert!(matches!(
+            &state,
+            State::Watching {
+                stream: Some(_),
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_list_backs_off_and_then_starts_over_from_empty() {
+        let fake = FakeSource::<Secret>::new();
+        fake.fail_next(1, SourceError::status(500, "InternalError", "boom"));
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let state = r.step(State::Listing, &mut run).await;
+        let State::Backoff { error, then } = state else {
+            panic!("expected Backoff, got {}", state.name());
+        };
+        assert!(error.is_some_and(|e| !e.is_gone()));
+        assert_eq!(then.name(), "Empty");
+        let state = r.step(State::Backoff { error: None, then }, &mut run).await;
+        assert_eq!(state.name(), "Empty");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_410_relists_at_once_after_progress_and_after_a_back_off_step_without() {
+        let fake = FakeSource::<Secret>::new();
+        fake.apply("ns", secret("v1"));
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let listed = r.step(State::Listing, &mut run).await;
+        assert_eq!(listed.name(), "Watching");
+        fake.apply("ns", secret("v2"));
+        fake.compact();
+        // Right after a list, nothing healthy since: one back-off step before the relist.
+        let state = r
+            .step(
+                State::Watching {
+                    stream: None,
+                    progressed: false,
+                },
+                &mut run,
+            )
+            .await;
+        let State::Backoff { error: None, then } = state else {
+            panic!("expected a plain back-off, got {}", state.name());
+        };
+        assert_eq!(then.name(), "Empty");
+        // After progress: at once.
+        let state = r
+            .step(
+                State::Watching {
+                    stream: None,
+                    progressed: true,
+                },
+                &mut run,
+            )
+            .await;
+        assert_eq!(state.name(), "Empty");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_to_a_cell_a_newer_run_owns_stops_the_run() {
+        let fake = FakeSource::<Secret>::new();
+        fake.apply("ns", secret("v1"));
+        let cell = Cell::new();
+        cell.state.send_modify(|s| s.epoch = 1);
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let state = r.step(State::Listing, &mut run).await;
+        assert_eq!(state.name(), "Stopped");
+        assert_eq!(synced_value(&cell), None, "the stale run wrote nothing");
+        drop(cell);
+        let state = r.step(State::Listing, &mut run).await;
+        assert_eq!(state.name(), "Stopped", "the cell is gone");
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_jitters_within_one_step() {

@@ -153,7 +153,7 @@ fn volume_secret_names(v: &Volume, names: &mut Names) {
 mod tests {
     use super::*;
 
-    use crate::testutil::PodBuilder;
+    use nodelet_testutil::PodBuilder;
 
     fn env(secret: &str, cm: &str) -> serde_json::Value {
         serde_json::json!({

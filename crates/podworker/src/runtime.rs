@@ -290,7 +290,7 @@ pub fn env_json(env: &ContainerEnv) -> Vec<u8> {
 mod tests {
     use std::os::unix::fs::MetadataExt;
 
-    use nodelet_object_manager::testutil::PodBuilder;
+    use nodelet_testutil::PodBuilder;
 
     use super::*;
     use crate::env::EnvValue;

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_core::{AdmittedPod, EventType};
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_volume_manager::{Config, EventSink, KubeTokenSource, VolumeManager};
 use serde_json::json;

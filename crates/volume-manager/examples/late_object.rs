@@ -14,8 +14,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
 use nodelet_core::AdmittedPod;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
+
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
 use nodelet_volume_manager::events::RecordingSink;
 use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, VolumeManager};
 use serde_json::{Value, json};

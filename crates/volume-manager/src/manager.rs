@@ -401,8 +401,8 @@ mod tests {
 
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use nodelet_object_manager::source::FakeSource;
-    use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder};
     use nodelet_object_manager::{ManagerConfig, Strategy};
+    use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
     use serde_json::json;
 
     use super::*;

@@ -124,7 +124,7 @@ fn is_directory_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_object_manager::testutil::PodBuilder;
+    use nodelet_testutil::PodBuilder;
     use serde_json::json;
 
     use super::*;

@@ -333,7 +333,7 @@ mod tests {
 
     /// Pod `ns/p` with UID `uid`.
     fn pod(uid: &str) -> Pod {
-        nodelet_object_manager::testutil::PodBuilder::new("ns", "p")
+        nodelet_testutil::PodBuilder::new("ns", "p")
             .uid(uid)
             .build()
     }

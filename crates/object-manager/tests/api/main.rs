@@ -19,7 +19,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle};
 use nodelet_core::ObjectRef;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
+use nodelet_testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, Strategy};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use nodelet_apiserver::User;
 use nodelet_object_manager::Strategy;
-use nodelet_object_manager::transport::{self, Negotiated, Protocol, TransportConfig};
+use nodelet_transport::{self as transport, Negotiated, Protocol, TransportConfig};
 
 use super::*;
 
@@ -82,6 +82,13 @@ async fn fifty_watches_share_one_http2_connection_beside_the_one_for_short_reque
     assert_eq!(open.http2, 1, "{open:?}");
     assert_eq!(open.total(), 2, "{open:?}");
     assert_eq!(t.connections().http2, 2);
+    // The transport's own counters: the same two connections, one watch-list per object.
+    let counters = t.counters();
+    assert_eq!(counters.open_connections().http2, 2);
+    assert_eq!(counters.open_connections().http1, 0);
+    let requests = counters.requests();
+    assert!(requests.watch >= 50, "{requests:?}");
+    assert_eq!(requests.list, 0, "watch-lists need no LIST: {requests:?}");
     m.shutdown().await;
 }
 

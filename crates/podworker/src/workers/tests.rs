@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_object_manager::testutil::PodBuilder;
+use nodelet_testutil::PodBuilder;
 use tokio::sync::Semaphore;
 
 use super::*;

@@ -2,10 +2,10 @@
 
 use nodelet_object_manager::Strategy;
 use nodelet_object_manager::source::Verb;
-use nodelet_object_manager::testutil::ConfigMapBuilder;
 use nodelet_podworker::{
     ContainerEnv, EnvError, EnvFromNameCheck, EnvOptions, INVALID_ENV_NAMES, resolve_env,
 };
+use nodelet_testutil::ConfigMapBuilder;
 use serde_json::{Value, json};
 
 use crate::support::{api, first_container, pod, pod_with};

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use nodelet_core::AdmittedPod;
 use nodelet_object_manager::source::FakeSource;
-use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_podworker::EnvSources;
+use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::{Value, json};
 
 pub(crate) struct Api {

@@ -366,7 +366,7 @@ mod tests {
 
     /// The kubelet test's pod, bound to `node-1`, with both IP families in its status.
     fn pod() -> Pod {
-        nodelet_object_manager::testutil::PodBuilder::new("test_ns", "test_pod")
+        nodelet_testutil::PodBuilder::new("test_ns", "test_pod")
             .uid("test_uid")
             .label("key1", "value1")
             .label("key2", "value2")

@@ -263,7 +263,7 @@ mod tests {
     /// Pod `p`: container `c` with limits and requests, container `bare` without, and init
     /// container `init` with a CPU limit.
     fn pod() -> Pod {
-        nodelet_object_manager::testutil::PodBuilder::new("", "p")
+        nodelet_testutil::PodBuilder::new("", "p")
             .container(serde_json::json!({"name": "c", "resources": {
                 "limits": {"cpu": "1250m", "memory": "64Mi", "hugepages-2Mi": "4Mi"},
                 "requests": {"cpu": "250m", "memory": "32Mi"}

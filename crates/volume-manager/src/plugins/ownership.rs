@@ -168,7 +168,7 @@ mod tests {
 
     /// Pod `p` whose one container `c` has the volume mounts `mounts`.
     fn pod(mounts: serde_json::Value) -> Pod {
-        nodelet_object_manager::testutil::PodBuilder::new("", "p")
+        nodelet_testutil::PodBuilder::new("", "p")
             .container(serde_json::json!({"name": "c", "volumeMounts": mounts}))
             .build()
     }

@@ -105,7 +105,7 @@ pub fn secret_payload(
 mod tests {
     //! Ports of the kubelet's `TestMakePayload` cases (PL-16) for both plugins.
     use super::*;
-    use nodelet_object_manager::testutil::{ConfigMapBuilder, SecretBuilder};
+    use nodelet_testutil::{ConfigMapBuilder, SecretBuilder};
 
     /// Secret `s` with `data` (key, text).
     fn secret(data: &[(&str, &str)]) -> Secret {

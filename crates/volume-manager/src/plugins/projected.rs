@@ -203,8 +203,8 @@ mod tests {
 
     use k8s_openapi::api::core::v1::Pod;
     use nodelet_object_manager::source::FakeSource;
-    use nodelet_object_manager::testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
     use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
+    use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
     use serde_json::json;
 
     use super::*;

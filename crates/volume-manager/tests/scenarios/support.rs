@@ -17,9 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 // The workspace's shared fixtures, for every scenario file (`use crate::support::*`).
-pub(crate) use nodelet_object_manager::testutil::{
-    ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder,
-};
+pub(crate) use nodelet_testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
 
 /// Options of [`Env::start_with`].
 pub(crate) struct Options {

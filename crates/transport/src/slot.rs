@@ -1,5 +1,5 @@
 //! [`StreamSlot`]: a stream's claim on its connection, shared by the pool (which hands slots
-//! out) and [`TrackedBody`](super::body::TrackedBody) (which holds one until its body ends).
+//! out) and [`TrackedBody`](crate::body::TrackedBody) (which holds one until its body ends).
 //! Its own module so that `body` and `pool` do not import each other.
 
 use std::sync::Weak;

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::BoxError;
-use super::slot::StreamSlot;
+use crate::error::BoxError;
+use crate::slot::StreamSlot;
 
 /// A response body counted against its connection's stream limit while it is open.
 pub(crate) struct TrackedBody {

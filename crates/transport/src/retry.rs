@@ -7,18 +7,30 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 
+use crate::counters::Counters;
+
 /// How many times one request is sent again after a `Retry-After` answer (client-go: 10).
 pub(crate) const MAX_RETRIES: u32 = 10;
 /// The longest `Retry-After` honoured; a longer one is waited this long.
 pub(crate) const MAX_DELAY: Duration = Duration::from_secs(10);
 
 /// A tower retry policy for `Retry-After` answers; one per request (tower clones it).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct ThrottleRetry {
     retries: u32,
+    /// Where each retry is counted (shared by the clones).
+    counters: Counters,
 }
 
 impl ThrottleRetry {
+    /// A policy counting its retries in `counters`.
+    pub(crate) fn new(counters: Counters) -> Self {
+        ThrottleRetry {
+            retries: 0,
+            counters,
+        }
+    }
+
     /// The delay a response asks for, if it is a retryable answer with `Retry-After`
     /// (whole seconds, as kube-apiserver sends them).
     fn delay<B>(response: &Response<B>) -> Option<Duration> {
@@ -55,7 +67,7 @@ impl<B, E> tower::retry::Policy<Request<Body>, Response<B>, E> for ThrottleRetry
             return None;
         }
         self.retries += 1;
-        super::count_throttled_retry();
+        self.counters.count_throttled_retry();
         tracing::debug!(
             ?delay,
             attempt = self.retries,
@@ -65,7 +77,7 @@ impl<B, E> tower::retry::Policy<Request<Body>, Response<B>, E> for ThrottleRetry
     }
 
     fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
-        super::pool::clone_request(req)
+        crate::pool::clone_request(req)
     }
 }
 
@@ -98,6 +110,7 @@ mod tests {
         assert!(!retries(&mut p, answer(500, Some("1"))));
         assert!(!retries(&mut p, answer(200, Some("1"))));
         assert!(!retries(&mut p, Err(())));
+        assert_eq!(p.counters.retries().throttled, 3, "each retry counted once");
     }
 
     #[tokio::test(start_paused = true)]

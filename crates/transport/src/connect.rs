@@ -15,7 +15,9 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::{Negotiated, Protocol, TransportConfig, TransportError};
+use crate::config::{Negotiated, Protocol, TransportConfig};
+use crate::counters::{Counters, OpenConnection};
+use crate::error::TransportError;
 
 /// An established connection's request sender.
 pub(crate) enum Sender {
@@ -62,6 +64,8 @@ pub(crate) struct Connector {
     connect_timeout: Option<Duration>,
     keep_alive_interval: Option<Duration>,
     keep_alive_timeout: Duration,
+    /// Where open connections are counted.
+    counters: Counters,
 }
 
 /// How long to wait for the server's first SETTINGS frame after the HTTP/2 handshake when no
@@ -72,6 +76,7 @@ impl Connector {
     pub(crate) fn new(
         config: &kube::Config,
         transport: &TransportConfig,
+        counters: Counters,
     ) -> Result<Connector, TransportError> {
         let url = &config.cluster_url;
         let bad_url = || TransportError::Url {
@@ -124,6 +129,7 @@ impl Connector {
             connect_timeout: config.connect_timeout,
             keep_alive_interval: transport.keep_alive_interval,
             keep_alive_timeout: transport.keep_alive_timeout,
+            counters,
         })
     }
 
@@ -183,7 +189,11 @@ impl Connector {
             let (sender, conn) = builder.handshake(TokioIo::new(io)).await.map_err(http)?;
             let max_streams = Arc::new(AtomicUsize::new(0));
             let conn = Http2Conn::new(conn, max_streams.clone());
-            spawn_connection(conn, closed.clone(), Negotiated::Http2);
+            spawn_connection(
+                conn,
+                closed.clone(),
+                self.counters.connection_opened(Negotiated::Http2),
+            );
             self.await_settings(&max_streams, &closed).await?;
             Ok(Established {
                 sender: Sender::Http2(sender),
@@ -196,7 +206,11 @@ impl Connector {
                 .handshake(TokioIo::new(io))
                 .await
                 .map_err(http)?;
-            spawn_connection(conn, closed.clone(), Negotiated::Http1);
+            spawn_connection(
+                conn,
+                closed.clone(),
+                self.counters.connection_opened(Negotiated::Http1),
+            );
             Ok(Established {
                 sender: Sender::Http1(tokio::sync::Mutex::new(sender)),
                 closed,
@@ -235,17 +249,15 @@ impl Connector {
 }
 
 /// Drives a connection until it ends, then marks it closed; counted in
-/// [`open_connections`](super::open_connections) meanwhile.
-fn spawn_connection<F>(conn: F, closed: Arc<AtomicBool>, protocol: Negotiated)
+/// [`Counters::open_connections`] meanwhile.
+fn spawn_connection<F>(conn: F, closed: Arc<AtomicBool>, open: OpenConnection)
 where
     F: std::future::Future + Send + 'static,
 {
-    let open = super::global_counter(protocol);
-    open.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
         let _ = conn.await;
         closed.store(true, Ordering::Release);
-        open.fetch_sub(1, Ordering::Relaxed);
+        drop(open);
     });
 }
 

@@ -14,13 +14,13 @@ use kube::client::Body;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::body::TrackedBody;
-use super::connect::{Connector, Established, Sender};
-use super::slot::{SlotOwner, StreamSlot};
-use super::{
-    BoxError, ConnectionCounts, Negotiated, SharedFailure, TransportConfig, TransportError,
-    is_watch,
-};
+use crate::body::TrackedBody;
+use crate::classify::is_watch;
+use crate::config::{Negotiated, TransportConfig};
+use crate::connect::{Connector, Established, Sender};
+use crate::counters::{ConnectionCounts, Counters};
+use crate::error::{BoxError, SharedFailure, TransportError};
+use crate::slot::{SlotOwner, StreamSlot};
 
 impl SlotOwner for Pool {
     fn release(&self, id: u64) {
@@ -82,6 +82,8 @@ pub(crate) struct Pool {
     /// one new connection instead of each opening their own (3).
     opening: [tokio::sync::Mutex<()>; 2],
     reaper_started: AtomicBool,
+    /// This transport's counters (refused requests sent again are counted here).
+    counters: Counters,
 }
 
 impl Entry {
@@ -147,6 +149,7 @@ impl Pool {
         connector: Connector,
         config: TransportConfig,
         read_timeout: Option<Duration>,
+        counters: Counters,
     ) -> Arc<Pool> {
         Arc::new(Pool {
             connector,
@@ -155,6 +158,7 @@ impl Pool {
             state: Mutex::default(),
             opening: [tokio::sync::Mutex::new(()), tokio::sync::Mutex::new(())],
             reaper_started: AtomicBool::new(false),
+            counters,
         })
     }
 
@@ -300,7 +304,7 @@ impl Pool {
                         return Err(error.into());
                     };
                     retries += 1;
-                    super::count_refused_retry();
+                    self.counters.count_refused_retry();
                     tracing::debug!(%error, retries, "request refused unprocessed; sending it on another connection");
                     req = next;
                 }
@@ -490,7 +494,8 @@ impl tower::Service<Request<Body>> for PoolService {
     }
 }
 
-/// A handle on the transport behind one `kube::Client`: its protocol and connections.
+/// A handle on the transport behind one `kube::Client`: its protocol, connections and
+/// [`Counters`].
 #[derive(Clone)]
 pub struct Transport {
     pool: Arc<Pool>,
@@ -519,6 +524,11 @@ impl Transport {
     /// This transport's open connections, by protocol.
     pub fn connections(&self) -> ConnectionCounts {
         self.pool.counts()
+    }
+
+    /// This transport's counters: requests by verb, requests sent again, open connections.
+    pub fn counters(&self) -> Counters {
+        self.pool.counters.clone()
     }
 
     /// Opens the connection for short requests now (errors are left for the first request).
