@@ -192,6 +192,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod allocatable;
 mod asw;
 mod config;
 pub mod downward;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::DownwardError;
-use crate::plugins::NodeAllocatable;
+use super::error::DownwardError;
+use crate::allocatable::NodeAllocatable;
 
 /// The value of a `resourceFieldRef`: the named container's (or, when the selector names
 /// none, `default_container`'s) limit or request, divided by the divisor (default and `0`

@@ -5,7 +5,10 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, Volume};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome, clean_path};
 
-use super::{Medium, NodeAllocatable, SetUpContext, SetUpOutcome, VolumePlugin, mode_bits};
+use super::api::{SetUpOutcome, VolumePlugin};
+use super::host::{Medium, SetUpContext};
+use super::payload::mode_bits;
+use crate::allocatable::NodeAllocatable;
 use crate::SetUpError;
 use crate::downward::{field_ref_value, resource_field_ref_value};
 

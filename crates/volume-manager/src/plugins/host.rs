@@ -1,5 +1,6 @@
 //! [`VolumeHost`]: what plugins share (object managers, tokens, disk layout) and the common
-//! SetUp tail of PL-6 steps 5–9 (wrapper directory, nested mountpoints, atomic write).
+//! SetUp tail of PL-6 steps 5–9 (wrapper directory, nested mountpoints, atomic write); the
+//! [`SetUpContext`] and [`TearDownContext`] that carry it to a plugin.
 
 use std::fs;
 use std::io;
@@ -7,13 +8,14 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
 use nodelet_object_manager::{ConfigMapManager, PodUid, SecretManager};
 use tokio::time::Instant;
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
-use super::{SetUpContext, escape_plugin_name};
 use crate::SetUpError;
+use crate::allocatable::NodeAllocatable;
 use crate::token::{Token, TokenCache};
 
 /// Where a volume's files live (PL-5).
@@ -26,44 +28,38 @@ pub enum Medium {
     Memory,
 }
 
-/// The node's allocatable resources: the value of a `resourceFieldRef` limit a container does
-/// not set (PL-13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeAllocatable {
-    /// CPU in millicores.
-    pub cpu_millis: i64,
-    /// Memory in bytes.
-    pub memory_bytes: i64,
-    /// Ephemeral storage in bytes.
-    pub ephemeral_storage_bytes: i64,
+/// Everything a plugin's [`VolumePlugin::set_up`] needs (VM-10).
+#[derive(Clone, Copy)]
+pub struct SetUpContext<'a> {
+    /// The pod's UID, validated when the pod was added (its directory `pods/<uid>/`).
+    pub pod_uid: &'a PodUid,
+    /// The latest pod object of the desired state (PL-4, VM-5).
+    pub pod: &'a Pod,
+    /// The pod volume.
+    pub volume: &'a Volume,
+    /// The volume directory (PL-1).
+    pub dir: &'a Path,
+    /// Whether the volume is already mounted (a remount must never remove live content).
+    pub remount: bool,
+    /// The pod's `securityContext.fsGroup` (PL-11).
+    pub fs_group: Option<u32>,
+    /// The pod's effective `runAsUser` when all containers agree (VM-10).
+    pub fs_user: Option<u32>,
+    /// Shared services: object managers, tokens, disk layout.
+    pub host: &'a VolumeHost,
 }
 
-impl NodeAllocatable {
-    /// The machine's CPUs, `MemTotal` from `/proc/meminfo` and the size of the filesystem
-    /// holding `root_dir` (zero where unknown).
-    pub fn detect(root_dir: &Path) -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let memory_kib = fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("MemTotal:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse::<i64>().ok())
-            })
-            .unwrap_or(0);
-        let storage = nix::sys::statvfs::statvfs(root_dir)
-            .map(|s| {
-                i64::try_from(u128::from(s.blocks()) * u128::from(s.fragment_size()))
-                    .unwrap_or(i64::MAX)
-            })
-            .unwrap_or(0);
-        Self {
-            cpu_millis: i64::try_from(cpus).unwrap_or(1) * 1000,
-            memory_bytes: memory_kib.saturating_mul(1024),
-            ephemeral_storage_bytes: storage,
-        }
-    }
+/// Everything a plugin's [`VolumePlugin::tear_down`] needs.
+#[derive(Clone, Copy)]
+pub struct TearDownContext<'a> {
+    /// The pod's UID.
+    pub pod_uid: &'a PodUid,
+    /// The pod volume name.
+    pub volume_name: &'a str,
+    /// The volume directory (PL-1).
+    pub dir: &'a Path,
+    /// Shared services.
+    pub host: &'a VolumeHost,
 }
 
 /// Shared services for plugins: the object managers, the service account token cache, the
@@ -413,9 +409,31 @@ pub(crate) fn probe_tmpfs(root: &Path) -> bool {
     ok
 }
 
+/// `kubernetes.io/configmap` → `kubernetes.io~configmap` (PL-1).
+pub fn escape_plugin_name(name: &str) -> String {
+    name.replace('/', "~")
+}
+
+/// `kubernetes.io~configmap` → `kubernetes.io/configmap`.
+pub fn unescape_plugin_name(name: &str) -> String {
+    name.replace('~', "/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plugin_names_escape_to_the_kubelet_directory_names() {
+        assert_eq!(
+            escape_plugin_name("kubernetes.io/configmap"),
+            "kubernetes.io~configmap"
+        );
+        assert_eq!(
+            unescape_plugin_name("kubernetes.io~downward-api"),
+            "kubernetes.io/downward-api"
+        );
+    }
 
     fn mode(p: &Path) -> u32 {
         fs::metadata(p).unwrap().permissions().mode() & 0o7777

@@ -8,10 +8,10 @@ use tokio::time::Instant;
 
 use nodelet_object_manager::ObjectRef;
 
-use super::{
-    Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, collect_downward_api_data,
-    config_map_payload, mode_bits, secret_payload,
-};
+use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
+use super::downward_api::collect_downward_api_data;
+use super::host::{Medium, SetUpContext};
+use super::payload::{config_map_payload, mode_bits, secret_payload};
 use crate::SetUpError;
 
 /// `kubernetes.io/projected`: several sources in one volume (tmpfs). Every pod of a real
@@ -209,7 +209,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::plugins::{NodeAllocatable, VolumeHost};
+    use crate::allocatable::NodeAllocatable;
+    use crate::plugins::host::VolumeHost;
     use crate::token::{FakeTokenSource, TokenCache};
 
     fn host() -> VolumeHost {
