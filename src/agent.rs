@@ -243,7 +243,8 @@ fn counted<K: Send + Sync + 'static>(
     })
 }
 
-/// Validates a watched pod's UID once, where pods enter the node (issue 13): a pod without a
+/// Validates a watched pod's UID once, where pods enter the node, so no later step can see a bad
+/// one: a pod without a
 /// UID, or with one that is not a single path component (`../x`), is skipped with a warning
 /// naming its namespace/name. It never reaches the workers, the volume manager or `<root>/pods`.
 fn admitted_uid(pod: &Pod) -> Option<PodUid> {
@@ -465,7 +466,8 @@ mod tests {
         .build()
     }
 
-    // Issue 13: the pod source admits only pods whose UID is one plain path component; the
+    // A UID becomes a directory name: the pod source admits only pods whose UID is one plain path
+    // component; the
     // others never reach the workers, the volume manager or `<root>/pods/<uid>/`.
     #[test]
     fn the_pod_source_skips_pods_without_a_usable_uid() {

@@ -9,7 +9,7 @@ use nodelet_volume_manager::{Error, PodUid, VolumeManager, WaitCause};
 
 /// Adapts [`VolumeManager`] to [`Volumes`]. A wait that ends because the manager shut down is
 /// an interruption (no event); a time-out is a failure with the kubelet's text, so the
-/// `FailedMount` summary event is emitted (the older kubelets' behaviour, spec §7 item 9).
+/// `FailedMount` summary event is emitted (the older kubelets' behaviour, PW-4).
 #[derive(Debug, Clone)]
 pub(crate) struct ManagedVolumes(pub(crate) VolumeManager);
 

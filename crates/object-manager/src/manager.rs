@@ -407,7 +407,8 @@ mod tests {
         m.shutdown().await;
     }
 
-    // Issue 13 (PodUid): a pod without a usable UID used to be counted under "" — two such pods
+    // References are counted per UID: a pod without a usable UID used to be counted under "" — two
+    // such pods
     // shared one reference and unregistering either dropped the other's. Now it is ignored
     // (with a warning): it references nothing, starts no watch, and its unregister is a no-op.
     #[tokio::test(start_paused = true)]

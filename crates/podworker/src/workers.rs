@@ -298,7 +298,8 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// termination was requested (PW-14, VM-4).
     ///
     /// A pod without a usable UID ([`PodUid::from_pod`] fails) gets no worker and is ignored:
-    /// the pod source validates and reports such pods before they get here (issue 13).
+    /// the pod source validates and reports such pods before they get here (a UID is a directory
+    /// name).
     pub fn update_pod(&self, update: PodUpdate) {
         if self.inner.shutdown.is_cancelled() {
             return;

@@ -349,7 +349,8 @@ async fn shutdown_stops_every_worker_and_later_updates_are_ignored() {
     assert_eq!(script.calls(), vec!["sync a 1"]);
 }
 
-// Issue 13: a pod without a usable UID (none, or not one path component) gets no worker, so
+// A UID becomes a directory name: a pod without a usable UID (none, or not one path component) gets
+// no worker, so
 // nothing is ever synced for `pods/` or `pods/../x`; a pod with a plain UID next to them does.
 #[tokio::test(start_paused = true)]
 async fn a_pod_without_a_usable_uid_gets_no_worker() {
@@ -388,7 +389,8 @@ fn deleting(mut p: Pod) -> Pod {
     p
 }
 
-// Issue 13, PW-4 / PW-13 / VM-4: `update_pod` is the one owner of "this pod is desired". Each
+// PW-4 / PW-13 / VM-4: `update_pod` is the one owner of "this pod is desired", so no sync can
+// re-desire a terminating pod. Each
 // update of a live pod records it (newest object) exactly once, synchronously: before
 // `update_pod` returns, before any sync ran. Syncs and periodic resyncs record nothing.
 #[tokio::test(start_paused = true)]
