@@ -26,8 +26,8 @@ mod list;
 mod meta;
 mod service_account;
 
-pub(crate) use meta::meta_str;
 use meta::generate_suffix;
+pub(crate) use meta::meta_str;
 
 /// Options shared by create, update and patch.
 #[derive(Debug, Clone, Default)]

@@ -8,8 +8,8 @@ use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome, clean_path};
 use super::api::{SetUpOutcome, VolumePlugin};
 use super::host::{Medium, SetUpContext};
 use super::payload::mode_bits;
-use crate::allocatable::NodeAllocatable;
 use crate::SetUpError;
+use crate::allocatable::NodeAllocatable;
 use crate::downward::{field_ref_value, resource_field_ref_value};
 
 /// `kubernetes.io/downward-api`: pod fields and container resources as files (tmpfs).
