@@ -1,4 +1,5 @@
-//! Scale figures for the README (issue 10): the real `nodelet` binary (a child process, so its
+//! Scale figures for the README's table of targets: the real `nodelet` binary (a child process, so
+//! its
 //! connections, RSS and CPU are its own) on a node identity against `nodelet-apiserver` (in
 //! this process) over TLS, once with `--api-protocol auto` (HTTP/2) and once with
 //! `--api-protocol http1`, same workload:

@@ -444,7 +444,8 @@ mod tests {
         .build()
     }
 
-    // Issue 13: the pod source admits only pods whose UID is one plain path component; the
+    // A UID becomes a directory name: the pod source admits only pods whose UID is one plain path
+    // component; the
     // others never reach the workers, the volume manager or `<root>/pods/<uid>/`.
     #[test]
     fn the_pod_source_skips_pods_without_a_usable_uid() {

@@ -518,7 +518,8 @@ mod tests {
         assert!(b > a);
     }
 
-    /// Issue 11, item 3: a mount failing on every retry with a different message (40 times,
+    /// Events must aggregate as a kubelet's do: a mount failing on every retry with a different
+    /// message (40 times,
     /// one pod), then a 4,232-byte message about another pod, published through the real kube
     /// client to `nodelet-apiserver`. Upstream's correlator turns the 40 into 9 single events
     /// and one combined event, and stops at the 25-event burst; the long message is cut.

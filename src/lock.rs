@@ -1,7 +1,8 @@
 //! One agent per root directory: an exclusive `flock(2)` on `<root-dir>/nodelet.lock`, taken
 //! before anything else at start and held until the agent exits. A second agent on the same
 //! directory fails at once, naming the directory and the pid that holds it, and changes nothing
-//! there (issue 11, item 5). The kernel drops the lock when the holder exits, however it exits,
+//! there (its lock and kubeconfig stay the first agent's). The kernel drops the lock when the
+//! holder exits, however it exits,
 //! so a stale lock file never blocks a restart.
 
 use std::fs::{File, OpenOptions};

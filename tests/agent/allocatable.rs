@@ -1,4 +1,5 @@
-//! One node allocatable (issue 18 item 5): a `limits.ephemeral-storage` the container does not
+//! One node allocatable, so env, volumes and the Node agree: a `limits.ephemeral-storage` the
+//! container does not
 //! set is the same in an env var and in a downwardAPI volume, and the Node reports it.
 
 use serde_json::json;

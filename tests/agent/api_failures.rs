@@ -1,4 +1,4 @@
-//! The agent against an API server that fails as kube-apiserver v1.36 does (issue 17's trace):
+//! The agent against an API server that fails as a traced kube-apiserver v1.36 does:
 //! a restart that forgets the watch history, GOAWAY after every response, 429 with
 //! `Retry-After`, and a server without watch-lists. TLS + HTTP/2, node identity.
 

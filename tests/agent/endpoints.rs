@@ -146,7 +146,8 @@ fn metric(text: &str, series: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(String::from))
 }
 
-/// Issue 11 item 8: while the API server is down, `/readyz` stays 200 (readiness is the agent's
+/// An API outage must not make the agent unready: while the API server is down, `/readyz` stays 200
+/// (readiness is the agent's
 /// own loops, as the kubelet's `/healthz`), and `/metrics` and `/pods` show the outage: the API
 /// is unreachable, which watches fail since when, and when each was last answered; all of it
 /// clears once the server answers again.

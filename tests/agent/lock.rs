@@ -1,4 +1,4 @@
-//! Two agents on one root directory (issue 11, item 5): the second exits non-zero naming the
+//! Two agents on one root directory would fight over it: the second exits non-zero naming the
 //! directory and the pid of the first, and changes nothing there — the first agent's
 //! `admin.kubeconfig` in particular.
 

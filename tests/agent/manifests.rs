@@ -59,7 +59,8 @@ async fn editing_a_manifest_file_updates_the_projected_file() {
     embedded.server.shutdown().await;
 }
 
-/// Issue 12: offline pods get what a cluster's ServiceAccount admission gives them, and the
+/// Offline pods must look like a cluster's: they get what ServiceAccount admission gives them, and
+/// the
 /// agent mounts it: the `kube-api-access-*` projected volume with a token from the TokenRequest
 /// endpoint, the server's CA from `kube-root-ca.crt` and the namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,7 +89,8 @@ async fn a_node_identity_registers_its_node_and_lease_and_is_never_denied() {
     world.stop().await;
 }
 
-/// Issue 11 item 1: a Node created earlier without nodelet's taint (by a previous kubelet, by
+/// A Node that exists already must not lock the agent out: one created earlier without nodelet's
+/// taint (by a previous kubelet, by
 /// hand). NodeRestriction lets a node set taints only when it creates itself, so an agent that
 /// patches `spec.taints` is refused forever and never renews its Lease. The agent must leave the
 /// taints alone, reconcile its labels and status, keep the Ready condition's

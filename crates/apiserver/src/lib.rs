@@ -101,6 +101,7 @@ mod token_request;
 mod token_signer;
 mod typed;
 mod validation;
+mod yaml;
 
 pub use auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,

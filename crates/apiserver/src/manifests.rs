@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::handle::ServerHandle;
 use crate::registry::meta_str;
 use crate::resources;
+use crate::yaml::first_line;
 
 /// Quiet period after a file-system event before a pass runs (editors write in bursts).
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -529,20 +530,6 @@ fn parse(bytes: &[u8]) -> Result<Vec<Document>, String> {
         }
     }
     Ok(out)
-}
-
-/// A YAML request body (apply patches, `kubectl create -f x.yaml` with a YAML content type),
-/// read as [`parse`] reads manifests (YAML 1.1 octals).
-pub(crate) fn yaml_from_slice(bytes: &[u8]) -> Result<Value, String> {
-    let options = serde_saphyr::options!(legacy_octal_numbers: true);
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    serde_saphyr::from_str_with_options(text, options)
-        .map_err(|e| first_line(&e.to_string()).to_string())
-}
-
-/// The first line of a parser's message (the rest is a source excerpt, which may hold data).
-fn first_line(message: &str) -> &str {
-    message.lines().next().unwrap_or(message)
 }
 
 /// A document is an object with `apiVersion`, `kind` and `metadata.name`.

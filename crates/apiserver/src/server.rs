@@ -6,12 +6,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::{Mutex as AsyncMutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, Authorizer, User};
 use crate::config::{Authentication, Authorization, Config};
-use crate::control::Controls;
+use crate::control::{Controls, Restart};
 use crate::error::Error;
 use crate::extras::Extras;
 use crate::handle::ServerHandle;
@@ -87,6 +87,7 @@ impl ApiServer {
         let shutdown = CancellationToken::new();
         let token = shutdown.child_token();
         let controls = Arc::new(Controls::new(&config));
+        let (restarts, restart_requests) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             config,
             registry,
@@ -100,10 +101,12 @@ impl ApiServer {
             }),
             shutdown,
             extras,
+            restarts,
         });
         let task = crate::http::spawn_listener(Arc::downgrade(&shared), listener, token);
         shared.listener.lock().await.task = Some(task);
         spawn_bookmark_ticker(Arc::downgrade(&shared));
+        spawn_restarter(Arc::downgrade(&shared), restart_requests);
         tracing::debug!(%addr, "API server listening");
         Ok(ApiServer { shared })
     }
@@ -158,6 +161,29 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         self.shared.shutdown.cancel();
     }
+}
+
+/// Runs the restarts asked over HTTP (`POST /nodelet/restart`), each in its own task as a
+/// `ServerHandle::restart` would; ends with the server.
+fn spawn_restarter(shared: Weak<Shared>, mut requests: mpsc::UnboundedReceiver<Restart>) {
+    let Some(s) = shared.upgrade() else { return };
+    let stop = s.shutdown.clone();
+    drop(s);
+    tokio::spawn(async move {
+        loop {
+            let r = tokio::select! {
+                () = stop.cancelled() => break,
+                r = requests.recv() => r,
+            };
+            let Some(r) = r else { break };
+            let Some(s) = shared.upgrade() else { break };
+            tokio::spawn(async move {
+                if let Err(error) = crate::http::restart(&s, r).await {
+                    tracing::warn!(%error, "restart asked over HTTP failed");
+                }
+            });
+        }
+    });
 }
 
 fn spawn_bookmark_ticker(shared: Weak<Shared>) {

@@ -5,12 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, Authorizer};
 use crate::config::Config;
-use crate::control::Controls;
+use crate::control::{Controls, Restart};
 use crate::extras::Extras;
 use crate::registry::Registry;
 use crate::store::Notice;
@@ -37,6 +38,9 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Tokens, the service-account token signer and TLS material (`extras.rs`).
     pub(crate) extras: Arc<Extras>,
+    /// Restarts asked over HTTP, run by the server's restarter task: the request path never
+    /// drives the listener that serves it.
+    pub(crate) restarts: mpsc::UnboundedSender<Restart>,
 }
 
 impl Shared {
@@ -48,6 +52,12 @@ impl Shared {
             "http"
         };
         format!("{scheme}://{}", self.addr)
+    }
+
+    /// Asks the restarter task for a simulated process restart (see `http::restart`).
+    pub(crate) fn request_restart(&self, r: Restart) {
+        // The receiver lives as long as the server: a send fails only during its shutdown.
+        let _ = self.restarts.send(r);
     }
 
     /// Sends a BOOKMARK at the current resourceVersion to every watch that allows bookmarks.

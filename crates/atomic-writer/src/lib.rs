@@ -54,9 +54,8 @@
 //! # The write algorithm
 //!
 //! [`AtomicWriter::write`] runs these steps; the code carries the same `// (n)` markers.
-//! Rule numbers (AW-n) refer to the atomic-writer section of the kubelet behaviour
-//! specification in the nodelet repository (`spec/kubelet-behavior.md`), which describes the
-//! upstream `pkg/volume/util/atomic_writer.go`.
+//! Rule numbers (AW-n) refer to the atomic-writer section of the repository's
+//! `docs/rules.md`, which describes the upstream `pkg/volume/util/atomic_writer.go`.
 //!
 //! 1. **Validate and clean** every key (AW-3, AW-4; see [`validate_path`]), in byte order of
 //!    the keys. The first failure aborts the write with the kubelet's error text; nothing on

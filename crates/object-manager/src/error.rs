@@ -25,7 +25,7 @@ pub enum Error {
     ///
     /// `resource` is the singular group-resource (`configmap`, `secret`) for the Watch store
     /// (OM-18 step 5) and the plural resource (`configmaps`, `secrets`) as the API server says it
-    /// for the Get and Cache strategies (spec §7 item 3).
+    /// for the Get and Cache strategies (OM-18: the two texts differ upstream too).
     #[error("{resource} {name:?} not found")]
     NotFound {
         /// `configmap` / `secret` (Watch) or `configmaps` / `secrets` (Get, Cache).

@@ -74,7 +74,7 @@
 //!
 //! * **Change notifications** ([`Manager::subscribe`]): not in the kubelet; lets the volume
 //!   manager remount at once instead of on the next pod resync.
-//! * **No negative reference counts** (spec OM-17 quirk, §7 item 13): dropping a reference that
+//! * **No negative reference counts** (the OM-17 quirk): dropping a reference that
 //!   a pod never held is ignored instead of recording `-1` and pinning the watch forever.
 //! * **Readiness is awaited, not polled**: `get` waits on a channel for the first list (same
 //!   1 s bound and error text as the kubelet's 10 ms poll).

@@ -1,5 +1,6 @@
 //! Measures how long a volume waiting for a late object takes to mount once the object exists
-//! (issue 11, item 2): pods reference ConfigMaps (or a key) that do not exist yet; each object
+//! (a change of the object ends the volume's backoff): pods reference ConfigMaps (or a key) that do
+//! not exist yet; each object
 //! is created some seconds after its pod, and the delay from the creation to the volume being
 //! mounted is printed. Runs against `nodelet-apiserver` on loopback with the real kube client,
 //! Watch managers and the default backoff (500 ms doubling to 2 min 2 s).

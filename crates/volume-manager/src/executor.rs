@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(ops.try_start("v", now), Ok(()));
     }
 
-    // Issue 11, item 2: an object change ends the wait, the delay keeps doubling.
+    // A late object mounts at once: an object change ends the wait, the delay keeps doubling.
     #[test]
     fn an_object_change_ends_the_backoff_but_not_its_growth() {
         let mut ops = ops();

@@ -525,7 +525,7 @@ mod tests {
         bed.shutdown.cancel();
     }
 
-    // Issue 13 (ObjectRef): a change notification names kind, namespace and name; only the
+    // An object is kind + namespace + name: a change notification names all three; only the
     // volumes reading exactly that object are marked for remount — not for a Secret of the same
     // name, nor for a ConfigMap of the same name in another namespace.
     #[tokio::test(start_paused = true)]
@@ -576,7 +576,8 @@ mod tests {
         bed.shutdown.cancel();
     }
 
-    // Issue 11, item 2: a change of an object a failed volume reads starts the retry at once,
+    // A late object must not wait out the backoff: a change of an object a failed volume reads
+    // starts the retry at once,
     // whatever the backoff (VM-9 keeps holding retries that have no new information). Five
     // failures put the volume 8 s into its backoff; the object appears 1 s later and the volume
     // is mounted at that instant, with no sixth failure and no wait for the deadline.
@@ -689,7 +690,8 @@ mod tests {
         bed.shutdown.cancel();
     }
 
-    // Issue 13 (one owner of "desired"): waiting never adds a pod. A pod that was not added
+    // Only the pod worker decides a pod is desired: waiting never adds a pod. A pod that was not
+    // added
     // (or was removed) gets `PodNotDesired` at once, and nothing is mounted for it; a pod
     // without volumes has nothing to wait for (VM-11).
     #[tokio::test(start_paused = true)]

@@ -153,7 +153,8 @@ mod tests {
         assert!(scan(&tmp.path().join("missing")).is_empty());
     }
 
-    // Issue 13 (PodUid at the disk edge): a `pods/<name>` directory whose name is not a valid
+    // A UID is checked where it enters, the disk included: a `pods/<name>` directory whose name is
+    // not a valid
     // UID (here not UTF-8; `to_string_lossy` used to adopt it as `pods/\u{FFFD}/`, a directory
     // that does not exist) is skipped, its contents untouched; its valid neighbours are found.
     #[test]

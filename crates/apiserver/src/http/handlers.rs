@@ -217,7 +217,7 @@ async fn patch(
     let bytes = read_body(req).await?;
     let body: Value = if kind == PatchKind::Apply {
         serde_json::from_slice(&bytes)
-            .or_else(|_| crate::manifests::yaml_from_slice(&bytes))
+            .or_else(|_| crate::yaml::yaml_from_slice(&bytes))
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
     } else {
         serde_json::from_slice(&bytes)
@@ -273,7 +273,7 @@ async fn read_json(req: http::Request<Incoming>) -> Result<Value, ApiError> {
     }
     let bytes = read_body(req).await?;
     serde_json::from_slice(&bytes)
-        .or_else(|_| crate::manifests::yaml_from_slice(&bytes))
+        .or_else(|_| crate::yaml::yaml_from_slice(&bytes))
         .map_err(|e| {
             ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
         })

@@ -209,9 +209,7 @@ async fn admin(
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    if let Err(error) = super::restart(&shared, r).await {
-                        tracing::warn!(%error, "restart asked over HTTP failed");
-                    }
+                    shared.request_restart(r);
                 });
                 ok()
             }

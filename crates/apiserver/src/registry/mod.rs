@@ -23,7 +23,11 @@ use crate::typed::json_type;
 
 mod delete;
 mod list;
+mod meta;
 mod service_account;
+
+use meta::generate_suffix;
+pub(crate) use meta::meta_str;
 
 /// Options shared by create, update and patch.
 #[derive(Debug, Clone, Default)]
@@ -102,27 +106,11 @@ pub(crate) fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_str)
-}
-
 fn meta_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
     obj.as_object_mut()?
         .entry("metadata")
         .or_insert_with(|| json!({}))
         .as_object_mut()
-}
-
-fn generate_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    bytes
-        .iter()
-        .take(5)
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect()
 }
 
 /// Parses a resourceVersion query value or object field.

@@ -12,6 +12,7 @@
 
 use serde_json::{Value, json};
 
+use super::meta::{generate_suffix, meta_str};
 use crate::resources::{PODS, SERVICEACCOUNTS};
 use crate::status::ApiError;
 use crate::store::{Inner, Key};
@@ -24,7 +25,7 @@ const VOLUME_PREFIX: &str = "kube-api-access-";
 
 /// Applies steps (1)–(3) to a pod being created in `ns`.
 pub(crate) fn admit(s: &Inner, ns: &str, pod: &mut Value) -> Result<(), ApiError> {
-    let pod_name = super::meta_str(pod, "name").unwrap_or("").to_string();
+    let pod_name = meta_str(pod, "name").unwrap_or("").to_string();
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -83,7 +84,7 @@ pub(crate) fn admit(s: &Inner, ns: &str, pod: &mut Value) -> Result<(), ApiError
     let volume_name = match existing {
         Some(name) => name,
         None => {
-            let name = format!("{VOLUME_PREFIX}{}", super::generate_suffix());
+            let name = format!("{VOLUME_PREFIX}{}", generate_suffix());
             volumes.push(token_volume(&name));
             name
         }

@@ -267,7 +267,7 @@ async fn a_node_creates_and_updates_only_its_own_node_and_lease() {
     );
 }
 
-/// NodeRestriction on Node objects (issue 11 item 1), with the texts of
+/// NodeRestriction on Node objects, as a real cluster refuses a kubelet, with the texts of
 /// `plugin/pkg/admission/noderestriction`: taints only at creation, only the labels a kubelet
 /// may set, no configSource, and only its own Node.
 #[tokio::test]

@@ -215,7 +215,7 @@ fn start_binary(dir: &Path) -> (Server, std::path::PathBuf) {
     (server, kc)
 }
 
-/// Issue 12: the commands a new user types, each of which failed before (no credentials over
+/// The commands a new user types must work: each of these failed once (no credentials over
 /// http, 415 for protobuf bodies, no `all` category, no token volume).
 #[test]
 fn kubectl_creates_namespaces_configmaps_and_secrets_and_describes_pods_with_events() {

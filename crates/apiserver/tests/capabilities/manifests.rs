@@ -168,7 +168,8 @@ async fn an_object_the_server_rejects_is_reported_with_the_api_message() {
     );
 }
 
-/// Issue 11, item 4: a file with an unserved Deployment, a good ConfigMap and a Secret with
+/// A user must see every mistake in a file at once: a file with an unserved Deployment, a good
+/// ConfigMap and a Secret with
 /// bad base64 reported only the Secret; every bad document is reported, with file, document
 /// index and reason, and the good one is applied.
 #[tokio::test]

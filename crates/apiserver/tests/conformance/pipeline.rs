@@ -68,7 +68,8 @@ async fn raw_get(client: &kube::Client, path: &str) -> (u16, serde_json::Value) 
     (code, serde_json::from_slice(&bytes).expect("JSON body"))
 }
 
-/// Issue 11 item 7b: `StatusDetails.name` is `omitempty` upstream, so a denied list (no object
+/// Clients see upstream's Status: `StatusDetails.name` is `omitempty` upstream, so a denied list
+/// (no object
 /// name) carries `{"kind": "secrets"}`, never `"name": ""`; a named denial keeps its name.
 #[tokio::test]
 async fn a_forbidden_status_omits_an_empty_name_from_its_details() {

@@ -39,7 +39,7 @@ async fn a_pod_gets_the_kube_api_access_volume_and_mount_a_real_server_injects()
             .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
         "{suffix}"
     );
-    // Observed on kube-apiserver v1.36 (issue 12), with the random suffix replaced.
+    // Observed on kube-apiserver v1.36, with the random suffix replaced.
     let real = json!({"name": name, "projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},

@@ -82,7 +82,8 @@ async fn reserved_and_duplicate_keys_and_oversized_payloads_are_invalid() {
         .expect("1 MiB is allowed");
 }
 
-/// Issue 11 item 7a: a real kube-apiserver names the `data` entry (ValidateConfigMap checks
+/// Clients see upstream's validation texts: a real kube-apiserver names the `data` entry
+/// (ValidateConfigMap checks
 /// `data` against `binaryData`), and reports the duplicate once.
 #[tokio::test]
 async fn a_key_in_both_data_and_binary_data_is_reported_under_data_as_the_real_server_does() {

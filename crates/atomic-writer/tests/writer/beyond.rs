@@ -225,7 +225,7 @@ fn a_directory_written_without_a_manifest_is_compared_by_the_modes_on_disk() {
 
 #[test]
 fn a_directory_of_an_older_nodelet_is_adopted_and_its_manifest_removed_on_the_next_write() {
-    // Issue 11, item 6: older versions kept `..nodelet_manifest` in the data directory.
+    // Containers list the data directory; older versions kept `..nodelet_manifest` in it.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("..2024_01_31_12_00_05.84130917");
     fs::create_dir_all(&data).unwrap();
@@ -247,7 +247,7 @@ fn a_directory_of_an_older_nodelet_is_adopted_and_its_manifest_removed_on_the_ne
 
 #[test]
 fn the_data_directory_holds_exactly_the_payload_and_mode_changes_are_still_seen() {
-    // Issue 11, item 6: a container listing `..data/` sees its ConfigMap's keys and nothing
+    // A container listing `..data/` sees its ConfigMap's keys and nothing
     // else, while mode and owner changes are detected and fsGroup-style hook bits are not.
     let dir = tempfile::tempdir().unwrap();
     let p = payload(&[("a", b"1", 0o600), ("sub/b", b"2", 0o400)]);
@@ -525,7 +525,8 @@ fn failing_write(dir: &Path, p: &Payload, point: Option<FaultPoint>) -> Error {
     w.write(p, set_perms).unwrap_err()
 }
 
-// Issue 11, item 3: an error embedding the random data-directory name made every retry's
+// Repeated failures must aggregate into one event: an error embedding the random data-directory
+// name made every retry's
 // FailedMount message new, so events never aggregated. Errors name the payload path instead
 // and repeat identically.
 #[test]

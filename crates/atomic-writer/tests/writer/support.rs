@@ -115,7 +115,7 @@ pub(crate) fn assert_layout(dir: &Path, payload: &Payload) {
         .mode()
         & 0o7777;
     assert_eq!(mode, 0o755, "data directory mode");
-    // Issue 11, item 6: the data directory holds exactly the payload, nothing of the writer's.
+    // Containers list the data directory: it holds exactly the payload, nothing of the writer's.
     let held: Vec<String> = data_tree(dir).into_keys().collect();
     let files: Vec<String> = want.keys().cloned().collect();
     assert_eq!(held, files, "files in the data directory");

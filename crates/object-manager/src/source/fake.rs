@@ -9,7 +9,7 @@ use kube::Resource;
 use tokio::sync::{mpsc, watch};
 use tokio_stream_shim::UnboundedReceiverStream;
 
-use super::{Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
+use super::api::{Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
 
 /// A request kind, for [`FakeSource::count`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -11,7 +11,7 @@ use kube::api::{GetParams, ListParams, WatchParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
+use super::api::{Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
 
 /// Server-side watch time-out in seconds. The kubelet asks for ≥ 30 minutes (OM-15), but
 /// kube's client gives up reading a response after 295 s, so we stay under that and re-watch

@@ -366,7 +366,8 @@ async fn the_kubeconfig_client_certificate_and_tls_server_name_are_honoured_over
     assert_eq!(seen, vec![(true, http::Version::HTTP_2)]);
 }
 
-/// Issue 17: under `--goaway-chance`, kube-apiserver's GOAWAY made requests fail with
+/// A GOAWAY must not surface as an error: under `--goaway-chance`, kube-apiserver's GOAWAY made
+/// requests fail with
 /// `ServiceError: HTTP request failed`; Go's client sends them again elsewhere, and so must we.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_goaway_after_every_response_fails_no_request_of_a_busy_client() {

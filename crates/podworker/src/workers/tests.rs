@@ -395,7 +395,8 @@ fn deleting(mut p: Pod) -> Pod {
     p
 }
 
-// Issue 13, PW-4 / PW-13 / VM-4: `update_pod` is the one owner of "this pod is desired". Each
+// PW-4 / PW-13 / VM-4: `update_pod` is the one owner of "this pod is desired", so no sync can
+// re-desire a terminating pod. Each
 // update of a live pod records it (newest object) exactly once, synchronously: before
 // `update_pod` returns, before any sync ran. Syncs and periodic resyncs record nothing.
 #[tokio::test(start_paused = true)]

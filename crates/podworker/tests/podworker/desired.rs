@@ -1,4 +1,5 @@
-//! One owner of "this pod is desired" (issue 13): `PodWorkers::update_pod` with the real
+//! One owner of "this pod is desired", so nothing re-desires a terminating pod:
+//! `PodWorkers::update_pod` with the real
 //! `ConfigSyncer` registers a live pod with both managers and adds it to the volumes before it
 //! returns; syncs and resyncs register and add nothing; termination unregisters after the
 //! volumes are gone and nothing registers the pod again (PW-4, PW-13, PW-14, VM-4).

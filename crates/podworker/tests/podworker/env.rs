@@ -159,7 +159,7 @@ async fn pw9_a_missing_optional_source_is_skipped_and_a_missing_required_one_is_
     assert_eq!(
         err.err().map(|e| e.to_string()).as_deref(),
         Some(r#"configmap "nope" not found"#),
-        "the Watch store's singular text (spec §7 item 3)"
+        "the Watch store's singular text (OM-18)"
     );
     let err = resolve(
         Strategy::Get,

@@ -1,6 +1,6 @@
 //! Tests of the public API of nodelet-podworker against in-memory object sources.
 
-// One owner of "this pod is desired": update_pod registers and adds, syncs never (issue 13).
+// One owner of "this pod is desired": update_pod registers and adds, syncs never.
 mod desired;
 // Environment resolution (PW-8 … PW-11, E2E-23/24/26/27).
 mod env;

@@ -273,7 +273,8 @@ async fn pw6_a_pod_directory_with_leftover_files_is_kept() {
     assert!(!f.root.path().join("pods/u1/containers").exists());
 }
 
-// Issue 13 (one owner of "desired"): SyncPod neither registers nor adds a pod; that is
+// One owner of "desired", so a sync cannot re-desire a terminating pod: SyncPod neither registers
+// nor adds a pod; that is
 // `pod_desired`'s job, done by `update_pod` before any sync. A pod that was never desired
 // registers nothing, is not added, and its wait fails at once (the volume manager's
 // `PodNotDesired`), with the usual FailedMount event.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::DownwardError;
+use super::error::DownwardError;
 use nodelet_core::NodeAllocatable;
 
 /// The value of a `resourceFieldRef`: the named container's (or, when the selector names

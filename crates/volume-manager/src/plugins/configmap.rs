@@ -5,7 +5,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Volume};
 use nodelet_atomic_writer::WriteOutcome;
 use nodelet_core::ObjectRef;
 
-use super::{Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, config_map_payload};
+use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
+use super::host::{Medium, SetUpContext};
+use super::payload::config_map_payload;
 use crate::SetUpError;
 
 /// `kubernetes.io/configmap`: projects a ConfigMap's keys into files on node disk.

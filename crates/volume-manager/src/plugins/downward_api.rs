@@ -5,10 +5,11 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, Volume};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome, clean_path};
 
-use nodelet_core::NodeAllocatable;
-
-use super::{Medium, SetUpContext, SetUpOutcome, VolumePlugin, mode_bits};
+use super::api::{SetUpOutcome, VolumePlugin};
+use super::host::{Medium, SetUpContext};
+use super::payload::mode_bits;
 use crate::SetUpError;
+use nodelet_core::NodeAllocatable;
 use crate::downward::{field_ref_value, resource_field_ref_value};
 
 /// `kubernetes.io/downward-api`: pod fields and container resources as files (tmpfs).

@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Volume;
 
-use super::{Medium, SetUpContext, SetUpOutcome, VolumePlugin};
+use super::api::{SetUpOutcome, VolumePlugin};
+use super::host::{Medium, SetUpContext};
 use crate::SetUpError;
 
 /// `kubernetes.io/empty-dir`. Created once; never remounted (its content belongs to the pod).

@@ -1,5 +1,6 @@
 //! [`VolumeHost`]: what plugins share (object managers, tokens, disk layout) and the common
-//! SetUp tail of PL-6 steps 5–9 (wrapper directory, nested mountpoints, atomic write).
+//! SetUp tail of PL-6 steps 5–9 (wrapper directory, nested mountpoints, atomic write); the
+//! [`SetUpContext`] and [`TearDownContext`] that carry it to a plugin.
 
 use std::fs;
 use std::io;
@@ -7,12 +8,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
 use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use tokio::time::Instant;
 
-use super::SetUpContext;
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
 use crate::token::{Token, TokenCache};
@@ -25,6 +26,40 @@ pub enum Medium {
     /// Memory: a tmpfs mounted on the volume directory when the agent may mount (root with
     /// `CAP_SYS_ADMIN`), else node disk (one warning at start-up).
     Memory,
+}
+
+/// Everything a plugin's [`VolumePlugin::set_up`] needs (VM-10).
+#[derive(Clone, Copy)]
+pub struct SetUpContext<'a> {
+    /// The pod's UID, validated when the pod was added (its directory `pods/<uid>/`).
+    pub pod_uid: &'a PodUid,
+    /// The latest pod object of the desired state (PL-4, VM-5).
+    pub pod: &'a Pod,
+    /// The pod volume.
+    pub volume: &'a Volume,
+    /// The volume directory (PL-1).
+    pub dir: &'a Path,
+    /// Whether the volume is already mounted (a remount must never remove live content).
+    pub remount: bool,
+    /// The pod's `securityContext.fsGroup` (PL-11).
+    pub fs_group: Option<u32>,
+    /// The pod's effective `runAsUser` when all containers agree (VM-10).
+    pub fs_user: Option<u32>,
+    /// Shared services: object managers, tokens, disk layout.
+    pub host: &'a VolumeHost,
+}
+
+/// Everything a plugin's [`VolumePlugin::tear_down`] needs.
+#[derive(Clone, Copy)]
+pub struct TearDownContext<'a> {
+    /// The pod's UID.
+    pub pod_uid: &'a PodUid,
+    /// The pod volume name.
+    pub volume_name: &'a str,
+    /// The volume directory (PL-1).
+    pub dir: &'a Path,
+    /// Shared services.
+    pub host: &'a VolumeHost,
 }
 
 /// Shared services for plugins: the object managers, the service account token cache, the

@@ -3,7 +3,6 @@
 use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Secret};
 use nodelet_atomic_writer::{FileProjection, Payload};
 
-use super::mode_bits;
 use crate::SetUpError;
 
 /// PL-7: the files of a configMap volume (or projection).
@@ -99,6 +98,12 @@ pub fn secret_payload(
         }
     }
     Ok(payload)
+}
+
+/// The mode as the writer takes it; out-of-range values are kept out of range so the writer
+/// rejects them with a clear error.
+pub(crate) fn mode_bits(mode: i32) -> u32 {
+    u32::try_from(mode).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

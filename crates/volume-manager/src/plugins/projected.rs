@@ -7,10 +7,11 @@ use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
 use nodelet_core::ObjectRef;
 use tokio::time::Instant;
 
-use super::{
-    Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, collect_downward_api_data,
-    config_map_payload, mode_bits, secret_payload,
-};
+
+use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
+use super::downward_api::collect_downward_api_data;
+use super::host::{Medium, SetUpContext};
+use super::payload::{config_map_payload, mode_bits, secret_payload};
 use crate::SetUpError;
 
 /// `kubernetes.io/projected`: several sources in one volume (tmpfs). Every pod of a real
@@ -208,7 +209,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::plugins::VolumeHost;
+
+    use crate::plugins::host::VolumeHost;
     use crate::token::{FakeTokenSource, TokenCache};
     use nodelet_core::NodeAllocatable;
 

@@ -5,7 +5,9 @@ use k8s_openapi::api::core::v1::{Secret, Volume};
 use nodelet_atomic_writer::WriteOutcome;
 use nodelet_core::ObjectRef;
 
-use super::{Medium, ObjectVersion, SetUpContext, SetUpOutcome, VolumePlugin, secret_payload};
+use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
+use super::host::{Medium, SetUpContext};
+use super::payload::secret_payload;
 use crate::SetUpError;
 
 /// `kubernetes.io/secret`: projects a Secret's keys into files on a tmpfs (node disk when
