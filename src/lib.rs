@@ -51,6 +51,7 @@
 
 mod agent;
 mod api_health;
+pub mod cli;
 mod config;
 mod counting;
 mod events;
@@ -63,6 +64,7 @@ mod node_labels;
 mod pod_watch;
 mod propagation;
 pub mod reset;
+pub mod service;
 mod state;
 mod status;
 mod views;
@@ -82,7 +84,8 @@ use tracing::warn;
 pub use agent::Agent;
 pub use config::{
     AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
-    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, LogFormat, Settings, parse_duration,
+    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, Settings,
+    parse_duration,
 };
 pub use metrics::Metrics;
 pub use node::AGENT_TAINT_KEY;
@@ -211,7 +214,9 @@ pub async fn cluster_client(
 }
 
 /// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
-/// 5 s). Logs a one-line summary at start.
+/// 5 s). Logs a one-line summary at start. Under systemd (`NOTIFY_SOCKET`) it sends `READY=1`
+/// once the first pod list is synced (see [`service`]) and `STOPPING=1` when `stop`
+/// completes.
 ///
 /// First locks the root directory (`<root-dir>/nodelet.lock`, `flock(2)`, held until it
 /// returns): a second agent on the same directory fails before it writes anything there. The
@@ -267,7 +272,18 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
         listen = ?agent.http_addr(),
         "nodelet started"
     );
-    stop.await;
+    let mut stop = std::pin::pin!(stop);
+    let stopped_before_ready = tokio::select! {
+        () = agent.wait_ready() => {
+            service::notify_ready(agent.http_addr());
+            false
+        }
+        () = &mut stop => true,
+    };
+    if !stopped_before_ready {
+        stop.await;
+    }
+    service::notify_stopping();
     info!("stopping");
     agent.shutdown().await;
     if settings.cleanup_on_exit {

@@ -11,6 +11,26 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
+/// Why a pod event was not published (`reason` of `nodelet_events_dropped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventDrop {
+    /// The publisher's queue was full.
+    QueueFull,
+    /// The spam filter had no token for the pod.
+    SpamFilter,
+}
+
+impl EventDrop {
+    const ALL: [EventDrop; 2] = [EventDrop::QueueFull, EventDrop::SpamFilter];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            EventDrop::QueueFull => "queue_full",
+            EventDrop::SpamFilter => "spam_filter",
+        }
+    }
+}
+
 /// The agent's metrics. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
@@ -39,6 +59,7 @@ struct Inner {
     api_reachable: Gauge,
     watches_failing: Family<Labels, Gauge>,
     watch_last_success: Family<Labels, Gauge>,
+    events_dropped: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -121,6 +142,17 @@ impl Metrics {
             "Oldest last answer from the API server among the running watches of a resource (Unix time; 0 = never answered)",
             watch_last_success.clone(),
         );
+        let events_dropped = Family::<Labels, Counter>::default();
+        registry.register(
+            "events_dropped",
+            "Pod events not published, by reason: queue_full (the publisher's queue of 1000 was full) or spam_filter (the pod's burst of 25 was spent)",
+            events_dropped.clone(),
+        );
+        for reason in EventDrop::ALL {
+            // The series exist at 0 from the start.
+            let _ = events_dropped
+                .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())]);
+        }
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -136,6 +168,7 @@ impl Metrics {
                 api_reachable,
                 watches_failing,
                 watch_last_success,
+                events_dropped,
             }),
         }
     }
@@ -146,6 +179,14 @@ impl Metrics {
         self.inner
             .api_write_failures
             .get_or_create(&vec![("what".to_owned(), what.to_owned())])
+            .inc();
+    }
+
+    /// Count one pod event that was not published.
+    pub(crate) fn event_dropped(&self, reason: EventDrop) {
+        self.inner
+            .events_dropped
+            .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())])
             .inc();
     }
 
