@@ -107,7 +107,7 @@ pub enum LogFormat {
     /// `journal` when standard output is the systemd journal (`JOURNAL_STREAM` names it),
     /// else `text`.
     Auto,
-    /// Human-readable lines with timestamps (colours on a terminal).
+    /// Human-readable lines with timestamps.
     Text,
     /// One JSON object per line.
     Json,
@@ -122,7 +122,7 @@ pub enum LogFormat {
     name = "nodelet",
     version,
     about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does.",
-    after_help = "Also: `nodelet reset --root-dir DIR [--dry-run]` unmounts and removes what the agent left in DIR; `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds."
+    after_help = "Also: `nodelet reset [--root-dir DIR] [--dry-run] [--delete-node --node-name NAME [--kubeconfig PATH]]` unmounts and removes what the agent left in DIR (and deletes the node's Lease and Node); `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds. Under systemd (`Type=notify`) the agent sends READY=1 once its first pod list is synced."
 )]
 pub struct Cli {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
