@@ -11,7 +11,8 @@
 //!   `spec.nodeName=<node>`), the event publisher, the pod-status writer, node registration and
 //!   the HTTP endpoints; stopped with [`Agent::shutdown`].
 //! * [`run`]: what the binary does: connect (or start the embedded API server for
-//!   `--manifests`), start an [`Agent`], wait for a stop signal, shut down within 5 s.
+//!   `--manifests`), start an [`Agent`], tell systemd when its first pod list is synced
+//!   ([`service`]), wait for a stop signal, shut down within 5 s.
 //!
 //! # Features
 //!

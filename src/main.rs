@@ -113,28 +113,19 @@ fn delete_node(kubeconfig: Option<&std::path::Path>, node: &str, dry_run: bool) 
             return false;
         }
     };
-    let mut ok = true;
-    for object in outcomes {
+    for object in &outcomes {
         let what = &object.what;
         match &object.outcome {
             Deletion::Deleted => println!("delete {what}"),
             Deletion::WouldDelete => println!("would delete {what}"),
             Deletion::NotFound => println!("{what} not found"),
             Deletion::Forbidden(message) => {
-                ok = false;
                 eprintln!("nodelet reset: {what} not deleted: forbidden: {message}");
             }
-            Deletion::Failed(message) => {
-                ok = false;
-                eprintln!("nodelet reset: {what} not deleted: {message}");
-            }
-            other => {
-                ok &= !other.is_failure();
-                println!("{what}: {other:?}");
-            }
+            Deletion::Failed(message) => eprintln!("nodelet reset: {what} not deleted: {message}"),
         }
     }
-    ok
+    !outcomes.iter().any(|o| o.outcome.is_failure())
 }
 
 fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {

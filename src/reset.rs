@@ -75,7 +75,6 @@ pub struct NodeObject {
 
 /// What happened to one of the node's API objects.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Deletion {
     /// Deleted.
     Deleted,
