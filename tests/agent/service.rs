@@ -1,5 +1,6 @@
 //! The agent as a systemd service: the real binary sends `READY=1` to `NOTIFY_SOCKET` only
-//! after its first pod list is synced and `STOPPING=1` at SIGTERM, logs for the journal, and
+//! after its first pod list is synced and `STOPPING=1` at SIGTERM, logs for the journal when
+//! `JOURNAL_STREAM` names its stdout, and
 //! `contrib/systemd/nodelet.service` starts it with flags it accepts.
 
 use std::net::SocketAddr;
@@ -60,14 +61,18 @@ async fn ready_is_sent_only_after_the_first_pod_sync_and_stopping_at_sigterm() {
     let socket = UnixDatagram::bind(&socket_path).unwrap_or_else(|e| panic!("{e}"));
     let log_path = dir.path().join("stdout.log");
     let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("{e}"));
+    // As systemd does for a service whose output is the journal: JOURNAL_STREAM names the very
+    // stream that is the agent's stdout, so `--log-format auto` (the default) picks journal.
+    let st = nix::sys::stat::fstat(&log).unwrap_or_else(|e| panic!("{e}"));
+    let journal_stream = format!("{}:{}", st.st_dev, st.st_ino);
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--node-name", NODE, "--listen", "127.0.0.1:0"])
-        .args(["--log-format", "journal"])
         .arg("--root-dir")
         .arg(dir.path().join("root"))
         .env("NOTIFY_SOCKET", &socket_path)
+        .env("JOURNAL_STREAM", &journal_stream)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
