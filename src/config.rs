@@ -13,8 +13,13 @@ use nodelet_transport::Protocol;
 /// Node name in `--manifests` mode when `--node-name` is not given; the examples bind their
 /// pods to it.
 pub const DEFAULT_EMBEDDED_NODE_NAME: &str = "nodelet";
-/// Root directory in `--manifests` mode when `--root-dir` is not given.
+/// Root directory in `--manifests` mode when `--root-dir` is not given: the offline mode is
+/// a developer's, run from a checkout without root, so its files land beside it.
 pub const DEFAULT_EMBEDDED_ROOT_DIR: &str = "./nodelet-data";
+/// Root directory against a cluster when `--root-dir` is not given, and `nodelet reset`'s
+/// default: the agent as a service (`contrib/systemd/nodelet.service`), as the kubelet's
+/// `/var/lib/kubelet`.
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
 /// The `--listen` default with `--manifests`: a port no Kubernetes component uses (the kubelet
 /// has 10248, 10250 and 10255, kube-proxy 10249 and 10256, the controller managers 10257 and
 /// 10258, the scheduler 10259), so the agent runs beside a kubelet on a dev node.
@@ -99,10 +104,16 @@ pub enum ApiSource {
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines.
+    /// `journal` when standard output is the systemd journal (`JOURNAL_STREAM` names it),
+    /// else `text`.
+    Auto,
+    /// Human-readable lines with timestamps.
     Text,
     /// One JSON object per line.
     Json,
+    /// For the systemd journal: no timestamps (the journal adds them), no colours, each line
+    /// prefixed with its syslog priority (`<3>` error … `<7>` debug).
+    Journal,
 }
 
 /// The command line.
@@ -111,7 +122,7 @@ pub enum LogFormat {
     name = "nodelet",
     version,
     about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does.",
-    after_help = "Also: `nodelet reset --root-dir DIR [--dry-run]` unmounts and removes what the agent left in DIR; `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds."
+    after_help = "Also: `nodelet reset [--root-dir DIR] [--dry-run] [--delete-node --node-name NAME [--kubeconfig PATH]]` unmounts and removes what the agent left in DIR (and deletes the node's Lease and Node); `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds. Under systemd (`Type=notify`) the agent sends READY=1 once its first pod list is synced."
 )]
 pub struct Cli {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
@@ -124,8 +135,8 @@ pub struct Cli {
     /// This node's name (default with --manifests: `nodelet`; otherwise required).
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
-    /// Root directory for pod files (default with --manifests: `./nodelet-data`; otherwise
-    /// required).
+    /// Root directory for pod files (default: `/var/lib/nodelet`; with --manifests:
+    /// `./nodelet-data`).
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
     /// A KubeletConfiguration YAML file (subset, see the README); flags override it.
@@ -145,8 +156,9 @@ pub struct Cli {
     /// Pod resync interval, e.g. `1m`, `30s` (overrides syncFrequency).
     #[arg(long, value_name = "DURATION")]
     pub sync_frequency: Option<String>,
-    /// Log format.
-    #[arg(long, value_enum, default_value = "text")]
+    /// Log format: `auto` is `journal` when standard output is the systemd journal
+    /// (`JOURNAL_STREAM`), else `text`.
+    #[arg(long, value_enum, default_value = "auto")]
     pub log_format: LogFormat,
     /// HTTP version to the API server: `auto` (HTTP/2 where the server offers it, watches
     /// multiplexed), `http1` (one connection per watch) or `http2`.
@@ -271,7 +283,7 @@ impl Cli {
         let root_dir = match (&self.root_dir, embedded) {
             (Some(d), _) => d.clone(),
             (None, true) => PathBuf::from(DEFAULT_EMBEDDED_ROOT_DIR),
-            (None, false) => return Err(invalid("--root-dir", "required without --manifests")),
+            (None, false) => PathBuf::from(DEFAULT_ROOT_DIR),
         };
         let mut agent = AgentConfig::new(node_name, root_dir);
 
@@ -484,6 +496,18 @@ mod tests {
             None,
             "cluster mode: opt-in"
         );
+    }
+
+    #[test]
+    fn against_a_cluster_the_root_dir_defaults_to_var_lib_nodelet() {
+        let s = cli(&["--node-name", "n"])
+            .settings()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.root_dir, PathBuf::from("/var/lib/nodelet"));
+        let s = cli(&["--node-name", "n", "--root-dir", "./var"])
+            .settings()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.root_dir, PathBuf::from("./var"));
     }
 
     #[cfg(not(feature = "embedded"))]

@@ -2,6 +2,15 @@
 //! published as core/v1 Events the way a kubelet's event correlator does (PL-9, VM-10, PW-4,
 //! PW-7, PW-12).
 //!
+//! # The queue
+//!
+//! Events wait for the background task in a bounded queue of [`QUEUE_CAPACITY`] (1000, the
+//! queue length of client-go's event broadcaster). While it is full, a new event is dropped
+//! (as client-go's `DropIfChannelFull`), never the caller blocked nor memory grown: an API
+//! server that answers slowly or not at all costs at most that many queued events. Drops are
+//! counted in `nodelet_events_dropped_total{reason="queue_full"}`; those of the spam filter
+//! (step 3 below) in `{reason="spam_filter"}`.
+//!
 //! # Aggregation
 //!
 //! An event's identity is (involved object UID, type, reason, message): the message is part of
@@ -52,7 +61,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::metrics::Metrics;
+use crate::metrics::{EventDrop, Metrics};
 
 mod limits;
 
@@ -68,11 +77,16 @@ pub(crate) const CACHE_CAPACITY: usize = 4096;
 /// The component name written to `source.component` and `reportingComponent`.
 pub(crate) const COMPONENT: &str = "nodelet";
 
+/// How many events may wait for the publishing task (client-go's `maxQueuedEvents`); beyond it
+/// new events are dropped and counted (module docs, "The queue").
+pub(crate) const QUEUE_CAPACITY: usize = 1000;
+
 /// A non-blocking event sink: `event` queues, a background task publishes. Implements the
 /// event seams of both `nodelet-podworker` and `nodelet-volume-manager`.
 #[derive(Debug, Clone)]
 pub(crate) struct EventPublisher {
-    tx: mpsc::UnboundedSender<PodEvent>,
+    tx: mpsc::Sender<PodEvent>,
+    metrics: Metrics,
 }
 
 /// One event about a pod, as queued.
@@ -130,8 +144,8 @@ pub(crate) struct Correlator {
 }
 
 impl EventPublisher {
-    /// A publisher for `node` through `client`; the task ends on `shutdown` (pending events are
-    /// dropped).
+    /// A publisher for `node` through `client` with a queue of [`QUEUE_CAPACITY`]; the task
+    /// ends on `shutdown` (pending events are dropped).
     pub(crate) fn start(
         client: kube::Client,
         node: &str,
@@ -139,11 +153,23 @@ impl EventPublisher {
         shutdown: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<PodEvent>();
+        Self::with_capacity(client, node, metrics, shutdown, tracker, QUEUE_CAPACITY)
+    }
+
+    /// [`start`](Self::start) with a queue of `capacity` events (at least one).
+    fn with_capacity(
+        client: kube::Client,
+        node: &str,
+        metrics: Metrics,
+        shutdown: CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+        capacity: usize,
+    ) -> Self {
+        let (tx, mut rx) = mpsc::channel::<PodEvent>(capacity.max(1));
         let mut writer = Writer {
             client,
             node: node.to_owned(),
-            metrics,
+            metrics: metrics.clone(),
             correlator: Correlator::new(AGGREGATION_WINDOW, CACHE_CAPACITY),
             aggregator: Aggregator::default(),
             spam: SpamFilter::default(),
@@ -164,7 +190,7 @@ impl EventPublisher {
                 }
             }
         });
-        Self { tx }
+        Self { tx, metrics }
     }
 
     fn push(&self, pod: &Pod, kind: EventType, reason: &str, message: String) {
@@ -176,12 +202,26 @@ impl EventPublisher {
             uid: pod.metadata.uid.clone(),
             ..ObjectReference::default()
         };
-        let _ = self.tx.send(PodEvent {
+        let event = PodEvent {
             pod: reference,
             kind,
             reason: reason.to_owned(),
             message: truncate_message(message),
-        });
+        };
+        match self.tx.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                self.metrics.event_dropped(EventDrop::QueueFull);
+                debug!(
+                    reason = %event.reason,
+                    pod.namespace = event.pod.namespace.as_deref().unwrap_or_default(),
+                    pod.name = event.pod.name.as_deref().unwrap_or_default(),
+                    "event dropped: the queue is full"
+                );
+            }
+            // The task stopped (shutdown): pending events are dropped anyway.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
     }
 }
 
@@ -301,6 +341,7 @@ impl Writer {
         let step = self.correlator.step(&key, at);
         // (3) The spam filter, for creations and repeats alike.
         if !self.spam.allow(&uid, at) {
+            self.metrics.event_dropped(EventDrop::SpamFilter);
             debug!(
                 reason = %event.reason,
                 pod.namespace = %namespace,
@@ -516,6 +557,89 @@ mod tests {
         assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
         assert!(b > a);
+    }
+
+    /// A burst larger than the queue while the publishing task cannot run: the queue keeps
+    /// its bound, the rest is dropped and counted in `/metrics`, and what was queued is
+    /// published once the task runs (each event about its own pod, so neither aggregation nor
+    /// the spam filter removes any).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_burst_over_the_queue_bound_is_dropped_and_counted_not_queued() {
+        use kube::api::ListParams;
+        use nodelet_testutil::{PATIENCE, PodBuilder};
+
+        const CAPACITY: usize = 8;
+        const BURST: usize = 100;
+        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = server.client();
+        let shutdown = CancellationToken::new();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let metrics = Metrics::new();
+        let dropped = |metrics: &Metrics| -> Option<String> {
+            metrics
+                .encode()
+                .lines()
+                .find(|l| l.starts_with("nodelet_events_dropped_total{reason=\"queue_full\"}"))
+                .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+        };
+        assert_eq!(
+            dropped(&metrics).as_deref(),
+            Some("0"),
+            "the series exists from the start"
+        );
+        let publisher = EventPublisher::with_capacity(
+            client.clone(),
+            "n1",
+            metrics.clone(),
+            shutdown.clone(),
+            &tracker,
+            CAPACITY,
+        );
+        // No await in this loop: on a current-thread runtime the task cannot take any.
+        for n in 0..BURST {
+            let pod = PodBuilder::new("default", &format!("p{n}"))
+                .uid(&format!("u{n}"))
+                .build();
+            publisher.push(&pod, EventType::Warning, "FailedMount", format!("m{n}"));
+        }
+        assert_eq!(publisher.tx.capacity(), 0, "the queue is full, not larger");
+        let expected = (BURST - CAPACITY).to_string();
+        assert_eq!(dropped(&metrics).as_deref(), Some(expected.as_str()));
+
+        let api: Api<Event> = Api::namespaced(client, "default");
+        let last = format!("p{}", CAPACITY - 1);
+        let events = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(list) = api.list(&ListParams::default()).await
+                    && list
+                        .items
+                        .iter()
+                        .any(|e| e.involved_object.name.as_deref() == Some(last.as_str()))
+                {
+                    return list.items;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the queued events were never published"));
+        let mut names: Vec<String> = events
+            .iter()
+            .filter_map(|e| e.involved_object.name.clone())
+            .collect();
+        names.sort_by_key(|n| {
+            n.trim_start_matches('p')
+                .parse::<usize>()
+                .unwrap_or(usize::MAX)
+        });
+        let queued: Vec<String> = (0..CAPACITY).map(|n| format!("p{n}")).collect();
+        assert_eq!(names, queued, "the first {CAPACITY} events, and only them");
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        server.shutdown().await;
     }
 
     /// Events must aggregate as a kubelet's do: a mount failing on every retry with a different

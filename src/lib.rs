@@ -12,7 +12,8 @@
 //!   `spec.nodeName=<node>`), the event publisher, the pod-status writer, node registration and
 //!   the HTTP endpoints; stopped with [`Agent::shutdown`].
 //! * [`run`]: what the binary does: connect (or start the embedded API server for
-//!   `--manifests`), start an [`Agent`], wait for a stop signal, shut down within 5 s.
+//!   `--manifests`), start an [`Agent`], tell systemd when its first pod list is synced
+//!   ([`service`]), wait for a stop signal, shut down within 5 s.
 //!
 //! # Features
 //!
@@ -53,6 +54,7 @@
 mod agent;
 mod api_client;
 mod api_health;
+pub mod cli;
 mod config;
 mod events;
 mod http;
@@ -63,6 +65,7 @@ mod node;
 mod pod_watch;
 mod propagation;
 pub mod reset;
+pub mod service;
 mod state;
 mod status;
 mod views;
@@ -82,7 +85,8 @@ pub use agent::Agent;
 pub use api_client::ApiClient;
 pub use config::{
     AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
-    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, LogFormat, Settings, parse_duration,
+    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, Settings,
+    parse_duration,
 };
 pub use metrics::Metrics;
 pub use node::AGENT_TAINT_KEY;
@@ -211,7 +215,9 @@ pub async fn cluster_client(
 }
 
 /// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
-/// 5 s). Logs a one-line summary at start.
+/// 5 s). Logs a one-line summary at start. Under systemd (`NOTIFY_SOCKET`) it sends `READY=1`
+/// once the first pod list is synced (see [`service`]) and `STOPPING=1` when `stop`
+/// completes.
 ///
 /// First locks the root directory (`<root-dir>/nodelet.lock`, `flock(2)`, held until it
 /// returns): a second agent on the same directory fails before it writes anything there. The
@@ -267,7 +273,18 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
         listen = ?agent.http_addr(),
         "nodelet started"
     );
-    stop.await;
+    let mut stop = std::pin::pin!(stop);
+    let stopped_before_ready = tokio::select! {
+        () = agent.wait_ready() => {
+            service::notify_ready(agent.http_addr());
+            false
+        }
+        () = &mut stop => true,
+    };
+    if !stopped_before_ready {
+        stop.await;
+    }
+    service::notify_stopping();
     info!("stopping");
     agent.shutdown().await;
     if settings.cleanup_on_exit {

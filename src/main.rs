@@ -1,10 +1,12 @@
 //! The `nodelet` binary: parse the command line, set up logging, exit 64 on bad configuration,
 //! run the agent until SIGINT/SIGTERM; `nodelet reset` and `nodelet pods` are subcommands.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
+use nodelet::cli::{PodsCli, ResetCli};
+use nodelet::reset::Deletion;
 use nodelet::{Cli, LogFormat};
+use nodelet_object_manager::transport::Protocol;
 use tracing_subscriber::EnvFilter;
 
 /// kube-client logs a whole response body when it cannot decode it (a Secret's data included)
@@ -35,21 +37,6 @@ const EXIT_CONFIG: u8 = 64;
 /// `EX_TEMPFAIL`: `nodelet reset` refused because an agent runs on the directory.
 const EXIT_IN_USE: u8 = 75;
 
-/// `nodelet reset`: undo what the agent left in a root directory (see `nodelet::reset`).
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "nodelet reset",
-    about = "Unmount and remove what nodelet left in its root directory (pods' volumes, admin.kubeconfig, the lock); anything else stays. Exit codes: 0 done, 1 failed, 64 bad usage, 75 an agent is running on the directory."
-)]
-struct ResetCli {
-    /// The agent's root directory.
-    #[arg(long, value_name = "DIR")]
-    root_dir: PathBuf,
-    /// Say what would be done; change nothing.
-    #[arg(long)]
-    dry_run: bool,
-}
-
 /// Parses `args` as `C`; `--help`/`--version` exit 0, bad usage exits 64, both after printing.
 fn parse<C: clap::Parser>(args: Vec<std::ffi::OsString>) -> Result<C, ExitCode> {
     C::try_parse_from(args).map_err(|e| {
@@ -68,7 +55,7 @@ fn reset_main(args: Vec<std::ffi::OsString>) -> ExitCode {
         Err(code) => return code,
     };
     let would = if cli.dry_run { "would " } else { "" };
-    match nodelet::reset::reset(&cli.root_dir, cli.dry_run) {
+    let mut code = match nodelet::reset::reset(&cli.root_dir, cli.dry_run) {
         Ok(report) => {
             for m in &report.unmounted {
                 println!("{would}unmount {}", m.display());
@@ -84,31 +71,61 @@ fn reset_main(args: Vec<std::ffi::OsString>) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        // A running agent would register its Node and Lease again: nothing is deleted.
         Err(e @ nodelet::reset::ResetError::InUse { .. }) => {
             eprintln!("nodelet reset: {e}");
-            ExitCode::from(EXIT_IN_USE)
+            return ExitCode::from(EXIT_IN_USE);
         }
         Err(e) => {
             eprintln!("nodelet reset: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    if let (true, Some(node)) = (cli.delete_node, cli.node_name.as_deref())
+        && !delete_node(cli.kubeconfig.as_deref(), node, cli.dry_run)
+    {
+        code = ExitCode::FAILURE;
     }
+    code
 }
 
-/// `nodelet pods`: the running agent's pods, from its `/pods` endpoint.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "nodelet pods",
-    about = "Show what a running nodelet holds: each pod, its phase, volumes (mounted of all, failed), the objects they project with their resourceVersions, and the last error. Exit codes: 0 shown, 1 no agent answered, 64 bad usage."
-)]
-struct PodsCli {
-    /// The agent's --listen address.
-    #[arg(long, value_name = "ADDR", default_value = nodelet::DEFAULT_LISTEN)]
-    listen: std::net::SocketAddr,
-    /// `table` (default) or `json` (the endpoint's JSON as is).
-    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "table",
-          value_parser = ["table", "json"])]
-    output: String,
+/// `--delete-node`: prints what happened to the node's Lease and Node; `false` if either may
+/// still exist.
+fn delete_node(kubeconfig: Option<&std::path::Path>, node: &str, dry_run: bool) -> bool {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nodelet reset: starting the runtime: {e}");
+            return false;
+        }
+    };
+    let outcomes = runtime.block_on(async {
+        let (client, _url) = nodelet::cluster_client(kubeconfig, Protocol::Auto).await?;
+        anyhow::Ok(nodelet::reset::delete_node(client, node, dry_run).await)
+    });
+    let outcomes = match outcomes {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("nodelet reset: --delete-node: {e:#}");
+            return false;
+        }
+    };
+    for object in &outcomes {
+        let what = &object.what;
+        match &object.outcome {
+            Deletion::Deleted => println!("delete {what}"),
+            Deletion::WouldDelete => println!("would delete {what}"),
+            Deletion::NotFound => println!("{what} not found"),
+            Deletion::Forbidden(message) => {
+                eprintln!("nodelet reset: {what} not deleted: forbidden: {message}");
+            }
+            Deletion::Failed(message) => eprintln!("nodelet reset: {what} not deleted: {message}"),
+        }
+    }
+    !outcomes.iter().any(|o| o.outcome.is_failure())
 }
 
 fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
@@ -157,7 +174,9 @@ fn main() -> ExitCode {
     let builder = tracing_subscriber::fmt().with_env_filter(log_filter());
     match settings.log_format {
         LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Journal => journal(builder),
+        LogFormat::Auto if nodelet::service::stdout_is_journal() => journal(builder),
+        LogFormat::Text | LogFormat::Auto => builder.init(),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -176,6 +195,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs for the systemd journal (`nodelet::service::JournalFormat`).
+fn journal(
+    builder: tracing_subscriber::fmt::SubscriberBuilder<
+        tracing_subscriber::fmt::format::DefaultFields,
+        tracing_subscriber::fmt::format::Format,
+        EnvFilter,
+    >,
+) {
+    builder
+        .with_ansi(false)
+        .event_format(nodelet::service::JournalFormat::default())
+        .init();
 }
 
 /// SIGINT or SIGTERM.

@@ -13,6 +13,26 @@ use nodelet_transport::Counters;
 
 type Labels = Vec<(String, String)>;
 
+/// Why a pod event was not published (`reason` of `nodelet_events_dropped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventDrop {
+    /// The publisher's queue was full.
+    QueueFull,
+    /// The spam filter had no token for the pod.
+    SpamFilter,
+}
+
+impl EventDrop {
+    const ALL: [EventDrop; 2] = [EventDrop::QueueFull, EventDrop::SpamFilter];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            EventDrop::QueueFull => "queue_full",
+            EventDrop::SpamFilter => "spam_filter",
+        }
+    }
+}
+
 /// The agent's metrics. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
@@ -44,6 +64,7 @@ struct Inner {
     /// The counters of the transport under the agent's client: requests by verb, retries and
     /// open connections are read from it at each scrape.
     transport: Option<Counters>,
+    events_dropped: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -133,6 +154,17 @@ impl Metrics {
             "Oldest last answer from the API server among the running watches of a resource (Unix time; 0 = never answered)",
             watch_last_success.clone(),
         );
+        let events_dropped = Family::<Labels, Counter>::default();
+        registry.register(
+            "events_dropped",
+            "Pod events not published, by reason: queue_full (the publisher's queue of 1000 was full) or spam_filter (the pod's burst of 25 was spent)",
+            events_dropped.clone(),
+        );
+        for reason in EventDrop::ALL {
+            // The series exist at 0 from the start.
+            let _ = events_dropped
+                .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())]);
+        }
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -149,6 +181,7 @@ impl Metrics {
                 watches_failing,
                 watch_last_success,
                 transport,
+                events_dropped,
             }),
         }
     }
@@ -159,6 +192,14 @@ impl Metrics {
         self.inner
             .api_write_failures
             .get_or_create(&vec![("what".to_owned(), what.to_owned())])
+            .inc();
+    }
+
+    /// Count one pod event that was not published.
+    pub(crate) fn event_dropped(&self, reason: EventDrop) {
+        self.inner
+            .events_dropped
+            .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())])
             .inc();
     }
 

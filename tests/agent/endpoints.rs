@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::support::{PATIENCE, World};
 
 /// A minimal HTTP/1.0 GET (no client dependency needed): status code and body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));

@@ -35,7 +35,11 @@ mod api_failures;
 mod env_files;
 // One node allocatable: env vars, downwardAPI volumes and the Node status agree.
 mod allocatable;
-// `nodelet reset`: unmount and remove what the agent left in its root directory.
+// `nodelet reset`: unmount and remove what the agent left in its root directory, and with
+// `--delete-node` its Lease and Node (a node identity may delete only the Lease).
 mod reset;
+// The agent under systemd: READY=1 after the first pod sync, STOPPING=1, journal logs, and
+// the unit in contrib/systemd.
+mod service;
 // Starting an API server and an agent for one test.
 mod support;

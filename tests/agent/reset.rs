@@ -1,5 +1,7 @@
 //! `nodelet reset --root-dir DIR`: the binary unmounts and removes what the agent left, leaves
-//! the rest, refuses while an agent holds the directory, and changes nothing with `--dry-run`.
+//! the rest, refuses while an agent holds the directory, and changes nothing with `--dry-run`;
+//! with `--delete-node` it deletes the node's Lease and Node over real HTTP as far as its
+//! credentials allow.
 
 use std::path::Path;
 use std::process::Command;
@@ -199,4 +201,153 @@ fn cleanup_on_exit_removes_the_pods_directories_when_the_agent_stops() {
         root.path().join("admin.kubeconfig").exists(),
         "only pods/ is removed"
     );
+}
+
+/// `nodelet reset` with `args` after the root directory, run off the async runtime.
+async fn reset_async(root: &Path, args: Vec<String>) -> (i32, String, String) {
+    let root = root.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        reset(&root, &args)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `--delete-node --kubeconfig <kubeconfig> --node-name <node>`.
+fn delete_node_args(kubeconfig: &Path, node: &str) -> Vec<String> {
+    vec![
+        "--delete-node".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--node-name".into(),
+        node.into(),
+    ]
+}
+
+/// The agent registered its Node and Lease and stopped; reset with its own node identity
+/// deletes the Lease, is refused the Node (403, named with what to do instead), and still
+/// cleans the root directory up; exit code 1 since the Node is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_node_with_the_node_identity_deletes_the_lease_and_reports_the_refused_node() {
+    use crate::support::{NODE, PATIENCE, World};
+    let world = World::start_with(|c| c.register_node = true).await;
+    let h = world.server.handle();
+    let registered = || {
+        h.get("v1", "Node", None, NODE).is_some()
+            && h.get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                Some("kube-node-lease"),
+                NODE,
+            )
+            .is_some()
+    };
+    tokio::time::timeout(PATIENCE, async {
+        while !registered() {
+            crate::support::poll_pause().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the agent never registered its Node and Lease"));
+    world.stop_agent().await;
+    let credentials = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = credentials.path().join("node.kubeconfig");
+    world
+        .server
+        .write_kubeconfig(&kubeconfig, &nodelet_apiserver::User::node(NODE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let root = world.root_dir();
+
+    let mut dry = delete_node_args(&kubeconfig, NODE);
+    dry.push("--dry-run".into());
+    let (code, out, err) = reset_async(&root, dry).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("would delete Lease kube-node-lease/{NODE}"))
+            && out.contains(&format!("would delete Node {NODE}")),
+        "{out}"
+    );
+    assert!(registered(), "a dry run deletes nothing");
+
+    let (code, out, err) = reset_async(&root, delete_node_args(&kubeconfig, NODE)).await;
+    assert_eq!(code, 1, "the Node is left: {out}{err}");
+    assert!(
+        out.contains(&format!("delete Lease kube-node-lease/{NODE}")),
+        "{out}"
+    );
+    assert!(
+        h.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("kube-node-lease"),
+            NODE
+        )
+        .is_none()
+    );
+    assert!(h.get("v1", "Node", None, NODE).is_some());
+    assert!(
+        err.contains(&format!("Node {NODE} not deleted: forbidden"))
+            && err.contains(&format!(
+                "User \"system:node:{NODE}\" cannot delete resource \"nodes\""
+            ))
+            && err.contains(&format!("kubectl delete node {NODE}")),
+        "{err}"
+    );
+    assert!(!root.join("pods").exists(), "the local cleanup ran: {out}");
+    world.stop().await;
+}
+
+/// With admin credentials both go; run again, both are reported gone and the exit code is 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_node_with_admin_credentials_deletes_the_node_and_its_lease() {
+    let server =
+        nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default().with_auth())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    let h = server.handle();
+    let node = "retired-node";
+    h.create(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    h.create(serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": node, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": node}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = tmp.path().join("admin.kubeconfig");
+    server
+        .write_kubeconfig(&kubeconfig, &nodelet_apiserver::User::admin())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let root = tmp.path().join("data");
+    left_by_an_agent(&root);
+
+    let (code, out, err) = reset_async(&root, delete_node_args(&kubeconfig, node)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("delete Lease kube-node-lease/{node}"))
+            && out.contains(&format!("delete Node {node}")),
+        "{out}"
+    );
+    assert!(h.get("v1", "Node", None, node).is_none());
+    assert!(
+        h.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("kube-node-lease"),
+            node
+        )
+        .is_none()
+    );
+    assert!(!root.join("pods").exists(), "{out}");
+
+    let (code, out, err) = reset_async(&root, delete_node_args(&kubeconfig, node)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("Lease kube-node-lease/{node} not found"))
+            && out.contains(&format!("Node {node} not found")),
+        "{out}"
+    );
+    server.shutdown().await;
 }

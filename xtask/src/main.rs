@@ -1,7 +1,8 @@
-//! `cargo xtask`: project automation for nodelet.
+//! `cargo xtask`: project automation for nodelet (`e2e`, `dist-docs`).
 //!
 //! One binary with subcommands; every task fails loudly, naming what is missing.
 
+mod dist_docs;
 mod e2e;
 
 use std::process::ExitCode;
@@ -12,6 +13,8 @@ usage: cargo xtask <task> [args...]
 tasks:
   e2e         run the end-to-end scenarios against kind (default), --kubeconfig PATH, or
               --embedded; `cargo xtask e2e --help` for the options
+  dist-docs   shell completions and man pages for nodelet: `--out DIR` (default
+              target/dist-docs)
   help        print this message
 ";
 
@@ -29,6 +32,13 @@ fn main() -> ExitCode {
             Ok(false) => ExitCode::FAILURE,
             Err(err) => {
                 eprintln!("xtask e2e: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("dist-docs") => match dist_docs::main(rest) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("xtask dist-docs: {err:#}");
                 ExitCode::FAILURE
             }
         },
