@@ -115,3 +115,8 @@ pub use node_authorizer::NodeAuthorizer;
 pub use server::ApiServer;
 pub use status::{ApiError, Cause};
 pub use token_auth::TokenAuthenticator;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

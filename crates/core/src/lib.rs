@@ -67,3 +67,8 @@ pub use events::EventType;
 pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
 pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

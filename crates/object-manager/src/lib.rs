@@ -154,5 +154,10 @@ pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
 pub use refs::{referenced_config_map_names, referenced_secret_names};
 pub use ttl::TTL_ANNOTATION;
 
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 // The shared node types, under the paths this crate's modules use.
 use nodelet_core::{ObjectKind, ObjectRef, PodUid};

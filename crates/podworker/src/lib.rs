@@ -132,3 +132,8 @@ pub use workers::{
     PodSyncer, PodUpdate, PodWorkers, SyncOutcome, UpdateType, WorkerConfig, WorkerPhase,
     WorkerSnapshot,
 };
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -220,3 +220,8 @@ pub use plugins::{PluginRegistry, VolumePlugin};
 pub use snapshot::{PodVolumes, VolumeSnapshot, VolumeState};
 pub use token::{KubeTokenSource, Token, TokenError, TokenSource};
 pub use updates::VolumeUpdate;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -15,7 +15,6 @@
 //! are never logged: only key counts.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{
