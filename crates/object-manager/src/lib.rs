@@ -19,10 +19,10 @@
 //!   one; `source::FakeSource` (feature `test-util`) is an in-memory one for unit tests.
 //! * [`WatchHealth`] ([`Manager::watch_health`]): per watched object, when the API server last
 //!   answered its watch and whether the latest request failed, for metrics and status pages.
-//! * From nodelet-core: [`ObjectRef`](nodelet_core::ObjectRef) (kind, namespace, name), the
+//! * From nodelet-core: [`ObjectRef`] (kind, namespace, name), the
 //!   key of the managers' stores and what [`Manager::subscribe`] sends (each `Manager<K>`
 //!   knows its kind); [`AdmittedPod`](nodelet_core::AdmittedPod), what `register_pod` takes,
-//!   and [`PodUid`](nodelet_core::PodUid), what `unregister_pod` takes and what references
+//!   and [`PodUid`], what `unregister_pod` takes and what references
 //!   are counted by.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.

@@ -47,7 +47,7 @@ pub enum TransportError {
         /// host:port.
         authority: String,
     },
-    /// [`Protocol::Http2`] was required and the server did not select `h2` by ALPN.
+    /// [`Protocol::Http2`](crate::Protocol::Http2) was required and the server did not select `h2` by ALPN.
     #[error("the API server at {authority} does not offer HTTP/2")]
     NoHttp2 {
         /// host:port.

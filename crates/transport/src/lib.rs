@@ -4,9 +4,9 @@
 //! kube-client's default stack speaks HTTP/1.1 only, so every watch holds a TCP (and TLS)
 //! connection of its own: 1,000 watched objects are 1,000 connections to the API server. This
 //! crate builds a `kube::Client` over its own connection pool instead, through kube's public
-//! seams: [`kube::Client::new`] over kube's [`ConfigExt`] layers (base URI, authentication with
+//! seams: [`kube::Client::new`] over kube's [`ConfigExt`](kube::client::ConfigExt) layers (base URI, authentication with
 //! token refresh and exec plugins, extra and impersonation headers, the default retry policy),
-//! with TLS from [`ConfigExt::rustls_client_config`] (the kubeconfig's CA, client certificate,
+//! with TLS from [`ConfigExt::rustls_client_config`](kube::client::ConfigExt::rustls_client_config) (the kubeconfig's CA, client certificate,
 //! `tls-server-name` and `insecure-skip-tls-verify`), offering `h2` and `http/1.1` by ALPN.
 //!
 //! # Sharding (why a pool of our own)

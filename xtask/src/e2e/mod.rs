@@ -46,8 +46,8 @@ pub(crate) struct Args {
     /// Name of the kind cluster to create or reuse.
     #[arg(long, default_value = "nodelet-e2e")]
     cluster_name: String,
-    /// Node name the agent registers and pods are bound to [default: the name in the
-    /// `system:node:<name>` identity of --node-kubeconfig, else nodelet-e2e]. A name that
+    /// Node name the agent registers and pods are bound to (default: the name in the
+    /// `system:node:<name>` identity of --node-kubeconfig, else nodelet-e2e). A name that
     /// differs from that identity's is refused before anything starts.
     #[arg(long)]
     node_name: Option<String>,

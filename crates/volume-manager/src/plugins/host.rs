@@ -28,7 +28,7 @@ pub enum Medium {
     Memory,
 }
 
-/// Everything a plugin's [`VolumePlugin::set_up`] needs (VM-10).
+/// Everything a plugin's [`VolumePlugin::set_up`](crate::VolumePlugin::set_up) needs (VM-10).
 #[derive(Clone, Copy)]
 pub struct SetUpContext<'a> {
     /// The pod's UID, validated when the pod was added (its directory `pods/<uid>/`).
@@ -49,7 +49,7 @@ pub struct SetUpContext<'a> {
     pub host: &'a VolumeHost,
 }
 
-/// Everything a plugin's [`VolumePlugin::tear_down`] needs.
+/// Everything a plugin's [`VolumePlugin::tear_down`](crate::VolumePlugin::tear_down) needs.
 #[derive(Clone, Copy)]
 pub struct TearDownContext<'a> {
     /// The pod's UID.
