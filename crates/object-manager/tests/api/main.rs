@@ -19,8 +19,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use nodelet_apiserver::{ApiServer, Config, ServerHandle};
 use nodelet_core::ObjectRef;
-use nodelet_testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, Strategy};
+use nodelet_testutil::{ConfigMapBuilder, PATIENCE, PodBuilder, SecretBuilder};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 

@@ -9,8 +9,8 @@ use super::api::{SetUpOutcome, VolumePlugin};
 use super::host::{Medium, SetUpContext};
 use super::payload::mode_bits;
 use crate::SetUpError;
-use nodelet_core::NodeAllocatable;
 use crate::downward::{field_ref_value, resource_field_ref_value};
+use nodelet_core::NodeAllocatable;
 
 /// `kubernetes.io/downward-api`: pod fields and container resources as files (tmpfs).
 #[derive(Debug, Clone, Copy, Default)]

@@ -25,4 +25,3 @@ pub use payload::{config_map_payload, secret_payload};
 pub use projected::ProjectedPlugin;
 pub use registry::PluginRegistry;
 pub use secret::SecretPlugin;
-

@@ -7,7 +7,6 @@ use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
 use nodelet_core::ObjectRef;
 use tokio::time::Instant;
 
-
 use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
 use super::downward_api::collect_downward_api_data;
 use super::host::{Medium, SetUpContext};
