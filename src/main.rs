@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use nodelet::cli::{PodsCli, ResetCli};
 use nodelet::reset::Deletion;
 use nodelet::{Cli, LogFormat};
-use nodelet_object_manager::transport::Protocol;
+use nodelet_transport::Protocol;
 use tracing_subscriber::EnvFilter;
 
 /// kube-client logs a whole response body when it cannot decode it (a Secret's data included)
@@ -104,7 +104,7 @@ fn delete_node(kubeconfig: Option<&std::path::Path>, node: &str, dry_run: bool) 
     };
     let outcomes = runtime.block_on(async {
         let (client, _url) = nodelet::cluster_client(kubeconfig, Protocol::Auto).await?;
-        anyhow::Ok(nodelet::reset::delete_node(client, node, dry_run).await)
+        anyhow::Ok(nodelet::reset::delete_node(client.client, node, dry_run).await)
     });
     let outcomes = match outcomes {
         Ok(o) => o,

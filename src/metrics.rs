@@ -133,7 +133,7 @@ impl Metrics {
         let api_retries = Family::<Labels, Gauge>::default();
         registry.register(
             "api_requests_retried",
-            "Requests the transport sent again, by reason: refused (GOAWAY or REFUSED_STREAM, never processed; sent again on another connection, up to 4 times) or throttled (429/503/504 with Retry-After); a counter kept by the transport",
+            "Requests the transport sent again, by reason: refused (GOAWAY or REFUSED_STREAM, never processed; sent again on another connection, up to 8 times) or throttled (429/503/504 with Retry-After); a counter kept by the transport",
             api_retries.clone(),
         );
         let api_reachable = Gauge::default();

@@ -33,7 +33,7 @@
 //!    it, watches included, run until they end), and sends a request the server refused
 //!    without processing it — its stream above a graceful GOAWAY's last stream, reset with
 //!    `REFUSED_STREAM`, or never handed to a connection that closed — again on another
-//!    connection (up to 4 times), as Go's HTTP/2 client does; a request the server may have
+//!    connection (up to 8 times), as Go's HTTP/2 client does; a request the server may have
 //!    processed is never sent twice;
 //! 7. sends a request answered 429, 503 or 504 with `Retry-After` again after that delay
 //!    (capped at 10 s, at most 10 times, as client-go), in place of kube's default retry policy

@@ -39,7 +39,7 @@ impl SlotOwner for Pool {
 /// a small fraction of its responses; a few more cover a server that sends it on every
 /// response while many requests are in flight (each new connection may be told to go away
 /// before this request reaches it). Go's client retries such requests without a bound.
-const UNPROCESSED_RETRIES: u32 = 4;
+const UNPROCESSED_RETRIES: u32 = 8;
 
 /// What a request is, for placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
