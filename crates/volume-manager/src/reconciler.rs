@@ -155,7 +155,6 @@ impl Inner {
             remount = job.remount,
         );
         let ctx = SetUpContext {
-            pod_uid: &uid,
             pod: &job.pod,
             volume: &job.volume,
             dir: &dir,

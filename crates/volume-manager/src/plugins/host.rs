@@ -8,9 +8,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::Volume;
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
-use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
+use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use tokio::time::Instant;
 
@@ -31,10 +31,9 @@ pub enum Medium {
 /// Everything a plugin's [`VolumePlugin::set_up`] needs (VM-10).
 #[derive(Clone, Copy)]
 pub struct SetUpContext<'a> {
-    /// The pod's UID, validated when the pod was added (its directory `pods/<uid>/`).
-    pub pod_uid: &'a PodUid,
-    /// The latest pod object of the desired state (PL-4, VM-5).
-    pub pod: &'a Pod,
+    /// The latest pod object of the desired state (PL-4, VM-5), as it was admitted: its UID
+    /// (`pod.uid()`, the directory `pods/<uid>/`) was validated where it entered the node.
+    pub pod: &'a AdmittedPod,
     /// The pod volume.
     pub volume: &'a Volume,
     /// The volume directory (PL-1).
@@ -161,7 +160,7 @@ impl VolumeHost {
         Ok(self
             .tokens
             .get(
-                ctx.pod_uid,
+                ctx.pod.uid(),
                 ctx.pod,
                 service_account,
                 audience,
@@ -193,7 +192,7 @@ impl VolumeHost {
     ) -> Result<WriteOutcome, SetUpError> {
         let job = WriteJob {
             dir: ctx.dir.to_path_buf(),
-            marker: self.wrapper_marker_dir(ctx.pod_uid, &ctx.volume.name),
+            marker: self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name),
             tmpfs: medium == Medium::Memory && self.tmpfs,
             fsync: self.fsync,
             fs_group: ctx.fs_group,
@@ -216,7 +215,7 @@ impl VolumeHost {
         medium: Medium,
     ) -> Result<(), SetUpError> {
         let dir = ctx.dir.to_path_buf();
-        let marker = self.wrapper_marker_dir(ctx.pod_uid, &ctx.volume.name);
+        let marker = self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name);
         let tmpfs = medium == Medium::Memory && self.tmpfs;
         let fs_group = ctx.fs_group;
         let path = dir.clone();

@@ -253,10 +253,9 @@ mod tests {
         fs_user: Option<u32>,
     ) -> Collected {
         let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
-        let uid = nodelet_core::PodUid::from_pod(pod).unwrap();
+        let admitted = nodelet_core::AdmittedPod::new(pod.clone()).unwrap();
         let ctx = SetUpContext {
-            pod_uid: &uid,
-            pod,
+            pod: &admitted,
             volume,
             dir: Path::new("/nonexistent"),
             remount: false,
