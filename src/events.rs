@@ -47,7 +47,7 @@
 //! the caller, failures are logged at debug level with the reason and pod only (messages are
 //! never logged), and the task stops on shutdown (pending events are dropped).
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
@@ -55,6 +55,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use lru::LruCache;
 use nodelet_core::{AdmittedPod, EventType};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -65,14 +66,12 @@ use crate::metrics::{EventDrop, Metrics};
 
 mod limits;
 
+pub(crate) use limits::CACHE_CAPACITY;
 use limits::{Aggregated, Aggregator, SimilarKey, SpamFilter, truncate_message};
 
 /// A repeat of an identical event within this time of its last occurrence updates the existing
 /// Event (count, lastTimestamp) instead of creating a new one.
 pub(crate) const AGGREGATION_WINDOW: Duration = Duration::from_secs(10 * 60);
-
-/// The most event identities remembered for aggregation.
-pub(crate) const CACHE_CAPACITY: usize = 4096;
 
 /// The component name written to `source.component` and `reportingComponent`.
 pub(crate) const COMPONENT: &str = "nodelet";
@@ -138,9 +137,8 @@ pub(crate) enum Step {
 /// The aggregation cache: identities of recently published Events (one writer: the task).
 #[derive(Debug)]
 pub(crate) struct Correlator {
-    entries: HashMap<EventKey, Published>,
+    entries: LruCache<EventKey, Published>,
     window: Duration,
-    capacity: usize,
 }
 
 impl EventPublisher {
@@ -228,15 +226,14 @@ impl EventPublisher {
 impl Correlator {
     pub(crate) fn new(window: Duration, capacity: usize) -> Self {
         Correlator {
-            entries: HashMap::new(),
+            entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
             window,
-            capacity: capacity.max(1),
         }
     }
 
     /// (2) Whether `key` occurring at `now` repeats a published Event.
     pub(crate) fn step(&self, key: &EventKey, now: Instant) -> Step {
-        match self.entries.get(key) {
+        match self.entries.peek(key) {
             Some(p) if now.saturating_duration_since(p.seen) <= self.window => Step::Repeat {
                 name: p.name.clone(),
                 count: p.count.saturating_add(1),
@@ -248,26 +245,19 @@ impl Correlator {
 
     /// (6) Remembers a published Event, evicting expired then least recently seen entries.
     pub(crate) fn record(&mut self, key: EventKey, published: Published) {
-        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+        // Entries are recorded in the order they are seen, so the least recently used is the
+        // one seen longest ago: drop the expired ones, then `put` drops the oldest if still full.
+        if !self.entries.contains(&key) && self.entries.len() >= self.entries.cap().get() {
             let now = published.seen;
-            let window = self.window;
-            self.entries
-                .retain(|_, p| now.saturating_duration_since(p.seen) <= window);
-            while self.entries.len() >= self.capacity {
-                let oldest = self
-                    .entries
-                    .iter()
-                    .min_by_key(|(_, p)| p.seen)
-                    .map(|(k, _)| k.clone());
-                match oldest {
-                    Some(k) => {
-                        self.entries.remove(&k);
-                    }
-                    None => break,
-                }
+            while self
+                .entries
+                .peek_lru()
+                .is_some_and(|(_, p)| now.saturating_duration_since(p.seen) > self.window)
+            {
+                self.entries.pop_lru();
             }
         }
-        self.entries.insert(key, published);
+        self.entries.put(key, published);
     }
 
     /// Number of remembered identities.

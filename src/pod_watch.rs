@@ -2,8 +2,9 @@
 //! `api_health.rs` in `/metrics` and `/pods`. Its own module so that the shared agent state holds
 //! it without depending on the views.
 
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
 
 /// How often the pod source probes the API server while the pod watch is failing.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -24,13 +25,9 @@ pub(crate) struct State {
 }
 
 impl PodWatchHealth {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The API server answered the pod watch (an event) or the probe.
     pub(crate) fn success(&self) {
-        *self.lock() = State {
+        *self.state.lock() = State {
             last_success: Some(SystemTime::now()),
             ..State::default()
         };
@@ -38,7 +35,7 @@ impl PodWatchHealth {
 
     /// A pod watch request failed; `error` is the client's text (no payloads).
     pub(crate) fn failure(&self, error: &str) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.failing_since.get_or_insert_with(SystemTime::now);
         s.failures = s.failures.saturating_add(1);
         s.last_error = Some(error.to_owned());
@@ -46,12 +43,12 @@ impl PodWatchHealth {
 
     /// The current health.
     pub(crate) fn snapshot(&self) -> State {
-        self.lock().clone()
+        self.state.lock().clone()
     }
 
     /// Whether the latest pod watch request failed.
     pub(crate) fn is_failing(&self) -> bool {
-        self.lock().failing_since.is_some()
+        self.state.lock().failing_since.is_some()
     }
 }
 
@@ -65,12 +62,12 @@ mod tests {
         assert!(!h.is_failing());
         h.failure("connection refused");
         h.failure("connection refused");
-        let s = h.lock().clone();
+        let s = h.state.lock().clone();
         assert!(h.is_failing());
         assert_eq!(s.failures, 2);
         h.success();
         assert!(!h.is_failing());
-        let s = h.lock().clone();
+        let s = h.state.lock().clone();
         assert_eq!((s.failures, s.last_error), (0, None));
         assert!(s.last_success.is_some());
     }

@@ -2,9 +2,11 @@
 //! sit in front of the de-duplicating [`Correlator`](super::Correlator): the aggregation of
 //! similar events, the per-object spam filter, and the message length cap.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use lru::LruCache;
 use tokio::time::Instant;
 
 use nodelet_core::EventType;
@@ -33,8 +35,15 @@ pub(crate) const SPAM_REFILL: Duration = Duration::from_secs(300);
 /// character boundary and end in `" ..."`, as the scheduler truncates its event messages.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
-/// The most objects or aggregate groups remembered (upstream `maxLruCacheEntries`).
+/// The most event identities, objects or aggregate groups remembered, each cache evicting the
+/// least recently seen (upstream `maxLruCacheEntries`).
 pub(crate) const CACHE_CAPACITY: usize = 4096;
+
+/// [`CACHE_CAPACITY`] as the LRU caches take it.
+const CAPACITY: NonZeroUsize = match NonZeroUsize::new(CACHE_CAPACITY) {
+    Some(c) => c,
+    None => NonZeroUsize::MIN,
+};
 
 /// What makes events similar: same involved object, type and reason (the source is always this
 /// agent on this node).
@@ -57,9 +66,9 @@ pub(crate) enum Aggregated {
 /// Combines similar events with changing messages (upstream `EventAggregator`): from the
 /// [`AGGREGATE_MAX_EVENTS`]th distinct message of a group within [`AGGREGATE_INTERVAL`] of each
 /// other, events are published as one combined event per group whose count grows.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Aggregator {
-    groups: HashMap<SimilarKey, Group>,
+    groups: LruCache<SimilarKey, Group>,
 }
 
 #[derive(Debug)]
@@ -69,15 +78,31 @@ struct Group {
 }
 
 /// Token buckets per involved object (upstream `EventSourceObjectSpamFilter`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SpamFilter {
-    buckets: HashMap<String, Bucket>,
+    buckets: LruCache<String, Bucket>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,
     at: Instant,
+}
+
+impl Default for Aggregator {
+    fn default() -> Self {
+        Aggregator {
+            groups: LruCache::new(CAPACITY),
+        }
+    }
+}
+
+impl Default for SpamFilter {
+    fn default() -> Self {
+        SpamFilter {
+            buckets: LruCache::new(CAPACITY),
+        }
+    }
 }
 
 impl Aggregator {
@@ -88,10 +113,7 @@ impl Aggregator {
         message: &str,
         now: Instant,
     ) -> Aggregated {
-        if !self.groups.contains_key(key) && self.groups.len() >= CACHE_CAPACITY {
-            evict_oldest(&mut self.groups, |g| g.last);
-        }
-        let group = self.groups.entry(key.clone()).or_insert_with(|| Group {
+        let group = self.groups.get_or_insert_mut_ref(key, || Group {
             messages: HashSet::new(),
             last: now,
         });
@@ -115,10 +137,7 @@ impl Aggregator {
 impl SpamFilter {
     /// Whether an event about object `uid` may be published at `now` (takes a token).
     pub(crate) fn allow(&mut self, uid: &str, now: Instant) -> bool {
-        if !self.buckets.contains_key(uid) && self.buckets.len() >= CACHE_CAPACITY {
-            evict_oldest(&mut self.buckets, |b| b.at);
-        }
-        let bucket = self.buckets.entry(uid.to_owned()).or_insert(Bucket {
+        let bucket = self.buckets.get_or_insert_mut_ref(uid, || Bucket {
             tokens: SPAM_BURST,
             at: now,
         });
@@ -148,20 +167,6 @@ pub(crate) fn truncate_message(mut message: String) -> String {
     message.truncate(end);
     message.push_str(SUFFIX);
     message
-}
-
-/// Drops the entry seen longest ago.
-fn evict_oldest<K: Clone + Eq + std::hash::Hash, V>(
-    map: &mut HashMap<K, V>,
-    seen: impl Fn(&V) -> Instant,
-) {
-    let oldest = map
-        .iter()
-        .min_by_key(|(_, v)| seen(v))
-        .map(|(k, _)| k.clone());
-    if let Some(k) = oldest {
-        map.remove(&k);
-    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,11 @@
 //! the failures a real server shows on its own (GOAWAY, 429 under load, a restart's not-ready
 //! window, watch-list refusal) (read by the pipeline, set through `ServerHandle`).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crate::config::{Config, clamp_chance};
 
@@ -149,10 +151,6 @@ pub(crate) struct Controls {
     restarts: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Controls {
     /// Controls starting from the run-time options of `config`.
     pub(crate) fn new(config: &Config) -> Self {
@@ -176,12 +174,12 @@ impl Controls {
     }
 
     pub(crate) fn record(&self, r: RequestRecord) {
-        lock(&self.records).push(r);
+        self.records.lock().push(r);
     }
 
     /// Takes one queued fault, if any.
     pub(crate) fn take_fault(&self, verb: &str, resource: &str) -> Option<u16> {
-        let mut f = lock(&self.faults);
+        let mut f = self.faults.lock();
         if f.remaining == 0
             || f.verb.as_deref().is_some_and(|v| v != verb)
             || f.resource.as_deref().is_some_and(|r| r != resource)
@@ -193,7 +191,7 @@ impl Controls {
     }
 
     pub(crate) fn latency(&self) -> Duration {
-        *lock(&self.latency)
+        *self.latency.lock()
     }
 
     /// Registers an open watch; it counts until the returned guard is dropped.
@@ -205,7 +203,7 @@ impl Controls {
     ) -> OpenWatchGuard {
         let c = self;
         let id = c.next_watch.fetch_add(1, Ordering::Relaxed);
-        lock(&c.watches).insert(
+        c.watches.lock().insert(
             id,
             OpenWatch {
                 resource: resource.to_string(),
@@ -225,7 +223,7 @@ impl Controls {
         let c = self;
         let id = c.next_connection.fetch_add(1, Ordering::Relaxed);
         let protocol = ConnectionProtocol::default();
-        lock(&c.connections).insert(id, protocol.clone());
+        c.connections.lock().insert(id, protocol.clone());
         ConnectionGuard {
             controls: Arc::downgrade(self),
             id,
@@ -235,12 +233,12 @@ impl Controls {
 
     /// Every request served since start or the last [`crate::ServerHandle::reset_requests`].
     pub(crate) fn requests(&self) -> Vec<RequestRecord> {
-        lock(&self.records).clone()
+        self.records.lock().clone()
     }
 
     /// Forgets the recorded requests.
     pub(crate) fn reset_requests(&self) {
-        lock(&self.records).clear();
+        self.records.lock().clear();
     }
 
     /// Counts recorded requests with this verb and resource; `None` matches any namespace/name.
@@ -252,7 +250,8 @@ impl Controls {
         namespace: Option<&str>,
         name: Option<&str>,
     ) -> usize {
-        lock(&self.records)
+        self.records
+            .lock()
             .iter()
             .filter(|r| {
                 r.verb == verb
@@ -265,7 +264,8 @@ impl Controls {
 
     /// Counts recorded requests by user name.
     pub(crate) fn count_by_user(&self, user: &str) -> usize {
-        lock(&self.records)
+        self.records
+            .lock()
             .iter()
             .filter(|r| r.user.as_deref() == Some(user))
             .count()
@@ -279,7 +279,8 @@ impl Controls {
         namespace: Option<&str>,
         name: Option<&str>,
     ) -> usize {
-        lock(&self.watches)
+        self.watches
+            .lock()
             .values()
             .filter(|w| {
                 w.resource == resource
@@ -293,7 +294,7 @@ impl Controls {
     /// arrive). A connection stops counting when it is closed by either side.
     pub(crate) fn open_connections(&self) -> OpenConnections {
         let mut open = OpenConnections::default();
-        for p in lock(&self.connections).values() {
+        for p in self.connections.lock().values() {
             match p.load(Ordering::Relaxed) {
                 1 => open.http1 += 1,
                 2 => open.http2 += 1,
@@ -306,7 +307,7 @@ impl Controls {
     /// Answers the next `n` API requests (not `/nodelet/...`) with `status` and a `Status`
     /// body; 429 and 503 carry `Retry-After: 1`.
     pub(crate) fn fail_next(&self, n: usize, status: u16) {
-        *lock(&self.faults) = Faults {
+        *self.faults.lock() = Faults {
             remaining: n,
             status,
             ..Faults::default()
@@ -322,7 +323,7 @@ impl Controls {
         verb: Option<&str>,
         resource: Option<&str>,
     ) {
-        *lock(&self.faults) = Faults {
+        *self.faults.lock() = Faults {
             remaining: n,
             status,
             verb: verb.map(String::from),
@@ -332,7 +333,7 @@ impl Controls {
 
     /// Delays every request by `d` before it is handled (zero turns it off).
     pub(crate) fn set_latency(&self, d: Duration) {
-        *lock(&self.latency) = d;
+        *self.latency.lock() = d;
     }
 
     /// Sets the GOAWAY probability (clamped to 0..=1).
@@ -396,12 +397,14 @@ impl Controls {
 
     /// Makes `/readyz` fail for `d` from now.
     pub(crate) fn not_ready_for(&self, d: Duration) {
-        *lock(&self.not_ready_until) = Some(tokio::time::Instant::now() + d);
+        *self.not_ready_until.lock() = Some(tokio::time::Instant::now() + d);
     }
 
     /// Whether `/readyz` should pass now.
     pub(crate) fn ready(&self) -> bool {
-        lock(&self.not_ready_until).is_none_or(|t| tokio::time::Instant::now() >= t)
+        self.not_ready_until
+            .lock()
+            .is_none_or(|t| tokio::time::Instant::now() >= t)
     }
 
     /// Counts a completed restart.
@@ -450,7 +453,7 @@ impl ConnectionGuard {
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         if let Some(c) = self.controls.upgrade() {
-            lock(&c.connections).remove(&self.id);
+            c.connections.lock().remove(&self.id);
         }
     }
 }
@@ -464,7 +467,7 @@ pub(crate) struct OpenWatchGuard {
 impl Drop for OpenWatchGuard {
     fn drop(&mut self) {
         if let Some(c) = self.controls.upgrade() {
-            lock(&c.watches).remove(&self.id);
+            c.watches.lock().remove(&self.id);
         }
     }
 }

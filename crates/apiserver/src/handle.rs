@@ -160,7 +160,7 @@ impl ServerHandle {
 
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
-        self.shared.registry.store.lock().rv
+        self.shared.registry.store.inner.lock().rv
     }
 
     /// Closes the listening socket and every connection (clients see connection errors).
@@ -357,7 +357,7 @@ impl ServerHandle {
         let Some(res) = resources::by_kind(api_version, kind) else {
             return Vec::new();
         };
-        let s = self.shared.registry.store.lock();
+        let s = self.shared.registry.store.inner.lock();
         let rv = s.rv;
         s.snapshot(res, namespace, rv)
             .into_iter()

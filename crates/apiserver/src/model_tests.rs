@@ -60,9 +60,9 @@ proptest! {
             reg.create(NAMESPACES, "", json!({"metadata": {"name": ns}}), WriteOptions::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
         let mut model = Model::new();
-        let mut past: Vec<(u64, Model)> = vec![(reg.store.lock().rv, model.clone())];
+        let mut past: Vec<(u64, Model)> = vec![(reg.store.inner.lock().rv, model.clone())];
         for op in ops {
-            let before = reg.store.lock().rv;
+            let before = reg.store.inner.lock().rv;
             let (ok, changed) = match &op {
                 Op::Create(ns, n, v) => {
                     let (ns, name) = (NAMESPACES_USED[usize::from(*ns)], format!("c{n}"));
@@ -89,7 +89,7 @@ proptest! {
                 }
             };
             prop_assert!(ok, "{op:?} succeeded/failed unlike the model");
-            let after = reg.store.lock().rv;
+            let after = reg.store.inner.lock().rv;
             // (1) every real change takes exactly one new resourceVersion; no-ops take none.
             prop_assert_eq!(after, before + u64::from(changed), "{:?}", op);
             past.push((after, model.clone()));
@@ -115,7 +115,7 @@ proptest! {
             prop_assert_eq!(&paged, expected);
         }
         // (4) replaying history after any past version onto that version's state gives now
-        let s = reg.store.lock();
+        let s = reg.store.inner.lock();
         for (rv, then) in &past {
             let mut replayed = then.clone();
             for ev in s.history.iter().filter(|e| e.rv > *rv && e.key.resource == CONFIGMAPS) {

@@ -197,7 +197,7 @@ impl NodeAuthorizer {
         };
         let ns = a.namespace.as_deref().unwrap_or("");
         let name = a.name.as_deref().unwrap_or("");
-        let s = registry.store.lock();
+        let s = registry.store.inner.lock();
         match s.get(&Key::new(PODS, ns, name)) {
             None => Decision::Allow,
             Some(pod) if node_name(pod) == Some(node) => Decision::Allow,
@@ -274,7 +274,7 @@ fn pods_on_node_reference(
     v: Vertex,
     name: &str,
 ) -> bool {
-    let s = registry.store.lock();
+    let s = registry.store.inner.lock();
     if v == Vertex::Pod {
         return s
             .get(&Key::new(PODS, ns, name))

@@ -62,17 +62,21 @@ impl Shared {
 
     /// Sends a BOOKMARK at the current resourceVersion to every watch that allows bookmarks.
     pub(crate) fn bookmark_now(&self) {
-        let s = self.registry.store.lock();
+        let s = self.registry.store.inner.lock();
         s.notify(Notice::Bookmark(s.rv));
     }
 
     /// Ends every open watch cleanly (the client sees the stream end and resumes).
     pub(crate) fn close_watches(&self) {
-        self.registry.store.lock().notify(Notice::CloseWatches);
+        self.registry
+            .store
+            .inner
+            .lock()
+            .notify(Notice::CloseWatches);
     }
 
     /// Drops the event history (see `ServerHandle::compact`).
     pub(crate) fn compact(&self) {
-        self.registry.store.lock().compact();
+        self.registry.store.inner.lock().compact();
     }
 }

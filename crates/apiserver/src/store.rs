@@ -9,8 +9,9 @@
 //!    replays history sees every event exactly once.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -96,7 +97,7 @@ pub(crate) struct Inner {
 
 /// The shared store. Cheap to lock; never held across `.await`.
 pub(crate) struct Store {
-    inner: Mutex<Inner>,
+    pub(crate) inner: Mutex<Inner>,
 }
 
 impl Store {
@@ -112,14 +113,6 @@ impl Store {
                 tx,
             }),
         }
-    }
-
-    /// Locks the store. A poisoned lock is recovered: the data is plain values and every
-    /// mutation is completed before anything can panic.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -253,7 +246,7 @@ mod tests {
     #[test]
     fn snapshot_at_an_older_rv_undoes_later_changes() {
         let store = Store::new(100, 16);
-        let mut s = store.lock();
+        let mut s = store.inner.lock();
         let a = Key::new(CONFIGMAPS, "d", "a");
         let b = Key::new(CONFIGMAPS, "d", "b");
         s.put(a.clone(), cm("a", "1"));
@@ -277,7 +270,7 @@ mod tests {
     #[test]
     fn history_beyond_the_limit_moves_the_compaction_point() {
         let store = Store::new(2, 16);
-        let mut s = store.lock();
+        let mut s = store.inner.lock();
         for i in 0..5 {
             s.put(Key::new(CONFIGMAPS, "d", &format!("n{i}")), cm("x", "1"));
         }

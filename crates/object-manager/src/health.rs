@@ -11,10 +11,11 @@
 //!
 //! [`Manager::watch_health`]: crate::Manager::watch_health
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::StreamExt as _;
+use parking_lot::Mutex;
 
 use crate::ObjectRef;
 use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
@@ -53,12 +54,8 @@ struct State {
 }
 
 impl HealthCell {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn success(&self) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.last_success = Some(SystemTime::now());
         s.failing_since = None;
         s.consecutive_failures = 0;
@@ -69,14 +66,14 @@ impl HealthCell {
         if error.is_gone() {
             return;
         }
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.failing_since.get_or_insert_with(SystemTime::now);
         s.consecutive_failures = s.consecutive_failures.saturating_add(1);
         s.last_error = Some(error.to_string());
     }
 
     pub(crate) fn snapshot(&self, object: ObjectRef, running: bool) -> WatchHealth {
-        let s = self.lock();
+        let s = self.state.lock();
         WatchHealth {
             object,
             running,

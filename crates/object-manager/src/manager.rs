@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
+use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::broadcast;
 
@@ -234,7 +235,7 @@ impl<K: ManagedObject> Manager<K> {
             namespace: pod.namespace().to_owned(),
             names: K::referenced_names(pod),
         };
-        let mut pods = self.lock_pods();
+        let mut pods = self.shared.pods.lock();
         let old = pods.insert(uid.clone(), new.clone()).unwrap_or_default();
         for name in new.names.iter().filter(|n| !old.names.contains(n)) {
             self.add_reference(uid, &new.namespace, name);
@@ -250,7 +251,7 @@ impl<K: ManagedObject> Manager<K> {
         if matches!(self.shared.backend, Backend::Get) {
             return;
         }
-        let mut pods = self.lock_pods();
+        let mut pods = self.shared.pods.lock();
         if let Some(old) = pods.remove(uid) {
             for name in &old.names {
                 self.delete_reference(uid, &old.namespace, name);
@@ -286,7 +287,7 @@ impl<K: ManagedObject> Manager<K> {
 
     /// Current counters.
     pub fn stats(&self) -> ManagerStats {
-        let registered_pods = self.lock_pods().len();
+        let registered_pods = self.shared.pods.lock().len();
         let (referenced_objects, running_watches) = match &self.shared.backend {
             Backend::Get => (0, 0),
             Backend::Cache(store) => (store.referenced(), 0),
@@ -310,10 +311,6 @@ impl<K: ManagedObject> Manager<K> {
             store.stop_all();
         }
         tasks.close_and_wait().await;
-    }
-
-    fn lock_pods(&self) -> MutexGuard<'_, HashMap<PodUid, Registered>> {
-        self.shared.pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn add_reference(&self, uid: &PodUid, namespace: &str, name: &str) {

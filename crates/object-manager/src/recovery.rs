@@ -19,10 +19,10 @@
 //!    reflector woken by the same recovery then lists again at once instead of first resuming
 //!    into the same 410 — one request per object after a restart instead of two.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rand::Rng;
 use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::time::Instant;
@@ -86,18 +86,14 @@ impl Recovery {
         if self.outage.swap(false, Ordering::AcqRel) {
             tracing::debug!("API server answers again; resuming every watch");
             self.recovered.send_modify(|n| *n += 1);
-            *self.lock() = None;
+            *self.prober_until.lock() = None;
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.prober_until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes (or renews) the prober lease if nobody holds it.
     fn try_probe(&self, renew: bool) -> bool {
         let now = Instant::now();
-        let mut until = self.lock();
+        let mut until = self.prober_until.lock();
         if renew || until.is_none_or(|u| u <= now) {
             *until = Some(now + self.config.probe_interval * 2);
             true

@@ -11,12 +11,13 @@
 //! 6. return the cached object or error.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -79,13 +80,9 @@ impl<K: ManagedObject> TtlStore<K> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Items<K>> {
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// OM-10: count the reference and drop cached data so the next `get` fetches.
     pub(crate) fn add_reference(&self, key: &ObjectRef) {
-        let mut items = self.lock();
+        let mut items = self.items.lock();
         let (count, item) = items.entry(key.clone()).or_insert_with(|| {
             let entry = Entry {
                 object: None,
@@ -102,12 +99,12 @@ impl<K: ManagedObject> TtlStore<K> {
             )
         });
         *count += 1;
-        lock_entry(item).invalidate();
+        item.entry.lock().invalidate();
     }
 
     /// OM-10: the last reference forgets the item; an unknown key is a no-op.
     pub(crate) fn delete_reference(&self, key: &ObjectRef) {
-        let mut items = self.lock();
+        let mut items = self.items.lock();
         if let Some((count, _)) = items.get_mut(key) {
             *count -= 1;
             if *count == 0 {
@@ -117,7 +114,7 @@ impl<K: ManagedObject> TtlStore<K> {
     }
 
     pub(crate) fn referenced(&self) -> usize {
-        self.lock().len()
+        self.items.lock().len()
     }
 
     /// The TTL in force now (OM-12): the node annotation if present and valid, else the default.
@@ -131,7 +128,7 @@ impl<K: ManagedObject> TtlStore<K> {
     /// OM-11 (steps in the module docs).
     pub(crate) async fn get(&self, key: &ObjectRef) -> Result<Arc<K>, Error> {
         // (1)
-        let Some(item) = self.lock().get(key).map(|(_, item)| item.clone()) else {
+        let Some(item) = self.items.lock().get(key).map(|(_, item)| item.clone()) else {
             return Err(Error::NotRegistered {
                 namespace: key.namespace.clone(),
                 name: key.name.clone(),
@@ -143,7 +140,7 @@ impl<K: ManagedObject> TtlStore<K> {
         }
         // (3)
         let has_object = {
-            let entry = lock_entry(&item);
+            let entry = item.entry.lock();
             let fresh = entry.error.is_none()
                 && entry
                     .last_update
@@ -161,7 +158,7 @@ impl<K: ManagedObject> TtlStore<K> {
         };
         let fetched = self.source.get(&key.namespace, &key.name, read).await;
         // (5)
-        let mut entry = lock_entry(&item);
+        let mut entry = item.entry.lock();
         match fetched {
             Ok(object) => {
                 if !is_older(&object, entry.object.as_deref()) {
@@ -213,10 +210,6 @@ fn result<K: ManagedObject>(entry: &Entry<K>, key: &ObjectRef) -> Result<Arc<K>,
             name: key.name.clone(),
         }),
     }
-}
-
-fn lock_entry<K>(item: &TtlItem<K>) -> MutexGuard<'_, Entry<K>> {
-    item.entry.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// OM-11 step 5: numeric resourceVersion compare; unparsable counts as 0, nothing cached

@@ -11,9 +11,10 @@
 //! 6. present and immutable → stop the reflector for good and serve the object from memory.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -90,7 +91,7 @@ impl<K: ManagedObject> WatchStore<K> {
     /// OM-16: the first reference creates the item and starts its reflector.
     pub(crate) fn add_reference(&self, key: &ObjectRef, uid: &PodUid) {
         let inner = &self.inner;
-        let mut items = inner.lock();
+        let mut items = inner.items.lock();
         let item = items.entry(key.clone()).or_insert_with(|| Item {
             refs: HashMap::new(),
             cell: Cell::new(),
@@ -109,7 +110,7 @@ impl<K: ManagedObject> WatchStore<K> {
     /// OM-17: the last reference stops the reflector and forgets the item. A UID that holds no
     /// reference is ignored (upstream records a negative count and keeps the item alive).
     pub(crate) fn delete_reference(&self, key: &ObjectRef, uid: &PodUid) {
-        let mut items = self.inner.lock();
+        let mut items = self.inner.items.lock();
         let Some(item) = items.get_mut(key) else {
             return;
         };
@@ -131,7 +132,7 @@ impl<K: ManagedObject> WatchStore<K> {
     pub(crate) async fn get(&self, key: &ObjectRef) -> Result<Arc<K>, Error> {
         let inner = &self.inner;
         let (mut state, cell) = {
-            let mut items = inner.lock();
+            let mut items = inner.items.lock();
             // (1)
             let Some(item) = items.get_mut(key) else {
                 return Err(Error::NotRegistered {
@@ -183,7 +184,7 @@ impl<K: ManagedObject> WatchStore<K> {
         };
         // (6)
         if object.is_immutable() {
-            let mut items = inner.lock();
+            let mut items = inner.items.lock();
             if let Some(item) = items.get_mut(key)
                 && !item.immutable
                 && Weak::ptr_eq(&Arc::downgrade(&item.cell), &cell)
@@ -198,6 +199,7 @@ impl<K: ManagedObject> WatchStore<K> {
     /// Whether a reflector is running for `key`.
     pub(crate) fn is_watching(&self, key: &ObjectRef) -> bool {
         self.inner
+            .items
             .lock()
             .get(key)
             .is_some_and(|i| i.reflector.is_some())
@@ -205,7 +207,7 @@ impl<K: ManagedObject> WatchStore<K> {
 
     /// (referenced objects, running reflectors).
     pub(crate) fn counts(&self) -> (usize, usize) {
-        let items = self.inner.lock();
+        let items = self.inner.items.lock();
         (
             items.len(),
             items.values().filter(|i| i.reflector.is_some()).count(),
@@ -216,6 +218,7 @@ impl<K: ManagedObject> WatchStore<K> {
     pub(crate) fn health(&self) -> Vec<WatchHealth> {
         let mut out: Vec<WatchHealth> = self
             .inner
+            .items
             .lock()
             .iter()
             .map(|(key, item)| item.health.snapshot(key.clone(), item.reflector.is_some()))
@@ -227,7 +230,7 @@ impl<K: ManagedObject> WatchStore<K> {
     /// OM-21: stop every item; nothing is (re)started afterwards (the root token is cancelled
     /// by the caller first).
     pub(crate) fn stop_all(&self) {
-        for item in self.inner.lock().values_mut() {
+        for item in self.inner.items.lock().values_mut() {
             let immutable = item.immutable;
             stop(item, !immutable);
         }
@@ -235,11 +238,6 @@ impl<K: ManagedObject> WatchStore<K> {
 }
 
 impl<K: ManagedObject> Inner<K> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef, Item<K>>> {
-        // Nothing panics while holding this lock; recover anyway rather than poison readers.
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Start a reflector run for `item` (never two at once: the item holds at most one token
     /// and every start bumps the epoch).
     fn start(&self, key: &ObjectRef, item: &mut Item<K>) {
@@ -271,7 +269,7 @@ impl<K: ManagedObject> Inner<K> {
     /// OM-19: stop reflectors that are synced and unread for longer than `max_idle`.
     fn stop_idle(&self) {
         let now = Instant::now();
-        for (key, item) in self.lock().iter_mut() {
+        for (key, item) in self.items.lock().iter_mut() {
             let synced = item.cell.state.borrow().synced;
             if item.reflector.is_some() && synced && item.last_access + self.options.max_idle < now
             {

@@ -1,6 +1,12 @@
 //! The runtime hook ([`RuntimeHook`]) that receives configured containers, and its default,
 //! [`EnvFileRuntime`], which writes each container's resolved environment to disk.
 
+use async_trait::async_trait;
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{Container, Secret};
+use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriterConfig};
+use nodelet_core::{AdmittedPod, PodDirs, PodUid};
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
@@ -8,12 +14,6 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-use async_trait::async_trait;
-use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Container, Secret};
-use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriterConfig};
-use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
@@ -91,7 +91,7 @@ pub struct EnvFileRuntime {
     /// Serialises the blocking filesystem work of writes and removals. A write runs on the
     /// blocking pool and outlives a cancelled sync; without this, the removal at termination
     /// could race it (`remove_dir_all` fails on a directory that is being filled).
-    fs_lock: Arc<std::sync::Mutex<()>>,
+    fs_lock: Arc<Mutex<()>>,
 }
 
 impl EnvFileRuntime {
@@ -115,7 +115,7 @@ impl EnvFileRuntime {
         container: &str,
         env: &ContainerEnv,
     ) -> Result<(), RuntimeError> {
-        let _guard = self.fs_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.fs_lock.lock();
         let containers = self.containers_dir(pod_uid);
         let dir = containers.join(container);
         private_dir(&containers)?;
@@ -190,7 +190,7 @@ impl RuntimeHook for EnvFileRuntime {
         let lock = self.fs_lock.clone();
         tokio::task::spawn_blocking(move || {
             // Waits for a write still running from a cancelled sync.
-            let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock.lock();
             match fs::remove_dir_all(&dir) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

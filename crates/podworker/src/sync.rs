@@ -6,11 +6,12 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use nodelet_core::{AdmittedPod, EventType, PodDirs, PodUid};
+use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use crate::env::{EnvOptions, EnvSources, resolve_env};
@@ -188,12 +189,8 @@ impl ConfigSyncer {
     }
 
     fn publish(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
-        self.lock_published().insert(pod.uid().clone());
+        self.published.lock().insert(pod.uid().clone());
         self.parts.status.set_status(pod, status);
-    }
-
-    fn lock_published(&self) -> std::sync::MutexGuard<'_, HashSet<PodUid>> {
-        self.published.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -252,7 +249,7 @@ impl PodSyncer for ConfigSyncer {
             return Err(e);
         }
         // (4)
-        if !self.lock_published().contains(uid) {
+        if !self.published.lock().contains(uid) {
             let mut waiting = status.clone();
             waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
             waiting.config.message = Some("waiting for volumes".to_owned());
@@ -384,7 +381,7 @@ impl PodSyncer for ConfigSyncer {
             // Something other than empty directories is left: leave it for an operator.
             warn!(path = %dir.display(), %error, "pod directory not removed");
         }
-        self.lock_published().remove(uid);
+        self.published.lock().remove(uid);
         self.parts.status.terminated(pod);
         Ok(())
     }

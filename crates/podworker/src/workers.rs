@@ -3,11 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_core::{AdmittedPod, PodUid};
+use parking_lot::Mutex;
 use rand::Rng as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -210,7 +211,7 @@ impl<S> Clone for PodWorkers<S> {
 
 impl<S> std::fmt::Debug for PodWorkers<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.inner.lock().len();
+        let n = self.inner.workers.lock().len();
         f.debug_struct("PodWorkers").field("workers", &n).finish()
     }
 }
@@ -225,9 +226,6 @@ struct Inner<S> {
 }
 
 impl<S> Inner<S> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<PodUid, Worker>> {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner())
-    }
     fn notify_changed(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
@@ -300,7 +298,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         let uid = update.pod.uid().clone();
         let termination = termination_request(&update);
         let live = termination.is_none() && !is_terminal(&update.pod);
-        let mut workers = self.inner.lock();
+        let mut workers = self.inner.workers.lock();
         if let Some(w) = workers.get_mut(&uid) {
             if w.phase == WorkerPhase::Finished {
                 return;
@@ -371,7 +369,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         let mut forgotten = Vec::new();
         let mut to_kill = Vec::new();
         {
-            let mut workers = self.inner.lock();
+            let mut workers = self.inner.workers.lock();
             workers.retain(|uid, w| {
                 if desired.contains(uid) {
                     return true;
@@ -400,7 +398,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// The phase of pod `uid`'s worker, if it has one.
     pub fn phase(&self, uid: &PodUid) -> Option<WorkerPhase> {
-        self.inner.lock().get(uid).map(|w| w.phase)
+        self.inner.workers.lock().get(uid).map(|w| w.phase)
     }
 
     /// Whether termination of pod `uid` was requested (its worker is past Syncing).
@@ -410,7 +408,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// A snapshot of every worker, sorted by namespace and name.
     pub fn snapshot(&self) -> Vec<WorkerSnapshot> {
-        let workers = self.inner.lock();
+        let workers = self.inner.workers.lock();
         let mut out: BTreeMap<(String, String, PodUid), WorkerSnapshot> = BTreeMap::new();
         for (uid, w) in workers.iter() {
             let namespace = w.pod.metadata.namespace.clone().unwrap_or_default();
@@ -510,12 +508,12 @@ async fn run_worker<S: PodSyncer>(
 fn has_pending<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> bool {
     inner
         .upgrade()
-        .is_none_or(|inner| inner.lock().get(uid).is_none_or(|w| w.pending))
+        .is_none_or(|inner| inner.workers.lock().get(uid).is_none_or(|w| w.pending))
 }
 
 fn take_work<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> Option<Work> {
     let inner = inner.upgrade()?;
-    let mut workers = inner.lock();
+    let mut workers = inner.workers.lock();
     let w = workers.get_mut(uid)?;
     w.pending = false;
     if w.phase == WorkerPhase::Finished {
@@ -567,7 +565,7 @@ fn complete_work<S>(
     result: Result<bool, SyncError>,
 ) -> (Instant, bool) {
     let now = Instant::now();
-    let mut workers = inner.lock();
+    let mut workers = inner.workers.lock();
     let Some(w) = workers.get_mut(uid) else {
         return (now, true);
     };

@@ -4,13 +4,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use kube::client::Body;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -24,7 +25,7 @@ use crate::slot::{SlotOwner, StreamSlot};
 
 impl SlotOwner for Pool {
     fn release(&self, id: u64) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         if let Some(e) = state.entries.iter_mut().find(|e| e.id == id) {
             e.in_flight = e.in_flight.saturating_sub(1);
             if e.in_flight == 0 {
@@ -162,10 +163,6 @@ impl Pool {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn slot(self: &Arc<Self>, id: u64) -> StreamSlot {
         let owner: Weak<dyn SlotOwner> = Arc::downgrade(self) as Weak<Pool>;
         StreamSlot::new(owner, id)
@@ -173,7 +170,7 @@ impl Pool {
 
     /// Forgets a connection found unusable.
     fn discard(&self, id: u64) {
-        self.lock().entries.retain(|e| e.id != id);
+        self.state.lock().entries.retain(|e| e.id != id);
     }
 
     /// A connection with room for one more request of `class`, opening one if needed (2)–(4).
@@ -183,7 +180,7 @@ impl Pool {
     ) -> Result<(Arc<Established>, StreamSlot), TransportError> {
         let cap = self.config.max_streams_per_connection;
         let (serialize, seen_attempt) = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             if let Some((conn, id)) = state.claim(class, cap) {
                 return Ok((conn, self.slot(id)));
             }
@@ -199,7 +196,7 @@ impl Pool {
             None
         };
         let attempt = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             if let Some((conn, id)) = state.claim(class, cap) {
                 return Ok((conn, self.slot(id)));
             }
@@ -220,7 +217,7 @@ impl Pool {
                 let conn = Arc::new(conn);
                 let protocol = conn.protocol();
                 let id = {
-                    let mut state = self.lock();
+                    let mut state = self.state.lock();
                     state.next_id += 1;
                     let id = state.next_id;
                     state.entries.push(Entry {
@@ -245,7 +242,7 @@ impl Pool {
                 Ok((conn, self.slot(id)))
             }
             Err(error) => {
-                let mut state = self.lock();
+                let mut state = self.state.lock();
                 state.failure[class as usize] =
                     Some((attempt, SharedFailure(error.to_string().into())));
                 Err(error)
@@ -266,7 +263,7 @@ impl Pool {
                 let Some(pool) = pool.upgrade() else { return };
                 let idle = pool.config.idle_timeout;
                 let now = Instant::now();
-                let mut state = pool.lock();
+                let mut state = pool.state.lock();
                 state.purge_closed();
                 state
                     .entries
@@ -276,7 +273,7 @@ impl Pool {
     }
 
     fn counts(&self) -> ConnectionCounts {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.purge_closed();
         let mut counts = ConnectionCounts::default();
         for e in &state.entries {
@@ -315,7 +312,7 @@ impl Pool {
 
     /// Stops placing requests on connection `id`.
     fn set_draining(&self, id: u64) {
-        if let Some(e) = self.lock().entries.iter().find(|e| e.id == id) {
+        if let Some(e) = self.state.lock().entries.iter().find(|e| e.id == id) {
             e.conn.draining.store(true, Ordering::Release);
         }
     }
@@ -518,7 +515,7 @@ impl Transport {
 
     /// The protocol of the most recently opened connection; `None` before the first.
     pub fn protocol(&self) -> Option<Negotiated> {
-        self.pool.lock().last_protocol
+        self.pool.state.lock().last_protocol
     }
 
     /// This transport's open connections, by protocol.

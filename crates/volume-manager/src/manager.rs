@@ -1,12 +1,13 @@
 //! [`VolumeManager`]: the public face: desired pods in, mounted volumes out, waits and a
 //! snapshot.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use nodelet_core::EventType;
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -31,7 +32,7 @@ pub struct VolumeManager {
 
 impl std::fmt::Debug for VolumeManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.lock();
+        let st = self.inner.state.lock();
         f.debug_struct("VolumeManager")
             .field("root_dir", &self.inner.config.root_dir)
             .field("desired_pods", &st.dsw.pods().count())
@@ -170,7 +171,7 @@ impl VolumeManager {
     /// ever created outside `<root>/pods/<uid>/`.
     pub fn add_pod(&self, pod: &AdmittedPod) {
         let desired = desired_pod(pod, &self.inner.registry);
-        let fresh = set_desired(&mut self.inner.lock(), pod.uid(), desired);
+        let fresh = set_desired(&mut self.inner.state.lock(), pod.uid(), desired);
         self.report_unsupported(pod, fresh);
         self.inner.bump();
     }
@@ -184,7 +185,7 @@ impl VolumeManager {
     /// `false`. Never blocks.
     pub fn reprocess_pod(&self, pod_uid: &PodUid) -> bool {
         let (pod, fresh) = {
-            let mut st = self.inner.lock();
+            let mut st = self.inner.state.lock();
             // Read and replace under one lock, so a concurrent remove_pod is never undone.
             let Some(pod) = st.dsw.pod(pod_uid).map(|p| p.pod.clone()) else {
                 return false;
@@ -222,7 +223,7 @@ impl VolumeManager {
     /// VM-6 / VM-13: the pod's runtime may be removed; its volumes are torn down (call after
     /// its containers stopped). Never blocks; use [`wait_for_unmount`](Self::wait_for_unmount).
     pub fn remove_pod(&self, pod_uid: &PodUid) {
-        self.inner.lock().dsw.remove_pod(pod_uid);
+        self.inner.state.lock().dsw.remove_pod(pod_uid);
         self.inner.bump();
     }
 
@@ -267,7 +268,7 @@ impl VolumeManager {
         let cause = loop {
             rx.borrow_and_update();
             {
-                let mut st = self.inner.lock();
+                let mut st = self.inner.state.lock();
                 let errors = st.dsw.pop_pod_errors(uid);
                 if !errors.is_empty() {
                     break WaitCause::PodErrors(errors);
@@ -281,7 +282,7 @@ impl VolumeManager {
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
-        let st = self.inner.lock();
+        let st = self.inner.state.lock();
         let mut unmounted: Vec<String> = expected
             .iter()
             .filter(|(_, u)| !st.asw.is_mounted(u))
@@ -320,7 +321,7 @@ impl VolumeManager {
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         let cause = loop {
             rx.borrow_and_update();
-            if self.inner.lock().asw.present_for_pod(uid).is_empty() {
+            if self.inner.state.lock().asw.present_for_pod(uid).is_empty() {
                 return Ok(());
             }
             tokio::select! {
@@ -328,7 +329,7 @@ impl VolumeManager {
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
-        let mounted = self.inner.lock().asw.present_for_pod(uid);
+        let mounted = self.inner.state.lock().asw.present_for_pod(uid);
         if mounted.is_empty() {
             return Ok(());
         }
@@ -337,7 +338,7 @@ impl VolumeManager {
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
     pub fn mounted_volumes(&self, pod_uid: &PodUid) -> Vec<String> {
-        self.inner.lock().asw.mounted_for_pod(pod_uid)
+        self.inner.state.lock().asw.mounted_for_pod(pod_uid)
     }
 
     /// A [`VolumeUpdate`](crate::VolumeUpdate) for every volume set up again after a change
@@ -383,10 +384,6 @@ fn set_desired(st: &mut State, uid: &PodUid, desired: DesiredPod) -> Vec<Unsuppo
 }
 
 impl Inner {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Something changed: wake the reconciler and the waiters.
     pub(crate) fn bump(&self) {
         self.wake.notify_one();
@@ -713,7 +710,7 @@ mod tests {
         assert!(!bed.vm.reprocess_pod(&PodUid::new("u1").unwrap()));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(tree(&root), before, "nothing mounted");
-        assert_eq!(bed.vm.inner.lock().dsw.pods().count(), 0);
+        assert_eq!(bed.vm.inner.state.lock().dsw.pods().count(), 0);
 
         // Added, mounted, removed: the pod is no longer desired, and a wait does not bring it
         // back (the volume is torn down).
@@ -773,7 +770,7 @@ mod tests {
         })
         .await;
         assert!(remounted.is_ok(), "the wait did not remount the volume");
-        assert_eq!(bed.vm.inner.lock().dsw.pods().count(), 1);
+        assert_eq!(bed.vm.inner.state.lock().dsw.pods().count(), 1);
         bed.shutdown.cancel();
     }
 }

@@ -79,7 +79,7 @@ impl Inner {
         let mut unmounts = Vec::new();
         let mut mounts = Vec::new();
         {
-            let mut guard = self.lock();
+            let mut guard = self.state.lock();
             let st: &mut State = &mut guard;
             // Token refresh deadlines (PL-10) turn into remounts.
             for (unique, v) in st.asw.iter_mut() {
@@ -167,7 +167,7 @@ impl Inner {
         let result = job.plugin.set_up(&ctx).instrument(span.clone()).await;
         // (5) Record the result; a change that arrived meanwhile keeps the flag set.
         let failure = {
-            let mut st = self.lock();
+            let mut st = self.state.lock();
             let now = Instant::now();
             let dirty = st.ops.finish(&job.unique, result.is_ok(), now);
             match result {
@@ -245,7 +245,7 @@ impl Inner {
         );
         let result = v.plugin.tear_down(&ctx).instrument(span).await;
         let failure = {
-            let mut st = self.lock();
+            let mut st = self.state.lock();
             st.ops.finish(&job.unique, result.is_ok(), Instant::now());
             match result {
                 Ok(()) => {
@@ -288,7 +288,7 @@ impl Inner {
             self.mark_all_remount_required();
             return;
         };
-        let mut guard = self.lock();
+        let mut guard = self.state.lock();
         let st: &mut State = &mut guard;
         let affected: Vec<String> = st
             .dsw
@@ -310,7 +310,7 @@ impl Inner {
 
     /// Resync safety net: every desired, mounted volume whose plugin requires remount.
     fn mark_all_remount_required(&self) {
-        let mut guard = self.lock();
+        let mut guard = self.state.lock();
         let st: &mut State = &mut guard;
         let uniques: Vec<String> = st.dsw.volumes().map(|(_, v)| v.unique.clone()).collect();
         for unique in uniques {

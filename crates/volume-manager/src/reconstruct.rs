@@ -94,7 +94,7 @@ impl Inner {
             .unwrap_or_default();
         let mut adopted = 0usize;
         {
-            let mut st = self.lock();
+            let mut st = self.state.lock();
             for f in found {
                 let Some(plugin) = self.registry.by_name(&f.plugin) else {
                     continue;

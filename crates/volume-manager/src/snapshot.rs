@@ -67,7 +67,7 @@ pub enum VolumeState {
 impl VolumeManager {
     /// Every pod known to either world with its volumes, sorted by pod UID.
     pub fn snapshot(&self) -> Vec<PodVolumes> {
-        let st = self.inner.lock();
+        let st = self.inner.state.lock();
         let mut pods: BTreeMap<PodUid, PodVolumes> = BTreeMap::new();
         for (uid, desired) in st.dsw.pods() {
             let meta = &desired.pod.metadata;

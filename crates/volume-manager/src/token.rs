@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -12,6 +12,7 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use nodelet_core::PodUid;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 /// A service account token. `Debug` redacts the token.
@@ -200,7 +201,7 @@ impl TokenCache {
             audience: audience.map(str::to_owned),
             expiration_seconds,
         };
-        let cached = self.lock().get(&key).cloned();
+        let cached = self.tokens.lock().get(&key).cloned();
         if let Some(c) = &cached
             && Instant::now() < c.refresh_at
         {
@@ -222,7 +223,7 @@ impl TokenCache {
                     token: token.clone(),
                     refresh_at,
                 };
-                self.lock().insert(key, entry);
+                self.tokens.lock().insert(key, entry);
                 Ok((token, refresh_at))
             }
             // Unlike the kubelet (which hands out the old token and retries on the next sync),
@@ -234,16 +235,12 @@ impl TokenCache {
 
     /// Forget every token of the pod (PL-10: teardown tells the token manager).
     pub(crate) fn forget_pod(&self, pod_uid: &PodUid) {
-        self.lock().retain(|k, _| &k.pod_uid != pod_uid);
+        self.tokens.lock().retain(|k, _| &k.pod_uid != pod_uid);
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenKey, Cached>> {
-        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
+        self.tokens.lock().len()
     }
 }
 

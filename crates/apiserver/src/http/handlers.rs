@@ -59,7 +59,7 @@ pub(crate) async fn resource(
             // and a version the server has not reached is 504, as upstream.
             if let Some(rv) = info.query.get("resourceVersion").filter(|r| !r.is_empty()) {
                 let wanted = parse_rv(rv)?;
-                let current = reg.store.lock().rv;
+                let current = reg.store.inner.lock().rv;
                 if wanted > current {
                     return Err(ApiError::too_large(wanted, current));
                 }

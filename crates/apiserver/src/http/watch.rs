@@ -196,7 +196,7 @@ pub(crate) fn serve(
     // Collected under the lock as shared references; encoded by the watch task, off the lock.
     let mut initial: Vec<Initial> = Vec::new();
     let (rx, last_rv, gone) = {
-        let s = shared.registry.store.lock();
+        let s = shared.registry.store.inner.lock();
         let rx = s.subscribe();
         let mut gone = false;
         match rv {
@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn a_shared_event_encoding_matches_a_freshly_serialized_line() {
         let store = Store::new(10, 16);
-        let mut s = store.lock();
+        let mut s = store.inner.lock();
         let obj = json!({"metadata": {"name": "a", "namespace": "d"}, "data": {"k": "v\n\"q\""}});
         s.put(Key::new(CONFIGMAPS, "d", "a"), obj);
         let ev = s.history.back().cloned().expect("event");

@@ -21,7 +21,7 @@ impl Registry {
         opts: &DeleteOptions,
     ) -> Result<DeleteOutcome, ApiError> {
         let info = res.info();
-        let mut s = self.store.lock();
+        let mut s = self.store.inner.lock();
         let key = Key::new(res, ns, name);
         let Some(old) = s.get(&key).cloned() else {
             return Err(ApiError::not_found(info, name));
@@ -137,7 +137,7 @@ impl Registry {
                 &[FieldError::required("target.name", "")],
             ));
         }
-        let mut s = self.store.lock();
+        let mut s = self.store.inner.lock();
         let key = Key::new(PODS, ns, name);
         let Some(old) = s.get(&key).cloned() else {
             return Err(ApiError::not_found(info, name));

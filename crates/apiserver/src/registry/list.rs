@@ -17,7 +17,7 @@ impl Registry {
         opts: &ListOptions,
     ) -> Result<Value, ApiError> {
         let info = res.info();
-        let s = self.store.lock();
+        let s = self.store.inner.lock();
         // Which snapshot to read, and where to start.
         let (rv, start_after) =
             if let Some(token) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {

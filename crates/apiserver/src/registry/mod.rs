@@ -246,7 +246,7 @@ impl Registry {
         ns: &str,
         name: &str,
     ) -> Result<Arc<Value>, ApiError> {
-        let s = self.store.lock();
+        let s = self.store.inner.lock();
         s.get(&Key::new(res, ns, name))
             .cloned()
             .ok_or_else(|| ApiError::not_found(res.info(), name))
@@ -261,7 +261,7 @@ impl Registry {
         opts: WriteOptions,
     ) -> Result<Value, ApiError> {
         check_body(res, ns, &mut body)?;
-        let mut s = self.store.lock();
+        let mut s = self.store.inner.lock();
         self.create_locked(&mut s, res, ns, body, opts)
     }
 
@@ -387,7 +387,7 @@ impl Registry {
                 }
             }
         }
-        let mut s = self.store.lock();
+        let mut s = self.store.inner.lock();
         let key = Key::new(res, ns, name);
         let Some(old) = s.get(&key).cloned() else {
             if res.info().create_on_update && sub.is_none() {
@@ -518,7 +518,7 @@ impl Registry {
         patch: &Value,
         opts: WriteOptions,
     ) -> Result<(Value, bool), ApiError> {
-        let mut s = self.store.lock();
+        let mut s = self.store.inner.lock();
         let key = Key::new(res, ns, name);
         let Some(old) = s.get(&key).cloned() else {
             if kind == PatchKind::Apply && sub.is_none() {

@@ -2,10 +2,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::Resource;
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 use tokio_stream_shim::UnboundedReceiverStream;
 
@@ -101,20 +102,16 @@ impl<K> FakeSource<K> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // A panic while holding this lock is a test failure already; keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Requests of `verb` for `namespace/name` so far (failed ones included).
     pub fn count(&self, verb: Verb, namespace: &str, name: &str) -> usize {
         let key = (verb, namespace.to_owned(), name.to_owned());
-        self.lock().counts.get(&key).copied().unwrap_or(0)
+        self.state.lock().counts.get(&key).copied().unwrap_or(0)
     }
 
     /// Requests of `verb` for any object so far.
     pub fn total(&self, verb: Verb) -> usize {
-        self.lock()
+        self.state
+            .lock()
             .counts
             .iter()
             .filter(|((v, _, _), _)| *v == verb)
@@ -124,19 +121,19 @@ impl<K> FakeSource<K> {
 
     /// GETs that allowed an answer from the watch cache (`resourceVersion=0`, OM-11 step 4).
     pub fn watch_cache_gets(&self) -> usize {
-        self.lock().watch_cache_gets
+        self.state.lock().watch_cache_gets
     }
 
     /// Forget the request counts.
     pub fn reset_counts(&self) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.counts.clear();
         s.watch_cache_gets = 0;
     }
 
     /// The next `n` requests (any verb) fail with `err`.
     pub fn fail_next(&self, n: usize, err: SourceError) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         for _ in 0..n {
             s.failures.push_back((None, err.clone()));
         }
@@ -144,7 +141,7 @@ impl<K> FakeSource<K> {
 
     /// The next `n` requests of `verb` fail with `err` (queued behind earlier failures).
     pub fn fail_next_of(&self, verb: Verb, n: usize, err: SourceError) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         for _ in 0..n {
             s.failures.push_back((Some(verb), err.clone()));
         }
@@ -153,7 +150,7 @@ impl<K> FakeSource<K> {
     /// An outage: until called with `None`, every request fails with `err`, and open watch
     /// streams end with it.
     pub fn set_outage(&self, err: Option<SourceError>) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         if let Some(err) = &err {
             for (_, tx) in s.watchers.drain(..) {
                 let _ = tx.send(Err(err.clone()));
@@ -164,13 +161,13 @@ impl<K> FakeSource<K> {
 
     /// End every open watch stream (as a server restart or time-out would).
     pub fn close_watches(&self) {
-        self.lock().watchers.clear();
+        self.state.lock().watchers.clear();
     }
 
     /// Forget history: open watches receive a `410 Gone` error item and end, and watches from
     /// an older resourceVersion are refused with 410.
     pub fn compact(&self) {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.compacted = s.resource_version;
         s.history.clear();
         for (_, tx) in s.watchers.drain(..) {
@@ -191,18 +188,18 @@ impl<K> FakeSource<K> {
     /// Serve watch-lists (default off: callers list and watch, as against a server before
     /// Kubernetes 1.27).
     pub fn set_watch_list(&self, on: bool) {
-        self.lock().watch_list = on;
+        self.state.lock().watch_list = on;
     }
 
     /// Watch streams whose consumer is still alive.
     pub fn open_watches(&self) -> usize {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.watchers.retain(|(_, tx)| !tx.is_closed());
         s.watchers.len()
     }
 
     fn record(&self, verb: Verb, namespace: &str, name: &str) -> Result<(), SourceError> {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         *s.counts
             .entry((verb, namespace.to_owned(), name.to_owned()))
             .or_insert(0) += 1;
@@ -227,7 +224,7 @@ impl<K: Resource + Clone> FakeSource<K> {
     /// Create or replace `obj` (its `metadata.name`) in `namespace`; returns the new
     /// resourceVersion and notifies matching watches.
     pub fn apply(&self, namespace: &str, mut obj: K) -> String {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         s.resource_version += 1;
         let rv = s.resource_version;
         obj.meta_mut().resource_version = Some(rv.to_string());
@@ -243,7 +240,7 @@ impl<K: Resource + Clone> FakeSource<K> {
 
     /// Delete `namespace/name`; `false` if it did not exist.
     pub fn delete(&self, namespace: &str, name: &str) -> bool {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         let key = (namespace.to_owned(), name.to_owned());
         let Some(mut obj) = s.objects.remove(&key) else {
             return false;
@@ -257,7 +254,8 @@ impl<K: Resource + Clone> FakeSource<K> {
 
     /// The stored object, if any.
     pub fn stored(&self, namespace: &str, name: &str) -> Option<K> {
-        self.lock()
+        self.state
+            .lock()
             .objects
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned()
@@ -279,7 +277,7 @@ where
 {
     async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError> {
         if read == ReadFrom::WatchCache {
-            self.lock().watch_cache_gets += 1;
+            self.state.lock().watch_cache_gets += 1;
         }
         self.record(Verb::Get, namespace, name)?;
         let mut held = self.gets_held.subscribe();
@@ -294,7 +292,7 @@ where
         let mut held = self.lists_held.subscribe();
         // The sender lives as long as `self`, so this only ends when lists are released.
         let _ = held.wait_for(|held| !held).await;
-        let s = self.lock();
+        let s = self.state.lock();
         Ok(Listed {
             object: s
                 .objects
@@ -312,7 +310,7 @@ where
     ) -> Result<WatchStream<K>, SourceError> {
         self.record(Verb::Watch, namespace, name)?;
         let from: u64 = resource_version.parse().unwrap_or(0);
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         if from < s.compacted {
             return Err(gone());
         }
@@ -332,13 +330,13 @@ where
         namespace: &str,
         name: &str,
     ) -> Result<Option<WatchStream<K>>, SourceError> {
-        if !self.lock().watch_list {
+        if !self.state.lock().watch_list {
             return Ok(None);
         }
         self.record(Verb::WatchList, namespace, name)?;
         let mut held = self.lists_held.subscribe();
         let _ = held.wait_for(|held| !held).await;
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         let key = (namespace.to_owned(), name.to_owned());
         let (tx, rx) = mpsc::unbounded_channel();
         if let Some(obj) = s.objects.get(&key) {

@@ -1,12 +1,13 @@
 //! Tests of the pod workers (PW-1 … PW-3) with a scripted syncer on paused time.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_testutil::PodBuilder;
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use super::*;
@@ -29,10 +30,10 @@ struct Script {
 
 impl Script {
     fn calls(&self) -> Vec<String> {
-        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+        self.calls.lock().clone()
     }
     fn desired(&self) -> Vec<String> {
-        self.desired.lock().map(|c| c.clone()).unwrap_or_default()
+        self.desired.lock().clone()
     }
     fn desired_count(&self, uid: &str) -> usize {
         self.desired()
@@ -51,9 +52,7 @@ impl Script {
         let uid = pod.uid();
         assert_eq!(pod.metadata.uid.as_deref(), Some(uid.as_str()));
         let generation = pod.metadata.generation.unwrap_or(0);
-        if let Ok(mut c) = self.calls.lock() {
-            c.push(format!("{what} {uid} {generation}"));
-        }
+        self.calls.lock().push(format!("{what} {uid} {generation}"));
     }
 }
 
@@ -62,15 +61,13 @@ impl PodSyncer for Script {
         let uid = pod.uid();
         assert_eq!(pod.metadata.uid.as_deref(), Some(uid.as_str()));
         let generation = pod.metadata.generation.unwrap_or(0);
-        if let Ok(mut d) = self.desired.lock() {
-            d.push(format!("{uid} {generation}"));
-        }
+        self.desired.lock().push(format!("{uid} {generation}"));
     }
 
     async fn sync_pod(&self, pod: &AdmittedPod) -> Result<SyncOutcome, SyncError> {
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
-        let gate = self.gate.lock().ok().and_then(|g| g.clone());
+        let gate = self.gate.lock().clone();
         // Decrement even when the future is dropped (cancelled).
         struct Guard<'a>(&'a AtomicUsize);
         impl Drop for Guard<'_> {
@@ -154,7 +151,7 @@ async fn wait_syncs(w: &PodWorkers<Script>, uid: &str, n: u64) {
 async fn pw1_each_pod_gets_one_worker_and_its_syncs_never_overlap() {
     let script = Arc::new(Script::default());
     let gate = Arc::new(Semaphore::new(0));
-    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    *script.gate.lock() = Some(gate.clone());
     let w = workers(&script);
     for g in 0..5 {
         w.update_pod(PodUpdate::new(UpdateType::Update, admit(pod("a", g))));
@@ -174,7 +171,7 @@ async fn pw1_each_pod_gets_one_worker_and_its_syncs_never_overlap() {
 async fn pw2_a_burst_of_updates_becomes_one_sync_with_the_newest_pod() {
     let script = Arc::new(Script::default());
     let gate = Arc::new(Semaphore::new(0));
-    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    *script.gate.lock() = Some(gate.clone());
     let w = workers(&script);
     w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     // The first sync is held; meanwhile a burst arrives.
@@ -192,7 +189,7 @@ async fn pw2_a_burst_of_updates_becomes_one_sync_with_the_newest_pod() {
 async fn pw2_a_termination_request_cancels_the_in_flight_sync() {
     let script = Arc::new(Script::default());
     let gate = Arc::new(Semaphore::new(0)); // never opened: sync_pod hangs
-    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
+    *script.gate.lock() = Some(gate);
     let w = workers(&script);
     w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     tokio::task::yield_now().await;
@@ -403,7 +400,7 @@ fn deleting(mut p: Pod) -> Pod {
 async fn pw4_update_pod_makes_a_live_pod_desired_before_it_returns_and_syncs_do_not() {
     let script = Arc::new(Script::default());
     let gate = Arc::new(Semaphore::new(0));
-    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    *script.gate.lock() = Some(gate.clone());
     let w = workers(&script);
     w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     assert_eq!(
@@ -475,7 +472,7 @@ async fn pw4_killed_deleting_and_terminal_pods_are_never_desired() {
 async fn pw14_an_update_after_the_termination_request_does_not_make_the_pod_desired_again() {
     let script = Arc::new(Script::default());
     let gate = Arc::new(Semaphore::new(0)); // SyncPod hangs: termination cancels it
-    *script.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
+    *script.gate.lock() = Some(gate);
     let w = workers(&script);
     w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
     tokio::task::yield_now().await;
