@@ -176,7 +176,10 @@ fn main() -> ExitCode {
         LogFormat::Json => builder.json().init(),
         LogFormat::Journal => journal(builder),
         LogFormat::Auto if nodelet::service::stdout_is_journal() => journal(builder),
-        LogFormat::Text | LogFormat::Auto => builder.init(),
+        // Colours only for a terminal: a log redirected to a file stays plain text.
+        LogFormat::Text | LogFormat::Auto => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
