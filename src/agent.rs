@@ -104,6 +104,13 @@ impl Agent {
         }
         vm_config.fsync = config.fsync;
         vm_config.resync_interval = Some(config.sync_frequency);
+        vm_config.feature_gates = config.feature_gates.clone();
+        if !config.feature_gates.ignored().is_empty() {
+            tracing::info!(
+                gates = ?config.feature_gates.ignored(),
+                "feature gates nodelet does not follow are ignored"
+            );
+        }
         let volumes = VolumeManager::new(
             vm_config,
             configmaps.clone(),

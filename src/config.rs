@@ -56,6 +56,8 @@ pub struct AgentConfig {
     /// Delay before a failed pod sync is retried (the kubelet's `backOffPeriod`, 10 s, with
     /// jitter). A change of an object the pod references retries it at once regardless.
     pub sync_error_backoff: Duration,
+    /// The KubeletConfiguration's `featureGates` (default: a v1.36 kubelet's defaults).
+    pub feature_gates: nodelet_core::FeatureGates,
 }
 
 impl AgentConfig {
@@ -75,6 +77,7 @@ impl AgentConfig {
             fsync: true,
             shutdown_timeout: Duration::from_secs(5),
             sync_error_backoff: Duration::from_secs(10),
+            feature_gates: nodelet_core::FeatureGates::default(),
         }
     }
 }
@@ -214,6 +217,7 @@ struct FileConfig {
     healthz_bind_address: Option<String>,
     healthz_port: Option<u16>,
     node_lease_duration_seconds: Option<i32>,
+    feature_gates: Option<BTreeMap<String, bool>>,
 }
 
 /// The agent's full settings from the command line and the config file.
@@ -318,6 +322,8 @@ impl Cli {
             None => file.register_node.unwrap_or(embedded),
         };
         agent.node_labels = file.node_labels.unwrap_or_default();
+        agent.feature_gates =
+            nodelet_core::FeatureGates::from_map(file.feature_gates.unwrap_or_default());
         // As the kubelet: a label NodeRestriction refuses would stall registration forever.
         let refused: Vec<&str> = agent
             .node_labels
@@ -534,6 +540,33 @@ mod tests {
             err.as_deref(),
             Some("invalid configuration: --node-name: required without --manifests")
         );
+    }
+
+    #[test]
+    fn feature_gates_are_read_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("kubelet.yaml");
+        let yaml = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                    featureGates:\n  ClusterTrustBundle: true\n  ClusterTrustBundleProjection: true\n\
+                    \x20 GracefulNodeShutdown: false\n";
+        std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
+        let f = file.to_str().unwrap_or_default();
+        let s = cli(&["--node-name", "n1", "--root-dir", "/r", "--config", f])
+            .settings()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gates = &s.agent.feature_gates;
+        assert!(gates.enabled(nodelet_core::Feature::ClusterTrustBundleProjection));
+        assert!(!gates.enabled(nodelet_core::Feature::PodCertificateRequest));
+        assert_eq!(gates.ignored(), ["GracefulNodeShutdown"]);
+
+        std::fs::write(&file, "featureGates:\n  EnvFiles: maybe\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = cli(&["--node-name", "n1", "--root-dir", "/r", "--config", f])
+            .settings()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("featureGates"), "{err}");
     }
 
     #[test]

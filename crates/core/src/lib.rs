@@ -17,6 +17,8 @@
 //! * [`node_labels`]: the NodeRestriction rules for the labels a node may set on itself, used
 //!   by the agent (its `nodeLabels`) and by nodelet-apiserver (admission).
 //! * [`EventType`]: `Normal` or `Warning`, for the events the node crates emit.
+//! * [`FeatureGates`] / [`Feature`]: the Kubernetes feature gates nodelet follows, with a
+//!   v1.36 kubelet's defaults.
 //!
 //! # Invariants
 //!
@@ -56,6 +58,7 @@
 mod admitted;
 mod allocatable;
 mod events;
+mod feature_gates;
 mod layout;
 pub mod node_labels;
 mod object_ref;
@@ -64,6 +67,7 @@ mod pod_uid;
 pub use admitted::AdmittedPod;
 pub use allocatable::NodeAllocatable;
 pub use events::EventType;
+pub use feature_gates::{Feature, FeatureGates};
 pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
 pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};

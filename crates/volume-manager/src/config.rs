@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodelet_core::NodeAllocatable;
+use nodelet_core::{FeatureGates, NodeAllocatable};
 
 use crate::plugins::PluginRegistry;
 
@@ -50,6 +50,10 @@ pub struct Config {
     pub node_allocatable: Option<NodeAllocatable>,
     /// The volume plugins (default: configMap, secret, projected, downwardAPI, emptyDir).
     pub plugins: PluginRegistry,
+    /// Feature gates: `ClusterTrustBundle` + `ClusterTrustBundleProjection` enable the
+    /// `clusterTrustBundle` projected source, `PodCertificateRequest` the `podCertificate`
+    /// one (default: a v1.36 kubelet's, both off).
+    pub feature_gates: FeatureGates,
 }
 
 impl Config {
@@ -66,6 +70,7 @@ impl Config {
             token_refresh_fraction: 0.8,
             node_allocatable: None,
             plugins: PluginRegistry::default(),
+            feature_gates: FeatureGates::default(),
         }
     }
 }
