@@ -7,6 +7,7 @@ use std::time::Duration;
 use nodelet_core::{FeatureGates, NodeAllocatable};
 
 use crate::plugins::PluginRegistry;
+use crate::trust_bundle::TrustBundleConfig;
 
 /// Where memory-medium volumes (secret, projected, downwardAPI, emptyDir `Memory`) live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,6 +55,9 @@ pub struct Config {
     /// `clusterTrustBundle` projected source, `PodCertificateRequest` the `podCertificate`
     /// one (default: a v1.36 kubelet's, both off).
     pub feature_gates: FeatureGates,
+    /// Where `clusterTrustBundle` sources read ClusterTrustBundles, and the cache's size and
+    /// lifetime (PL-17; used only with both gates on; default: no source, 220 entries, 5 min).
+    pub trust_bundles: TrustBundleConfig,
 }
 
 impl Config {
@@ -71,6 +75,7 @@ impl Config {
             node_allocatable: None,
             plugins: PluginRegistry::default(),
             feature_gates: FeatureGates::default(),
+            trust_bundles: TrustBundleConfig::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Volume;
 use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
 
 use crate::plugins::VolumePlugin;
+use crate::trust_bundle::TrustBundleRef;
 
 /// VM-5: at most this many distinct error strings are kept per pod.
 pub(crate) const MAX_POD_ERRORS: usize = 10;
@@ -23,6 +24,8 @@ pub(crate) struct DesiredVolume {
     pub(crate) volume: Volume,
     /// Objects whose changes remount this volume (live updates).
     pub(crate) objects: Vec<ObjectRef>,
+    /// ClusterTrustBundles whose changes remount this volume (PL-20).
+    pub(crate) trust_bundles: Vec<TrustBundleRef>,
 }
 
 /// A used pod volume no plugin supports (hostPath, PVC, CSI, ...).

@@ -106,7 +106,12 @@ pub enum SetUpError {
     /// aggregate (a single error is never wrapped).
     #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     Aggregate(Vec<SetUpError>),
-    /// A projection this crate does not implement (e.g. clusterTrustBundle).
+    /// PL-17: a `clusterTrustBundle` source could not be read; `Display` is the kubelet's
+    /// text where it has one.
+    #[error(transparent)]
+    TrustBundle(#[from] crate::trust_bundle::TrustBundleError),
+    /// A projection this crate does not implement, or one whose feature gates are off
+    /// (`clusterTrustBundle` without `ClusterTrustBundle` + `ClusterTrustBundleProjection`).
     #[error("{what} is not supported by nodelet")]
     Unsupported {
         /// What was asked for.

@@ -210,6 +210,7 @@ mod reconciler;
 mod reconstruct;
 mod snapshot;
 pub mod token;
+pub mod trust_bundle;
 mod updates;
 
 pub use config::{Config, MemoryMedium};
@@ -219,6 +220,7 @@ pub use manager::VolumeManager;
 pub use plugins::{PluginRegistry, VolumePlugin};
 pub use snapshot::{PodVolumes, VolumeSnapshot, VolumeState};
 pub use token::{KubeTokenSource, Token, TokenError, TokenSource};
+pub use trust_bundle::{KubeTrustBundleSource, TrustBundleConfig, TrustBundleManager};
 pub use updates::VolumeUpdate;
 
 /// The README's examples, compiled as doctests.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use nodelet_core::EventType;
-use nodelet_core::{AdmittedPod, NodeAllocatable, PodUid};
+use nodelet_core::{AdmittedPod, Feature, NodeAllocatable, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
@@ -20,6 +20,7 @@ use crate::executor::Operations;
 use crate::plugins::{PluginRegistry, VolumeHost, host_probe_tmpfs};
 use crate::populator::{desired_pod, expected_volumes};
 use crate::token::{TokenCache, TokenSource};
+use crate::trust_bundle::TrustBundleManager;
 use crate::{Config, Error, MemoryMedium, WaitCause};
 
 /// The volume manager: keeps the volumes of the desired pods set up on disk and current.
@@ -119,7 +120,8 @@ impl VolumeManager {
             tmpfs,
             config.fsync,
             allocatable,
-        );
+        )
+        .with_trust_bundles(trust_bundle_manager(&config));
         let state = State {
             dsw: DesiredState::default(),
             asw: ActualState::default(),
@@ -381,6 +383,15 @@ fn set_desired(st: &mut State, uid: &PodUid, desired: DesiredPod) -> Vec<Unsuppo
         st.ops.mark_dirty(&v.unique);
     }
     fresh
+}
+
+/// PL-17: a ClusterTrustBundle manager when both gates are on (it starts nothing until a
+/// volume reads a bundle).
+fn trust_bundle_manager(config: &Config) -> Option<TrustBundleManager> {
+    let gates = &config.feature_gates;
+    (gates.enabled(Feature::ClusterTrustBundle)
+        && gates.enabled(Feature::ClusterTrustBundleProjection))
+    .then(|| TrustBundleManager::new(config.trust_bundles.clone()))
 }
 
 impl Inner {

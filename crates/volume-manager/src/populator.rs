@@ -71,6 +71,7 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
                 unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
                 objects: plugin.referenced_objects(&namespace, volume),
+                trust_bundles: plugin.referenced_trust_bundles(volume),
                 plugin,
                 volume: volume.clone(),
             }),

@@ -16,6 +16,7 @@ use crate::events::reasons;
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
 use crate::plugins::{SetUpContext, TearDownContext, VolumePlugin};
+use crate::trust_bundle::TrustBundleChange;
 use crate::updates::VolumeUpdate;
 
 /// A mount or remount to run.
@@ -43,6 +44,7 @@ impl Inner {
         self.reconstruct().await;
         let mut configmaps = Some(self.configmaps.subscribe());
         let mut secrets = Some(self.secrets.subscribe());
+        let mut trust_bundles = self.host.trust_bundles().map(|m| m.subscribe());
         let resync = self.config.resync_interval;
         let mut next_resync = resync.map(|r| Instant::now() + r);
         loop {
@@ -55,6 +57,7 @@ impl Inner {
                 // (1) An object manager saw new content; (2) mark the volumes that read it.
                 object = recv(&mut configmaps) => self.object_changed(object),
                 object = recv(&mut secrets) => self.object_changed(object),
+                bundle = recv(&mut trust_bundles) => self.trust_bundle_changed(bundle),
             }
             if let (Some(at), Some(every)) = (next_resync, resync)
                 && Instant::now() >= at
@@ -62,6 +65,9 @@ impl Inner {
                 self.mark_all_remount_required();
                 next_resync = Some(Instant::now() + every);
             }
+        }
+        if let Some(bundles) = self.host.trust_bundles() {
+            bundles.shutdown();
         }
         self.tasks.close();
         self.tasks.wait().await;
@@ -296,6 +302,29 @@ impl Inner {
             .filter(|(_, v)| v.objects.contains(&object))
             .map(|(_, v)| v.unique.clone())
             .collect();
+        Self::mark_changed(st, affected);
+    }
+
+    /// PL-20: a ClusterTrustBundle changed; the volumes reading it (by name, or by its
+    /// signer) are marked as for an object change. `None` (lagged): all are marked.
+    pub(crate) fn trust_bundle_changed(&self, change: Option<TrustBundleChange>) {
+        let Some(change) = change else {
+            self.mark_all_remount_required();
+            return;
+        };
+        let mut guard = self.state.lock();
+        let st: &mut State = &mut guard;
+        let affected: Vec<String> = st
+            .dsw
+            .volumes()
+            .filter(|(_, v)| v.trust_bundles.iter().any(|r| change.affects(r)))
+            .map(|(_, v)| v.unique.clone())
+            .collect();
+        Self::mark_changed(st, affected);
+    }
+
+    /// Update path step (2) for the `affected` volumes.
+    fn mark_changed(st: &mut State, affected: Vec<String>) {
         // New information: a volume backing off after a failure (this object missing?) may
         // retry now.
         let now = Instant::now();
@@ -325,8 +354,8 @@ impl Inner {
 }
 
 /// The next change notification; `Some(None)` when the subscriber lagged. A closed channel
-/// never resolves again.
-async fn recv(rx: &mut Option<broadcast::Receiver<ObjectRef>>) -> Option<ObjectRef> {
+/// (or none) never resolves again.
+async fn recv<T: Clone>(rx: &mut Option<broadcast::Receiver<T>>) -> Option<T> {
     let Some(receiver) = rx.as_mut() else {
         return std::future::pending().await;
     };

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::host::{SetUpContext, TearDownContext};
 use crate::SetUpError;
+use crate::trust_bundle::TrustBundleRef;
 
 /// The version of an object a SetUp projected (for the agent's `/pods` endpoint).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +53,13 @@ pub trait VolumePlugin: Send + Sync + 'static {
     /// (live updates).
     fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
         let _ = (namespace, volume);
+        Vec::new()
+    }
+
+    /// The ClusterTrustBundles (by name or signer) whose changes should remount the volume at
+    /// once (PL-20).
+    fn referenced_trust_bundles(&self, volume: &Volume) -> Vec<TrustBundleRef> {
+        let _ = volume;
         Vec::new()
     }
 

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
 use crate::token::{Token, TokenCache};
+use crate::trust_bundle::TrustBundleManager;
 
 /// Where a volume's files live (PL-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,6 +72,8 @@ pub struct VolumeHost {
     tmpfs: bool,
     fsync: bool,
     allocatable: NodeAllocatable,
+    /// `Some` with the `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates on.
+    trust_bundles: Option<TrustBundleManager>,
 }
 
 impl std::fmt::Debug for VolumeHost {
@@ -101,7 +104,20 @@ impl VolumeHost {
             tmpfs,
             fsync,
             allocatable,
+            trust_bundles: None,
         }
+    }
+
+    /// The ClusterTrustBundle manager (PL-17), `None` to leave the gates off.
+    pub(crate) fn with_trust_bundles(mut self, manager: Option<TrustBundleManager>) -> Self {
+        self.trust_bundles = manager;
+        self
+    }
+
+    /// The ClusterTrustBundle manager; `None` when the `ClusterTrustBundle` and
+    /// `ClusterTrustBundleProjection` feature gates are not both on.
+    pub fn trust_bundles(&self) -> Option<&TrustBundleManager> {
+        self.trust_bundles.as_ref()
     }
 
     /// The agent's root directory (the kubelet's `--root-dir`).

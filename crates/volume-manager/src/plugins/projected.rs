@@ -1,5 +1,6 @@
 //! The projected volume plugin, `kubernetes.io/projected` (PL-10): configMap, secret,
-//! downwardAPI and serviceAccountToken sources merged into one volume.
+//! downwardAPI, serviceAccountToken and (behind its gates) clusterTrustBundle (PL-17) sources
+//! merged into one volume.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume, VolumeProjection};
@@ -12,6 +13,7 @@ use super::downward_api::collect_downward_api_data;
 use super::host::{Medium, SetUpContext};
 use super::payload::{config_map_payload, mode_bits, secret_payload};
 use crate::SetUpError;
+use crate::trust_bundle::{TrustBundleRef, referenced_trust_bundles};
 
 /// `kubernetes.io/projected`: several sources in one volume (tmpfs). Every pod of a real
 /// cluster has one (`kube-api-access-*`: token, `kube-root-ca.crt`, namespace).
@@ -47,6 +49,10 @@ impl VolumePlugin for ProjectedPlugin {
                 }
             })
             .collect()
+    }
+
+    fn referenced_trust_bundles(&self, volume: &Volume) -> Vec<TrustBundleRef> {
+        referenced_trust_bundles(volume)
     }
 
     /// PL-10: sources in spec order, later ones overwriting earlier paths; errors of all
@@ -172,26 +178,42 @@ async fn collect_source(
             Ok(t) => t,
             Err(e) => return out.errors.push(e),
         };
-        // With fsUser or fsGroup the token is 0600 (fsGroup then adds group read: 0640).
-        let mode = if ctx.fs_user.is_some() || ctx.fs_group.is_some() {
-            0o600
-        } else {
-            mode_bits(default_mode)
-        };
-        let mut file = FileProjection::new(token_value.token.into_bytes(), mode);
-        if let Some(uid) = ctx.fs_user {
-            file = file.with_fs_user(uid);
-        }
+        let file = owned_file(ctx, token_value.token.into_bytes(), default_mode);
         out.payload.insert(token.path.clone(), file);
         out.refresh_at = Some(out.refresh_at.map_or(refresh_at, |r| r.min(refresh_at)));
-    } else if source.cluster_trust_bundle.is_some() {
-        out.errors.push(SetUpError::Unsupported {
-            what: "a clusterTrustBundle projection".into(),
-        });
+    } else if let Some(ctb) = &source.cluster_trust_bundle {
+        // PL-17: only with both gates on (the host has a manager then).
+        let Some(bundles) = ctx.host.trust_bundles() else {
+            return out.errors.push(SetUpError::Unsupported {
+                what: "a clusterTrustBundle projection".into(),
+            });
+        };
+        match bundles.trust_anchors(ctb).await {
+            Ok(anchors) => {
+                let file = owned_file(ctx, anchors.to_vec(), default_mode);
+                out.payload.insert(ctb.path.clone(), file);
+            }
+            Err(e) => out.errors.push(e.into()),
+        }
     } else if source.pod_certificate.is_some() {
         out.errors.push(SetUpError::Unsupported {
             what: "a podCertificate projection".into(),
         });
+    }
+}
+
+/// A token or trust-bundle file: 0600 when the pod has an fsUser or fsGroup (fsGroup then adds
+/// group read: 0640), else the volume's `defaultMode`; owned by the fsUser if any.
+fn owned_file(ctx: &SetUpContext<'_>, data: Vec<u8>, default_mode: i32) -> FileProjection {
+    let mode = if ctx.fs_user.is_some() || ctx.fs_group.is_some() {
+        0o600
+    } else {
+        mode_bits(default_mode)
+    };
+    let file = FileProjection::new(data, mode);
+    match ctx.fs_user {
+        Some(uid) => file.with_fs_user(uid),
+        None => file,
     }
 }
 
