@@ -69,6 +69,7 @@
 )]
 
 mod auth;
+mod certificates;
 #[cfg(feature = "client")]
 mod client;
 mod config;

@@ -3,8 +3,11 @@
 
 use serde_json::{Value, json};
 
+use crate::certificates::trust_bundle;
 use crate::defaults;
-use crate::resources::{CONFIGMAPS, NAMESPACES, NODES, PODS, ResourceId, SECRETS};
+use crate::resources::{
+    CLUSTER_TRUST_BUNDLES, CONFIGMAPS, NAMESPACES, NODES, PODS, ResourceId, SECRETS,
+};
 use crate::status::FieldError;
 use crate::validation::{self, NameRule};
 
@@ -152,6 +155,9 @@ fn validate_pod_spec(obj: &Value) -> Vec<FieldError> {
 
 /// Validation on create.
 pub(crate) fn validate_create(res: ResourceId, obj: &Value) -> Vec<FieldError> {
+    if res == CLUSTER_TRUST_BUNDLES {
+        return trust_bundle::validate(obj, None);
+    }
     let mut errs = validation::object_meta(obj, name_rule(res));
     if res == CONFIGMAPS {
         errs.extend(validation::config_map(obj));
@@ -188,7 +194,11 @@ pub(crate) fn validate_update(
     new: &Value,
     old: &Value,
 ) -> Vec<FieldError> {
-    let mut errs = validation::object_meta(new, name_rule(res));
+    let mut errs = if res == CLUSTER_TRUST_BUNDLES {
+        trust_bundle::validate(new, Some(old))
+    } else {
+        validation::object_meta(new, name_rule(res))
+    };
     if res == CONFIGMAPS {
         errs.extend(validation::config_map(new));
         errs.extend(validation::immutable_update(

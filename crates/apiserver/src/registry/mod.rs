@@ -11,7 +11,9 @@ use std::sync::Arc;
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use crate::resources::{CONFIGMAPS, NAMESPACES, NODES, ResourceId, SECRETS, SERVICEACCOUNTS};
+use crate::resources::{
+    CONFIGMAPS, NAMESPACES, NODES, ResourceId, SECRETS, SERVICEACCOUNTS, Served,
+};
 
 /// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
@@ -100,6 +102,9 @@ pub(crate) struct Registry {
     pub(crate) root_ca: Option<String>,
     /// ServiceAccount admission on pod create (`Config::service_account_admission`).
     pub(crate) service_account_admission: bool,
+    /// The resources and feature gates this server serves (`Config::runtime_config`,
+    /// `Config::feature_gates`).
+    pub(crate) served: Served,
 }
 
 pub(crate) fn now() -> String {
@@ -236,6 +241,7 @@ impl Registry {
             auto_service_accounts: true,
             root_ca: None,
             service_account_admission: false,
+            served: Served::default(),
         }
     }
 

@@ -1,0 +1,1 @@
+//! PodCertificateRequest validation (filled in with the PodCertificateRequest API).
