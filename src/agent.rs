@@ -105,6 +105,11 @@ impl Agent {
         vm_config.fsync = config.fsync;
         vm_config.resync_interval = Some(config.sync_frequency);
         vm_config.feature_gates = config.feature_gates.clone();
+        // PL-17: ClusterTrustBundles through the node's client (only read with both gates on,
+        // watched from the first volume that reads one).
+        vm_config.trust_bundles.source = Some(Arc::new(
+            nodelet_volume_manager::KubeTrustBundleSource::new(client.clone()),
+        ));
         if !config.feature_gates.ignored().is_empty() {
             tracing::info!(
                 gates = ?config.feature_gates.ignored(),

@@ -37,6 +37,75 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
+/// Three self-signed P-256 CA certificates (PEM, one `CERTIFICATE` block each, valid until
+/// 2126), for ClusterTrustBundles: an API server accepts only CA certificates in a bundle.
+pub const TEST_CAS: [&str; 3] = [
+    // CN=nodelet-test-ca-1
+    r"-----BEGIN CERTIFICATE-----
+MIIBnzCCAUWgAwIBAgIUAXZoAjbb+7tIxMYm13M2cr1FFGAwCgYIKoZIzj0EAwIw
+HDEaMBgGA1UEAwwRbm9kZWxldC10ZXN0LWNhLTEwIBcNMjYxMTI0MjMyNTE2WhgP
+MjEyNjEwMzEyMzI1MTZaMBwxGjAYBgNVBAMMEW5vZGVsZXQtdGVzdC1jYS0xMFkw
+EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAExXXcpx12g/uSrMQUwbyspaVXblv0glCB
+7LEKlhlgCfBf4B7ZMcWFdRjhtXb4sotkbf4tNf/V9p/58cvMXCuSb6NjMGEwHQYD
+VR0OBBYEFL/MrZi3MJq12i+zeoEos+rqCy7SMB8GA1UdIwQYMBaAFL/MrZi3MJq1
+2i+zeoEos+rqCy7SMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoG
+CCqGSM49BAMCA0gAMEUCIAqZtuYR2IbzpPZ6QQo/bd6QmMGI8SqDgg6uxzfxB2v0
+AiEAk0vxmZIiNWuJzof9iKeFbJCaNhuguOVpq6Rsh6uBRaE=
+-----END CERTIFICATE-----
+",
+    // CN=nodelet-test-ca-2
+    r"-----BEGIN CERTIFICATE-----
+MIIBnzCCAUWgAwIBAgIUaItGLvRXEIGrYKjs/RhxqkzprWcwCgYIKoZIzj0EAwIw
+HDEaMBgGA1UEAwwRbm9kZWxldC10ZXN0LWNhLTIwIBcNMjYxMTI0MjMyNTE2WhgP
+MjEyNjEwMzEyMzI1MTZaMBwxGjAYBgNVBAMMEW5vZGVsZXQtdGVzdC1jYS0yMFkw
+EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEXeXK+ZjRwFaC+4Q+jZxo3Eu/jDQPoKft
+sxJt4tOWi1ZuPaOkVZqRACm93A1CjPYKomNF2SPC/xipEWDxXVCpdKNjMGEwHQYD
+VR0OBBYEFPUTdMuh9dBrgLCwYu0JP1+LKjfEMB8GA1UdIwQYMBaAFPUTdMuh9dBr
+gLCwYu0JP1+LKjfEMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoG
+CCqGSM49BAMCA0gAMEUCIQCErAqj5bZN5R7yJtZef+LQnszpz2xLwA0x655ty4cC
+4gIgJDQ7NJuduPyjsPZ5lrVa6Ek6z40LU35hKDox6Xjw+tM=
+-----END CERTIFICATE-----
+",
+    // CN=nodelet-test-ca-3
+    r"-----BEGIN CERTIFICATE-----
+MIIBnzCCAUWgAwIBAgIUIrLq/3bbfKFEteVTqOylpjt6Ih0wCgYIKoZIzj0EAwIw
+HDEaMBgGA1UEAwwRbm9kZWxldC10ZXN0LWNhLTMwIBcNMjYxMTI0MjMyNTE2WhgP
+MjEyNjEwMzEyMzI1MTZaMBwxGjAYBgNVBAMMEW5vZGVsZXQtdGVzdC1jYS0zMFkw
+EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEdglg7uc0zkZ29649tXKBSZ8bRhrzHChg
+Mzl5f/Hc/Nd/bE4wPyf94TXx/tqHbl1jVZDt3T7a3UG7L7mqWYmQHqNjMGEwHQYD
+VR0OBBYEFD+zAthI2kW74owzUA3QUopuhsQ/MB8GA1UdIwQYMBaAFD+zAthI2kW7
+4owzUA3QUopuhsQ/MA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoG
+CCqGSM49BAMCA0gAMEUCIAQxUviB1ywNablqVQvUMceHtx71BmeVMaS7lHdH85fr
+AiEAgk00Cv1LPXH8m/zjuwlSzYJY5dMURPGIawOgzrHQjQg=
+-----END CERTIFICATE-----
+",
+];
+
+/// A `certificates.k8s.io/v1beta1` ClusterTrustBundle manifest: `name` (with a signer, it
+/// must start with the signer name, `/` as `:`, and a `:`), `signerName` if any, labels and
+/// the PEM text.
+pub fn cluster_trust_bundle(
+    name: &str,
+    signer: Option<&str>,
+    labels: &[(&str, &str)],
+    pem: &str,
+) -> Value {
+    let labels: Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    let mut spec = json!({"trustBundle": pem});
+    if let Some(signer) = signer {
+        spec["signerName"] = json!(signer);
+    }
+    json!({
+        "apiVersion": "certificates.k8s.io/v1beta1",
+        "kind": "ClusterTrustBundle",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    })
+}
+
 /// The safety net every in-process test puts around an await or a poll (a notification, a file
 /// on disk, an API object): never reached when the code works, so it is generous — a loaded
 /// 2-core CI machine running the whole suite must not trip it. It is never an assertion of

@@ -21,3 +21,7 @@ mod token;
 
 // Failures during remounts never empty a live volume (upstream #113242, VM-10).
 mod outage;
+
+// The clusterTrustBundle projected source as a node reads it: by name, by signer and
+// selector, updates, missing and optional bundles, modes, no API, gates off (PL-17, PL-20).
+mod trust_bundle;
