@@ -41,5 +41,8 @@ mod reset;
 // The agent under systemd: READY=1 after the first pod sync, STOPPING=1, journal logs, and
 // the unit in contrib/systemd.
 mod service;
+// The clusterTrustBundle projected source: gates from a --config file, a bundle projected
+// and its changes reaching the file (PL-17, PL-20).
+mod trust_bundles;
 // Starting an API server and an agent for one test.
 mod support;
