@@ -4,7 +4,18 @@
 use crate::support::World;
 
 async fn run(name: &str) {
-    let world = World::start().await;
+    // As `cargo xtask e2e --embedded`: the server serves ClusterTrustBundles and the agent
+    // runs with the gates of the clusterTrustBundle source on.
+    let world = World::start_on(
+        nodelet_apiserver::Config::default().with_certificates(),
+        |_| {},
+        |c| {
+            c.feature_gates
+                .set(nodelet_core::Feature::ClusterTrustBundle, true)
+                .set(nodelet_core::Feature::ClusterTrustBundleProjection, true);
+        },
+    )
+    .await;
     let outcome = nodelet_e2e::run_scenario(&world.target(), name).await;
     world.stop().await;
     if let Err(e) = outcome.result {
@@ -42,6 +53,7 @@ scenarios! {
     e2e16_same_name_secrets_in_two_namespaces_do_not_mix => "secret-same-name-other-namespace",
     e2e21_projected_volume_sources_combine => "projected-volume",
     downward_api_volume_files_appear => "downwardapi-volume",
+    pl17_cluster_trust_bundles_are_projected_and_follow_changes => "cluster-trust-bundle",
     e2e9_configmap_updates_reach_the_volume => "configmap-update",
     e2e9_secret_updates_reach_the_volume => "secret-update",
     e2e11_optional_configmaps_created_updated_deleted => "configmap-optional-updates",

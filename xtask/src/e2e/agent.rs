@@ -95,7 +95,18 @@ pub(crate) struct AgentSpec {
     pub(crate) node_name: String,
     pub(crate) root_dir: PathBuf,
     pub(crate) log: PathBuf,
+    /// The agent's `--config` file, written by [`start_agent`].
+    pub(crate) config: PathBuf,
 }
+
+/// The agent's KubeletConfiguration: the gates of the `clusterTrustBundle` source on (the
+/// `cluster-trust-bundle` scenario; harmless where the cluster lacks the API).
+const AGENT_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+featureGates:
+  ClusterTrustBundle: true
+  ClusterTrustBundleProjection: true
+";
 
 /// Starts the agent; it registers its Node (a control plane garbage-collects pods bound to
 /// nodes that do not exist).
@@ -106,9 +117,13 @@ pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
         .append(true)
         .open(&spec.log)
         .with_context(|| format!("opening {}", spec.log.display()))?;
+    std::fs::write(&spec.config, AGENT_CONFIG)
+        .with_context(|| format!("writing {}", spec.config.display()))?;
     let child = Command::new(&spec.binary)
         .arg("--kubeconfig")
         .arg(&spec.kubeconfig)
+        .arg("--config")
+        .arg(&spec.config)
         .args(["--node-name", &spec.node_name, "--register-node"])
         .arg("--root-dir")
         .arg(&spec.root_dir)
@@ -150,6 +165,13 @@ pub(crate) fn start_embedded_apiserver(
     std::fs::create_dir_all(&manifests)?;
     let mut child = Command::new(target_dir.join("nodelet-apiserver"))
         .args(["--listen", "127.0.0.1:0", "--tls", "--auth"])
+        // ClusterTrustBundles, for the `cluster-trust-bundle` scenario.
+        .args([
+            "--runtime-config",
+            "certificates.k8s.io/v1beta1=true",
+            "--feature-gates",
+            "ClusterTrustBundle=true,ClusterTrustBundleProjection=true",
+        ])
         .arg("--node-kubeconfig-out")
         .arg(format!("{node}={}", node_kubeconfig.display()))
         .arg("--manifests")

@@ -264,6 +264,7 @@ fn run(
         node_name: node_name.clone(),
         root_dir: work.join("root"),
         log: work.join("agent.log"),
+        config: work.join("kubelet-config.yaml"),
     };
     // A Node that was there before the run (a real node's, or one left on purpose) is not ours
     // to delete at teardown.

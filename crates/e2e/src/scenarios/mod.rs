@@ -4,6 +4,7 @@
 mod env;
 mod failures;
 mod lifecycle;
+mod trust_bundles;
 mod updates;
 mod volumes;
 
@@ -45,6 +46,7 @@ pub(crate) const ALL: &[Scenario] = &[
     ),
     scenario!("projected-volume", volumes::projected_volume),
     scenario!("downwardapi-volume", volumes::downward_api_volume),
+    scenario!("cluster-trust-bundle", trust_bundles::cluster_trust_bundle),
     scenario!("configmap-update", updates::configmap_update),
     scenario!("secret-update", updates::secret_update),
     scenario!(
