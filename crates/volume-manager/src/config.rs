@@ -56,7 +56,7 @@ pub struct Config {
     /// one (default: a v1.36 kubelet's, both off).
     pub feature_gates: FeatureGates,
     /// Where `clusterTrustBundle` sources read ClusterTrustBundles, and the cache's size and
-    /// lifetime (PL-17; used only with both gates on; default: no source, 220 entries, 5 min).
+    /// lifetime (PL-17, PL-19; used only with both gates on; default: no source, 220 entries, 5 min).
     pub trust_bundles: TrustBundleConfig,
 }
 

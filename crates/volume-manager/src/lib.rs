@@ -1,5 +1,5 @@
 //! The kubelet's volume manager and its configMap, secret, projected, downwardAPI (and
-//! emptyDir) volume plugins, with event-driven updates (spec rules PL-1 … PL-16, VM-1 … VM-13,
+//! emptyDir) volume plugins, with event-driven updates (spec rules PL-1 … PL-20, VM-1 … VM-13,
 //! UP-1 … UP-4).
 //!
 //! The agent says which pods should run here; this crate turns their volumes into directories
@@ -37,6 +37,12 @@
 //! * [`EventSink`] — where `FailedMount` and the other events go (the pod worker re-exports
 //!   and uses the same trait; the type is `nodelet_core::EventType`); [`TokenSource`] — where
 //!   service account tokens come from ([`KubeTokenSource`]: the TokenRequest API).
+//! * [`trust_bundle`] — `clusterTrustBundle` projected sources (PL-17 … PL-20), only with the
+//!   `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates on
+//!   ([`Config::feature_gates`]): a [`TrustBundleManager`] built from
+//!   [`Config::trust_bundles`] reads ClusterTrustBundles through one cluster-wide watch
+//!   ([`KubeTrustBundleSource`]) started by the first volume that needs one, and its change
+//!   notifications remount the volumes reading a bundle (by name or by signer).
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts.
 //!
 //! ```text
@@ -115,6 +121,10 @@
 //!   quirk): a SetUp tears its directory down on failure only if that same SetUp created it.
 //! * **Secrets on tmpfs only when possible**: [`MemoryMedium::Auto`] probes once whether the
 //!   agent can mount; if not, memory volumes go to node disk and one warning is logged.
+//! * **ClusterTrustBundles** (PL-20): a bundle change remounts the volumes that read it at
+//!   once (the kubelet waits for the pod's next sync); cached results are dropped for the
+//!   bundle's name and its signer; the anchors' random order is fixed per process, so an
+//!   unchanged set never rewrites a file; a server without the API is named in the error.
 //! * **Tokens**: when a refresh fails the remount fails (old token stays on disk, event,
 //!   backoff) instead of silently keeping the old token until the next sync.
 //! * **Restart**: volumes found on disk are adopted as *uncertain* and set up again without

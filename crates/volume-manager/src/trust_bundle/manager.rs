@@ -1,4 +1,4 @@
-//! [`TrustBundleManager`]: the trust anchors of `clusterTrustBundle` projections (PL-17),
+//! [`TrustBundleManager`]: the trust anchors of `clusterTrustBundle` projections (PL-19),
 //! from a lazily started cluster-wide watch, normalized and cached.
 
 use std::collections::HashMap;
@@ -18,10 +18,14 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::error::TrustBundleError;
 use super::pem::normalize;
+use super::refs::TrustBundleChange;
 use super::selector::Selector;
 use super::source::{BundleEvent, BundleStream, TrustBundle, TrustBundleApi, TrustBundleSource};
-use super::{TrustBundleChange, TrustBundleError};
+
+/// Changes kept for a slow subscriber before it lags (and misses some).
+const CHANGES_CAPACITY: usize = 1024;
 
 /// Options of the [`TrustBundleManager`] a [`VolumeManager`](crate::VolumeManager) builds
 /// when the `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates are on.
@@ -138,7 +142,7 @@ impl TrustBundleManager {
                 store: RwLock::new(Store::default()),
                 synced: watch::channel(false).0,
                 cache: Mutex::new(LruCache::new(config.cache_size)),
-                changes: broadcast::channel(crate::updates::CAPACITY).0,
+                changes: broadcast::channel(CHANGES_CAPACITY).0,
                 order: RandomState::new(),
                 shutdown: CancellationToken::new(),
                 normalizations: AtomicU64::new(0),
@@ -457,7 +461,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::trust_bundle::FakeTrustBundleSource;
+    use crate::trust_bundle::fake::FakeTrustBundleSource;
 
     /// A PEM `CERTIFICATE` block around `der`.
     fn pem(der: &[u8]) -> String {

@@ -1,4 +1,4 @@
-//! PEM handling of trust bundles (PL-17): every PEM block of the selected bundles is decoded,
+//! PEM handling of trust bundles (PL-18): every PEM block of the selected bundles is decoded,
 //! blocks with the same DER bytes are kept once, the set is put in an order random per
 //! process, and each block is written out again as a `CERTIFICATE` block.
 

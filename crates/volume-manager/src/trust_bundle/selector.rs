@@ -7,7 +7,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::TrustBundleError;
+use super::error::TrustBundleError;
 
 /// The longest selector, written out, the kubelet accepts (100 KiB).
 pub(crate) const MAX_SELECTOR_LENGTH: usize = 100 * 1024;

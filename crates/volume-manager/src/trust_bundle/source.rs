@@ -1,5 +1,5 @@
 //! The seam between the [`TrustBundleManager`](super::TrustBundleManager) and the API server
-//! (PL-17): [`TrustBundleSource`], the version-neutral [`TrustBundle`] and [`BundleEvent`],
+//! (PL-19): [`TrustBundleSource`], the version-neutral [`TrustBundle`] and [`BundleEvent`],
 //! and [`KubeTrustBundleSource`], the real one (discovery, then a cluster-wide list and watch
 //! of `certificates.k8s.io/v1beta1`, else `v1alpha1`, ClusterTrustBundles).
 
