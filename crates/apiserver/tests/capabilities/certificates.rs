@@ -4,7 +4,7 @@
 //! NodeRestriction) and the test signer.
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
+use k8s_openapi::api::certificates::v1beta1::{ClusterTrustBundle, PodCertificateRequest};
 use kube::api::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -439,4 +439,442 @@ async fn a_node_reads_cluster_trust_bundles_but_never_writes_them() {
         status(node.list(&ListParams::default()).await.unwrap_err()).code,
         403
     );
+}
+
+// --- PodCertificateRequests ------------------------------------------------------------------
+
+const SIGNER: &str = "example.com/test-signer";
+
+/// What a kubelet fills in from the API: the node, pod and service account and their UIDs.
+struct PodFacts {
+    node_uid: String,
+    pod_uid: String,
+    sa_uid: String,
+}
+
+/// Node n1, namespace ns, service account `runner`, pod p1 on n1 running as it; pod p2 on n2.
+fn seed_pod(h: &nodelet_apiserver::ServerHandle) -> PodFacts {
+    let uid = |v: &Value| v["metadata"]["uid"].as_str().expect("uid").to_string();
+    let node = h
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}))
+        .expect("node");
+    h.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
+        .expect("ns");
+    let sa = h
+        .create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner", "namespace": "ns"}}))
+        .expect("sa");
+    let pod = h
+        .create(super::pod_json(
+            "ns",
+            "p1",
+            json!({"nodeName": "n1", "serviceAccountName": "runner"}),
+        ))
+        .expect("pod");
+    h.create(super::pod_json(
+        "ns",
+        "p2",
+        json!({"nodeName": "n2", "serviceAccountName": "runner"}),
+    ))
+    .expect("pod 2");
+    PodFacts {
+        node_uid: uid(&node),
+        pod_uid: uid(&pod),
+        sa_uid: uid(&sa),
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A PodCertificateRequest for pod p1 with a stub PKCS#10 request for `key`, as a v1.36
+/// kubelet sends it; `extra` (an object) is merged into the spec.
+fn pcr_json(name: &str, f: &PodFacts, key: &rcgen::KeyPair, extra: Value) -> Value {
+    let csr = rcgen::CertificateParams::default()
+        .serialize_request(key)
+        .expect("csr");
+    let mut spec = json!({
+        "signerName": SIGNER, "podName": "p1", "podUID": f.pod_uid,
+        "serviceAccountName": "runner", "serviceAccountUID": f.sa_uid,
+        "nodeName": "n1", "nodeUID": f.node_uid,
+        "stubPKCS10Request": b64(csr.der()),
+    });
+    if let (Some(s), Value::Object(e)) = (spec.as_object_mut(), extra) {
+        for (k, v) in e {
+            if v.is_null() {
+                s.remove(&k);
+            } else {
+                s.insert(k, v);
+            }
+        }
+    }
+    json!({"apiVersion": V1BETA1, "kind": "PodCertificateRequest",
+        "metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+}
+
+fn pcr(v: Value) -> PodCertificateRequest {
+    serde_json::from_value(v).expect("pcr")
+}
+
+async fn pcr_setup(config: Config) -> (ApiServer, Api<PodCertificateRequest>, PodFacts) {
+    let server = start(config.with_certificates()).await;
+    let facts = seed_pod(&server.handle());
+    let admin = client_for(&server, &User::admin()).await;
+    (server, Api::namespaced(admin, "ns"), facts)
+}
+
+#[tokio::test]
+async fn a_request_is_created_with_defaults_and_without_a_status() {
+    let (_server, pcrs, f) = pcr_setup(Config::default()).await;
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut body = pcr_json("r1", &f, &key, json!({}));
+    body["status"] = json!({"certificateChain": "x"});
+    let created = pcrs
+        .create(&PostParams::default(), &pcr(body))
+        .await
+        .expect("create");
+    assert_eq!(created.spec.max_expiration_seconds, Some(86_400));
+    assert!(created.status.is_none_or(|s| s.certificate_chain.is_none()));
+    let listed = pcrs
+        .list(
+            &ListParams::default()
+                .fields("spec.nodeName=n1,spec.signerName=example.com/test-signer"),
+        )
+        .await
+        .expect("list");
+    assert_eq!(listed.items.len(), 1);
+}
+
+#[tokio::test]
+async fn both_key_forms_are_accepted_and_their_proofs_checked() {
+    let (_server, pcrs, f) = pcr_setup(Config::default()).await;
+    // Ed25519 and ECDSA P-384 stub requests.
+    for (i, alg) in [&rcgen::PKCS_ED25519, &rcgen::PKCS_ECDSA_P384_SHA384]
+        .into_iter()
+        .enumerate()
+    {
+        let key = rcgen::KeyPair::generate_for(alg).expect("key");
+        pcrs.create(
+            &PostParams::default(),
+            &pcr(pcr_json(&format!("stub{i}"), &f, &key, json!({}))),
+        )
+        .await
+        .expect("stub request");
+    }
+    // The deprecated pair: a PKIX key and an Ed25519 signature over the pod UID.
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = ring::signature::Ed25519KeyPair::generate_pkcs8(&rng).expect("pkcs8");
+    let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("pair");
+    let rc = rcgen::KeyPair::try_from(pkcs8.as_ref()).expect("rcgen key");
+    use rcgen::PublicKeyData as _;
+    let pkix = rc.subject_public_key_info();
+    let proof = pair.sign(f.pod_uid.as_bytes());
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json(
+            "pkix",
+            &f,
+            &rc,
+            json!({"stubPKCS10Request": null,
+            "pkixPublicKey": b64(&pkix), "proofOfPossession": b64(proof.as_ref())}),
+        )),
+    )
+    .await
+    .expect("pkix request");
+    let wrong = pair.sign(b"another pod");
+    let s = status(
+        pcrs.create(
+            &PostParams::default(),
+            &pcr(pcr_json(
+                "bad-proof",
+                &f,
+                &rc,
+                json!({"stubPKCS10Request": null,
+                "pkixPublicKey": b64(&pkix), "proofOfPossession": b64(wrong.as_ref())}),
+            )),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        s.message,
+        "PodCertificateRequest.certificates.k8s.io \"bad-proof\" is invalid: spec.proofOfPossession: Invalid value: could not verify proof-of-possession signature"
+    );
+}
+
+#[tokio::test]
+async fn invalid_requests_are_refused_with_the_upstream_texts() {
+    let (_server, pcrs, f) = pcr_setup(Config::default()).await;
+    let key = rcgen::KeyPair::generate().expect("key");
+    let prefix =
+        |n: &str| format!("PodCertificateRequest.certificates.k8s.io \"{n}\" is invalid: ");
+    let mut tampered = rcgen::CertificateParams::default()
+        .serialize_request(&key)
+        .expect("csr")
+        .der()
+        .to_vec();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0xff;
+    let cases = [
+        ("r-signer", json!({"signerName": "nope"}), "spec.signerName: Invalid value: \"nope\": must be a fully qualified domain and path of the form 'example.com/signer-name'".to_string()),
+        ("r-uid", json!({"podUID": ""}), "spec.podUID: Invalid value: \"\": must not be empty".to_string()),
+        ("r-node", json!({"nodeName": "N_1"}), format!("spec.nodeName: Invalid value: \"N_1\": {}", "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")),
+        ("r-short", json!({"maxExpirationSeconds": 60}), "spec.maxExpirationSeconds: Invalid value: 60: must be in the range [3600, 7862400]".to_string()),
+        ("r-k8s", json!({"signerName": "kubernetes.io/x", "maxExpirationSeconds": 86401}), "spec.maxExpirationSeconds: Invalid value: 86401: must be in the range [3600, 86400]".to_string()),
+        ("r-none", json!({"stubPKCS10Request": null}), "spec: Invalid value: exactly one of (stubPKCS10Request) or (pkixPublicKey, proofOfPossession) must be set".to_string()),
+        ("r-junk", json!({"stubPKCS10Request": b64(b"junk")}), "spec.stubPKCS10Request: Invalid value: must be a valid PKCS#10 CSR".to_string()),
+        ("r-sig", json!({"stubPKCS10Request": b64(&tampered)}), "spec.stubPKCS10Request: Invalid value: invalid signature".to_string()),
+    ];
+    for (name, extra, want) in cases {
+        let s = status(
+            pcrs.create(
+                &PostParams::default(),
+                &pcr(pcr_json(name, &f, &key, extra)),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            (s.code, s.message.clone()),
+            (422, format!("{}{want}", prefix(name)))
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_spec_is_immutable_and_the_status_changes_only_through_its_subresource() {
+    let (_server, pcrs, f) = pcr_setup(Config::default()).await;
+    let key = rcgen::KeyPair::generate().expect("key");
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json("r", &f, &key, json!({}))),
+    )
+    .await
+    .expect("create");
+    let s = status(
+        pcrs.patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"podName": "p2"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(s.code, 422);
+    assert!(
+        s.message.contains("spec: Invalid value: ") && s.message.ends_with("field is immutable"),
+        "{}",
+        s.message
+    );
+    // Labels may change; a status in the main resource is ignored.
+    let patched = pcrs
+        .patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}},
+                "status": {"conditions": [{"type": "Denied", "status": "True", "reason": "No", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .expect("metadata patch");
+    assert!(patched.status.and_then(|s| s.conditions).is_none());
+
+    let cond = |ty: &str, status: &str| json!({"type": ty, "status": status, "reason": "Because", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let patch_status = |v: Value| {
+        let pcrs = pcrs.clone();
+        async move {
+            pcrs.patch_status("r", &PatchParams::default(), &Patch::Merge(v))
+                .await
+        }
+    };
+    let prefix = "PodCertificateRequest.certificates.k8s.io \"r\" is invalid: ";
+    let cases = [
+        (
+            json!({"status": {"conditions": [cond("Ready", "True")]}}),
+            "status.conditions[0].type: Unsupported value: \"Ready\": supported values: \"Issued\", \"Denied\", \"Failed\"",
+        ),
+        (
+            json!({"status": {"conditions": [cond("Denied", "False")]}}),
+            "status.conditions[0].status: Unsupported value: \"False\": supported values: \"True\"",
+        ),
+        (
+            json!({"status": {"conditions": [cond("Denied", "True"), cond("Failed", "True")]}}),
+            "status.conditions[1].type: Invalid value: \"Failed\": There may be at most one condition with type \"Issued\", \"Denied\", or \"Failed\"",
+        ),
+        (
+            json!({"status": {"conditions": [cond("Denied", "True")], "certificateChain": "x"}}),
+            "status: Invalid value: non-condition status fields must be empty when denying or failing the PodCertificateRequest",
+        ),
+        (
+            json!({"status": {"notBefore": "2026-01-01T00:00:00Z"}}),
+            "status: Invalid value: status is immutable unless transitioning to \"Issued\", \"Denied\", or \"Failed\"",
+        ),
+        (
+            json!({"status": {"conditions": [cond("Issued", "True")]}}),
+            "status.certificateChain: Invalid value: \"\": issued certificate chain must contain at least one certificate",
+        ),
+    ];
+    for (body, want) in cases {
+        let s = status(patch_status(body).await.unwrap_err());
+        assert_eq!(
+            (s.code, s.message.clone()),
+            (422, format!("{prefix}{want}"))
+        );
+    }
+    // A spec change through status is dropped; a denial is final.
+    let denied = patch_status(
+        json!({"spec": {"podName": "p2"}, "status": {"conditions": [cond("Denied", "True")]}}),
+    )
+    .await
+    .expect("deny");
+    assert_eq!(denied.spec.pod_name, "p1");
+    let s = status(
+        patch_status(json!({"status": {"conditions": [cond("Failed", "True")]}}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        s.message,
+        format!(
+            "{prefix}status: Invalid value: immutable after PodCertificateRequest is issued, denied, or failed"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_node_creates_requests_and_reads_only_its_own() {
+    let (server, admin_pcrs, f) = pcr_setup(Config::default().with_auth()).await;
+    let node = client_for(&server, &User::node("n1")).await;
+    let pcrs: Api<PodCertificateRequest> = Api::namespaced(node.clone(), "ns");
+    let key = rcgen::KeyPair::generate().expect("key");
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json("mine", &f, &key, json!({}))),
+    )
+    .await
+    .expect("node creates");
+    assert!(pcrs.get("mine").await.is_ok());
+    let own = pcrs
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("list own");
+    assert_eq!(own.items.len(), 1);
+    let mut w = pcrs
+        .watch(&WatchParams::default().fields("spec.nodeName=n1"), "0")
+        .await
+        .expect("watch own")
+        .boxed();
+    let first = tokio::time::timeout(PATIENCE, w.try_next())
+        .await
+        .expect("in time");
+    assert!(matches!(first, Ok(Some(WatchEvent::Added(_)))));
+
+    let s = status(pcrs.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(s.code, 403);
+    assert!(
+        s.message
+            .ends_with("can only list/watch podcertificaterequests with nodeName field selector"),
+        "{}",
+        s.message
+    );
+    let s = status(
+        pcrs.list(&ListParams::default().fields("spec.nodeName=n2"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(s.code, 403);
+
+    // Another node's request (created by an admin) is not readable.
+    let mut other = pcr_json("other", &f, &key, json!({"nodeName": "n2"}));
+    other["spec"]["nodeName"] = json!("n2");
+    admin_pcrs
+        .create(&PostParams::default(), &pcr(other))
+        .await
+        .expect("admin creates");
+    let s = status(pcrs.get("other").await.unwrap_err());
+    assert_eq!(s.code, 403);
+    assert!(
+        s.message
+            .ends_with("no relationship found between node 'n1' and this object"),
+        "{}",
+        s.message
+    );
+
+    let s = status(
+        pcrs.delete("mine", &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message
+            .ends_with("nodes may not delete podcertificaterequests"),
+        "{}",
+        s.message
+    );
+    let s = status(
+        pcrs.patch_status(
+            "mine",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(
+        s.message
+            .ends_with("nodes may not access the status subresource of PodCertificateRequests"),
+        "{}",
+        s.message
+    );
+
+    // With the gate, a node reads the service accounts its pods run as.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(node, "ns");
+    assert!(sas.get("runner").await.is_ok());
+}
+
+#[tokio::test]
+async fn node_restriction_checks_the_node_pod_and_service_account_named() {
+    let (server, _admin, f) = pcr_setup(Config::default().with_auth()).await;
+    let h = server.handle();
+    h.create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "other", "namespace": "ns"}}))
+        .expect("sa");
+    let mut mirror = super::pod_json(
+        "ns",
+        "mirror",
+        json!({"nodeName": "n1", "serviceAccountName": "runner"}),
+    );
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+    let mirror = h.create(mirror).expect("mirror pod");
+    let pcrs: Api<PodCertificateRequest> =
+        Api::namespaced(client_for(&server, &User::node("n1")).await, "ns");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let forbidden = |n: &str, why: &str| {
+        format!("podcertificaterequests.certificates.k8s.io \"{n}\" is forbidden: {why}")
+    };
+    let pod2_uid = h.get("v1", "Pod", Some("ns"), "p2").expect("p2")["metadata"]["uid"].clone();
+    let cases = [
+        ("a", json!({"nodeName": "n2"}), 403, forbidden("a", "PodCertificateRequest.Spec.NodeName=\"n2\", which is not the requesting node \"n1\"")),
+        ("b", json!({"nodeUID": "stale"}), 500, format!("PodCertificateRequest for pod \"ns/p1\" names node UID \"stale\", inconsistent with the running node (\"{}\")", f.node_uid)),
+        ("c", json!({"podName": "gone"}), 500, "while retrieving pod \"ns/gone\" named in the PodCertificateRequest: pods \"gone\" not found".to_string()),
+        ("d", json!({"podUID": "stale"}), 500, format!("PodCertificateRequest for pod \"ns/p1\" contains pod UID (\"stale\") which differs from running pod \"{}\"", f.pod_uid)),
+        ("e", json!({"podName": "p2", "podUID": pod2_uid}), 403, forbidden("e", "pod \"ns/p2\" is not running on node \"n1\" named in the PodCertificateRequest")),
+        ("f", json!({"podName": "mirror", "podUID": mirror["metadata"]["uid"]}), 403, forbidden("f", "pod \"ns/mirror\" is a mirror pod")),
+        ("g", json!({"serviceAccountName": "other"}), 403, forbidden("g", "PodCertificateRequest for pod \"ns/p1\" contains serviceAccountName (\"other\") that differs from running pod (\"runner\")")),
+        ("h", json!({"serviceAccountUID": "stale"}), 500, format!("PodCertificateRequest for pod \"ns/p1\" names service account UID \"stale\", which differs from the running service account (\"{}\")", f.sa_uid)),
+    ];
+    for (name, extra, code, want) in cases {
+        let s = status(
+            pcrs.create(
+                &PostParams::default(),
+                &pcr(pcr_json(name, &f, &key, extra)),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            (s.code, s.message.as_str()),
+            (code, want.as_str()),
+            "{name}"
+        );
+    }
 }
