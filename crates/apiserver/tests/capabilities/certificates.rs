@@ -9,6 +9,7 @@ use kube::api::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::{Api, Client};
+use nodelet_apiserver::testing::{Outcome, PodCertificateSigner, SignerMode};
 use nodelet_apiserver::{ApiServer, Config, Error, User};
 use serde_json::{Value, json};
 
@@ -877,4 +878,297 @@ async fn node_restriction_checks_the_node_pod_and_service_account_named() {
             "{name}"
         );
     }
+}
+
+// --- The test signer and issued statuses ------------------------------------------------------
+
+/// Waits until the request `name` has a condition, and returns it.
+async fn answered(pcrs: &Api<PodCertificateRequest>, name: &str) -> PodCertificateRequest {
+    let wait = async {
+        loop {
+            if let Ok(r) = pcrs.get(name).await
+                && r.status
+                    .as_ref()
+                    .is_some_and(|s| s.conditions.as_ref().is_some_and(|c| !c.is_empty()))
+            {
+                return r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .expect("request answered in time")
+}
+
+fn condition(r: &PodCertificateRequest) -> (String, String) {
+    let c = &r
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()[0];
+    (c.type_.clone(), c.reason.clone())
+}
+
+#[tokio::test]
+async fn the_signer_issues_a_leaf_for_the_requested_key_signed_by_its_published_ca() {
+    let (server, pcrs, f) = pcr_setup(Config::default()).await;
+    let admin = client_for(&server, &User::admin()).await;
+    let signer = PodCertificateSigner::start(admin.clone(), SIGNER).expect("signer");
+    let bundle = signer.publish_trust_bundle().await.expect("publish");
+    assert_eq!(
+        bundle.metadata.name.as_deref(),
+        Some("example.com:test-signer:ca")
+    );
+    assert_eq!(bundle.spec.trust_bundle, signer.ca_pem());
+    assert_eq!(bundle.spec.signer_name.as_deref(), Some(SIGNER));
+    // Publishing again updates the same bundle (here: its labels).
+    let labels = [("app".to_string(), "x".to_string())].into_iter().collect();
+    let again = signer
+        .publish_trust_bundle_labeled(&labels)
+        .await
+        .expect("republish");
+    assert_eq!(again.metadata.labels, Some(labels));
+
+    let key = rcgen::KeyPair::generate().expect("key");
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json("r", &f, &key, json!({}))),
+    )
+    .await
+    .expect("create");
+    let issued = answered(&pcrs, "r").await;
+    assert_eq!(
+        condition(&issued),
+        ("Issued".to_string(), "Issued".to_string())
+    );
+    let st = issued.status.expect("status");
+    let chain = st.certificate_chain.expect("chain");
+    let (_, block) = x509_parser::pem::parse_x509_pem(chain.as_bytes()).expect("pem");
+    let leaf = block.parse_x509().expect("leaf");
+    use rcgen::PublicKeyData as _;
+    assert_eq!(
+        leaf.public_key().raw,
+        key.subject_public_key_info().as_slice()
+    );
+    let (_, ca_block) =
+        x509_parser::pem::parse_x509_pem(signer.ca_pem().as_bytes()).expect("ca pem");
+    let ca = ca_block.parse_x509().expect("ca");
+    assert!(leaf.verify_signature(Some(ca.public_key())).is_ok());
+    let (nb, na, refresh) = (
+        st.not_before.expect("notBefore").0,
+        st.not_after.expect("notAfter").0,
+        st.begin_refresh_at.expect("beginRefreshAt").0,
+    );
+    assert_eq!(leaf.validity().not_before.timestamp(), nb.as_second());
+    assert_eq!(na.as_second() - nb.as_second(), 86_400);
+    assert_eq!(refresh.as_second() - nb.as_second(), 43_200);
+    assert!(
+        matches!(&signer.decisions()[..], [d] if d.name == "r" && matches!(d.outcome, Outcome::Issued(_)))
+    );
+
+    // An issued request is final.
+    let s = status(
+        pcrs.patch_status(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"beginRefreshAt": null}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(s.message.ends_with("status: Invalid value: immutable after PodCertificateRequest is issued, denied, or failed"), "{}", s.message);
+}
+
+#[tokio::test]
+async fn the_signer_denies_fails_or_holds_as_the_test_says() {
+    let (server, pcrs, f) = pcr_setup(Config::default()).await;
+    let signer = PodCertificateSigner::start(client_for(&server, &User::admin()).await, SIGNER)
+        .expect("signer");
+    let key = rcgen::KeyPair::generate().expect("key");
+    signer.set_mode(SignerMode::Hold);
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json("held", &f, &key, json!({}))),
+    )
+    .await
+    .expect("create");
+    // Held: answered only once the mode changes.
+    signer.set_mode(SignerMode::Deny {
+        reason: "NotToday".into(),
+        message: "no".into(),
+    });
+    assert_eq!(
+        condition(&answered(&pcrs, "held").await),
+        ("Denied".into(), "NotToday".into())
+    );
+    signer.set_mode(SignerMode::Fail {
+        reason: "Broken".into(),
+        message: "oops".into(),
+    });
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json("fails", &f, &key, json!({}))),
+    )
+    .await
+    .expect("create");
+    assert_eq!(
+        condition(&answered(&pcrs, "fails").await),
+        ("Failed".into(), "Broken".into())
+    );
+    let names: Vec<_> = signer.decisions().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, vec!["held", "fails"]);
+}
+
+#[tokio::test]
+async fn an_issued_status_must_fit_the_request_and_the_leaf() {
+    let (server, pcrs, f) = pcr_setup(Config::default()).await;
+    let admin = client_for(&server, &User::admin()).await;
+    let _signer = PodCertificateSigner::start(admin, SIGNER).expect("signer");
+    let key = rcgen::KeyPair::generate().expect("key");
+    pcrs.create(
+        &PostParams::default(),
+        &pcr(pcr_json("good", &f, &key, json!({}))),
+    )
+    .await
+    .expect("create");
+    let good = answered(&pcrs, "good").await;
+    let good_status = serde_json::to_value(good.status.expect("status")).expect("json");
+    // Requests for another signer nobody answers: statuses are written by hand.
+    let held = |name: &str, k: &rcgen::KeyPair, extra: Value| {
+        let mut body = pcr_json(name, &f, k, extra);
+        body["spec"]["signerName"] = json!("example.com/nobody");
+        pcr(body)
+    };
+    let other_key = rcgen::KeyPair::generate().expect("key");
+    let prefix =
+        |n: &str| format!("PodCertificateRequest.certificates.k8s.io \"{n}\" is invalid: ");
+    let write = |name: &'static str, status: Value| {
+        let pcrs = pcrs.clone();
+        async move {
+            pcrs.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+        }
+    };
+    pcrs.create(
+        &PostParams::default(),
+        &held("other-key", &other_key, json!({})),
+    )
+    .await
+    .expect("create");
+    let s = status(write("other-key", good_status.clone()).await.unwrap_err());
+    assert!(
+        s.message.starts_with(&prefix("other-key"))
+            && s.message
+                .ends_with("leaf certificate was not issued to the requested public key"),
+        "{}",
+        s.message
+    );
+
+    pcrs.create(
+        &PostParams::default(),
+        &held("short", &key, json!({"maxExpirationSeconds": 3600})),
+    )
+    .await
+    .expect("create");
+    let s = status(write("short", good_status.clone()).await.unwrap_err());
+    assert_eq!(
+        s.message,
+        format!(
+            "{}status.certificateChain: Invalid value: 86400000000000: leaf certificate lifetime must be <= spec.maxExpirationSeconds (3600)",
+            prefix("short")
+        )
+    );
+
+    pcrs.create(&PostParams::default(), &held("times", &key, json!({})))
+        .await
+        .expect("create");
+    let mut wrong_nb = good_status.clone();
+    wrong_nb["notBefore"] = json!("2020-01-01T00:00:00Z");
+    let s = status(write("times", wrong_nb).await.unwrap_err());
+    assert_eq!(
+        s.message,
+        format!(
+            "{}status.notBefore: Invalid value: \"2020-01-01T00:00:00Z\": must be set to the NotBefore time encoded in the leaf certificate",
+            prefix("times")
+        )
+    );
+    let mut early = good_status.clone();
+    early["beginRefreshAt"] = early["notBefore"].clone();
+    let s = status(write("times", early).await.unwrap_err());
+    assert!(
+        s.message
+            .ends_with("must be at least 10 minutes after status.notBefore"),
+        "{}",
+        s.message
+    );
+    let mut missing = good_status.clone();
+    missing["notAfter"] = Value::Null;
+    let s = status(write("times", missing).await.unwrap_err());
+    assert_eq!(
+        s.message,
+        format!(
+            "{}status.notAfter: Required value: must be present and consistent with the issued certificate",
+            prefix("times")
+        )
+    );
+    // The signer's own status, copied, is valid for a request with the same key.
+    write("times", good_status)
+        .await
+        .expect("a valid issued status");
+}
+
+#[tokio::test]
+async fn manifests_load_both_kinds_when_the_group_is_served() {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let csr = rcgen::CertificateParams::default()
+        .serialize_request(&key)
+        .expect("csr");
+    let yaml = format!(
+        "apiVersion: {V1BETA1}\nkind: ClusterTrustBundle\nmetadata: {{name: example.com:test-signer:ca}}\n\
+         spec:\n  signerName: {SIGNER}\n  trustBundle: |\n{}\
+         ---\napiVersion: {V1BETA1}\nkind: PodCertificateRequest\nmetadata: {{name: r, namespace: ns}}\n\
+         spec: {{signerName: {SIGNER}, podName: p, podUID: u1, serviceAccountName: default, \
+         serviceAccountUID: u2, nodeName: n1, nodeUID: u3, stubPKCS10Request: {}}}\n",
+        ca_pem("m")
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>(),
+        b64(csr.der()),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("certs.yaml"), &yaml).expect("write");
+
+    let server = start(Config::default().with_certificates()).await;
+    let h = server.handle();
+    let sync = nodelet_apiserver::ManifestSync::start(h.clone(), dir.path())
+        .await
+        .expect("sync");
+    assert!(sync.errors().is_empty(), "{:?}", sync.errors());
+    assert!(
+        h.get(
+            V1BETA1,
+            "ClusterTrustBundle",
+            None,
+            "example.com:test-signer:ca"
+        )
+        .is_some()
+    );
+    let r = h
+        .get(V1BETA1, "PodCertificateRequest", Some("ns"), "r")
+        .expect("pcr");
+    assert_eq!(r["spec"]["maxExpirationSeconds"], 86_400);
+
+    // Not served: each document is reported, nothing is created.
+    let server = start(Config::default()).await;
+    let sync = nodelet_apiserver::ManifestSync::start(server.handle(), dir.path())
+        .await
+        .expect("sync");
+    let errors: Vec<String> = sync.errors().into_iter().map(|p| p.error).collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("is not served"), "{errors:?}");
 }
