@@ -1172,3 +1172,83 @@ async fn manifests_load_both_kinds_when_the_group_is_served() {
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].contains("is not served"), "{errors:?}");
 }
+
+// --- The binary's flags ----------------------------------------------------------------------
+
+#[test]
+fn the_binary_takes_runtime_config_and_feature_gates_and_refuses_unknown_gates() {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    use std::process::{Command, Stdio};
+    let bin = env!("CARGO_BIN_EXE_nodelet-apiserver");
+    for (bad, why) in [
+        (
+            vec!["--feature-gates", "ClusterTrustBundle=true,Nope=true"],
+            "unrecognized feature gate: Nope",
+        ),
+        (
+            vec!["--feature-gates", "ClusterTrustBundle=maybe"],
+            "invalid value of ClusterTrustBundle: maybe",
+        ),
+        (
+            vec!["--runtime-config", "certificates.k8s.io/v1beta1"],
+            "missing bool value",
+        ),
+    ] {
+        let out = Command::new(bin)
+            .args(&bad)
+            .output()
+            .expect("run nodelet-apiserver");
+        assert_eq!(out.status.code(), Some(64), "{bad:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(why), "{bad:?}: {stderr}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin)
+        .args(["--listen", "127.0.0.1:0", "--plain-http"])
+        .args(["--runtime-config", "certificates.k8s.io/v1beta1=true"])
+        .args([
+            "--feature-gates",
+            "ClusterTrustBundle=true",
+            "--feature-gates",
+            "PodCertificateRequest=true",
+        ])
+        .arg("--kubeconfig-out")
+        .arg(dir.path().join("kubeconfig"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn nodelet-apiserver");
+    let stdout = child.stdout.take().expect("stdout");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(PATIENCE).expect("the serving line");
+    let addr = line
+        .trim()
+        .strip_prefix("serving http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    write!(stream, "GET /apis/certificates.k8s.io/v1beta1 HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(
+        answer.contains("\"clustertrustbundles\"")
+            && answer.contains("\"podcertificaterequests/status\""),
+        "{answer}"
+    );
+}
