@@ -2,6 +2,7 @@
 //! (`trust_bundle.rs`) and PodCertificateRequests (`pod_request.rs`) with upstream's texts, and
 //! what both share: PEM scanning, signer names, and the subject keys a pod may ask for.
 
+pub(crate) mod keys;
 pub(crate) mod pod_request;
 pub(crate) mod trust_bundle;
 

@@ -3,7 +3,7 @@
 //!
 //! Every write runs under the store lock: (1) read the current object, (2) check preconditions
 //! (resourceVersion, uid, namespace existence; NodeRestriction admission for a node writing a
-//! Node), (3) apply the strategy (defaults, resets),
+//! Node or creating a PodCertificateRequest), (3) apply the strategy (defaults, resets),
 //! (4) validate, (5) stamp system metadata, (6) commit — or stop before (6) for `dryRun`.
 
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
 use crate::resources::{
-    CONFIGMAPS, NAMESPACES, NODES, ResourceId, SECRETS, SERVICEACCOUNTS, Served,
+    CONFIGMAPS, NAMESPACES, NODES, POD_CERTIFICATE_REQUESTS, ResourceId, SECRETS, SERVICEACCOUNTS,
+    Served,
 };
 
 /// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
@@ -284,6 +285,8 @@ impl Registry {
         if info.namespaced && s.get(&Key::new(NAMESPACES, "", ns)).is_none() {
             return Err(ApiError::not_found(NAMESPACES.info(), ns));
         }
+        // The name admission sees: before generateName is applied, as upstream.
+        let requested_name = meta_str(&body, "name").unwrap_or("").to_string();
         {
             let meta = meta_mut(&mut body)
                 .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
@@ -312,6 +315,17 @@ impl Registry {
         {
             let name = meta_str(&body, "name").unwrap_or("");
             crate::node_restriction::admit_node(node, name, &body, None)?;
+        }
+        if res == POD_CERTIFICATE_REQUESTS
+            && let Some(node) = &opts.node
+        {
+            crate::node_restriction::admit_pod_certificate_request(
+                s,
+                node,
+                ns,
+                &requested_name,
+                &body,
+            )?;
         }
         // (3) strategy, and ServiceAccount admission for pods
         strategy::prepare_for_create(res, &mut body);
