@@ -471,10 +471,11 @@ mod tests {
     }
 
     fn manager(source: &FakeTrustBundleSource, cache_size: usize) -> TrustBundleManager {
-        let mut config = TrustBundleConfig::default();
-        config.source = Some(Arc::new(source.clone()));
-        config.cache_size = NonZeroUsize::new(cache_size).unwrap();
-        TrustBundleManager::new(config)
+        TrustBundleManager::new(TrustBundleConfig {
+            source: Some(Arc::new(source.clone())),
+            cache_size: NonZeroUsize::new(cache_size).unwrap(),
+            ..TrustBundleConfig::default()
+        })
     }
 
     fn ders(anchors: &[u8]) -> Vec<Vec<u8>> {

@@ -49,7 +49,8 @@ impl Default for Options {
 }
 
 pub(crate) struct Env {
-    pub(crate) server: ApiServer,
+    /// Kept running for the test's life.
+    _server: ApiServer,
     pub(crate) api: ServerHandle,
     pub(crate) root: tempfile::TempDir,
     pub(crate) vm: VolumeManager,
@@ -148,7 +149,7 @@ impl Env {
         );
         Env {
             api: server.handle(),
-            server,
+            _server: server,
             root,
             vm: parts.vm,
             events: parts.events,
