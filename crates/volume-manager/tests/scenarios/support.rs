@@ -49,8 +49,7 @@ impl Default for Options {
 }
 
 pub(crate) struct Env {
-    /// Kept running for the test's life.
-    _server: ApiServer,
+    server: ApiServer,
     pub(crate) api: ServerHandle,
     pub(crate) root: tempfile::TempDir,
     pub(crate) vm: VolumeManager,
@@ -149,7 +148,7 @@ impl Env {
         );
         Env {
             api: server.handle(),
-            _server: server,
+            server,
             root,
             vm: parts.vm,
             events: parts.events,
@@ -190,6 +189,11 @@ impl Env {
         }
         self.configmaps.shutdown().await;
         self.secrets.shutdown().await;
+    }
+
+    /// An administrator's client (whatever identity the volume manager uses).
+    pub(crate) fn admin(&self) -> kube::Client {
+        self.server.client()
     }
 
     pub(crate) fn create(&self, obj: Value) -> Value {

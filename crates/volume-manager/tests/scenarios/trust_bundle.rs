@@ -175,6 +175,47 @@ async fn bundles_of_a_signer_are_selected_by_label_and_a_new_bundle_arrives() {
     assert_eq!((blocks(&team_a), blocks(&all)), (2, 3));
 }
 
+// The stand-in's test signer (what a podCertificate signer does) publishes its CA as a
+// bundle of its signer: a pod trusting that signer gets it, and a relabelled republish that
+// its selector no longer matches leaves the pod with the other bundle only.
+#[tokio::test]
+async fn a_signers_published_ca_reaches_pods_that_trust_the_signer() {
+    let env = env(true, true).await;
+    let signer =
+        nodelet_apiserver::testing::PodCertificateSigner::start(env.admin(), "example.com/issuer")
+            .unwrap();
+    signer
+        .publish_trust_bundle_labeled(&[("trust".to_owned(), "yes".to_owned())].into())
+        .await
+        .unwrap();
+    env.create(cluster_trust_bundle(
+        "example.com:issuer:previous",
+        Some("example.com/issuer"),
+        &[("trust", "yes")],
+        TEST_CAS[0],
+    ));
+    let p = pod(
+        &env,
+        "p",
+        json!({"signerName": "example.com/issuer",
+            "labelSelector": {"matchLabels": {"trust": "yes"}}, "path": "ca.pem"}),
+        None,
+    );
+    env.add_and_mount(&p).await;
+    assert_eq!(
+        certs(&bundle_file(&env, &p)),
+        set(&[signer.ca_pem(), TEST_CAS[0]])
+    );
+    signer
+        .publish_trust_bundle_labeled(&[("trust".to_owned(), "no".to_owned())].into())
+        .await
+        .unwrap();
+    env.until("the relabelled CA left the file", || {
+        certs(&bundle_file(&env, &p)) == set(&[TEST_CAS[0]])
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_missing_bundle_fails_the_mount_until_created_and_an_optional_one_is_an_empty_file() {
     let env = env(true, true).await;
