@@ -324,6 +324,17 @@ impl Cli {
         agent.node_labels = file.node_labels.unwrap_or_default();
         agent.feature_gates =
             nodelet_core::FeatureGates::from_map(file.feature_gates.unwrap_or_default());
+        // As the kubelet: a gate on whose dependency is off refuses to start.
+        if let Some((feature, off)) = agent.feature_gates.unmet_dependencies().first() {
+            let off: Vec<&str> = off.iter().map(|f| f.name()).collect();
+            return Err(invalid(
+                "featureGates",
+                format!(
+                    "{feature} is enabled, but depends on features that are disabled: [{}]",
+                    off.join(" ")
+                ),
+            ));
+        }
         // As the kubelet: a label NodeRestriction refuses would stall registration forever.
         let refused: Vec<&str> = agent
             .node_labels
@@ -558,6 +569,23 @@ mod tests {
         assert!(gates.enabled(nodelet_core::Feature::ClusterTrustBundleProjection));
         assert!(!gates.enabled(nodelet_core::Feature::PodCertificateRequest));
         assert_eq!(gates.ignored(), ["GracefulNodeShutdown"]);
+
+        // As the kubelet: the projection gate without the API gate is refused.
+        std::fs::write(
+            &file,
+            "featureGates:\n  ClusterTrustBundleProjection: true\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let err = cli(&["--node-name", "n1", "--root-dir", "/r", "--config", f])
+            .settings()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            err,
+            "invalid configuration: featureGates: ClusterTrustBundleProjection is enabled, but \
+             depends on features that are disabled: [ClusterTrustBundle]"
+        );
 
         std::fs::write(&file, "featureGates:\n  EnvFiles: maybe\n")
             .unwrap_or_else(|e| panic!("{e}"));

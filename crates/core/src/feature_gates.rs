@@ -49,6 +49,15 @@ impl Feature {
         matches!(self, Feature::EnvFiles | Feature::PodLevelResources)
     }
 
+    /// The gates this one needs on when it is on (the kubelet refuses to start otherwise):
+    /// `ClusterTrustBundleProjection` needs `ClusterTrustBundle`.
+    pub fn depends_on(self) -> &'static [Feature] {
+        match self {
+            Feature::ClusterTrustBundleProjection => &[Feature::ClusterTrustBundle],
+            _ => &[],
+        }
+    }
+
     /// The gate called `name`, if nodelet follows it.
     pub fn from_name(name: &str) -> Option<Feature> {
         Feature::ALL.into_iter().find(|f| f.name() == name)
@@ -128,6 +137,25 @@ impl FeatureGates {
             .unwrap_or_else(|| feature.default_enabled())
     }
 
+    /// Gates that are on while a gate they depend on is off, each with those gates (the
+    /// kubelet's start-up check: `X is enabled, but depends on features that are disabled:
+    /// [Y]`). Empty for a consistent set.
+    pub fn unmet_dependencies(&self) -> Vec<(Feature, Vec<Feature>)> {
+        Feature::ALL
+            .into_iter()
+            .filter(|f| self.enabled(*f))
+            .filter_map(|f| {
+                let off: Vec<Feature> = f
+                    .depends_on()
+                    .iter()
+                    .copied()
+                    .filter(|d| !self.enabled(*d))
+                    .collect();
+                (!off.is_empty()).then_some((f, off))
+            })
+            .collect()
+    }
+
     /// Gate names the configuration set that nodelet does not follow, sorted.
     pub fn ignored(&self) -> &[String] {
         &self.ignored
@@ -174,6 +202,22 @@ mod tests {
             "{\"ClusterTrustBundle\": false, \"ClusterTrustBundleProjection\": false, \
              \"PodCertificateRequest\": true, \"EnvFiles\": false, \"PodLevelResources\": true}"
         );
+    }
+
+    #[test]
+    fn the_projection_gate_needs_the_cluster_trust_bundle_gate() {
+        let mut gates = FeatureGates::default();
+        assert!(gates.unmet_dependencies().is_empty());
+        gates.set(Feature::ClusterTrustBundleProjection, true);
+        assert_eq!(
+            gates.unmet_dependencies(),
+            [(
+                Feature::ClusterTrustBundleProjection,
+                vec![Feature::ClusterTrustBundle]
+            )]
+        );
+        gates.set(Feature::ClusterTrustBundle, true);
+        assert!(gates.unmet_dependencies().is_empty());
     }
 
     #[test]
