@@ -354,7 +354,7 @@ impl Inner {
 }
 
 /// The next change notification; `Some(None)` when the subscriber lagged. A closed channel
-/// (or none) never resolves again.
+/// never resolves again.
 async fn recv<T: Clone>(rx: &mut Option<broadcast::Receiver<T>>) -> Option<T> {
     let Some(receiver) = rx.as_mut() else {
         return std::future::pending().await;

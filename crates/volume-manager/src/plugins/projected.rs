@@ -3,7 +3,9 @@
 //! merged into one volume.
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume, VolumeProjection};
+use k8s_openapi::api::core::v1::{
+    ClusterTrustBundleProjection, ConfigMap, Secret, Volume, VolumeProjection,
+};
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
 use nodelet_core::ObjectRef;
 use tokio::time::Instant;
@@ -182,23 +184,33 @@ async fn collect_source(
         out.payload.insert(token.path.clone(), file);
         out.refresh_at = Some(out.refresh_at.map_or(refresh_at, |r| r.min(refresh_at)));
     } else if let Some(ctb) = &source.cluster_trust_bundle {
-        // PL-17: only with both gates on (the host has a manager then).
-        let Some(bundles) = ctx.host.trust_bundles() else {
-            return out.errors.push(SetUpError::Unsupported {
-                what: "a clusterTrustBundle projection".into(),
-            });
-        };
-        match bundles.trust_anchors(ctb).await {
-            Ok(anchors) => {
-                let file = owned_file(ctx, anchors.to_vec(), default_mode);
-                out.payload.insert(ctb.path.clone(), file);
-            }
-            Err(e) => out.errors.push(e.into()),
-        }
+        collect_trust_bundle(ctx, ctb, default_mode, out).await;
     } else if source.pod_certificate.is_some() {
         out.errors.push(SetUpError::Unsupported {
             what: "a podCertificate projection".into(),
         });
+    }
+}
+
+/// PL-17: the trust anchors a `clusterTrustBundle` source asks for, at its `path` (with the
+/// gates off: unsupported).
+async fn collect_trust_bundle(
+    ctx: &SetUpContext<'_>,
+    source: &ClusterTrustBundleProjection,
+    default_mode: i32,
+    out: &mut Collected,
+) {
+    let Some(bundles) = ctx.host.trust_bundles() else {
+        return out.errors.push(SetUpError::Unsupported {
+            what: "a clusterTrustBundle projection".into(),
+        });
+    };
+    match bundles.trust_anchors(source).await {
+        Ok(anchors) => {
+            let file = owned_file(ctx, anchors.to_vec(), default_mode);
+            out.payload.insert(source.path.clone(), file);
+        }
+        Err(e) => out.errors.push(e.into()),
     }
 }
 
