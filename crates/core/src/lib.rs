@@ -16,6 +16,7 @@
 //! * [`NodeAllocatable`]: the node's allocatable CPU, memory and ephemeral storage.
 //! * [`node_labels`]: the NodeRestriction rules for the labels a node may set on itself, used
 //!   by the agent (its `nodeLabels`) and by nodelet-apiserver (admission).
+//! * [`backoff::Backoff`] / [`backoff::Jitter`]: the one exponential back-off and jitter.
 //! * [`EventType`]: `Normal` or `Warning`, for the events the node crates emit.
 //! * [`FeatureGates`] / [`Feature`]: the Kubernetes feature gates nodelet follows, with a
 //!   v1.36 kubelet's defaults.
@@ -57,6 +58,7 @@
 
 mod admitted;
 mod allocatable;
+pub mod backoff;
 mod events;
 mod feature_gates;
 mod layout;
