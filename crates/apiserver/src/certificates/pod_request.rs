@@ -3,7 +3,8 @@
 //!
 //! # Create
 //! 1. Defaults: `spec.maxExpirationSeconds` 86400; the status is dropped.
-//! 2. Metadata (name a DNS subdomain), `spec.signerName`, `spec.podName`,
+//! 2. Metadata (name a DNS subdomain), `spec.signerName`, `spec.unverifiedUserAnnotations`
+//!    (domain-prefixed keys, 256 KiB in all), `spec.podName`,
 //!    `spec.serviceAccountName`, `spec.nodeName` (DNS subdomains), `spec.podUID`,
 //!    `spec.serviceAccountUID`, `spec.nodeUID` (non-empty, at most 128 bytes).
 //! 3. `spec.maxExpirationSeconds` in [3600, 86400] for `kubernetes.io` signers, else
@@ -118,6 +119,7 @@ pub(crate) fn validate_create(obj: &Value) -> Vec<FieldError> {
     let mut errs = object_meta(obj, crate::validation::NameRule::Subdomain);
     let signer = spec_str(obj, "signerName");
     errs.extend(signer_name("spec.signerName", signer));
+    errs.extend(user_annotations(obj));
     for (field, value) in [
         ("podName", spec_str(obj, "podName")),
         ("serviceAccountName", spec_str(obj, "serviceAccountName")),
@@ -174,6 +176,46 @@ pub(crate) fn validate_create(obj: &Value) -> Vec<FieldError> {
             "spec",
             "exactly one of (stubPKCS10Request) or (pkixPublicKey, proofOfPossession) must be set",
         )),
+    }
+    errs
+}
+
+/// (2) `spec.unverifiedUserAnnotations`: keys (lower-cased) are domain-prefixed qualified
+/// names; keys and values together at most 256 KiB.
+fn user_annotations(obj: &Value) -> Vec<FieldError> {
+    const FIELD: &str = "spec.unverifiedUserAnnotations";
+    const MAX_TOTAL: usize = 256 * 1024;
+    let Some(map) = obj
+        .pointer("/spec/unverifiedUserAnnotations")
+        .and_then(Value::as_object)
+    else {
+        return Vec::new();
+    };
+    let mut errs = Vec::new();
+    let mut total = 0;
+    for (k, v) in map {
+        total += k.len() + v.as_str().map_or(0, str::len);
+        let key = k.to_lowercase();
+        if key.is_empty() {
+            errs.push(FieldError::required(FIELD, ""));
+            continue;
+        }
+        let msgs = crate::validation::qualified_name(&key);
+        if !msgs.is_empty() {
+            errs.extend(
+                msgs.into_iter()
+                    .map(|m| FieldError::invalid(FIELD, &key, m)),
+            );
+        } else if key.split('/').count() != 2 {
+            errs.push(FieldError::invalid(
+                FIELD,
+                &key,
+                "must be a domain-prefixed key (such as \"acme.io/foo\")",
+            ));
+        }
+    }
+    if total > MAX_TOTAL {
+        errs.push(FieldError::too_long(FIELD, MAX_TOTAL));
     }
     errs
 }
