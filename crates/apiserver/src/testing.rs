@@ -48,7 +48,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::certificates::keys::{KeyKind, SubjectKey};
-use crate::certificates::pod_request::{has_condition, requested_key};
+use crate::certificates::pod_request::requested_key;
+use crate::certificates::pod_status::has_condition;
 use crate::error::Error;
 
 /// How the signer answers pending requests.
