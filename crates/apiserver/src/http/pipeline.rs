@@ -24,7 +24,6 @@ use super::response::{self, Body};
 use super::{discovery, handlers};
 use crate::auth::{Attributes, Decision};
 use crate::control::{RequestRecord, Restart};
-use crate::resources;
 use crate::state::Shared;
 use crate::status::ApiError;
 
@@ -154,8 +153,8 @@ fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
     if !info.resource_request {
         return ApiError::forbidden(None, "", &why);
     }
-    let res =
-        resources::by_path(&info.api_group, &info.api_version, &info.resource).map(|r| r.info());
+    let res = crate::resources::by_path_any(&info.api_group, &info.api_version, &info.resource)
+        .map(|r| r.info());
     ApiError::forbidden(res, info.name.as_deref().unwrap_or(""), &why)
 }
 
@@ -185,7 +184,7 @@ fn non_resource(shared: &Arc<Shared>, path: &str) -> Option<Result<Value, ApiErr
             Some(Ok(shared.extras.signer.openid_configuration()))
         }
         "/openid/v1/jwks" => Some(Ok(shared.extras.signer.jwks())),
-        p if p.starts_with("/openapi/v3") => Some(crate::openapi::v3(p)),
+        p if p.starts_with("/openapi/v3") => Some(crate::openapi::v3(&shared.registry.served, p)),
         _ => None,
     }
 }
