@@ -205,6 +205,7 @@ pub mod events;
 mod executor;
 mod manager;
 pub mod plugins;
+pub mod pod_certificate;
 mod populator;
 mod reconciler;
 mod reconstruct;
