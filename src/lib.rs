@@ -136,10 +136,13 @@ pub async fn start_embedded_with(
     node: &str,
     protocol: Protocol,
 ) -> anyhow::Result<Embedded> {
+    // The certificates.k8s.io kinds are served so manifests may hold ClusterTrustBundles
+    // (and PodCertificateRequests) for `clusterTrustBundle` / `podCertificate` volumes.
     let config = nodelet_apiserver::Config::default()
         .with_auth()
         .with_tls()
-        .like_a_cluster();
+        .like_a_cluster()
+        .with_certificates();
     let server = ApiServer::start(config)
         .await
         .context("starting the embedded API server")?;

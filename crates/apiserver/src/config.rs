@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::{AllowAll, Authenticator, Authorizer};
+use crate::error::Error;
+use crate::resources::{Served, ServedError};
 
 /// Server options. `Config::default()` suits tests.
 #[derive(Clone)]
@@ -73,6 +75,21 @@ pub struct Config {
     /// Default on. Changed at run time with
     /// [`ServerHandle::set_watch_list`](crate::ServerHandle::set_watch_list).
     pub watch_list: bool,
+    /// Group/versions switched on or off, as kube-apiserver's `--runtime-config GV=BOOL`
+    /// (later entries win). Every group/version is on by default except the beta
+    /// `certificates.k8s.io/v1beta1`. A key naming no group/version this server has makes
+    /// [`ApiServer::start`](crate::ApiServer::start) fail with
+    /// [`Error::UnknownGroupVersion`](crate::Error::UnknownGroupVersion).
+    pub runtime_config: Vec<(String, bool)>,
+    /// Feature gates, as kube-apiserver's `--feature-gates NAME=BOOL` (later entries win). Known:
+    /// `ClusterTrustBundle` (serves ClusterTrustBundles; a node may read them),
+    /// `PodCertificateRequest` (serves PodCertificateRequests; a node may create them and read
+    /// those naming it, and read the service accounts of its pods) and
+    /// `ClusterTrustBundleProjection` (the kubelet's; accepted, no effect here). All off by
+    /// default; an unknown name makes [`ApiServer::start`](crate::ApiServer::start) fail with
+    /// [`Error::UnknownFeatureGate`](crate::Error::UnknownFeatureGate)
+    /// (`unrecognized feature gate: X`).
+    pub feature_gates: Vec<(String, bool)>,
 }
 
 impl Default for Config {
@@ -96,6 +113,8 @@ impl Default for Config {
             goaway_chance: 0.0,
             max_requests_in_flight: 0,
             watch_list: true,
+            runtime_config: Vec::new(),
+            feature_gates: Vec::new(),
         }
     }
 }
@@ -115,11 +134,59 @@ impl std::fmt::Debug for Config {
             .field("goaway_chance", &self.goaway_chance)
             .field("max_requests_in_flight", &self.max_requests_in_flight)
             .field("watch_list", &self.watch_list)
+            .field("runtime_config", &self.runtime_config)
+            .field("feature_gates", &self.feature_gates)
             .finish_non_exhaustive()
     }
 }
 
 impl Config {
+    /// Switches the group/version `gv` (`certificates.k8s.io/v1beta1`, `v1`, ...) on or off
+    /// (appends to [`Config::runtime_config`]).
+    #[must_use]
+    pub fn runtime_config(mut self, gv: &str, on: bool) -> Self {
+        self.runtime_config.push((gv.to_string(), on));
+        self
+    }
+
+    /// Turns the feature gate `name` on or off (appends to [`Config::feature_gates`]).
+    #[must_use]
+    pub fn feature_gate(mut self, name: &str, on: bool) -> Self {
+        self.feature_gates.push((name.to_string(), on));
+        self
+    }
+
+    /// Checks [`Config::runtime_config`] and [`Config::feature_gates`] as
+    /// [`ApiServer::start`](crate::ApiServer::start) does, without starting anything.
+    ///
+    /// # Errors
+    /// [`Error::UnknownFeatureGate`] (`unrecognized feature gate: X`) or
+    /// [`Error::UnknownGroupVersion`].
+    pub fn check(&self) -> Result<(), Error> {
+        self.served().map(|_| ())
+    }
+
+    /// What this configuration serves.
+    pub(crate) fn served(&self) -> Result<Served, Error> {
+        Served::new(&self.runtime_config, &self.feature_gates).map_err(|e| match e {
+            ServedError::UnknownGate(name) => Error::UnknownFeatureGate { name },
+            ServedError::UnknownGroupVersion(group_version) => {
+                Error::UnknownGroupVersion { group_version }
+            }
+        })
+    }
+
+    /// Serves `certificates.k8s.io/v1beta1` ClusterTrustBundles and PodCertificateRequests:
+    /// the group/version and the `ClusterTrustBundle`, `ClusterTrustBundleProjection` and
+    /// `PodCertificateRequest` gates, all on.
+    #[must_use]
+    pub fn with_certificates(self) -> Self {
+        self.runtime_config("certificates.k8s.io/v1beta1", true)
+            .feature_gate("ClusterTrustBundle", true)
+            .feature_gate("ClusterTrustBundleProjection", true)
+            .feature_gate("PodCertificateRequest", true)
+    }
+
     /// Sets [`Config::publish_root_ca`].
     #[must_use]
     pub fn publish_root_ca(mut self, on: bool) -> Self {

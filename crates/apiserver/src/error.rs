@@ -40,6 +40,20 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// [`Config::feature_gates`](crate::Config::feature_gates) names a gate this server does
+    /// not know.
+    #[error("unrecognized feature gate: {name}")]
+    UnknownFeatureGate {
+        /// The name given.
+        name: String,
+    },
+    /// [`Config::runtime_config`](crate::Config::runtime_config) names a group/version this
+    /// server does not have.
+    #[error("unknown api group version: {group_version}")]
+    UnknownGroupVersion {
+        /// The key given.
+        group_version: String,
+    },
     /// Writing a kubeconfig file failed.
     #[error("writing the kubeconfig {path}")]
     WriteKubeconfig {

@@ -11,7 +11,7 @@ use crate::auth::User;
 use crate::control::{OpenConnections, RequestRecord, Restart};
 use crate::error::Error;
 use crate::registry::{DeleteOptions, WriteOptions, meta_str};
-use crate::resources::{self, ResourceId};
+use crate::resources::{ResourceId, Served};
 use crate::state::Shared;
 
 /// A cloneable handle on a running [`ApiServer`](crate::ApiServer) (from
@@ -33,17 +33,19 @@ impl std::fmt::Debug for ServerHandle {
     }
 }
 
-fn resolve(api_version: &str, kind: &str) -> Result<ResourceId, Error> {
-    resources::by_kind(api_version, kind).ok_or_else(|| Error::UnknownKind {
-        api_version: api_version.into(),
-        kind: kind.into(),
-    })
+fn resolve(served: &Served, api_version: &str, kind: &str) -> Result<ResourceId, Error> {
+    served
+        .by_kind(api_version, kind)
+        .ok_or_else(|| Error::UnknownKind {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        })
 }
 
-fn target(obj: &Value) -> Result<(ResourceId, String, String), Error> {
+fn target(served: &Served, obj: &Value) -> Result<(ResourceId, String, String), Error> {
     let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-    let res = resolve(av, kind)?;
+    let res = resolve(served, av, kind)?;
     let ns = if res.info().namespaced {
         meta_str(obj, "namespace")
             .filter(|n| !n.is_empty())
@@ -238,7 +240,7 @@ impl ServerHandle {
     /// # Errors
     /// [`Error::UnknownKind`], or [`Error::Rejected`] with the API error (AlreadyExists, Invalid, ...).
     pub fn create(&self, obj: Value) -> Result<Value, Error> {
-        let (res, ns, _) = target(&obj)?;
+        let (res, ns, _) = target(&self.shared.registry.served, &obj)?;
         self.shared
             .registry
             .create(res, &ns, obj, WriteOptions::default())
@@ -251,7 +253,7 @@ impl ServerHandle {
     /// # Errors
     /// [`Error::UnknownKind`], or [`Error::Rejected`] (NotFound, Conflict, Invalid, ...).
     pub fn update(&self, obj: Value) -> Result<Value, Error> {
-        let (res, ns, name) = target(&obj)?;
+        let (res, ns, name) = target(&self.shared.registry.served, &obj)?;
         self.shared
             .registry
             .update(res, &ns, &name, None, obj, WriteOptions::default())
@@ -264,7 +266,7 @@ impl ServerHandle {
     /// # Errors
     /// As [`ServerHandle::update`].
     pub fn update_status(&self, obj: Value) -> Result<Value, Error> {
-        let (res, ns, name) = target(&obj)?;
+        let (res, ns, name) = target(&self.shared.registry.served, &obj)?;
         self.shared
             .registry
             .update(
@@ -292,7 +294,7 @@ impl ServerHandle {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), Error> {
-        let res = resolve(api_version, kind)?;
+        let res = resolve(&self.shared.registry.served, api_version, kind)?;
         self.shared
             .registry
             .delete(res, ns_of(res, namespace), name, &DeleteOptions::default())
@@ -312,7 +314,7 @@ impl ServerHandle {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), Error> {
-        let res = resolve(api_version, kind)?;
+        let res = resolve(&self.shared.registry.served, api_version, kind)?;
         let opts = DeleteOptions {
             grace_period_seconds: Some(0),
             ..Default::default()
@@ -343,7 +345,7 @@ impl ServerHandle {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Value> {
-        let res = resources::by_kind(api_version, kind)?;
+        let res = self.shared.registry.served.by_kind(api_version, kind)?;
         self.shared
             .registry
             .get(res, ns_of(res, namespace), name)
@@ -354,7 +356,7 @@ impl ServerHandle {
     /// Lists objects of a kind (all namespaces when `namespace` is `None`), sorted by namespace
     /// and name.
     pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
-        let Some(res) = resources::by_kind(api_version, kind) else {
+        let Some(res) = self.shared.registry.served.by_kind(api_version, kind) else {
             return Vec::new();
         };
         let s = self.shared.registry.store.inner.lock();
@@ -363,6 +365,11 @@ impl ServerHandle {
             .into_iter()
             .map(|(_, v)| (*v).clone())
             .collect()
+    }
+
+    /// The served resource of an object's `apiVersion` and `kind` (manifests resolve through it).
+    pub(crate) fn served_kind(&self, api_version: &str, kind: &str) -> Option<ResourceId> {
+        self.shared.registry.served.by_kind(api_version, kind)
     }
 
     /// A bearer token that authenticates as `user` (see

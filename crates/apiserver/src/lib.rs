@@ -19,6 +19,10 @@
 //!   NodeRestriction rules a kubelet meets).
 //! - [`ManifestSync`]: offline mode's object source, a directory of YAML manifests kept in sync
 //!   with the store.
+//! - `certificates.k8s.io/v1beta1` ClusterTrustBundles and PodCertificateRequests, served only
+//!   with [`Config::with_certificates`] (or [`Config::runtime_config`] plus
+//!   [`Config::feature_gate`]), as upstream; with the `testing` feature,
+//!   `testing::PodCertificateSigner` answers PodCertificateRequests for other crates' tests.
 //!
 //! # How a request flows
 //! 1. The listener accepts a connection and serves HTTP/1.1 or HTTP/2 on it (after an HTTP/2
@@ -69,6 +73,7 @@
 )]
 
 mod auth;
+mod certificates;
 #[cfg(feature = "client")]
 mod client;
 mod config;
@@ -95,6 +100,8 @@ mod status;
 mod store;
 mod strategic;
 mod strategy;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tls;
 mod token_auth;
 mod token_request;

@@ -13,7 +13,9 @@
 //! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it).
 //! `--goaway-chance P`, `--max-requests-inflight N` and `--no-watch-list` turn on the
 //! failures a real server shows by itself (GOAWAY on HTTP/2, 429 under load, no streaming
-//! lists); all are off by default.
+//! lists); all are off by default. `--runtime-config certificates.k8s.io/v1beta1=true` with
+//! `--feature-gates ClusterTrustBundle=true,PodCertificateRequest=true` serves the
+//! certificates.k8s.io kinds; an unknown gate is refused (`unrecognized feature gate: X`, 64).
 //!
 //! Exit codes: 0 after a signal, 64 for bad arguments, 1 when startup fails.
 
@@ -70,6 +72,42 @@ struct Cli {
     /// the WatchList feature does.
     #[arg(long)]
     no_watch_list: bool,
+    /// Group/versions to switch on or off, as kube-apiserver's flag:
+    /// `certificates.k8s.io/v1beta1=true` (with the `ClusterTrustBundle` and
+    /// `PodCertificateRequest` gates) serves ClusterTrustBundles and PodCertificateRequests.
+    /// Comma-separated or repeated.
+    #[arg(long, value_name = "GV=BOOL", value_delimiter = ',', value_parser = parse_switch)]
+    runtime_config: Vec<(String, bool)>,
+    /// Feature gates, as kube-apiserver's flag: `ClusterTrustBundle`,
+    /// `ClusterTrustBundleProjection`, `PodCertificateRequest` (all off by default).
+    /// Comma-separated or repeated; an unknown name is an error.
+    #[arg(long, value_name = "NAME=BOOL", value_delimiter = ',', value_parser = parse_switch)]
+    feature_gates: Vec<(String, bool)>,
+}
+
+/// `config` with the `--runtime-config` and `--feature-gates` switches of `cli`.
+fn switches(mut config: Config, cli: &Cli) -> Config {
+    for (gv, on) in &cli.runtime_config {
+        config = config.runtime_config(gv, *on);
+    }
+    for (gate, on) in &cli.feature_gates {
+        config = config.feature_gate(gate, *on);
+    }
+    config
+}
+
+/// Parses `KEY=BOOL` (`true`/`false`, as Go's `strconv.ParseBool` also `1`, `t`, `T`, `TRUE`,
+/// `True`, `0`, `f`, `F`, `FALSE`, `False`).
+fn parse_switch(arg: &str) -> Result<(String, bool), String> {
+    let (key, value) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("missing bool value for {arg}"))?;
+    let on = match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+        other => return Err(format!("invalid value of {key}: {other}")),
+    };
+    Ok((key.trim().to_string(), on))
 }
 
 /// Parses a probability in 0..=1.
@@ -103,6 +141,10 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Err(e) = switches(Config::default(), &cli).check() {
+        eprintln!("error: {e}");
+        return ExitCode::from(64);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -141,6 +183,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .goaway_chance(cli.goaway_chance)
         .max_requests_in_flight(cli.max_requests_inflight)
         .watch_list(!cli.no_watch_list);
+    config = switches(config, &cli);
     if !cli.plain_http {
         config = config.with_tls();
     }

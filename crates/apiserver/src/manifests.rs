@@ -291,7 +291,9 @@ impl Syncer {
             for doc in docs.iter() {
                 let result = match &doc.object {
                     // Still defined by the file: a rejected update must not delete it.
-                    Ok(obj) => self.apply(obj).inspect_err(|_| keys.extend(key_of(obj))),
+                    Ok(obj) => self
+                        .apply(obj)
+                        .inspect_err(|_| keys.extend(key_of(&self.handle, obj))),
                     Err(e) => {
                         unreadable = true;
                         Err(e.clone())
@@ -367,7 +369,7 @@ impl Syncer {
         let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
         let name = meta_str(obj, "name").unwrap_or("").to_string();
-        let res = resources::by_kind(av, kind).ok_or_else(|| {
+        let res = self.handle.served_kind(av, kind).ok_or_else(|| {
             format!("{kind} {name:?}: apiVersion {av:?} kind {kind:?} is not served")
         })?;
         let info = res.info();
@@ -453,10 +455,10 @@ fn carry_service_account(obj: &mut Value, stored: Option<&Value>) {
 }
 
 /// The identity of a manifest object (namespace defaulted to `default`).
-fn key_of(obj: &Value) -> Option<ObjKey> {
+fn key_of(handle: &ServerHandle, obj: &Value) -> Option<ObjKey> {
     let av = obj.get("apiVersion").and_then(Value::as_str)?;
     let kind = obj.get("kind").and_then(Value::as_str)?;
-    let res = resources::by_kind(av, kind)?;
+    let res = handle.served_kind(av, kind)?;
     let ns = if res.info().namespaced {
         meta_str(obj, "namespace")
             .filter(|n| !n.is_empty())

@@ -18,7 +18,13 @@
 //!    `list`/`watch` by `metadata.name`, of its own Node only.
 //! 5. Leases: `get`/`create`/`update`/`patch`/`delete` of its own Lease in `kube-node-lease`.
 //! 6. Events (`v1` and `events.k8s.io`): `create`/`update`/`patch`.
-//! 7. Non-resource `GET`s (discovery, `/version`, health, OIDC) and `create` of
+//! 7. With the `ClusterTrustBundle` gate: `get`/`list`/`watch` of ClusterTrustBundles. With
+//!    the `PodCertificateRequest` gate: `create` of PodCertificateRequests (NodeRestriction
+//!    then checks the node, pod and service account named, `node_restriction.rs`), `get` of
+//!    one naming it in `spec.nodeName`, `list`/`watch` only with
+//!    `fieldSelector=spec.nodeName=<node>`, never `status`; and `get` of the service accounts
+//!    its pods run as.
+//! 8. Non-resource `GET`s (discovery, `/version`, health, OIDC) and `create` of
 //!    `selfsubjectreviews` (`kubectl auth whoami`) — for every authenticated user.
 //!
 //! Denials are 403 with the upstream message and reason texts, e.g.
@@ -43,7 +49,9 @@ use serde_json::Value;
 
 use crate::auth::{Attributes, Authorizer, Decision};
 use crate::registry::Registry;
-use crate::resources::PODS;
+use crate::resources::{
+    CLUSTER_TRUST_BUNDLE_GATE, POD_CERTIFICATE_REQUEST_GATE, POD_CERTIFICATE_REQUESTS, PODS,
+};
 use crate::store::Key;
 
 /// The Node authorizer (see the module docs). Only meaningful when built by the server for
@@ -66,6 +74,7 @@ impl std::fmt::Debug for NodeAuthorizer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Vertex {
     Pod,
+    PodCertificateRequest,
     Secret,
     ConfigMap,
     ServiceAccount,
@@ -84,7 +93,26 @@ impl NodeAuthorizer {
         match (a.api_group.as_str(), a.resource.as_str()) {
             ("", "secrets") => self.read_namespaced(node, Vertex::Secret, a),
             ("", "configmaps") => self.read_namespaced(node, Vertex::ConfigMap, a),
+            ("", "serviceaccounts")
+                if a.verb == "get"
+                    && a.subresource.is_none()
+                    && self.gate(POD_CERTIFICATE_REQUEST_GATE) =>
+            {
+                self.read_namespaced(node, Vertex::ServiceAccount, a)
+            }
             ("", "serviceaccounts") => self.create_token(node, a),
+            ("certificates.k8s.io", "clustertrustbundles")
+                if self.gate(CLUSTER_TRUST_BUNDLE_GATE)
+                    && sub.is_empty()
+                    && matches!(a.verb.as_str(), "get" | "list" | "watch") =>
+            {
+                Decision::Allow
+            }
+            ("certificates.k8s.io", "podcertificaterequests")
+                if self.gate(POD_CERTIFICATE_REQUEST_GATE) =>
+            {
+                self.pod_certificate_request(node, a, sub)
+            }
             ("coordination.k8s.io", "leases") => lease(node, a),
             ("", "nodes") => self.node_object(node, a, sub),
             ("", "pods") => self.pod(node, a, sub),
@@ -94,6 +122,37 @@ impl NodeAuthorizer {
                 Decision::Allow
             }
             _ => Decision::Deny(String::new()),
+        }
+    }
+
+    /// Whether feature gate `name` is on in the server this authorizer reads.
+    fn gate(&self, name: &str) -> bool {
+        self.registry
+            .as_deref()
+            .is_some_and(|r| r.served.gate(name))
+    }
+
+    /// PodCertificateRequests: `create` (NodeRestriction admission then checks the node, pod
+    /// and service account it names), `get` of one naming this node, `list`/`watch` only with
+    /// `fieldSelector=spec.nodeName=<node>`; no `status`.
+    fn pod_certificate_request(&self, node: &str, a: &Attributes, sub: &str) -> Decision {
+        if !sub.is_empty() {
+            return deny("nodes may not access the status subresource of PodCertificateRequests");
+        }
+        match a.verb.as_str() {
+            "create" => Decision::Allow,
+            "get" => self.related(node, Vertex::PodCertificateRequest, a),
+            "list" | "watch" => {
+                if a.field_selector
+                    .as_deref()
+                    .is_some_and(|fs| selects_node(fs, node))
+                {
+                    Decision::Allow
+                } else {
+                    deny("can only list/watch podcertificaterequests with nodeName field selector")
+                }
+            }
+            verb => Decision::Deny(format!("nodes may not {verb} podcertificaterequests")),
         }
     }
 
@@ -275,6 +334,13 @@ fn pods_on_node_reference(
     name: &str,
 ) -> bool {
     let s = registry.store.inner.lock();
+    if v == Vertex::PodCertificateRequest {
+        return s
+            .get(&Key::new(POD_CERTIFICATE_REQUESTS, ns, name))
+            .and_then(|p| p.pointer("/spec/nodeName"))
+            .and_then(Value::as_str)
+            == Some(node);
+    }
     if v == Vertex::Pod {
         return s
             .get(&Key::new(PODS, ns, name))
@@ -294,7 +360,7 @@ fn references(pod: &Value, v: Vertex, name: &str) -> bool {
     };
     let is = |x: Option<&Value>| x.and_then(Value::as_str) == Some(name);
     match v {
-        Vertex::Pod => false,
+        Vertex::Pod | Vertex::PodCertificateRequest => false,
         Vertex::ServiceAccount => {
             let sa = spec
                 .get("serviceAccountName")

@@ -14,7 +14,9 @@
 //!    not be added, changed or removed (`is not allowed to modify labels: a, b`, upstream's
 //!    text, without the node's name).
 //!
-//! Every refusal is a 403 `Forbidden` on `nodes "<name>"`. The label rules are
+//! Every refusal is a 403 `Forbidden` on `nodes "<name>"`. A node's PodCertificateRequest
+//! create is checked against the node, pod and service account it names
+//! ([`admit_pod_certificate_request`]). The label rules are
 //! `nodelet_core::node_labels` (the agent checks its own `nodeLabels` with the same code).
 //! Labels a kubelet may set
 //! (`k8s.io/kubelet/pkg/apis.IsKubeletLabel`): `kubernetes.io/hostname`, `kubernetes.io/os`,
@@ -30,8 +32,9 @@ use std::collections::BTreeSet;
 use nodelet_core::node_labels::node_may_set_label;
 use serde_json::{Map, Value};
 
-use crate::resources::NODES;
+use crate::resources::{NODES, POD_CERTIFICATE_REQUESTS, PODS, SERVICEACCOUNTS};
 use crate::status::ApiError;
+use crate::store::{Inner, Key};
 
 /// Admits (or refuses with a 403) `node` writing the Node `name`: `new` is the object to be
 /// stored, `old` the stored one (`None` on create). See the module docs.
@@ -81,6 +84,117 @@ pub(crate) fn admit_node(
         return refuse(format!(
             "is not allowed to modify labels: {}",
             forbidden.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Admits (or refuses) `node` creating, in `ns`, the PodCertificateRequest `req` (`name` as
+/// requested, empty with `generateName`), against the stored node, pod and service account
+/// (upstream `admitPodCertificateRequest`, in its order):
+/// 1. `spec.nodeName` is the requesting node (403);
+/// 2. the node exists (else 500) and has `spec.nodeUID` (else 500: informer lag upstream);
+/// 3. the pod exists (else 500), has `spec.podUID` (else 500), runs on the node (403), is not
+///    a mirror pod (403) and runs as `spec.serviceAccountName` (403);
+/// 4. the service account exists (else 500) and has `spec.serviceAccountUID` (else 500).
+///
+/// A 500 is upstream's plain error (no reason): a retry may succeed once caches catch up.
+pub(crate) fn admit_pod_certificate_request(
+    s: &Inner,
+    node: &str,
+    ns: &str,
+    name: &str,
+    req: &Value,
+) -> Result<(), ApiError> {
+    let forbid = |why: String| {
+        Err(ApiError::forbidden(
+            Some(POD_CERTIFICATE_REQUESTS.info()),
+            name,
+            &why,
+        ))
+    };
+    let retry = |why: String| Err(ApiError::new(500, "", why));
+    let spec = |f: &str| {
+        req.pointer(&format!("/spec/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    let uid = |o: &Value| {
+        o.pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (node_name, pod_name, sa_name) = (
+        spec("nodeName"),
+        spec("podName"),
+        spec("serviceAccountName"),
+    );
+    let pod_ref = format!("{ns}/{pod_name}");
+    // (1)
+    if node_name != node {
+        return forbid(format!(
+            "PodCertificateRequest.Spec.NodeName={node_name:?}, which is not the requesting node {node:?}"
+        ));
+    }
+    // (2)
+    let Some(stored_node) = s.get(&Key::new(NODES, "", node_name)) else {
+        return retry(format!(
+            "while retrieving node {node_name:?} named in the PodCertificateRequest: nodes {node_name:?} not found"
+        ));
+    };
+    if uid(stored_node) != spec("nodeUID") {
+        return retry(format!(
+            "PodCertificateRequest for pod {pod_ref:?} names node UID {:?}, inconsistent with the running node ({:?})",
+            spec("nodeUID"),
+            uid(stored_node)
+        ));
+    }
+    // (3)
+    let Some(pod) = s.get(&Key::new(PODS, ns, pod_name)) else {
+        return retry(format!(
+            "while retrieving pod {pod_ref:?} named in the PodCertificateRequest: pods {pod_name:?} not found"
+        ));
+    };
+    if spec("podUID") != uid(pod) {
+        return retry(format!(
+            "PodCertificateRequest for pod {pod_ref:?} contains pod UID ({:?}) which differs from running pod {:?}",
+            spec("podUID"),
+            uid(pod)
+        ));
+    }
+    if pod.pointer("/spec/nodeName").and_then(Value::as_str) != Some(node_name) {
+        return forbid(format!(
+            "pod {pod_ref:?} is not running on node {node_name:?} named in the PodCertificateRequest"
+        ));
+    }
+    if pod
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some()
+    {
+        return forbid(format!("pod {pod_ref:?} is a mirror pod"));
+    }
+    let pod_sa = pod
+        .pointer("/spec/serviceAccountName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if sa_name != pod_sa {
+        return forbid(format!(
+            "PodCertificateRequest for pod {pod_ref:?} contains serviceAccountName ({sa_name:?}) that differs from running pod ({pod_sa:?})"
+        ));
+    }
+    // (4)
+    let Some(sa) = s.get(&Key::new(SERVICEACCOUNTS, ns, sa_name)) else {
+        return retry(format!(
+            "while retrieving service account {:?} named in the PodCertificateRequest: serviceaccounts {sa_name:?} not found",
+            format!("{ns}/{sa_name}")
+        ));
+    };
+    if spec("serviceAccountUID") != uid(sa) {
+        return retry(format!(
+            "PodCertificateRequest for pod {pod_ref:?} names service account UID {:?}, which differs from the running service account ({:?})",
+            spec("serviceAccountUID"),
+            uid(sa)
         ));
     }
     Ok(())

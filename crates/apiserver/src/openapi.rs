@@ -6,17 +6,17 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::resources::{RESOURCES, ResourceInfo};
+use crate::resources::{ResourceInfo, Served};
 use crate::status::ApiError;
 
 /// Answers `/openapi/v3` and `/openapi/v3/{api/v1 | apis/group/version}`.
-pub(crate) fn v3(path: &str) -> Result<Value, ApiError> {
+pub(crate) fn v3(served: &Served, path: &str) -> Result<Value, ApiError> {
     let rest = path
         .trim_start_matches("/openapi/v3")
         .trim_start_matches('/');
     if rest.is_empty() {
         let mut paths = Map::new();
-        for r in RESOURCES {
+        for r in served.iter() {
             let gv = gv_path(r);
             paths.insert(
                 gv.clone(),
@@ -26,7 +26,7 @@ pub(crate) fn v3(path: &str) -> Result<Value, ApiError> {
         return Ok(json!({ "paths": paths }));
     }
     let mut paths = Map::new();
-    for r in RESOURCES.iter().filter(|r| gv_path(r) == rest) {
+    for r in served.iter().filter(|r| gv_path(r) == rest) {
         let gvk = json!([{ "group": r.group, "version": r.version, "kind": r.kind }]);
         let op = |verb: &str| {
             json!({
@@ -82,7 +82,8 @@ mod tests {
 
     #[test]
     fn the_root_lists_every_served_group_version_and_unknown_ones_are_not_found() {
-        let root = v3("/openapi/v3").unwrap();
+        let served = Served::default();
+        let root = v3(&served, "/openapi/v3").unwrap();
         assert!(
             root["paths"]["api/v1"]["serverRelativeURL"]
                 .as_str()
@@ -90,12 +91,13 @@ mod tests {
                 .starts_with("/openapi/v3/api/v1?hash=")
         );
         assert!(root["paths"].get("apis/coordination.k8s.io/v1").is_some());
-        let doc = v3("/openapi/v3/api/v1").unwrap();
+        let doc = v3(&served, "/openapi/v3/api/v1").unwrap();
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
         assert_eq!(
             patch["x-kubernetes-group-version-kind"]["kind"],
             "ConfigMap"
         );
-        assert!(v3("/openapi/v3/apis/apps/v1").is_err());
+        assert!(v3(&served, "/openapi/v3/apis/apps/v1").is_err());
+        assert!(v3(&served, "/openapi/v3/apis/certificates.k8s.io/v1beta1").is_err());
     }
 }

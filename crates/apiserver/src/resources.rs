@@ -23,6 +23,10 @@ pub(crate) struct ResourceInfo {
     pub(crate) create_on_update: bool,
     /// DELETE answers with the deleted object instead of a `Status` (pods, namespaces).
     pub(crate) return_deleted_object: bool,
+    /// The feature gate that must be on for the resource to be served (upstream's REST
+    /// storage checks it next to the group/version's runtime config); `None`: always served
+    /// while its group/version is enabled.
+    pub(crate) feature_gate: Option<&'static str>,
 }
 
 impl ResourceInfo {
@@ -67,6 +71,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[("status", STATUS_VERBS), ("finalize", &["update"])],
         create_on_update: false,
         return_deleted_object: true,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "",
@@ -79,6 +84,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[("status", STATUS_VERBS), ("binding", &["create"])],
         create_on_update: false,
         return_deleted_object: true,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "",
@@ -91,6 +97,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         create_on_update: false,
         return_deleted_object: false,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "",
@@ -103,6 +110,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         create_on_update: false,
         return_deleted_object: false,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "",
@@ -115,6 +123,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[("status", STATUS_VERBS)],
         create_on_update: false,
         return_deleted_object: false,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "",
@@ -127,6 +136,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         create_on_update: true,
         return_deleted_object: false,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "",
@@ -139,6 +149,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[("token", &["create"])],
         create_on_update: false,
         return_deleted_object: false,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "events.k8s.io",
@@ -151,6 +162,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         create_on_update: true,
         return_deleted_object: false,
+        feature_gate: None,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -163,6 +175,33 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         create_on_update: true,
         return_deleted_object: false,
+        feature_gate: None,
+    },
+    ResourceInfo {
+        group: "certificates.k8s.io",
+        version: "v1beta1",
+        plural: "clustertrustbundles",
+        singular: "clustertrustbundle",
+        kind: "ClusterTrustBundle",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        create_on_update: false,
+        return_deleted_object: false,
+        feature_gate: Some(CLUSTER_TRUST_BUNDLE_GATE),
+    },
+    ResourceInfo {
+        group: "certificates.k8s.io",
+        version: "v1beta1",
+        plural: "podcertificaterequests",
+        singular: "podcertificaterequest",
+        kind: "PodCertificateRequest",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[("status", STATUS_VERBS)],
+        create_on_update: false,
+        return_deleted_object: false,
+        feature_gate: Some(POD_CERTIFICATE_REQUEST_GATE),
     },
 ];
 
@@ -173,6 +212,27 @@ pub(crate) const CONFIGMAPS: ResourceId = ResourceId(2);
 pub(crate) const SECRETS: ResourceId = ResourceId(3);
 pub(crate) const NODES: ResourceId = ResourceId(4);
 pub(crate) const SERVICEACCOUNTS: ResourceId = ResourceId(6);
+pub(crate) const CLUSTER_TRUST_BUNDLES: ResourceId = ResourceId(9);
+pub(crate) const POD_CERTIFICATE_REQUESTS: ResourceId = ResourceId(10);
+
+/// The feature gate of ClusterTrustBundles (beta since 1.33, off by default).
+pub(crate) const CLUSTER_TRUST_BUNDLE_GATE: &str = "ClusterTrustBundle";
+/// The feature gate of PodCertificateRequests (beta since 1.35, off by default).
+pub(crate) const POD_CERTIFICATE_REQUEST_GATE: &str = "PodCertificateRequest";
+/// The kubelet's gate for `clusterTrustBundle` projected volume sources: accepted (so one
+/// `--feature-gates` list serves server and agent) but changes nothing here.
+pub(crate) const CLUSTER_TRUST_BUNDLE_PROJECTION_GATE: &str = "ClusterTrustBundleProjection";
+
+/// Feature gates this server recognizes; any other name is refused, as upstream refuses it
+/// (`unrecognized feature gate: X`). All default to off.
+pub(crate) const KNOWN_FEATURE_GATES: &[&str] = &[
+    CLUSTER_TRUST_BUNDLE_GATE,
+    CLUSTER_TRUST_BUNDLE_PROJECTION_GATE,
+    POD_CERTIFICATE_REQUEST_GATE,
+];
+
+/// Group/versions off unless `--runtime-config` turns them on (upstream leaves beta APIs off).
+const OFF_BY_DEFAULT: &[&str] = &["certificates.k8s.io/v1beta1"];
 
 impl ResourceId {
     /// The table entry.
@@ -224,21 +284,124 @@ impl ResourceInfo {
     }
 }
 
-/// Finds a resource by URL group, version and plural.
-pub(crate) fn by_path(group: &str, version: &str, plural: &str) -> Option<ResourceId> {
-    RESOURCES
-        .iter()
-        .position(|r| r.group == group && r.version == version && r.plural == plural)
-        .map(ResourceId)
-}
-
-/// Finds a resource by `apiVersion` and `kind`, as written in an object.
-pub(crate) fn by_kind(api_version: &str, kind: &str) -> Option<ResourceId> {
+/// Finds a resource by `apiVersion` and `kind` in the whole table, served or not.
+fn by_kind_any(api_version: &str, kind: &str) -> Option<ResourceId> {
     let (group, version) = split_api_version(api_version);
     RESOURCES
         .iter()
         .position(|r| r.group == group && r.version == version && r.kind == kind)
         .map(ResourceId)
+}
+
+/// What one server serves: the resources of [`RESOURCES`] whose group/version is enabled
+/// (`Config::runtime_config`) and whose feature gate, if any, is on (`Config::feature_gate`),
+/// and the gates themselves. Every lookup by path or kind goes through it, so a resource that
+/// is not served is absent from discovery and OpenAPI and its paths answer 404.
+#[derive(Debug, Clone)]
+pub(crate) struct Served {
+    resources: Vec<bool>,
+    gates: Vec<&'static str>,
+}
+
+/// A `Config` the server cannot start with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ServedError {
+    /// A feature gate this server does not know.
+    UnknownGate(String),
+    /// A `--runtime-config` key that names no group/version this server has.
+    UnknownGroupVersion(String),
+}
+
+impl Default for Served {
+    /// The default surface: every group/version but the beta ones, no feature gate on.
+    fn default() -> Self {
+        Served::new(&[], &[]).unwrap_or_else(|_| Served {
+            resources: Vec::new(),
+            gates: Vec::new(),
+        })
+    }
+}
+
+impl Served {
+    /// The surface for these runtime-config entries (`group/version` or `v1` → on/off) and
+    /// feature gates (name → on/off); later entries win.
+    pub(crate) fn new(
+        runtime_config: &[(String, bool)],
+        feature_gates: &[(String, bool)],
+    ) -> Result<Self, ServedError> {
+        let mut gates: Vec<&'static str> = Vec::new();
+        for (name, on) in feature_gates {
+            let Some(known) = KNOWN_FEATURE_GATES.iter().find(|g| **g == name.as_str()) else {
+                return Err(ServedError::UnknownGate(name.clone()));
+            };
+            gates.retain(|g| g != known);
+            if *on {
+                gates.push(known);
+            }
+        }
+        for (gv, _) in runtime_config {
+            if !RESOURCES.iter().any(|r| r.api_version() == *gv) {
+                return Err(ServedError::UnknownGroupVersion(gv.clone()));
+            }
+        }
+        let resources = RESOURCES
+            .iter()
+            .map(|r| {
+                let gv = r.api_version();
+                let gv_on = runtime_config
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| *k == gv)
+                    .map_or(!OFF_BY_DEFAULT.contains(&gv.as_str()), |(_, on)| *on);
+                gv_on && r.feature_gate.is_none_or(|g| gates.contains(&g))
+            })
+            .collect();
+        Ok(Served { resources, gates })
+    }
+
+    /// Whether `res` is served.
+    pub(crate) fn contains(&self, res: ResourceId) -> bool {
+        self.resources.get(res.0).copied().unwrap_or(false)
+    }
+
+    /// Whether feature gate `name` is on.
+    pub(crate) fn gate(&self, name: &str) -> bool {
+        self.gates.contains(&name)
+    }
+
+    /// The served resources, in discovery order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'static ResourceInfo> + '_ {
+        RESOURCES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.contains(ResourceId(*i)))
+            .map(|(_, r)| r)
+    }
+
+    /// Finds a served resource by URL group, version and plural.
+    pub(crate) fn by_path(&self, group: &str, version: &str, plural: &str) -> Option<ResourceId> {
+        RESOURCES
+            .iter()
+            .position(|r| r.group == group && r.version == version && r.plural == plural)
+            .map(ResourceId)
+            .filter(|id| self.contains(*id))
+    }
+
+    /// Finds a served resource by `apiVersion` and `kind`, as written in an object.
+    pub(crate) fn by_kind(&self, api_version: &str, kind: &str) -> Option<ResourceId> {
+        by_kind_any(api_version, kind).filter(|id| self.contains(*id))
+    }
+
+    /// The served groups under `/apis`, in discovery order, each with its version.
+    pub(crate) fn named_groups(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+        for r in self.iter() {
+            if !r.group.is_empty() && !out.iter().any(|(g, _)| *g == r.group) {
+                out.push((r.group, r.version));
+            }
+        }
+        out
+    }
 }
 
 /// Splits `group/version` (or a bare core `version`).
@@ -247,17 +410,6 @@ pub(crate) fn split_api_version(api_version: &str) -> (&str, &str) {
         Some((g, v)) => (g, v),
         None => ("", api_version),
     }
-}
-
-/// The groups served under `/apis`, in discovery order.
-pub(crate) fn named_groups() -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for r in RESOURCES {
-        if !r.group.is_empty() && !out.iter().any(|(g, _)| *g == r.group) {
-            out.push((r.group, r.version));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -277,11 +429,37 @@ mod tests {
 
     #[test]
     fn kinds_resolve_by_api_version() {
-        assert_eq!(by_kind("v1", "ConfigMap"), Some(CONFIGMAPS));
+        let served = Served::default();
+        assert_eq!(served.by_kind("v1", "ConfigMap"), Some(CONFIGMAPS));
         assert_eq!(
-            by_kind("coordination.k8s.io/v1", "Lease").map(|r| r.info().plural),
+            served
+                .by_kind("coordination.k8s.io/v1", "Lease")
+                .map(|r| r.info().plural),
             Some("leases")
         );
-        assert!(by_kind("apps/v1", "Deployment").is_none());
+        assert!(served.by_kind("apps/v1", "Deployment").is_none());
+    }
+
+    #[test]
+    fn certificates_are_served_only_with_their_group_version_and_gate_on() {
+        let ctb = "ClusterTrustBundle";
+        let av = "certificates.k8s.io/v1beta1";
+        assert!(Served::default().by_kind(av, ctb).is_none());
+        let gv_only = Served::new(&[(av.into(), true)], &[]).unwrap();
+        assert!(gv_only.by_kind(av, ctb).is_none());
+        let gate_only = Served::new(&[], &[(ctb.into(), true)]).unwrap();
+        assert!(gate_only.by_kind(av, ctb).is_none());
+        let both = Served::new(&[(av.into(), true)], &[(ctb.into(), true)]).unwrap();
+        assert_eq!(both.by_kind(av, ctb), Some(CLUSTER_TRUST_BUNDLES));
+        assert!(both.by_kind(av, "PodCertificateRequest").is_none());
+        assert_eq!(
+            Served::new(&[], &[("Nope".into(), true)]).err(),
+            Some(ServedError::UnknownGate("Nope".into()))
+        );
+        assert_eq!(CLUSTER_TRUST_BUNDLES.info().kind, ctb);
+        assert_eq!(
+            POD_CERTIFICATE_REQUESTS.info().kind,
+            "PodCertificateRequest"
+        );
     }
 }

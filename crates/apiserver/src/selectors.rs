@@ -146,6 +146,12 @@ fn extra_fields(res: &ResourceInfo) -> Option<&'static [(&'static str, &'static 
         ("", "secrets") => Some(&[("type", "")]),
         ("", "nodes") => Some(&[("spec.unschedulable", "false")]),
         ("", "namespaces") => Some(&[("status.phase", "")]),
+        ("certificates.k8s.io", "clustertrustbundles") => Some(&[("spec.signerName", "")]),
+        ("certificates.k8s.io", "podcertificaterequests") => Some(&[
+            ("spec.signerName", ""),
+            ("spec.podName", ""),
+            ("spec.nodeName", ""),
+        ]),
         ("", "events") => Some(&[
             ("involvedObject.kind", ""),
             ("involvedObject.namespace", ""),

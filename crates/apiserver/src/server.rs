@@ -39,8 +39,10 @@ impl ApiServer {
     /// Seeds the initial namespaces, binds [`Config::listen`] and serves in background tasks.
     ///
     /// # Errors
-    /// [`Error::Bind`] when the address cannot be bound.
+    /// [`Error::Bind`] when the address cannot be bound; [`Error::UnknownFeatureGate`] and
+    /// [`Error::UnknownGroupVersion`] for a gate or group/version this server does not know.
     pub async fn start(config: Config) -> Result<ApiServer, Error> {
+        let served = config.served()?;
         let extras = Arc::new(Extras::prepare(&config)?);
         let listener = crate::http::bind(config.listen)?;
         let addr = listener.local_addr().map_err(|source| Error::Bind {
@@ -52,6 +54,7 @@ impl ApiServer {
             config.history_limit.clamp(1024, 65_536),
         );
         let mut registry = Registry::new(store);
+        registry.served = served;
         registry.auto_service_accounts = config.auto_service_accounts;
         registry.service_account_admission = config.service_account_admission;
         if config.publish_root_ca {

@@ -3,8 +3,12 @@
 
 use serde_json::{Value, json};
 
+use crate::certificates::{pod_request, trust_bundle};
 use crate::defaults;
-use crate::resources::{CONFIGMAPS, NAMESPACES, NODES, PODS, ResourceId, SECRETS};
+use crate::resources::{
+    CLUSTER_TRUST_BUNDLES, CONFIGMAPS, NAMESPACES, NODES, POD_CERTIFICATE_REQUESTS, PODS,
+    ResourceId, SECRETS,
+};
 use crate::status::FieldError;
 use crate::validation::{self, NameRule};
 
@@ -15,7 +19,7 @@ pub(crate) fn has_generation(res: ResourceId) -> bool {
 
 /// Whether `res` has a `status` that only the `status` subresource may change.
 pub(crate) fn has_status(res: ResourceId) -> bool {
-    res == PODS || res == NODES || res == NAMESPACES
+    res == PODS || res == NODES || res == NAMESPACES || res == POD_CERTIFICATE_REQUESTS
 }
 
 /// Defaulting and resets on create (before validation).
@@ -26,6 +30,8 @@ pub(crate) fn prepare_for_create(res: ResourceId, obj: &mut Value) {
         defaults::secret(obj);
     } else if res == NAMESPACES {
         defaults::namespace(obj);
+    } else if res == POD_CERTIFICATE_REQUESTS {
+        pod_request::prepare_for_create(obj);
     }
 }
 
@@ -33,6 +39,10 @@ pub(crate) fn prepare_for_create(res: ResourceId, obj: &mut Value) {
 /// defaulting as on create where upstream applies it on update too; the main resource keeps
 /// the old status, `status` keeps the old spec.
 pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut Value, old: &Value) {
+    if res == POD_CERTIFICATE_REQUESTS {
+        pod_request::prepare_for_update(sub, new, old);
+        return;
+    }
     if res == SECRETS {
         defaults::secret(new);
     }
@@ -152,6 +162,12 @@ fn validate_pod_spec(obj: &Value) -> Vec<FieldError> {
 
 /// Validation on create.
 pub(crate) fn validate_create(res: ResourceId, obj: &Value) -> Vec<FieldError> {
+    if res == CLUSTER_TRUST_BUNDLES {
+        return trust_bundle::validate(obj, None);
+    }
+    if res == POD_CERTIFICATE_REQUESTS {
+        return pod_request::validate_create(obj);
+    }
     let mut errs = validation::object_meta(obj, name_rule(res));
     if res == CONFIGMAPS {
         errs.extend(validation::config_map(obj));
@@ -188,7 +204,15 @@ pub(crate) fn validate_update(
     new: &Value,
     old: &Value,
 ) -> Vec<FieldError> {
-    let mut errs = validation::object_meta(new, name_rule(res));
+    let mut errs = if res == CLUSTER_TRUST_BUNDLES {
+        trust_bundle::validate(new, Some(old))
+    } else if res == POD_CERTIFICATE_REQUESTS && sub == Some("status") {
+        pod_request::validate_status(new, old, chrono::Utc::now())
+    } else if res == POD_CERTIFICATE_REQUESTS {
+        pod_request::validate_update(new, old)
+    } else {
+        validation::object_meta(new, name_rule(res))
+    };
     if res == CONFIGMAPS {
         errs.extend(validation::config_map(new));
         errs.extend(validation::immutable_update(

@@ -36,6 +36,7 @@ static TOKEN_REQUEST: ResourceInfo = ResourceInfo {
     subresources: &[],
     create_on_update: false,
     return_deleted_object: false,
+    feature_gate: None,
 };
 
 /// Makes the authenticated user visible to the token handler (NodeRestriction needs it).

@@ -5,6 +5,7 @@
 //! preserved). Without it, a body such as a pod whose `volumes[].configMap.defaultMode` is the
 //! string `"0400"` would be stored and then break every typed client's list and watch.
 
+use k8s_openapi::api::certificates::v1beta1 as certificates;
 use k8s_openapi::api::coordination::v1 as coordination;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
@@ -32,6 +33,12 @@ pub(crate) fn check(res: ResourceId, body: &Value) -> Result<(), ApiError> {
         ("", "ServiceAccount") => decode::<core::ServiceAccount>(body),
         ("events.k8s.io", "Event") => decode::<events::Event>(body),
         ("coordination.k8s.io", "Lease") => decode::<coordination::Lease>(body),
+        ("certificates.k8s.io", "ClusterTrustBundle") => {
+            decode::<certificates::ClusterTrustBundle>(body)
+        }
+        ("certificates.k8s.io", "PodCertificateRequest") => {
+            decode::<certificates::PodCertificateRequest>(body)
+        }
         _ => Ok(()),
     };
     decoded.map_err(|e| {

@@ -80,6 +80,17 @@ pub(crate) enum NameRule {
 
 /// Validates `metadata.name`, `metadata.labels` and the namespace field.
 pub(crate) fn object_meta(obj: &Value, rule: NameRule) -> Vec<FieldError> {
+    object_meta_with(obj, |name| match rule {
+        NameRule::Label => dns1123_label(name),
+        NameRule::Subdomain => dns1123_subdomain(name),
+    })
+}
+
+/// [`object_meta`] with the resource's own name check (`name_rule` returns its messages).
+pub(crate) fn object_meta_with(
+    obj: &Value,
+    name_rule: impl Fn(&str) -> Vec<String>,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let meta = obj.get("metadata");
     let name = meta
@@ -92,10 +103,7 @@ pub(crate) fn object_meta(obj: &Value, rule: NameRule) -> Vec<FieldError> {
             "name or generateName is required",
         ));
     } else {
-        let msgs = match rule {
-            NameRule::Label => dns1123_label(name),
-            NameRule::Subdomain => dns1123_subdomain(name),
-        };
+        let msgs = name_rule(name);
         errs.extend(
             msgs.into_iter()
                 .map(|m| FieldError::invalid("metadata.name", name, m)),

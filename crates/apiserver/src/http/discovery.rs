@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::response::{self, Body};
-use crate::resources::{self, RESOURCES};
+use crate::resources::Served;
 use crate::state::Shared;
 use crate::status::ApiError;
 
@@ -26,6 +26,7 @@ pub(crate) fn non_resource(
     path: &str,
 ) -> Result<http::Response<Body>, ApiError> {
     let path = path.trim_end_matches('/');
+    let served = &shared.registry.served;
     let v = match path {
         "/version" => json!({
             "major": MAJOR, "minor": MINOR,
@@ -47,17 +48,19 @@ pub(crate) fn non_resource(
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}],
         }),
         "/apis" => {
-            let groups: Vec<Value> = resources::named_groups()
+            let groups: Vec<Value> = served
+                .named_groups()
                 .into_iter()
                 .map(|(g, v)| group(g, v))
                 .collect();
             json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         }
-        "/api/v1" => resource_list("", "v1"),
+        "/api/v1" => resource_list(served, "", "v1"),
         p => {
             let parts: Vec<&str> = p.trim_start_matches('/').split('/').collect();
             match parts.as_slice() {
-                ["apis", g] => match resources::named_groups()
+                ["apis", g] => match served
+                    .named_groups()
                     .into_iter()
                     .find(|(name, _)| name == g)
                 {
@@ -69,8 +72,8 @@ pub(crate) fn non_resource(
                     }
                     None => return Err(ApiError::page_not_found()),
                 },
-                ["apis", g, v] if RESOURCES.iter().any(|r| r.group == *g && r.version == *v) => {
-                    resource_list(g, v)
+                ["apis", g, v] if served.iter().any(|r| r.group == *g && r.version == *v) => {
+                    resource_list(served, g, v)
                 }
                 _ => return Err(ApiError::page_not_found()),
             }
@@ -92,9 +95,9 @@ fn group(name: &str, version: &str) -> Value {
     json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
-fn resource_list(g: &str, v: &str) -> Value {
+fn resource_list(served: &Served, g: &str, v: &str) -> Value {
     let mut list = Vec::new();
-    for r in RESOURCES.iter().filter(|r| r.group == g && r.version == v) {
+    for r in served.iter().filter(|r| r.group == g && r.version == v) {
         let mut entry = json!({
             "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
             "kind": r.kind, "verbs": r.verbs(),

@@ -14,7 +14,7 @@ use super::request_info::RequestInfo;
 use super::response::{self, Body};
 use super::watch;
 use crate::registry::{DeleteOptions, PatchKind, WriteOptions, parse_rv};
-use crate::resources::{self, ResourceId};
+use crate::resources::ResourceId;
 use crate::state::Shared;
 use crate::status::ApiError;
 
@@ -30,7 +30,10 @@ pub(crate) async fn resource(
     if info.api_group == "authentication.k8s.io" && info.resource == "selfsubjectreviews" {
         return self_subject_review(info, &req);
     }
-    let res = resources::by_path(&info.api_group, &info.api_version, &info.resource)
+    let res = shared
+        .registry
+        .served
+        .by_path(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(ApiError::page_not_found)?;
     let r = res.info();
     // Scope checks: a namespaced resource needs a namespace except for cross-namespace list/watch.

@@ -24,7 +24,6 @@ use super::response::{self, Body};
 use super::{discovery, handlers};
 use crate::auth::{Attributes, Decision};
 use crate::control::{RequestRecord, Restart};
-use crate::resources;
 use crate::state::Shared;
 use crate::status::ApiError;
 
@@ -85,7 +84,7 @@ pub(crate) async fn handle(
                     };
                     match shared.authorizer.authorize(&attrs) {
                         Decision::Deny(reason) => {
-                            response::error(&forbidden(&info, &attrs, &reason))
+                            response::error(&forbidden(&shared, &info, &attrs, &reason))
                         }
                         // (7)
                         Decision::Allow => {
@@ -145,7 +144,7 @@ fn is_probe(path: &str) -> bool {
     })
 }
 
-fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
+fn forbidden(shared: &Shared, info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
     let why = if reason.is_empty() {
         attrs.to_string()
     } else {
@@ -154,8 +153,11 @@ fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
     if !info.resource_request {
         return ApiError::forbidden(None, "", &why);
     }
-    let res =
-        resources::by_path(&info.api_group, &info.api_version, &info.resource).map(|r| r.info());
+    let res = shared
+        .registry
+        .served
+        .by_path(&info.api_group, &info.api_version, &info.resource)
+        .map(|r| r.info());
     ApiError::forbidden(res, info.name.as_deref().unwrap_or(""), &why)
 }
 
@@ -185,7 +187,7 @@ fn non_resource(shared: &Arc<Shared>, path: &str) -> Option<Result<Value, ApiErr
             Some(Ok(shared.extras.signer.openid_configuration()))
         }
         "/openid/v1/jwks" => Some(Ok(shared.extras.signer.jwks())),
-        p if p.starts_with("/openapi/v3") => Some(crate::openapi::v3(p)),
+        p if p.starts_with("/openapi/v3") => Some(crate::openapi::v3(&shared.registry.served, p)),
         _ => None,
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Every write runs under the store lock: (1) read the current object, (2) check preconditions
 //! (resourceVersion, uid, namespace existence; NodeRestriction admission for a node writing a
-//! Node), (3) apply the strategy (defaults, resets),
+//! Node or creating a PodCertificateRequest), (3) apply the strategy (defaults, resets),
 //! (4) validate, (5) stamp system metadata, (6) commit — or stop before (6) for `dryRun`.
 
 use std::sync::Arc;
@@ -11,7 +11,10 @@ use std::sync::Arc;
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use crate::resources::{CONFIGMAPS, NAMESPACES, NODES, ResourceId, SECRETS, SERVICEACCOUNTS};
+use crate::resources::{
+    CONFIGMAPS, NAMESPACES, NODES, POD_CERTIFICATE_REQUESTS, ResourceId, SECRETS, SERVICEACCOUNTS,
+    Served,
+};
 
 /// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
@@ -100,6 +103,9 @@ pub(crate) struct Registry {
     pub(crate) root_ca: Option<String>,
     /// ServiceAccount admission on pod create (`Config::service_account_admission`).
     pub(crate) service_account_admission: bool,
+    /// The resources and feature gates this server serves (`Config::runtime_config`,
+    /// `Config::feature_gates`).
+    pub(crate) served: Served,
 }
 
 pub(crate) fn now() -> String {
@@ -236,6 +242,7 @@ impl Registry {
             auto_service_accounts: true,
             root_ca: None,
             service_account_admission: false,
+            served: Served::default(),
         }
     }
 
@@ -278,6 +285,8 @@ impl Registry {
         if info.namespaced && s.get(&Key::new(NAMESPACES, "", ns)).is_none() {
             return Err(ApiError::not_found(NAMESPACES.info(), ns));
         }
+        // The name admission sees: before generateName is applied, as upstream.
+        let requested_name = meta_str(&body, "name").unwrap_or("").to_string();
         {
             let meta = meta_mut(&mut body)
                 .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
@@ -306,6 +315,17 @@ impl Registry {
         {
             let name = meta_str(&body, "name").unwrap_or("");
             crate::node_restriction::admit_node(node, name, &body, None)?;
+        }
+        if res == POD_CERTIFICATE_REQUESTS
+            && let Some(node) = &opts.node
+        {
+            crate::node_restriction::admit_pod_certificate_request(
+                s,
+                node,
+                ns,
+                &requested_name,
+                &body,
+            )?;
         }
         // (3) strategy, and ServiceAccount admission for pods
         strategy::prepare_for_create(res, &mut body);

@@ -3,6 +3,8 @@
 
 // Bearer tokens, 401s, and what the Node authorizer allows and denies a kubelet.
 mod auth;
+// certificates.k8s.io/v1beta1: gating, ClusterTrustBundles, PodCertificateRequests, the signer.
+mod certificates;
 // The binary driven by kubectl (skipped with a note when kubectl is absent), and its flags.
 mod kubectl;
 // Seeding from a manifest directory and following its edits.
