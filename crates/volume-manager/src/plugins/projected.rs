@@ -389,4 +389,70 @@ mod tests {
         // The cached token is reused until its refresh time.
         assert_eq!(String::from_utf8_lossy(&file.data), "token-1-sa-p-aud");
     }
+
+    fn certificate_host(fake: &crate::pod_certificate::FakePodCertificateSource) -> VolumeHost {
+        let certificates = crate::pod_certificate::PodCertificates::new(
+            Arc::new(fake.clone()),
+            Arc::new(crate::events::NoEvents),
+            std::time::Duration::ZERO,
+        );
+        host().with_pod_certificates(Some(certificates))
+    }
+
+    fn certificate_pod() -> Pod {
+        pod(json!({"name": "v", "projected": {"defaultMode": 0o644, "sources": [
+            {"configMap": {"name": "cm", "items": [{"key": "a", "path": "a"}]}},
+            {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519",
+                "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
+                "certificateChainPath": "chain.pem"}}]}}))
+    }
+
+    // PL-21: with the gate off (no pod certificate manager) the source stays unsupported.
+    #[tokio::test]
+    async fn a_pod_certificate_is_unsupported_without_the_gate() {
+        let c = collect(&host(), &certificate_pod(), None, None).await;
+        let errors: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors, ["a podCertificate projection is not supported by nodelet"]);
+    }
+
+    // PL-21: not issued yet → an error (the pod waits); issued → the bundle is the key then the
+    // chain, the key and the chain alone, with the default mode, or 0600 with fsGroup.
+    #[tokio::test]
+    async fn an_issued_pod_certificate_is_projected_as_bundle_key_and_chain() {
+        let fake = crate::pod_certificate::FakePodCertificateSource::new("n");
+        let host = certificate_host(&fake);
+        let p = certificate_pod();
+        let waiting = collect(&host, &p, None, None).await;
+        let errors: Vec<String> = waiting.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors, ["credential bundle is not issued yet"]);
+        let created = fake.created();
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].spec.pod_uid, "u");
+
+        let chain = "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n";
+        let now = std::time::SystemTime::now();
+        let hour = std::time::Duration::from_secs(3600);
+        fake.issue("ns", &fake.last_name().unwrap(), chain, now + hour, now + 2 * hour);
+        let c = collect(&host, &p, None, None).await;
+        assert!(c.errors.is_empty());
+        let key = String::from_utf8(c.payload.get("key.pem").unwrap().data.clone()).unwrap();
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----\n"));
+        let files = listing(&c);
+        assert_eq!(
+            files,
+            [
+                ("a".into(), "1".into(), 0o644),
+                ("bundle.pem".into(), format!("{key}{chain}"), 0o644),
+                ("chain.pem".into(), chain.into(), 0o644),
+                ("key.pem".into(), key.clone(), 0o644),
+            ]
+        );
+        assert!(c.refresh_at.is_some());
+
+        let grouped = collect(&host, &p, Some(1234), None).await;
+        let modes: Vec<u32> = grouped.payload.iter().map(|(_, f)| f.mode).collect();
+        assert_eq!(modes, [0o644, 0o600, 0o600, 0o600]);
+        assert_eq!(fake.created().len(), 1, "the issued credential is reused");
+    }
 }
+
