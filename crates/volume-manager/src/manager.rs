@@ -794,4 +794,3 @@ mod tests {
         bed.shutdown.cancel();
     }
 }
-

@@ -232,14 +232,22 @@ async fn collect_pod_certificate(
         }
     };
     let key = bundle.private_key.as_bytes();
-    if let Some(path) = source.credential_bundle_path.as_deref().filter(|p| !p.is_empty()) {
+    if let Some(path) = source
+        .credential_bundle_path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
         out.payload
             .insert(path, file([key, bundle.chain.as_slice()].concat()));
     }
     if let Some(path) = source.key_path.as_deref().filter(|p| !p.is_empty()) {
         out.payload.insert(path, file(key.to_vec()));
     }
-    if let Some(path) = source.certificate_chain_path.as_deref().filter(|p| !p.is_empty()) {
+    if let Some(path) = source
+        .certificate_chain_path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
         out.payload.insert(path, file(bundle.chain.clone()));
     }
     let at = bundle.refresh_at;
@@ -400,11 +408,13 @@ mod tests {
     }
 
     fn certificate_pod() -> Pod {
-        pod(json!({"name": "v", "projected": {"defaultMode": 0o644, "sources": [
+        pod(
+            json!({"name": "v", "projected": {"defaultMode": 0o644, "sources": [
             {"configMap": {"name": "cm", "items": [{"key": "a", "path": "a"}]}},
             {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519",
                 "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
-                "certificateChainPath": "chain.pem"}}]}}))
+                "certificateChainPath": "chain.pem"}}]}}),
+        )
     }
 
     // PL-21: with the gate off (no pod certificate manager) the source stays unsupported.
@@ -412,7 +422,10 @@ mod tests {
     async fn a_pod_certificate_is_unsupported_without_the_gate() {
         let c = collect(&host(), &certificate_pod(), None, None).await;
         let errors: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
-        assert_eq!(errors, ["a podCertificate projection is not supported by nodelet"]);
+        assert_eq!(
+            errors,
+            ["a podCertificate projection is not supported by nodelet"]
+        );
     }
 
     // PL-21: not issued yet → an error (the pod waits); issued → the bundle is the key then the
@@ -432,7 +445,13 @@ mod tests {
         let chain = "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n";
         let now = std::time::SystemTime::now();
         let hour = std::time::Duration::from_secs(3600);
-        fake.issue("ns", &fake.last_name().unwrap(), chain, now + hour, now + 2 * hour);
+        fake.issue(
+            "ns",
+            &fake.last_name().unwrap(),
+            chain,
+            now + hour,
+            now + 2 * hour,
+        );
         let c = collect(&host, &p, None, None).await;
         assert!(c.errors.is_empty());
         let key = String::from_utf8(c.payload.get("key.pem").unwrap().data.clone()).unwrap();
@@ -455,4 +474,3 @@ mod tests {
         assert_eq!(fake.created().len(), 1, "the issued credential is reused");
     }
 }
-

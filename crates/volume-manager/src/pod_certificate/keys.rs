@@ -180,17 +180,18 @@ mod tests {
     }
 
     #[test]
-    fn every_key_type_makes_a_pkcs8_pem_key_that_parses_back_and_a_verified_empty_stub_request()
-    {
+    fn every_key_type_makes_a_pkcs8_pem_key_that_parses_back_and_a_verified_empty_stub_request() {
         for key_type in KeyType::ALL {
             let key = generate_key(key_type).unwrap();
             let pem = std::str::from_utf8(key.private_key.as_bytes()).unwrap();
-            assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{key_type}");
+            assert!(
+                pem.starts_with("-----BEGIN PRIVATE KEY-----\n"),
+                "{key_type}"
+            );
             assert!(pem.trim_end().ends_with("-----END PRIVATE KEY-----"));
             let parsed = KeyPair::from_pem(pem).unwrap();
 
-            let (rest, csr) =
-                X509CertificationRequest::from_der(&key.stub_pkcs10_request).unwrap();
+            let (rest, csr) = X509CertificationRequest::from_der(&key.stub_pkcs10_request).unwrap();
             assert!(rest.is_empty());
             // x509-parser verifies every algorithm but ECDSA with SHA-512 (P-521).
             if key_type != KeyType::EcdsaP521 {
@@ -200,7 +201,10 @@ mod tests {
             assert_eq!(info.subject.iter().count(), 0, "{key_type}: empty subject");
             assert!(info.iter_attributes().next().is_none());
             // The request carries the generated key's public half.
-            assert_eq!(info.subject_pki.raw, parsed.subject_public_key_info().as_slice());
+            assert_eq!(
+                info.subject_pki.raw,
+                parsed.subject_public_key_info().as_slice()
+            );
             let bits = match info.subject_pki.parsed().unwrap() {
                 PublicKey::RSA(rsa) => rsa.key_size(),
                 PublicKey::EC(ec) => ec.key_size(),

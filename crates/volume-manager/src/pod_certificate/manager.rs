@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1beta1::{PodCertificateRequest, PodCertificateRequestSpec};
 use k8s_openapi::api::core::v1::PodCertificateProjection;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use k8s_openapi::ByteString;
 use nodelet_core::{AdmittedPod, EventType, PodUid};
 use parking_lot::Mutex;
 use rand::Rng as _;
@@ -249,9 +249,7 @@ impl PodCertificates {
                             chain,
                             begin_refresh_at,
                             not_after,
-                        } => {
-                            CredState::Fresh(self.issued(p, chain, begin_refresh_at, not_after))
-                        }
+                        } => CredState::Fresh(self.issued(p, chain, begin_refresh_at, not_after)),
                     }
                 }
             };
@@ -319,10 +317,7 @@ impl PodCertificates {
             .create(&request)
             .await
             .map_err(|cause| PodCertificateError::Create { refresh, cause })?;
-        let name = created
-            .metadata
-            .name
-            .ok_or(PodCertificateError::Unnamed)?;
+        let name = created.metadata.name.ok_or(PodCertificateError::Unnamed)?;
         Ok(Pending {
             private_key: key.private_key,
             namespace,
@@ -451,8 +446,8 @@ fn bundle(issued: &Issued, refresh_at: Instant) -> Bundle {
 /// yet; the request's own changes come through the watch. Never in the past.
 fn next_look(issued: &Issued, abandon_at: Option<Instant>) -> Instant {
     let after = |t: Instant| t + Duration::from_millis(1);
-    let overdue = (!issued.overdue_reported)
-        .then(|| after(issued.begin_refresh_at + REFRESH_OVERDUE_AFTER));
+    let overdue =
+        (!issued.overdue_reported).then(|| after(issued.begin_refresh_at + REFRESH_OVERDUE_AFTER));
     let expired = (!issued.expired_reported).then(|| after(issued.not_after));
     let at = [overdue, expired, abandon_at.map(after)]
         .into_iter()

@@ -10,9 +10,9 @@ use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1beta1::PodCertificateRequest;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, PostParams};
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt as _;
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -122,7 +122,9 @@ impl KubePodCertificateSource {
         let span = tracing::debug_span!("pod certificate watch", node = %self.inner.node_name);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
-                let stream = watcher::watcher(api, config).default_backoff().reflect(writer);
+                let stream = watcher::watcher(api, config)
+                    .default_backoff()
+                    .reflect(writer);
                 let mut stream = std::pin::pin!(stream);
                 loop {
                     let next = tokio::select! {
@@ -178,8 +180,7 @@ impl PodCertificateSource for KubePodCertificateSource {
     ) -> Result<PodCertificateRequest, ApiError> {
         self.ensure_watch();
         let namespace = request.metadata.namespace.as_deref().unwrap_or_default();
-        let api: Api<PodCertificateRequest> =
-            Api::namespaced(self.inner.client.clone(), namespace);
+        let api: Api<PodCertificateRequest> = Api::namespaced(self.inner.client.clone(), namespace);
         Ok(api.create(&PostParams::default(), request).await?)
     }
 

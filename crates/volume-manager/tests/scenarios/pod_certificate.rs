@@ -17,7 +17,9 @@ const SIGNER: &str = "example.com/pods";
 const NOT_ISSUED: &str = "credential bundle is not issued yet";
 
 fn gate_on(config: &mut Config) {
-    config.feature_gates.set(Feature::PodCertificateRequest, true);
+    config
+        .feature_gates
+        .set(Feature::PodCertificateRequest, true);
     config.pod_certificate_jitter = std::time::Duration::ZERO;
 }
 
@@ -78,7 +80,10 @@ async fn the_volume_waits_for_the_signer_then_holds_the_key_and_a_chain_from_its
     env.add_pod(&p);
     env.event(|e| is_failed_mount(e, NOT_ISSUED)).await;
     let dir = env.dir(&p, PROJECTED, "certs");
-    assert!(files(&dir).is_empty(), "nothing is projected before issuance");
+    assert!(
+        files(&dir).is_empty(),
+        "nothing is projected before issuance"
+    );
 
     signer.set_mode(SignerMode::Issue);
     within(env.vm.wait_for_attach_and_mount(&admitted(&p)))
