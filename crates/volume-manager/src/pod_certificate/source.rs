@@ -59,7 +59,8 @@ pub trait PodCertificateSource: Send + Sync + fmt::Debug + 'static {
 
 /// [`PodCertificateSource`] over the API: creates requests in the pod's namespace and keeps
 /// one watch of this node's requests (`fieldSelector=spec.nodeName=<node>`, what the Node
-/// authorizer allows), started with the first create; reads the Node and ServiceAccounts.
+/// authorizer allows), started with the first create; reads the Node and the ServiceAccount at
+/// each create (the kubelet reads the Node from its informer).
 /// The watch stops when the last clone is dropped.
 #[derive(Clone)]
 pub struct KubePodCertificateSource {
@@ -69,7 +70,6 @@ pub struct KubePodCertificateSource {
 struct KubeInner {
     client: kube::Client,
     node_name: String,
-    node_uid: Mutex<Option<String>>,
     store: Store<PodCertificateRequest>,
     /// The store's writer until the watch starts.
     writer: Mutex<Option<Writer<PodCertificateRequest>>>,
@@ -100,7 +100,6 @@ impl KubePodCertificateSource {
             inner: Arc::new(KubeInner {
                 client,
                 node_name: node_name.into(),
-                node_uid: Mutex::new(None),
                 store,
                 writer: Mutex::new(Some(writer)),
                 changes: broadcast::channel(256).0,
@@ -157,15 +156,12 @@ impl PodCertificateSource for KubePodCertificateSource {
         &self.inner.node_name
     }
 
+    /// Read at every request (a few per certificate lifetime): a re-registered Node has a new
+    /// UID, which NodeRestriction checks.
     async fn node_uid(&self) -> Result<String, ApiError> {
-        if let Some(uid) = self.inner.node_uid.lock().clone() {
-            return Ok(uid);
-        }
         let api: Api<Node> = Api::all(self.inner.client.clone());
         let node = api.get(&self.inner.node_name).await?;
-        let uid = node.metadata.uid.unwrap_or_default();
-        *self.inner.node_uid.lock() = Some(uid.clone());
-        Ok(uid)
+        Ok(node.metadata.uid.unwrap_or_default())
     }
 
     async fn service_account_uid(&self, namespace: &str, name: &str) -> Result<String, ApiError> {
