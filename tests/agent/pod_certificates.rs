@@ -103,8 +103,9 @@ async fn requests(admin: &kube::Client) -> Vec<PodCertificateRequest> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pod_starts_only_after_the_signer_issues_its_certificate() {
     let world = world(true).await;
-    let signer =
-        PodCertificateSigner::start(world.admin.clone(), SIGNER).unwrap_or_else(|e| panic!("{e}"));
+    let signer = PodCertificateSigner::start(world.admin.clone(), SIGNER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     signer.set_mode(SignerMode::Hold);
     let pod = world
         .server

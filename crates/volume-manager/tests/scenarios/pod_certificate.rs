@@ -37,7 +37,9 @@ async fn env(gate: bool) -> (Env, PodCertificateSigner) {
     })
     .await;
     env.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
-    let signer = PodCertificateSigner::start(env.server.client(), SIGNER).unwrap();
+    let signer = PodCertificateSigner::start(env.server.client(), SIGNER)
+        .await
+        .unwrap();
     (env, signer)
 }
 
