@@ -105,7 +105,8 @@
 //!
 //! Pod updates (downward API labels and annotations), waits
 //! ([`VolumeManager::wait_for_attach_and_mount`] reprocesses the pod, as every SyncPod did in
-//! UP-1), token refreshes (at 80 % of the token's lifetime) and the periodic resync enter at
+//! UP-1), token refreshes (at 80 % of the token's lifetime), pod certificate deadlines and
+//! changes of a pod's PodCertificateRequests (PL-21, PL-22) and the periodic resync enter at
 //! step 2.
 //!
 //! # Where this crate differs from the kubelet
@@ -130,7 +131,9 @@
 //!   at `beginRefreshAt` (plus jitter) and when an overdue/expired event is due. The
 //!   `Denied`/`Failed` event's message is the kubelet's intended text (its `Eventf` call passes
 //!   the condition's reason as the format). The 10 min "never seen" deadline counts from the
-//!   create on this node's clock, not from `creationTimestamp`.
+//!   create on this node's clock, not from `creationTimestamp`, and the request is made again
+//!   in the same SetUp. A failed refresh create fails the remount (old files stay, backoff,
+//!   `FailedMount`), as for tokens.
 //! * **Tokens**: when a refresh fails the remount fails (old token stays on disk, event,
 //!   backoff) instead of silently keeping the old token until the next sync.
 //! * **Restart**: volumes found on disk are adopted as *uncertain* and set up again without
