@@ -105,6 +105,18 @@ impl Agent {
         vm_config.fsync = config.fsync;
         vm_config.resync_interval = Some(config.sync_frequency);
         vm_config.feature_gates = config.feature_gates.clone();
+        // PL-21: PodCertificateRequests are made and watched with the node's own client.
+        if config
+            .feature_gates
+            .enabled(nodelet_core::Feature::PodCertificateRequest)
+        {
+            vm_config.pod_certificates = Some(Arc::new(
+                nodelet_volume_manager::pod_certificate::KubePodCertificateSource::new(
+                    client.clone(),
+                    config.node_name.clone(),
+                ),
+            ));
+        }
         if !config.feature_gates.ignored().is_empty() {
             tracing::info!(
                 gates = ?config.feature_gates.ignored(),

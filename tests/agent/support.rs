@@ -75,7 +75,17 @@ impl World {
         seed: impl FnOnce(&ServerHandle),
         tweak: impl FnOnce(&mut AgentConfig),
     ) -> World {
-        let server = ApiServer::start(nodelet_apiserver::Config::default().with_auth())
+        Self::start_on(nodelet_apiserver::Config::default(), seed, tweak).await
+    }
+
+    /// Like [`World::start_seeded`], on a server with `server` options (authentication is
+    /// turned on).
+    pub(crate) async fn start_on(
+        server: nodelet_apiserver::Config,
+        seed: impl FnOnce(&ServerHandle),
+        tweak: impl FnOnce(&mut AgentConfig),
+    ) -> World {
+        let server = ApiServer::start(server.with_auth())
             .await
             .unwrap_or_else(|e| panic!("api server: {e}"));
         seed(&server.handle());

@@ -2,11 +2,13 @@
 //! (VM-1, VM-9).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodelet_core::{FeatureGates, NodeAllocatable};
 
 use crate::plugins::PluginRegistry;
+use crate::pod_certificate::PodCertificateSource;
 
 /// Where memory-medium volumes (secret, projected, downwardAPI, emptyDir `Memory`) live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,6 +56,13 @@ pub struct Config {
     /// `clusterTrustBundle` projected source, `PodCertificateRequest` the `podCertificate`
     /// one (default: a v1.36 kubelet's, both off).
     pub feature_gates: FeatureGates,
+    /// PL-21: where the `podCertificate` source creates and watches PodCertificateRequests
+    /// (`KubePodCertificateSource::new(client, node_name)`). Default `None`: the source is
+    /// unsupported even with the `PodCertificateRequest` gate on.
+    pub pod_certificates: Option<Arc<dyn PodCertificateSource>>,
+    /// PL-22: the largest random delay added to a pod certificate's `beginRefreshAt` and to the
+    /// 10 min after which an unseen request is made again (default 5 min, the kubelet's).
+    pub pod_certificate_jitter: Duration,
 }
 
 impl Config {
@@ -71,6 +80,8 @@ impl Config {
             node_allocatable: None,
             plugins: PluginRegistry::default(),
             feature_gates: FeatureGates::default(),
+            pod_certificates: None,
+            pod_certificate_jitter: Duration::from_secs(300),
         }
     }
 }

@@ -43,6 +43,8 @@ impl Inner {
         self.reconstruct().await;
         let mut configmaps = Some(self.configmaps.subscribe());
         let mut secrets = Some(self.secrets.subscribe());
+        // PL-21: a pod's PodCertificateRequest changed (issued, refused, deleted).
+        let mut certificates = self.host.pod_certificates().map(|c| c.subscribe());
         let resync = self.config.resync_interval;
         let mut next_resync = resync.map(|r| Instant::now() + r);
         loop {
@@ -55,6 +57,7 @@ impl Inner {
                 // (1) An object manager saw new content; (2) mark the volumes that read it.
                 object = recv(&mut configmaps) => self.object_changed(object),
                 object = recv(&mut secrets) => self.object_changed(object),
+                pod = recv(&mut certificates) => self.pod_certificate_changed(pod),
             }
             if let (Some(at), Some(every)) = (next_resync, resync)
                 && Instant::now() >= at
@@ -308,6 +311,35 @@ impl Inner {
         }
     }
 
+    /// PL-21: a PodCertificateRequest of pod `pod_uid` changed: its volumes with a
+    /// `podCertificate` source are set up again at once, as after an object change (`None`:
+    /// the subscriber lagged, every such volume).
+    fn pod_certificate_changed(&self, pod_uid: Option<String>) {
+        let mut guard = self.state.lock();
+        let st: &mut State = &mut guard;
+        let affected: Vec<String> = st
+            .dsw
+            .volumes()
+            .filter(|(pod, v)| {
+                pod_uid.as_deref().is_none_or(|u| pod.uid.as_str() == u)
+                    && v.volume.projected.as_ref().is_some_and(|p| {
+                        p.sources
+                            .iter()
+                            .flatten()
+                            .any(|s| s.pod_certificate.is_some())
+                    })
+            })
+            .map(|(_, v)| v.unique.clone())
+            .collect();
+        let now = Instant::now();
+        for unique in affected {
+            if let Some(m) = st.asw.get_mut(&unique) {
+                m.remount_required = true;
+            }
+            st.ops.object_changed(&unique, now);
+        }
+    }
+
     /// Resync safety net: every desired, mounted volume whose plugin requires remount.
     fn mark_all_remount_required(&self) {
         let mut guard = self.state.lock();
@@ -326,7 +358,7 @@ impl Inner {
 
 /// The next change notification; `Some(None)` when the subscriber lagged. A closed channel
 /// never resolves again.
-async fn recv(rx: &mut Option<broadcast::Receiver<ObjectRef>>) -> Option<ObjectRef> {
+async fn recv<T: Clone>(rx: &mut Option<broadcast::Receiver<T>>) -> Option<T> {
     let Some(receiver) = rx.as_mut() else {
         return std::future::pending().await;
     };

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
+use crate::pod_certificate::PodCertificates;
 use crate::token::{Token, TokenCache};
 
 /// Where a volume's files live (PL-5).
@@ -71,6 +72,8 @@ pub struct VolumeHost {
     tmpfs: bool,
     fsync: bool,
     allocatable: NodeAllocatable,
+    /// `Some` with the `PodCertificateRequest` gate on and a source configured.
+    pod_certificates: Option<PodCertificates>,
 }
 
 impl std::fmt::Debug for VolumeHost {
@@ -101,7 +104,19 @@ impl VolumeHost {
             tmpfs,
             fsync,
             allocatable,
+            pod_certificates: None,
         }
+    }
+
+    /// Enables the `podCertificate` source (PL-21).
+    pub(crate) fn with_pod_certificates(mut self, certificates: Option<PodCertificates>) -> Self {
+        self.pod_certificates = certificates;
+        self
+    }
+
+    /// The pod certificate manager, when the `podCertificate` source is enabled.
+    pub(crate) fn pod_certificates(&self) -> Option<&PodCertificates> {
+        self.pod_certificates.as_ref()
     }
 
     /// The agent's root directory (the kubelet's `--root-dir`).
@@ -171,6 +186,9 @@ impl VolumeHost {
 
     pub(crate) fn forget_tokens(&self, pod_uid: &PodUid) {
         self.tokens.forget_pod(pod_uid);
+        if let Some(certificates) = &self.pod_certificates {
+            certificates.forget_pod(pod_uid);
+        }
     }
 
     /// PL-6 steps 5–9: set up the wrapper directory (0777, tmpfs for [`Medium::Memory`] when

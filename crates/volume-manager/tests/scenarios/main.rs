@@ -21,3 +21,7 @@ mod token;
 
 // Failures during remounts never empty a live volume (upstream #113242, VM-10).
 mod outage;
+
+// The podCertificate projected source as a node requests it, answered by the stand-in's test
+// signer: waiting for issuance, key then chain, modes, denial, gate off (PL-21, PL-22).
+mod pod_certificate;

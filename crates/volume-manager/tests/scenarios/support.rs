@@ -11,6 +11,7 @@ use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
+use nodelet_volume_manager::pod_certificate::KubePodCertificateSource;
 use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, TokenSource, VolumeManager};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -25,6 +26,10 @@ pub(crate) struct Options {
     pub(crate) root: Option<tempfile::TempDir>,
     pub(crate) tokens: Option<Arc<dyn TokenSource>>,
     pub(crate) configure: fn(&mut Config),
+    /// The API server's options (default: `Config::default()`, no authentication).
+    pub(crate) server: Option<nodelet_apiserver::Config>,
+    /// Talk to the server as `system:node:<name>` instead of as an administrator.
+    pub(crate) node: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -34,6 +39,8 @@ impl Default for Options {
             root: None,
             tokens: None,
             configure: |_| {},
+            server: None,
+            node: None,
         }
     }
 }
@@ -51,6 +58,7 @@ pub(crate) struct Env {
     strategy: Strategy,
     configure: fn(&mut Config),
     tokens: Arc<dyn TokenSource>,
+    client: kube::Client,
 }
 
 /// The parts an agent (re)start builds.
@@ -65,20 +73,23 @@ struct Parts {
 
 impl Parts {
     fn build(
-        server: &ApiServer,
+        client: &kube::Client,
         root: &Path,
         strategy: Strategy,
         configure: fn(&mut Config),
         tokens: Arc<dyn TokenSource>,
     ) -> Parts {
-        let client = server.client();
+        let client = client.clone();
         let mut mc = ManagerConfig::default();
         mc.strategy = strategy;
         let configmaps = ConfigMapManager::new(client.clone(), mc.clone()).unwrap();
-        let secrets = SecretManager::new(client, mc).unwrap();
+        let secrets = SecretManager::new(client.clone(), mc).unwrap();
         let mut config = Config::new(root);
         config.memory_medium = MemoryMedium::Disk;
         config.fsync = false;
+        // Used only when a test turns the PodCertificateRequest gate on (PL-21); requests name
+        // node `node-1` (the node user of `Options::node` in those tests).
+        config.pod_certificates = Some(Arc::new(KubePodCertificateSource::new(client, "node-1")));
         configure(&mut config);
         let events = RecordingSink::new();
         let vm = VolumeManager::new(
@@ -112,18 +123,22 @@ impl Env {
     }
 
     pub(crate) async fn start_with(options: Options) -> Env {
-        let server = ApiServer::start(nodelet_apiserver::Config::default())
+        let server = ApiServer::start(options.server.unwrap_or_default())
             .await
             .unwrap();
+        let client = match options.node {
+            Some(node) => node_client(&server, node),
+            None => server.client(),
+        };
         let root = match options.root {
             Some(r) => r,
             None => tempfile::tempdir().unwrap(),
         };
         let tokens = options
             .tokens
-            .unwrap_or_else(|| Arc::new(KubeTokenSource::new(server.client())));
+            .unwrap_or_else(|| Arc::new(KubeTokenSource::new(client.clone())));
         let parts = Parts::build(
-            &server,
+            &client,
             root.path(),
             options.strategy,
             options.configure,
@@ -142,6 +157,7 @@ impl Env {
             strategy: options.strategy,
             configure: options.configure,
             tokens,
+            client,
         }
     }
 
@@ -150,7 +166,7 @@ impl Env {
     pub(crate) async fn restart(&mut self) {
         self.stop_manager().await;
         let parts = Parts::build(
-            &self.server,
+            &self.client,
             self.root.path(),
             self.strategy,
             self.configure,
@@ -256,6 +272,14 @@ impl Env {
     pub(crate) async fn event(&self, pred: impl Fn(&RecordedEvent) -> bool) -> RecordedEvent {
         within(self.events.wait_for(pred)).await
     }
+}
+
+/// A client authenticated as `system:node:<node>` (the server must have authentication on).
+pub(crate) fn node_client(server: &ApiServer, node: &str) -> kube::Client {
+    let mut config = server.kube_config();
+    let token = server.token_for(&nodelet_apiserver::User::node(node));
+    config.auth_info = serde_json::from_value(json!({ "token": token })).unwrap();
+    kube::Client::try_from(config).unwrap()
 }
 
 pub(crate) fn volume_dir(root: &Path, pod: &Pod, plugin: &str, volume: &str) -> PathBuf {
