@@ -110,6 +110,18 @@ impl Agent {
         vm_config.trust_bundles.source = Some(Arc::new(
             nodelet_volume_manager::KubeTrustBundleSource::new(client.clone()),
         ));
+        // PL-21: PodCertificateRequests are made and watched with the node's own client.
+        if config
+            .feature_gates
+            .enabled(nodelet_core::Feature::PodCertificateRequest)
+        {
+            vm_config.pod_certificates = Some(Arc::new(
+                nodelet_volume_manager::pod_certificate::KubePodCertificateSource::new(
+                    client.clone(),
+                    config.node_name.clone(),
+                ),
+            ));
+        }
         if !config.feature_gates.ignored().is_empty() {
             tracing::info!(
                 gates = ?config.feature_gates.ignored(),
@@ -241,7 +253,12 @@ impl Agent {
 /// without a UID, or with one that is not a single path component (`../x`), is skipped with a
 /// warning naming its namespace/name. It never reaches the workers, the managers, the volume
 /// manager or `<root>/pods`; everything after this takes the [`AdmittedPod`].
-fn admit(pod: Pod) -> Option<AdmittedPod> {
+///
+/// The pod's `managedFields` are dropped here: nothing on a node reads them (the downward API
+/// cannot name them) and they are often the largest part of a pod object, held for every pod
+/// as long as it runs.
+fn admit(mut pod: Pod) -> Option<AdmittedPod> {
+    pod.metadata.managed_fields = None;
     match AdmittedPod::new(pod) {
         Ok(pod) => Some(pod),
         Err(error) => {

@@ -152,6 +152,12 @@ fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
+/// The most threads the runtime starts for blocking work (volume writes, env files, the
+/// restart scan). Each write is short, so a burst (a node's first thousand volumes) queues
+/// instead of starting hundreds of threads that each keep a stack and an allocator arena
+/// after the burst; tokio's default is 512.
+const BLOCKING_THREADS: usize = 32;
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "reset") {
@@ -183,6 +189,7 @@ fn main() -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()
     {
         Ok(rt) => rt,

@@ -35,6 +35,9 @@ mod api_failures;
 mod env_files;
 // One node allocatable: env vars, downwardAPI volumes and the Node status agree.
 mod allocatable;
+// The podCertificate projected source: gate from a --config file, the pod starts only once the
+// test signer issued its certificate; gate off: unsupported (PL-21, PL-22).
+mod pod_certificates;
 // `nodelet reset`: unmount and remove what the agent left in its root directory, and with
 // `--delete-node` its Lease and Node (a node identity may delete only the Lease).
 mod reset;

@@ -169,3 +169,50 @@ async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_r
         .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|e| panic!("{e:#}"));
 }
+
+/// A self-signed CA certificate (P-256, valid until 2126) for trust-bundle manifests.
+const TEST_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBijCCATGgAwIBAgIUQ/ywB4LrcEXajPzErPdcbqTwxQ4wCgYIKoZIzj0EAwIw
+GjEYMBYGA1UEAwwPbm9kZWxldC10ZXN0LWNhMCAXDTI2MTEyNDIzNDQyOFoYDzIx
+MjYxMDMxMjM0NDI4WjAaMRgwFgYDVQQDDA9ub2RlbGV0LXRlc3QtY2EwWTATBgcq
+hkjOPQIBBggqhkjOPQMBBwNCAATQOd17lb831fg0p1X0GQx8FUYInGwKshMzF6ED
+dRw5JgcMDs757o766CjEzLGSYOydlGKFL0unBKcv2peuFqhVo1MwUTAdBgNVHQ4E
+FgQU5zIE8T08H87PJwKek4wa0eB0MCAwHwYDVR0jBBgwFoAU5zIE8T08H87PJwKe
+k4wa0eB0MCAwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNHADBEAiBWH2/I
+UMbD5HSwPTrY2FPI2ORqjZgyrMEOdd6kfzU4IAIgH+y6jXp39Y2c3QE97TiSgoaz
+/TIVxVYX1U/Ob2Pycwg=
+-----END CERTIFICATE-----
+";
+
+/// Offline mode serves certificates.k8s.io: a ClusterTrustBundle manifest is loaded, and the
+/// node identity may read it (what a `clusterTrustBundle` volume source needs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_server_loads_cluster_trust_bundles_the_node_may_read() {
+    use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
+    let manifests = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let indented: String = TEST_CA.lines().map(|l| format!("    {l}\n")).collect();
+    write(
+        manifests.path(),
+        "bundle.yaml",
+        &format!(
+            "apiVersion: certificates.k8s.io/v1beta1\nkind: ClusterTrustBundle\nmetadata: {{name: example.com:signer:ca, labels: {{app: x}}}}\nspec:\n  signerName: example.com/signer\n  trustBundle: |\n{indented}"
+        ),
+    );
+    let embedded = nodelet::start_embedded(manifests.path(), NODE)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        embedded.sync.errors().is_empty(),
+        "{:?}",
+        embedded.sync.errors()
+    );
+    let bundles: kube::Api<ClusterTrustBundle> =
+        kube::Api::all(embedded.node_client.client.clone());
+    let read = bundles
+        .get("example.com:signer:ca")
+        .await
+        .unwrap_or_else(|e| panic!("the node reads the bundle: {e}"));
+    assert_eq!(read.spec.trust_bundle, TEST_CA);
+    drop(embedded.sync);
+    embedded.server.shutdown().await;
+}

@@ -54,15 +54,9 @@ pub enum Error {
         /// The key given.
         group_version: String,
     },
-    /// Writing a kubeconfig file failed.
-    #[error("writing the kubeconfig {path}")]
-    WriteKubeconfig {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Writing a kubeconfig file failed (the error names the file).
+    #[error(transparent)]
+    WriteKubeconfig(nodelet_core::kubeconfig::KubeconfigWriteError),
     /// Building a kube client for the server failed (`client` feature).
     #[cfg(feature = "client")]
     #[error("building a kube client for the API server")]

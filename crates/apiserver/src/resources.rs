@@ -284,6 +284,15 @@ impl ResourceInfo {
     }
 }
 
+/// Finds a resource by URL group, version and plural in the whole table, served or not (what
+/// a 403 names: upstream's authorizer runs before it knows whether the path is served).
+pub(crate) fn by_path_any(group: &str, version: &str, plural: &str) -> Option<ResourceId> {
+    RESOURCES
+        .iter()
+        .position(|r| r.group == group && r.version == version && r.plural == plural)
+        .map(ResourceId)
+}
+
 /// Finds a resource by `apiVersion` and `kind` in the whole table, served or not.
 fn by_kind_any(api_version: &str, kind: &str) -> Option<ResourceId> {
     let (group, version) = split_api_version(api_version);
@@ -380,11 +389,7 @@ impl Served {
 
     /// Finds a served resource by URL group, version and plural.
     pub(crate) fn by_path(&self, group: &str, version: &str, plural: &str) -> Option<ResourceId> {
-        RESOURCES
-            .iter()
-            .position(|r| r.group == group && r.version == version && r.plural == plural)
-            .map(ResourceId)
-            .filter(|id| self.contains(*id))
+        by_path_any(group, version, plural).filter(|id| self.contains(*id))
     }
 
     /// Finds a served resource by `apiVersion` and `kind`, as written in an object.

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::certificates::{pod_request, trust_bundle};
+use crate::certificates::{pod_request, pod_status, trust_bundle};
 use crate::defaults;
 use crate::resources::{
     CLUSTER_TRUST_BUNDLES, CONFIGMAPS, NAMESPACES, NODES, POD_CERTIFICATE_REQUESTS, PODS,
@@ -207,7 +207,7 @@ pub(crate) fn validate_update(
     let mut errs = if res == CLUSTER_TRUST_BUNDLES {
         trust_bundle::validate(new, Some(old))
     } else if res == POD_CERTIFICATE_REQUESTS && sub == Some("status") {
-        pod_request::validate_status(new, old, chrono::Utc::now())
+        pod_status::validate_status(new, old, chrono::Utc::now())
     } else if res == POD_CERTIFICATE_REQUESTS {
         pod_request::validate_update(new, old)
     } else {

@@ -23,7 +23,7 @@
 //! ```no_run
 //! # async fn demo(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use nodelet_apiserver::testing::{PodCertificateSigner, SignerMode};
-//! let signer = PodCertificateSigner::start(client, "example.com/test")?;
+//! let signer = PodCertificateSigner::start(client, "example.com/test").await?;
 //! signer.publish_trust_bundle().await?;      // ClusterTrustBundle example.com:test:ca
 //! signer.set_mode(SignerMode::Hold);         // requests stay pending ...
 //! signer.set_mode(SignerMode::Issue);        // ... and are issued now
@@ -48,7 +48,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::certificates::keys::{KeyKind, SubjectKey};
-use crate::certificates::pod_request::{has_condition, requested_key};
+use crate::certificates::pod_request::requested_key;
+use crate::certificates::pod_status::has_condition;
 use crate::error::Error;
 
 /// How the signer answers pending requests.
@@ -138,11 +139,12 @@ impl Drop for PodCertificateSigner {
 impl PodCertificateSigner {
     /// Generates the CA and starts answering the PodCertificateRequests for `signer_name`
     /// through `client` (which must be allowed to list, watch and update their status: an
-    /// admin). Must be called inside a tokio runtime.
+    /// admin), in a task on the current tokio runtime. Returns at once: requests created
+    /// before or after are answered as the watch delivers them.
     ///
     /// # Errors
     /// [`Error::Keygen`] if the CA cannot be generated.
-    pub fn start(client: Client, signer_name: &str) -> Result<Self, Error> {
+    pub async fn start(client: Client, signer_name: &str) -> Result<Self, Error> {
         let keygen = |e: rcgen::Error| Error::Keygen {
             what: "test signer CA",
             source: Box::new(e),

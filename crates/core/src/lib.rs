@@ -16,6 +16,9 @@
 //! * [`NodeAllocatable`]: the node's allocatable CPU, memory and ephemeral storage.
 //! * [`node_labels`]: the NodeRestriction rules for the labels a node may set on itself, used
 //!   by the agent (its `nodeLabels`) and by nodelet-apiserver (admission).
+//! * [`backoff::Backoff`] / [`backoff::Jitter`]: the one exponential back-off and jitter.
+//! * `kubeconfig` (feature `kubeconfig`): kubeconfig files from kube's types, written
+//!   atomically with mode 0600.
 //! * [`EventType`]: `Normal` or `Warning`, for the events the node crates emit.
 //! * [`FeatureGates`] / [`Feature`]: the Kubernetes feature gates nodelet follows, with a
 //!   v1.36 kubelet's defaults.
@@ -57,8 +60,11 @@
 
 mod admitted;
 mod allocatable;
+pub mod backoff;
 mod events;
 mod feature_gates;
+#[cfg(feature = "kubeconfig")]
+pub mod kubeconfig;
 mod layout;
 pub mod node_labels;
 mod object_ref;

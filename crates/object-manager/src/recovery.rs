@@ -22,8 +22,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use nodelet_core::backoff::Jitter;
 use parking_lot::Mutex;
-use rand::Rng;
 use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::time::Instant;
 
@@ -132,7 +132,7 @@ impl Recovery {
         *probing = self.try_probe(*probing);
         if *probing {
             let interval = self.config.probe_interval;
-            let jittered = interval.mul_f64(rand::rng().random_range(0.5..1.0));
+            let jittered = Jitter::between(0.5, 1.0).apply(interval);
             tokio::time::sleep(jittered.min(backoff)).await;
             return Pause::BackedOff;
         }
@@ -152,7 +152,7 @@ impl Recovery {
     async fn spread(&self) {
         let spread = self.config.spread;
         if !spread.is_zero() {
-            let delay = spread.mul_f64(rand::rng().random_range(0.0..1.0));
+            let delay = Jitter::between(0.0, 1.0).apply(spread);
             tokio::time::sleep(delay).await;
         }
     }

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Resource;
-use rand::Rng;
+use nodelet_core::backoff::{Backoff, Jitter};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -80,29 +80,11 @@ pub(crate) struct BackoffConfig {
     pub(crate) max: Duration,
 }
 
-struct Backoff {
-    config: BackoffConfig,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(config: BackoffConfig) -> Self {
-        Backoff {
-            config,
-            next: config.initial,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.next = self.config.initial;
-    }
-
-    /// The next delay: the current step plus up to 100 % jitter, capped at `max`.
-    fn next_delay(&mut self) -> Duration {
-        let base = self.next;
-        self.next = (self.next * 2).min(self.config.max);
-        let jitter = base.mul_f64(rand::rng().random_range(0.0..1.0));
-        (base + jitter).min(self.config.max)
+impl BackoffConfig {
+    /// A fresh reconnect back-off: doubling from `initial` to `max`, each delay plus up to
+    /// 100 % jitter.
+    fn start(self) -> Backoff {
+        Backoff::new(self.initial, self.max).with_jitter(Jitter::up_to(1.0))
     }
 }
 
@@ -247,7 +229,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     /// Moves through the states until [`State::Stopped`].
     async fn list_and_watch(&self) {
         let mut run = RunState {
-            backoff: Backoff::new(self.backoff),
+            backoff: self.backoff.start(),
             recovery: RecoveryState::default(),
             resource_version: String::new(),
         };
@@ -606,10 +588,11 @@ mod tests {
 
     fn run_state() -> RunState {
         RunState {
-            backoff: Backoff::new(BackoffConfig {
+            backoff: BackoffConfig {
                 initial: Duration::from_millis(800),
                 max: Duration::from_secs(30),
-            }),
+            }
+            .start(),
             recovery: RecoveryState::default(),
             resource_version: String::new(),
         }
@@ -774,10 +757,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_jitters_within_one_step() {
-        let mut b = Backoff::new(BackoffConfig {
+        let mut b = BackoffConfig {
             initial: Duration::from_millis(800),
             max: Duration::from_secs(30),
-        });
+        }
+        .start();
         let first = b.next_delay();
         assert!(first >= Duration::from_millis(800) && first < Duration::from_millis(1600));
         let second = b.next_delay();

@@ -7,6 +7,7 @@
 
 mod api;
 mod kube;
+mod lines;
 pub use self::kube::KubeSource;
 
 #[cfg(any(test, feature = "test-util"))]

@@ -7,9 +7,9 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_core::backoff::Jitter;
 use nodelet_core::{AdmittedPod, PodUid};
 use parking_lot::Mutex;
-use rand::Rng as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -571,7 +571,7 @@ fn complete_work<S>(
     };
     w.syncs += 1;
     w.last_sync = Some(SystemTime::now());
-    let jitter = |d: Duration| d.mul_f64(rand::rng().random_range(1.0..1.5));
+    let jitter = |d: Duration| Jitter::between(1.0, 1.5).apply(d);
     let mut requeue = match &result {
         Ok(true) => {
             w.last_error = None;

@@ -2,11 +2,13 @@
 //! (VM-1, VM-9).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodelet_core::{FeatureGates, NodeAllocatable};
 
 use crate::plugins::PluginRegistry;
+use crate::pod_certificate::PodCertificateSource;
 use crate::trust_bundle::TrustBundleConfig;
 
 /// Where memory-medium volumes (secret, projected, downwardAPI, emptyDir `Memory`) live.
@@ -58,6 +60,13 @@ pub struct Config {
     /// Where `clusterTrustBundle` sources read ClusterTrustBundles, and the cache's size and
     /// lifetime (PL-17, PL-19; used only with both gates on; default: no source, 220 entries, 5 min).
     pub trust_bundles: TrustBundleConfig,
+    /// PL-21: where the `podCertificate` source creates and watches PodCertificateRequests
+    /// (`KubePodCertificateSource::new(client, node_name)`). Default `None`: the source is
+    /// unsupported even with the `PodCertificateRequest` gate on.
+    pub pod_certificates: Option<Arc<dyn PodCertificateSource>>,
+    /// PL-22: the largest random delay added to a pod certificate's `beginRefreshAt` and to the
+    /// 10 min after which an unseen request is made again (default 5 min, the kubelet's).
+    pub pod_certificate_jitter: Duration,
 }
 
 impl Config {
@@ -76,6 +85,8 @@ impl Config {
             plugins: PluginRegistry::default(),
             feature_gates: FeatureGates::default(),
             trust_bundles: TrustBundleConfig::default(),
+            pod_certificates: None,
+            pod_certificate_jitter: Duration::from_secs(300),
         }
     }
 }

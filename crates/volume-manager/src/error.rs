@@ -99,6 +99,9 @@ pub enum SetUpError {
     /// PL-10: a service account token could not be obtained.
     #[error("failed to fetch token: {0}")]
     Token(#[from] crate::token::TokenError),
+    /// PL-21 / PL-22: a `podCertificate` source has no credential (yet, or for good).
+    #[error(transparent)]
+    PodCertificate(#[from] crate::pod_certificate::PodCertificateError),
     /// PL-13: a downward API item could not be rendered; `Display` is the kubelet's text.
     #[error(transparent)]
     DownwardApi(#[from] crate::downward::DownwardError),

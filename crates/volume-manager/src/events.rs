@@ -14,6 +14,15 @@ pub mod reasons {
     /// A volume directory could not be torn down;
     /// message `UnmountVolume.TearDown failed for volume "<vol>" : <error>`.
     pub const FAILED_UNMOUNT: &str = "FailedUnmount";
+    /// PL-22: the signer denied a PodCertificateRequest (once per request);
+    /// message `PodCertificateRequest <ns>/<name> was denied, reason="…", message="…"`.
+    pub const POD_CERTIFICATE_DENIED: &str = "Denied";
+    /// PL-22: the signer failed a PodCertificateRequest (once per request).
+    pub const POD_CERTIFICATE_FAILED: &str = "Failed";
+    /// PL-22: 10 min after its `beginRefreshAt` a pod certificate is still not refreshed.
+    pub const CERTIFICATE_OVERDUE_FOR_REFRESH: &str = "CertificateOverdueForRefresh";
+    /// PL-22: a projected pod certificate is past its `notAfter`.
+    pub const CERTIFICATE_EXPIRED: &str = "CertificateExpired";
 }
 
 /// Where the volume manager reports pod events. Implementations must not block (queue the

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use nodelet_core::backoff::Backoff;
 use tokio::time::Instant;
 
 /// Why an operation may not start now.
@@ -21,10 +22,11 @@ pub(crate) enum Refusal {
     BackingOff(Instant),
 }
 
+/// A volume whose last operation failed: when it may retry, and its back-off.
 #[derive(Debug, Clone, Copy)]
-struct Backoff {
+struct Waiting {
     retry_at: Instant,
-    delay: Duration,
+    backoff: Backoff,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,7 +44,7 @@ pub(crate) struct Operations {
     initial: Duration,
     max: Duration,
     in_flight: HashMap<String, InFlight>,
-    backoff: HashMap<String, Backoff>,
+    backoff: HashMap<String, Waiting>,
 }
 
 impl Operations {
@@ -101,13 +103,16 @@ impl Operations {
         if ok {
             self.backoff.remove(key);
         } else {
-            let delay = match self.backoff.get(key) {
-                Some(b) => (b.delay * 2).min(self.max),
-                None => self.initial,
-            };
-            let retry_at = if op.object_changed { now } else { now + delay };
-            self.backoff
-                .insert(key.to_owned(), Backoff { retry_at, delay });
+            let (initial, max) = (self.initial, self.max);
+            let waiting = self
+                .backoff
+                .entry(key.to_owned())
+                .or_insert_with(|| Waiting {
+                    retry_at: now,
+                    backoff: Backoff::new(initial, max),
+                });
+            let delay = waiting.backoff.next_delay();
+            waiting.retry_at = if op.object_changed { now } else { now + delay };
         }
         dirty
     }
@@ -120,7 +125,7 @@ impl Operations {
     /// The current retry delay of `key`, if it is backing off.
     #[cfg(test)]
     pub(crate) fn delay(&self, key: &str) -> Option<Duration> {
-        self.backoff.get(key).map(|b| b.delay)
+        self.backoff.get(key).and_then(|w| w.backoff.last_delay())
     }
 }
 

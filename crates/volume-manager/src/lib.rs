@@ -1,5 +1,5 @@
 //! The kubelet's volume manager and its configMap, secret, projected, downwardAPI (and
-//! emptyDir) volume plugins, with event-driven updates (spec rules PL-1 … PL-20, VM-1 … VM-13,
+//! emptyDir) volume plugins, with event-driven updates (spec rules PL-1 … PL-22, VM-1 … VM-13,
 //! UP-1 … UP-4).
 //!
 //! The agent says which pods should run here; this crate turns their volumes into directories
@@ -43,6 +43,14 @@
 //!   [`Config::trust_bundles`] reads ClusterTrustBundles through one cluster-wide watch
 //!   ([`KubeTrustBundleSource`]) started by the first volume that needs one, and its change
 //!   notifications remount the volumes reading a bundle (by name or by signer).
+//! * [`pod_certificate`] — the projected `podCertificate` source (gate
+//!   `PodCertificateRequest`, off by default; PL-21, PL-22): a key made on the node, a
+//!   PodCertificateRequest created through a [`pod_certificate::PodCertificateSource`]
+//!   ([`pod_certificate::KubePodCertificateSource`]: the node's client, one watch of
+//!   `spec.nodeName=<node>`) set in [`Config::pod_certificates`]; the volume's SetUp fails
+//!   (`credential bundle is not issued yet`) until the signer issues, so the pod waits; a change
+//!   of the pod's request remounts its volume at once, and the refresh (from `beginRefreshAt`
+//!   plus jitter) keeps the old key and chain on disk until the new ones are issued.
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts.
 //!
 //! ```text
@@ -103,7 +111,8 @@
 //!
 //! Pod updates (downward API labels and annotations), waits
 //! ([`VolumeManager::wait_for_attach_and_mount`] reprocesses the pod, as every SyncPod did in
-//! UP-1), token refreshes (at 80 % of the token's lifetime) and the periodic resync enter at
+//! UP-1), token refreshes (at 80 % of the token's lifetime), pod certificate deadlines and
+//! changes of a pod's PodCertificateRequests (PL-21, PL-22) and the periodic resync enter at
 //! step 2.
 //!
 //! # Where this crate differs from the kubelet
@@ -125,6 +134,16 @@
 //!   once (the kubelet waits for the pod's next sync); cached results are dropped for the
 //!   bundle's name and its signer; the anchors' random order is fixed per process, so an
 //!   unchanged set never rewrites a file; a server without the API is named in the error.
+//! * **Pod certificates**: the kubelet's pod certificate manager runs its own work queue and a
+//!   refresh pass every minute, and a mounted volume only sees a new certificate at its next pod
+//!   sync; here the state machine is stepped by the volume's SetUp, a change of the pod's
+//!   request (seen by the node's watch) remounts at once, and the volume asks to be set up again
+//!   at `beginRefreshAt` (plus jitter) and when an overdue/expired event is due. The
+//!   `Denied`/`Failed` event's message is the kubelet's intended text (its `Eventf` call passes
+//!   the condition's reason as the format). The 10 min "never seen" deadline counts from the
+//!   create on this node's clock, not from `creationTimestamp`, and the request is made again
+//!   in the same SetUp. A failed refresh create fails the remount (old files stay, backoff,
+//!   `FailedMount`), as for tokens.
 //! * **Tokens**: when a refresh fails the remount fails (old token stays on disk, event,
 //!   backoff) instead of silently keeping the old token until the next sync.
 //! * **Restart**: volumes found on disk are adopted as *uncertain* and set up again without
@@ -148,7 +167,8 @@
 //!   cancel-safe; [`VolumeManager::run`] stops when its token is cancelled and then waits for
 //!   running operations.
 //! * Payload bytes and tokens never reach logs, events or `Debug` output: events carry error
-//!   texts (object names, keys, paths); [`Token`] redacts itself.
+//!   texts (object names, keys, paths); [`Token`] and [`pod_certificate::PrivateKeyPem`] redact
+//!   themselves.
 //!
 //! # Example
 //!
@@ -215,6 +235,7 @@ pub mod events;
 mod executor;
 mod manager;
 pub mod plugins;
+pub mod pod_certificate;
 mod populator;
 mod reconciler;
 mod reconstruct;

@@ -121,7 +121,8 @@ impl VolumeManager {
             config.fsync,
             allocatable,
         )
-        .with_trust_bundles(trust_bundle_manager(&config));
+        .with_trust_bundles(trust_bundle_manager(&config))
+        .with_pod_certificates(pod_certificates(&config, &events));
         let state = State {
             dsw: DesiredState::default(),
             asw: ActualState::default(),
@@ -400,6 +401,25 @@ impl Inner {
         self.wake.notify_one();
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
+}
+
+/// PL-21: the pod certificate manager, with the `PodCertificateRequest` gate on and a source.
+fn pod_certificates(
+    config: &Config,
+    events: &Arc<dyn EventSink>,
+) -> Option<crate::pod_certificate::PodCertificates> {
+    if !config
+        .feature_gates
+        .enabled(nodelet_core::Feature::PodCertificateRequest)
+    {
+        return None;
+    }
+    let source = config.pod_certificates.clone()?;
+    Some(crate::pod_certificate::PodCertificates::new(
+        source,
+        events.clone(),
+        config.pod_certificate_jitter,
+    ))
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ impl Inner {
         let mut configmaps = Some(self.configmaps.subscribe());
         let mut secrets = Some(self.secrets.subscribe());
         let mut trust_bundles = self.host.trust_bundles().map(|m| m.subscribe());
+        // PL-21: a pod's PodCertificateRequest changed (issued, refused, deleted).
+        let mut certificates = self.host.pod_certificates().map(|c| c.subscribe());
         let resync = self.config.resync_interval;
         let mut next_resync = resync.map(|r| Instant::now() + r);
         loop {
@@ -58,6 +60,7 @@ impl Inner {
                 object = recv(&mut configmaps) => self.object_changed(object),
                 object = recv(&mut secrets) => self.object_changed(object),
                 bundle = recv(&mut trust_bundles) => self.trust_bundle_changed(bundle),
+                pod = recv(&mut certificates) => self.pod_certificate_changed(pod),
             }
             if let (Some(at), Some(every)) = (next_resync, resync)
                 && Instant::now() >= at
@@ -332,6 +335,35 @@ impl Inner {
             if let Some(m) = st.asw.get_mut(&unique) {
                 m.remount_required = true;
                 st.change_seen.entry(unique.clone()).or_insert(now);
+            }
+            st.ops.object_changed(&unique, now);
+        }
+    }
+
+    /// PL-21: a PodCertificateRequest of pod `pod_uid` changed: its volumes with a
+    /// `podCertificate` source are set up again at once, as after an object change (`None`:
+    /// the subscriber lagged, every such volume).
+    fn pod_certificate_changed(&self, pod_uid: Option<String>) {
+        let mut guard = self.state.lock();
+        let st: &mut State = &mut guard;
+        let affected: Vec<String> = st
+            .dsw
+            .volumes()
+            .filter(|(pod, v)| {
+                pod_uid.as_deref().is_none_or(|u| pod.uid.as_str() == u)
+                    && v.volume.projected.as_ref().is_some_and(|p| {
+                        p.sources
+                            .iter()
+                            .flatten()
+                            .any(|s| s.pod_certificate.is_some())
+                    })
+            })
+            .map(|(_, v)| v.unique.clone())
+            .collect();
+        let now = Instant::now();
+        for unique in affected {
+            if let Some(m) = st.asw.get_mut(&unique) {
+                m.remount_required = true;
             }
             st.ops.object_changed(&unique, now);
         }

@@ -61,18 +61,16 @@ pub enum TokenError {
 /// Where tokens come from: the TokenRequest API ([`KubeTokenSource`]) or a fake in tests.
 #[async_trait]
 pub trait TokenSource: Send + Sync + 'static {
-    /// A token for `service_account` in the pod's namespace, bound to the pod (name and UID),
-    /// for `audience` (the API server's default audiences when `None`), valid for about
-    /// `expiration_seconds`.
+    /// Sends `request` (built by the token cache: audiences, expiration, the pod as bound
+    /// object) for `service_account` in `namespace`.
     ///
     /// # Errors
     /// [`TokenError`] when the API refuses or cannot be reached.
     async fn token(
         &self,
-        pod: &Pod,
+        namespace: &str,
         service_account: &str,
-        audience: Option<&str>,
-        expiration_seconds: i64,
+        request: &TokenRequest,
     ) -> Result<Token, TokenError>;
 }
 
@@ -99,28 +97,18 @@ impl KubeTokenSource {
 impl TokenSource for KubeTokenSource {
     async fn token(
         &self,
-        pod: &Pod,
+        namespace: &str,
         service_account: &str,
-        audience: Option<&str>,
-        expiration_seconds: i64,
+        request: &TokenRequest,
     ) -> Result<Token, TokenError> {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &namespace);
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                audiences: audience.map(|a| vec![a.to_owned()]),
-                expiration_seconds: Some(expiration_seconds),
-                bound_object_ref: Some(BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: pod.metadata.name.clone(),
-                    uid: pod.metadata.uid.clone(),
-                }),
-            }),
-            ..TokenRequest::default()
-        };
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let expiration_seconds = request
+            .spec
+            .as_ref()
+            .and_then(|s| s.expiration_seconds)
+            .unwrap_or_default();
         let answer = api
-            .create_token_request(service_account, &PostParams::default(), &request)
+            .create_token_request(service_account, &PostParams::default(), request)
             .await
             .map_err(|e| match e {
                 kube::Error::Api(status) => TokenError::Api {
@@ -128,13 +116,13 @@ impl TokenSource for KubeTokenSource {
                     message: status.message,
                 },
                 other => TokenError::Request {
-                    namespace: namespace.clone(),
+                    namespace: namespace.to_owned(),
                     service_account: service_account.to_owned(),
                     message: other.to_string(),
                 },
             })?;
         let status = answer.status.ok_or_else(|| TokenError::Request {
-            namespace: namespace.clone(),
+            namespace: namespace.to_owned(),
             service_account: service_account.to_owned(),
             message: "the answer has no status".into(),
         })?;
@@ -151,14 +139,58 @@ impl TokenSource for KubeTokenSource {
     }
 }
 
-/// What identifies a cached token (the kubelet's token manager key).
+/// What identifies a cached token: the whole TokenRequest, as the kubelet's token manager
+/// keys its cache (service account, namespace, audiences, expiration, the bound object and
+/// the request's own UID when one is set), plus the pod whose teardown forgets it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct TokenKey {
     pod_uid: PodUid,
     namespace: String,
     service_account: String,
-    audience: Option<String>,
-    expiration_seconds: i64,
+    audiences: Vec<String>,
+    expiration_seconds: Option<i64>,
+    bound_object: Option<[Option<String>; 4]>,
+    request_uid: Option<String>,
+}
+
+impl TokenKey {
+    fn new(pod_uid: &PodUid, namespace: &str, service_account: &str, r: &TokenRequest) -> Self {
+        let spec = r.spec.as_ref();
+        Self {
+            pod_uid: pod_uid.clone(),
+            namespace: namespace.to_owned(),
+            service_account: service_account.to_owned(),
+            audiences: spec.and_then(|s| s.audiences.clone()).unwrap_or_default(),
+            expiration_seconds: spec.and_then(|s| s.expiration_seconds),
+            bound_object: spec.and_then(|s| s.bound_object_ref.as_ref()).map(|b| {
+                [
+                    b.api_version.clone(),
+                    b.kind.clone(),
+                    b.name.clone(),
+                    b.uid.clone(),
+                ]
+            }),
+            request_uid: r.metadata.uid.clone(),
+        }
+    }
+}
+
+/// The TokenRequest the kubelet sends for a projected token: `audience` (the API server's
+/// default audiences when `None`), `expiration_seconds`, bound to the pod (name and UID).
+fn token_request(pod: &Pod, audience: Option<&str>, expiration_seconds: i64) -> TokenRequest {
+    TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: audience.map(|a| vec![a.to_owned()]),
+            expiration_seconds: Some(expiration_seconds),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        }),
+        ..TokenRequest::default()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -194,13 +226,9 @@ impl TokenCache {
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<(Token, Instant), TokenError> {
-        let key = TokenKey {
-            pod_uid: pod_uid.clone(),
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            service_account: service_account.to_owned(),
-            audience: audience.map(str::to_owned),
-            expiration_seconds,
-        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let request = token_request(pod, audience, expiration_seconds);
+        let key = TokenKey::new(pod_uid, namespace, service_account, &request);
         let cached = self.tokens.lock().get(&key).cloned();
         if let Some(c) = &cached
             && Instant::now() < c.refresh_at
@@ -209,7 +237,7 @@ impl TokenCache {
         }
         match self
             .source
-            .token(pod, service_account, audience, expiration_seconds)
+            .token(namespace, service_account, &request)
             .await
         {
             Ok(token) => {
@@ -254,7 +282,7 @@ mod fake {
     use std::time::{Duration, SystemTime};
 
     use async_trait::async_trait;
-    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::authentication::v1::TokenRequest;
 
     use super::{Token, TokenError, TokenSource};
 
@@ -287,11 +315,17 @@ mod fake {
     impl TokenSource for FakeTokenSource {
         async fn token(
             &self,
-            pod: &Pod,
+            _namespace: &str,
             service_account: &str,
-            audience: Option<&str>,
-            expiration_seconds: i64,
+            request: &TokenRequest,
         ) -> Result<Token, TokenError> {
+            let spec = request.spec.clone().unwrap_or_default();
+            let pod_name = spec
+                .bound_object_ref
+                .and_then(|b| b.name)
+                .unwrap_or_default();
+            let audience = spec.audiences.and_then(|a| a.into_iter().next());
+            let expiration_seconds = spec.expiration_seconds.unwrap_or_default();
             if self
                 .fail
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -303,13 +337,10 @@ mod fake {
                 });
             }
             let n = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
-            let mut token = format!(
-                "token-{n}-{service_account}-{}",
-                pod.metadata.name.as_deref().unwrap_or_default()
-            );
+            let mut token = format!("token-{n}-{service_account}-{pod_name}");
             if let Some(a) = audience {
                 token.push('-');
-                token.push_str(a);
+                token.push_str(&a);
             }
             let secs = expiration_seconds.max(0).unsigned_abs();
             Ok(Token {
@@ -388,6 +419,27 @@ mod tests {
         assert_eq!((fake.issued(), cache.len()), (3, 3));
         cache.forget_pod(&uid("u1"));
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn the_key_is_the_whole_token_request_including_its_uid_when_set() {
+        let p = pod("u1");
+        let request = token_request(&p, Some("vault"), 600);
+        let key = |r: &TokenRequest| TokenKey::new(&uid("u1"), "ns", "sa", r);
+        assert_eq!(key(&request), key(&request.clone()));
+        let mut with_uid = request.clone();
+        with_uid.metadata.uid = Some("request-1".into());
+        assert_ne!(key(&request), key(&with_uid));
+        let mut other_uid = with_uid.clone();
+        other_uid.metadata.uid = Some("request-2".into());
+        assert_ne!(key(&with_uid), key(&other_uid));
+        assert_ne!(key(&request), key(&token_request(&p, Some("vault"), 601)));
+        let mut renamed = p.clone();
+        renamed.metadata.name = Some("q".into());
+        assert_ne!(
+            key(&request),
+            key(&token_request(&renamed, Some("vault"), 600))
+        );
     }
 
     #[tokio::test(start_paused = true)]

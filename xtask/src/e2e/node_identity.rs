@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use nodelet_core::kubeconfig::{Credentials, Kubeconfig, KubeconfigSpec};
 use rcgen::{CertificateParams, DnType, KeyPair};
 use serde_json::{Value, json};
 
@@ -125,8 +126,7 @@ pub(crate) fn obtain(admin: &Kubectl, node: &str, work_dir: &Path) -> Result<Pat
     let cert_pem = result?;
     let path = work_dir.join("node.kubeconfig");
     let config = node_kubeconfig(admin, node, &cert_pem, &csr.key_pem)?;
-    std::fs::write(&path, serde_json::to_vec_pretty(&config)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    nodelet_core::kubeconfig::write(&path, &config)?;
     Ok(path)
 }
 
@@ -156,7 +156,12 @@ fn request_and_collect(admin: &Kubectl, name: &str, csr: &NodeCsr) -> Result<Str
 }
 
 /// A kubeconfig with the admin context's cluster (server, CA) and the node's client certificate.
-fn node_kubeconfig(admin: &Kubectl, node: &str, cert_pem: &str, key_pem: &str) -> Result<Value> {
+fn node_kubeconfig(
+    admin: &Kubectl,
+    node: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<Kubeconfig> {
     let view: Value = serde_json::from_str(&admin.run(&[
         "config",
         "view",
@@ -177,17 +182,26 @@ fn node_kubeconfig(admin: &Kubectl, node: &str, cert_pem: &str, key_pem: &str) -
             )
         })?;
     let user = format!("system:node:{node}");
-    Ok(json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{ "name": "e2e", "cluster": cluster }],
-        "users": [{ "name": user, "user": {
-            "client-certificate-data": B64.encode(cert_pem.as_bytes()),
-            "client-key-data": B64.encode(key_pem.as_bytes()),
-        }}],
-        "contexts": [{ "name": "node", "context": { "cluster": "e2e", "user": user } }],
-        "current-context": "node"
-    }))
+    let server = cluster
+        .get("server")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut config = KubeconfigSpec {
+        name: "e2e",
+        server: &server,
+        ca_pem: None,
+        user: &user,
+        credentials: Credentials::ClientCertificate { cert_pem, key_pem },
+        namespace: None,
+    }
+    .build();
+    // The admin context's cluster as it is (CA data, TLS server name, proxy...).
+    config.clusters[0].cluster =
+        Some(serde_json::from_value(cluster).context("reading the admin kubeconfig's cluster")?);
+    config.contexts[0].name = "node".into();
+    config.current_context = Some("node".into());
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! `certificates.k8s.io/v1beta1`: the validation rules of ClusterTrustBundles
-//! (`trust_bundle.rs`) and PodCertificateRequests (`pod_request.rs`) with upstream's texts, and
+//! (`trust_bundle.rs`) and PodCertificateRequests (`pod_request.rs`, `pod_status.rs`) with
+//! upstream's texts, and
 //! what both share: PEM scanning, signer names, and the subject keys a pod may ask for.
 
 pub(crate) mod keys;
 pub(crate) mod pod_request;
+pub(crate) mod pod_status;
 pub(crate) mod trust_bundle;
 
 use crate::status::FieldError;

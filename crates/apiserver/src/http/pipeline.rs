@@ -84,7 +84,7 @@ pub(crate) async fn handle(
                     };
                     match shared.authorizer.authorize(&attrs) {
                         Decision::Deny(reason) => {
-                            response::error(&forbidden(&shared, &info, &attrs, &reason))
+                            response::error(&forbidden(&info, &attrs, &reason))
                         }
                         // (7)
                         Decision::Allow => {
@@ -144,7 +144,7 @@ fn is_probe(path: &str) -> bool {
     })
 }
 
-fn forbidden(shared: &Shared, info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
+fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
     let why = if reason.is_empty() {
         attrs.to_string()
     } else {
@@ -153,10 +153,7 @@ fn forbidden(shared: &Shared, info: &RequestInfo, attrs: &Attributes, reason: &s
     if !info.resource_request {
         return ApiError::forbidden(None, "", &why);
     }
-    let res = shared
-        .registry
-        .served
-        .by_path(&info.api_group, &info.api_version, &info.resource)
+    let res = crate::resources::by_path_any(&info.api_group, &info.api_version, &info.resource)
         .map(|r| r.info());
     ApiError::forbidden(res, info.name.as_deref().unwrap_or(""), &why)
 }

@@ -619,6 +619,7 @@ async fn invalid_requests_are_refused_with_the_upstream_texts() {
     tampered[last] ^= 0xff;
     let cases = [
         ("r-signer", json!({"signerName": "nope"}), "spec.signerName: Invalid value: \"nope\": must be a fully qualified domain and path of the form 'example.com/signer-name'".to_string()),
+        ("r-annotations", json!({"unverifiedUserAnnotations": {"plain": "x", "example.com/ok": "y"}}), "spec.unverifiedUserAnnotations: Invalid value: \"plain\": must be a domain-prefixed key (such as \"acme.io/foo\")".to_string()),
         ("r-uid", json!({"podUID": ""}), "spec.podUID: Invalid value: \"\": must not be empty".to_string()),
         ("r-node", json!({"nodeName": "N_1"}), format!("spec.nodeName: Invalid value: \"N_1\": {}", "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")),
         ("r-short", json!({"maxExpirationSeconds": 60}), "spec.maxExpirationSeconds: Invalid value: 60: must be in the range [3600, 7862400]".to_string()),
@@ -914,7 +915,9 @@ fn condition(r: &PodCertificateRequest) -> (String, String) {
 async fn the_signer_issues_a_leaf_for_the_requested_key_signed_by_its_published_ca() {
     let (server, pcrs, f) = pcr_setup(Config::default()).await;
     let admin = client_for(&server, &User::admin()).await;
-    let signer = PodCertificateSigner::start(admin.clone(), SIGNER).expect("signer");
+    let signer = PodCertificateSigner::start(admin.clone(), SIGNER)
+        .await
+        .expect("signer");
     let bundle = signer.publish_trust_bundle().await.expect("publish");
     assert_eq!(
         bundle.metadata.name.as_deref(),
@@ -984,6 +987,7 @@ async fn the_signer_issues_a_leaf_for_the_requested_key_signed_by_its_published_
 async fn the_signer_denies_fails_or_holds_as_the_test_says() {
     let (server, pcrs, f) = pcr_setup(Config::default()).await;
     let signer = PodCertificateSigner::start(client_for(&server, &User::admin()).await, SIGNER)
+        .await
         .expect("signer");
     let key = rcgen::KeyPair::generate().expect("key");
     signer.set_mode(SignerMode::Hold);
@@ -1024,7 +1028,9 @@ async fn the_signer_denies_fails_or_holds_as_the_test_says() {
 async fn an_issued_status_must_fit_the_request_and_the_leaf() {
     let (server, pcrs, f) = pcr_setup(Config::default()).await;
     let admin = client_for(&server, &User::admin()).await;
-    let _signer = PodCertificateSigner::start(admin, SIGNER).expect("signer");
+    let _signer = PodCertificateSigner::start(admin, SIGNER)
+        .await
+        .expect("signer");
     let key = rcgen::KeyPair::generate().expect("key");
     pcrs.create(
         &PostParams::default(),

@@ -5,13 +5,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{GetParams, ListParams, WatchParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::api::{Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
+use super::api::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
 
 /// Server-side watch time-out in seconds. The kubelet asks for ≥ 30 minutes (OM-15), but
 /// kube's client gives up reading a response after 295 s, so we stay under that and re-watch
@@ -150,11 +149,8 @@ where
         let params = WatchParams::default()
             .fields(&name_selector(name))
             .timeout(WATCH_TIMEOUT_SECS);
-        let stream = api
-            .watch(&params, resource_version)
-            .await
-            .map_err(convert)?;
-        Ok(events(stream))
+        let request = watch_request(&api, &params, resource_version)?;
+        super::lines::watch(&self.client, request).await
     }
 
     async fn watch_list(
@@ -171,61 +167,39 @@ where
             .timeout(WATCH_TIMEOUT_SECS);
         // resourceVersion "" (unset): a consistent read, as client-go's watch-list sends it;
         // kube-runtime's "0" would let the server answer from a stale cache.
-        match api.watch(&params, "").await {
-            Ok(stream) => Ok(Some(events(stream))),
-            Err(kube::Error::Api(status)) if matches!(status.code, 400 | 422) => {
+        let request = watch_request(&api, &params, "")?;
+        match super::lines::watch(&self.client, request).await {
+            Ok(stream) => Ok(Some(stream)),
+            Err(SourceError::Status {
+                code: code @ (400 | 422),
+                reason,
+                message,
+            }) => {
                 if self.watch_list.swap(false, Ordering::AcqRel) {
                     tracing::info!(
-                        code = status.code,
-                        reason = %status.reason,
-                        message = %status.message,
+                        code,
+                        reason = %reason,
+                        message = %message,
                         "the API server refused a watch-list; listing and watching instead"
                     );
                 }
                 Ok(None)
             }
-            Err(e) => Err(convert(e)),
+            Err(e) => Err(e),
         }
     }
 }
 
-/// The annotation of the BOOKMARK that ends a watch-list's initial events.
-const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
-
-/// kube's watch events as the source's.
-fn events<K>(
-    stream: impl futures::Stream<Item = Result<kube::api::WatchEvent<K>, kube::Error>> + Send + 'static,
-) -> WatchStream<K>
-where
-    K: Clone + DeserializeOwned + fmt::Debug + Send + 'static,
-{
-    stream
-        .map_err(convert)
-        .and_then(|event| async move {
-            match event {
-                kube::api::WatchEvent::Added(o) | kube::api::WatchEvent::Modified(o) => {
-                    Ok(WatchEvent::Applied(o))
-                }
-                kube::api::WatchEvent::Deleted(o) => Ok(WatchEvent::Deleted(o)),
-                kube::api::WatchEvent::Bookmark(b) => {
-                    let resource_version = b.metadata.resource_version;
-                    if b.metadata
-                        .annotations
-                        .get(INITIAL_EVENTS_END)
-                        .map(String::as_str)
-                        == Some("true")
-                    {
-                        Ok(WatchEvent::InitialEventsEnd { resource_version })
-                    } else {
-                        Ok(WatchEvent::Bookmark { resource_version })
-                    }
-                }
-                kube::api::WatchEvent::Error(status) => Err(SourceError::Status {
-                    code: status.code,
-                    reason: status.reason.clone(),
-                    message: status.message.clone(),
-                }),
-            }
+/// The WATCH request `api` would send, sent by [`super::lines::watch`] instead of kube's
+/// line codec (see that module).
+fn watch_request<K: Resource>(
+    api: &Api<K>,
+    params: &WatchParams,
+    resource_version: &str,
+) -> Result<http::Request<Vec<u8>>, SourceError> {
+    kube::core::Request::new(api.resource_url())
+        .watch(params, resource_version)
+        .map_err(|e| SourceError::Transport {
+            source: Arc::new(kube::Error::BuildRequest(e)),
         })
-        .boxed()
 }

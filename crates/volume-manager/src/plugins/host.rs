@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
+use crate::pod_certificate::PodCertificates;
 use crate::token::{Token, TokenCache};
 use crate::trust_bundle::TrustBundleManager;
 
@@ -74,6 +75,8 @@ pub struct VolumeHost {
     allocatable: NodeAllocatable,
     /// `Some` with the `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates on.
     trust_bundles: Option<TrustBundleManager>,
+    /// `Some` with the `PodCertificateRequest` gate on and a source configured.
+    pod_certificates: Option<PodCertificates>,
 }
 
 impl std::fmt::Debug for VolumeHost {
@@ -105,6 +108,7 @@ impl VolumeHost {
             fsync,
             allocatable,
             trust_bundles: None,
+            pod_certificates: None,
         }
     }
 
@@ -118,6 +122,17 @@ impl VolumeHost {
     /// `ClusterTrustBundleProjection` feature gates are not both on.
     pub fn trust_bundles(&self) -> Option<&TrustBundleManager> {
         self.trust_bundles.as_ref()
+    }
+
+    /// Enables the `podCertificate` source (PL-21).
+    pub(crate) fn with_pod_certificates(mut self, certificates: Option<PodCertificates>) -> Self {
+        self.pod_certificates = certificates;
+        self
+    }
+
+    /// The pod certificate manager, when the `podCertificate` source is enabled.
+    pub(crate) fn pod_certificates(&self) -> Option<&PodCertificates> {
+        self.pod_certificates.as_ref()
     }
 
     /// The agent's root directory (the kubelet's `--root-dir`).
@@ -187,6 +202,9 @@ impl VolumeHost {
 
     pub(crate) fn forget_tokens(&self, pod_uid: &PodUid) {
         self.tokens.forget_pod(pod_uid);
+        if let Some(certificates) = &self.pod_certificates {
+            certificates.forget_pod(pod_uid);
+        }
     }
 
     /// PL-6 steps 5–9: set up the wrapper directory (0777, tmpfs for [`Medium::Memory`] when

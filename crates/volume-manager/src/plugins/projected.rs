@@ -1,10 +1,11 @@
 //! The projected volume plugin, `kubernetes.io/projected` (PL-10): configMap, secret,
-//! downwardAPI, serviceAccountToken and (behind its gates) clusterTrustBundle (PL-17) sources
-//! merged into one volume.
+//! downwardAPI, serviceAccountToken, and behind their gates clusterTrustBundle (PL-17) and
+//! podCertificate (PL-21) sources, merged into one volume.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
-    ClusterTrustBundleProjection, ConfigMap, Secret, Volume, VolumeProjection,
+    ClusterTrustBundleProjection, ConfigMap, PodCertificateProjection, Secret, Volume,
+    VolumeProjection,
 };
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
 use nodelet_core::ObjectRef;
@@ -67,8 +68,8 @@ impl VolumePlugin for ProjectedPlugin {
         };
         let default_mode = projected.default_mode.ok_or(SetUpError::NoDefaultMode)?;
         let mut collected = Collected::default();
-        for source in projected.sources.iter().flatten() {
-            collect_source(ctx, source, default_mode, &mut collected).await;
+        for (index, source) in projected.sources.iter().flatten().enumerate() {
+            collect_source(ctx, index, source, default_mode, &mut collected).await;
         }
         if let Some(e) = SetUpError::aggregate(collected.errors) {
             return Err(e);
@@ -110,6 +111,7 @@ impl Collected {
 
 async fn collect_source(
     ctx: &SetUpContext<'_>,
+    index: usize,
     source: &VolumeProjection,
     default_mode: i32,
     out: &mut Collected,
@@ -185,11 +187,55 @@ async fn collect_source(
         out.refresh_at = Some(out.refresh_at.map_or(refresh_at, |r| r.min(refresh_at)));
     } else if let Some(ctb) = &source.cluster_trust_bundle {
         collect_trust_bundle(ctx, ctb, default_mode, out).await;
-    } else if source.pod_certificate.is_some() {
-        out.errors.push(SetUpError::Unsupported {
+    } else if let Some(certificate) = &source.pod_certificate {
+        collect_pod_certificate(ctx, index, certificate, default_mode, out).await;
+    }
+}
+
+/// PL-21: the pod's credential for source `index` (with the gate off or no source configured:
+/// unsupported). `credentialBundlePath` gets the key then the chain, `keyPath` the key,
+/// `certificateChainPath` the chain; 0600 with fsUser or fsGroup, as tokens.
+async fn collect_pod_certificate(
+    ctx: &SetUpContext<'_>,
+    index: usize,
+    source: &PodCertificateProjection,
+    default_mode: i32,
+    out: &mut Collected,
+) {
+    let Some(certificates) = ctx.host.pod_certificates() else {
+        return out.errors.push(SetUpError::Unsupported {
             what: "a podCertificate projection".into(),
         });
+    };
+    let bundle = match certificates
+        .credential_bundle(ctx.pod, &ctx.volume.name, index, source)
+        .await
+    {
+        Ok(b) => b,
+        Err(e) => return out.errors.push(e.into()),
+    };
+    let file = |data: Vec<u8>| owned_file(ctx, data, default_mode);
+    let key = bundle.private_key.as_bytes();
+    if let Some(path) = source
+        .credential_bundle_path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        out.payload
+            .insert(path, file([key, bundle.chain.as_slice()].concat()));
     }
+    if let Some(path) = source.key_path.as_deref().filter(|p| !p.is_empty()) {
+        out.payload.insert(path, file(key.to_vec()));
+    }
+    if let Some(path) = source
+        .certificate_chain_path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        out.payload.insert(path, file(bundle.chain.clone()));
+    }
+    let at = bundle.refresh_at;
+    out.refresh_at = Some(out.refresh_at.map_or(at, |r| r.min(at)));
 }
 
 /// PL-17: the trust anchors a `clusterTrustBundle` source asks for, at its `path` (with the
@@ -214,7 +260,7 @@ async fn collect_trust_bundle(
     }
 }
 
-/// A token or trust-bundle file: 0600 when the pod has an fsUser or fsGroup (fsGroup then adds
+/// A token, trust-bundle or credential file: 0600 when the pod has an fsUser or fsGroup (fsGroup then adds
 /// group read: 0640), else the volume's `defaultMode`; owned by the fsUser if any.
 fn owned_file(ctx: &SetUpContext<'_>, data: Vec<u8>, default_mode: i32) -> FileProjection {
     let mode = if ctx.fs_user.is_some() || ctx.fs_group.is_some() {
@@ -299,8 +345,8 @@ mod tests {
         };
         let projected = volume.projected.as_ref().unwrap();
         let mut out = Collected::default();
-        for s in projected.sources.iter().flatten() {
-            collect_source(&ctx, s, projected.default_mode.unwrap(), &mut out).await;
+        for (i, s) in projected.sources.iter().flatten().enumerate() {
+            collect_source(&ctx, i, s, projected.default_mode.unwrap(), &mut out).await;
         }
         out
     }
@@ -371,5 +417,81 @@ mod tests {
         assert_eq!((file.mode, file.fs_user), (0o600, Some(1000)));
         // The cached token is reused until its refresh time.
         assert_eq!(String::from_utf8_lossy(&file.data), "token-1-sa-p-aud");
+    }
+
+    fn certificate_host(fake: &crate::pod_certificate::FakePodCertificateSource) -> VolumeHost {
+        let certificates = crate::pod_certificate::PodCertificates::new(
+            Arc::new(fake.clone()),
+            Arc::new(crate::events::NoEvents),
+            std::time::Duration::ZERO,
+        );
+        host().with_pod_certificates(Some(certificates))
+    }
+
+    fn certificate_pod() -> Pod {
+        pod(
+            json!({"name": "v", "projected": {"defaultMode": 0o644, "sources": [
+            {"configMap": {"name": "cm", "items": [{"key": "a", "path": "a"}]}},
+            {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519",
+                "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
+                "certificateChainPath": "chain.pem"}}]}}),
+        )
+    }
+
+    // PL-21: with the gate off (no pod certificate manager) the source stays unsupported.
+    #[tokio::test]
+    async fn a_pod_certificate_is_unsupported_without_the_gate() {
+        let c = collect(&host(), &certificate_pod(), None, None).await;
+        let errors: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            ["a podCertificate projection is not supported by nodelet"]
+        );
+    }
+
+    // PL-21: not issued yet → an error (the pod waits); issued → the bundle is the key then the
+    // chain, the key and the chain alone, with the default mode, or 0600 with fsGroup.
+    #[tokio::test]
+    async fn an_issued_pod_certificate_is_projected_as_bundle_key_and_chain() {
+        let fake = crate::pod_certificate::FakePodCertificateSource::new("n");
+        let host = certificate_host(&fake);
+        let p = certificate_pod();
+        let waiting = collect(&host, &p, None, None).await;
+        let errors: Vec<String> = waiting.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors, ["credential bundle is not issued yet"]);
+        let created = fake.created();
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].spec.pod_uid, "u");
+
+        let chain = "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n";
+        let now = std::time::SystemTime::now();
+        let hour = std::time::Duration::from_secs(3600);
+        fake.issue(
+            "ns",
+            &fake.last_name().unwrap(),
+            chain,
+            now + hour,
+            now + 2 * hour,
+        );
+        let c = collect(&host, &p, None, None).await;
+        assert!(c.errors.is_empty());
+        let key = String::from_utf8(c.payload.get("key.pem").unwrap().data.clone()).unwrap();
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----\n"));
+        let files = listing(&c);
+        assert_eq!(
+            files,
+            [
+                ("a".into(), "1".into(), 0o644),
+                ("bundle.pem".into(), format!("{key}{chain}"), 0o644),
+                ("chain.pem".into(), chain.into(), 0o644),
+                ("key.pem".into(), key.clone(), 0o644),
+            ]
+        );
+        assert!(c.refresh_at.is_some());
+
+        let grouped = collect(&host, &p, Some(1234), None).await;
+        let modes: Vec<u32> = grouped.payload.iter().map(|(_, f)| f.mode).collect();
+        assert_eq!(modes, [0o644, 0o600, 0o600, 0o600]);
+        assert_eq!(fake.created().len(), 1, "the issued credential is reused");
     }
 }

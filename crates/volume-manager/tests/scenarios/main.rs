@@ -25,3 +25,6 @@ mod outage;
 // The clusterTrustBundle projected source as a node reads it: by name, by signer and
 // selector, updates, missing and optional bundles, modes, no API, gates off (PL-17, PL-20).
 mod trust_bundle;
+// The podCertificate projected source as a node requests it, answered by the stand-in's test
+// signer: waiting for issuance, key then chain, modes, denial, gate off (PL-21, PL-22).
+mod pod_certificate;

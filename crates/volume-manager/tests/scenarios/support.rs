@@ -11,6 +11,7 @@ use nodelet_apiserver::{ApiServer, ServerHandle};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
 use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
+use nodelet_volume_manager::pod_certificate::KubePodCertificateSource;
 use nodelet_volume_manager::{
     Config, KubeTokenSource, KubeTrustBundleSource, MemoryMedium, TokenSource, VolumeManager,
 };
@@ -49,7 +50,7 @@ impl Default for Options {
 }
 
 pub(crate) struct Env {
-    server: ApiServer,
+    pub(crate) server: ApiServer,
     pub(crate) api: ServerHandle,
     pub(crate) root: tempfile::TempDir,
     pub(crate) vm: VolumeManager,
@@ -91,7 +92,10 @@ impl Parts {
         config.memory_medium = MemoryMedium::Disk;
         config.fsync = false;
         // Read only when a test turns the ClusterTrustBundle gates on (PL-17).
-        config.trust_bundles.source = Some(Arc::new(KubeTrustBundleSource::new(client)));
+        config.trust_bundles.source = Some(Arc::new(KubeTrustBundleSource::new(client.clone())));
+        // Used only when a test turns the PodCertificateRequest gate on (PL-21); requests name
+        // node `node-1` (the node user of `Options::node` in those tests).
+        config.pod_certificates = Some(Arc::new(KubePodCertificateSource::new(client, "node-1")));
         configure(&mut config);
         let events = RecordingSink::new();
         let vm = VolumeManager::new(

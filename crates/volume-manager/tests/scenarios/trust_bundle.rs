@@ -183,6 +183,7 @@ async fn a_signers_published_ca_reaches_pods_that_trust_the_signer() {
     let env = env(true, true).await;
     let signer =
         nodelet_apiserver::testing::PodCertificateSigner::start(env.admin(), "example.com/issuer")
+            .await
             .unwrap();
     signer
         .publish_trust_bundle_labeled(&[("trust".to_owned(), "yes".to_owned())].into())
