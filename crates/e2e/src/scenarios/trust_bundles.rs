@@ -144,7 +144,12 @@ async fn run(
     .await?;
     wait_for_certs(&named_file, &[CAS[0], CAS[2]]).await?;
     create(api, resource, later, Some(signer), label, CAS[2]).await?;
-    wait_for_certs(&signer_file, &[CAS[1], CAS[2]]).await
+    wait_for_certs(&signer_file, &[CAS[1], CAS[2]]).await?;
+
+    // The pod goes before its bundles (a remount failing on a deleted bundle would hold the
+    // teardown in its backoff, VM-9): the volume is torn down.
+    ctx.delete_pod("p").await?;
+    ctx.wait_for_absent(&dir).await
 }
 
 /// The served version of the API, v1beta1 first, as the kubelet picks it.
