@@ -54,6 +54,10 @@ pub(crate) struct CellState<K> {
     pub(crate) object: Option<Arc<K>>,
     /// At least one list completed at some point: content changes are notifiable.
     pub(crate) listed_once: bool,
+    /// A `get` gave up waiting for the first list (`SyncTimeout`): the list that completes
+    /// is announced like a change, so whoever failed retries at once instead of after its
+    /// back-off. Without it a first list is not announced (nobody has seen the object yet).
+    pub(crate) waited_out: bool,
 }
 
 /// One object's shared state: written by its reflector, read by `get`.
@@ -68,6 +72,7 @@ impl<K> Cell<K> {
             synced: false,
             object: None,
             listed_once: false,
+            waited_out: false,
         });
         Arc::new(Cell { state })
     }
@@ -454,7 +459,8 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     /// the run is superseded.
     fn replace(&self, object: Option<Arc<K>>) -> bool {
         self.update(|s| {
-            let changed = s.listed_once && rv(&s.object) != rv(&object);
+            let changed = (s.listed_once && rv(&s.object) != rv(&object))
+                || std::mem::take(&mut s.waited_out);
             s.object = object;
             s.synced = true;
             s.listed_once = true;

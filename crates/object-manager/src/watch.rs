@@ -7,6 +7,8 @@
 //! 3. a stopped, mutable item restarts its reflector (not after shutdown);
 //! 4. await the first list for up to `sync_timeout` (readiness is awaited on a `watch`
 //!    channel, not polled) → `failed to sync <kind> cache: timed out waiting for the condition`;
+//!    the list that completes later is then announced to subscribers like a change, so the
+//!    caller that failed (a volume, a pod's env) retries as soon as the object is there;
 //! 5. absent → `<kind> "name" not found` (singular);
 //! 6. present and immutable → stop the reflector for good and serve the object from memory.
 
@@ -159,6 +161,12 @@ impl<K: ManagedObject> WatchStore<K> {
                 .await
             {
                 Err(_elapsed) => {
+                    if let Some(cell) = cell.upgrade() {
+                        cell.state.send_if_modified(|s| {
+                            s.waited_out = !s.synced;
+                            false
+                        });
+                    }
                     return Err(Error::SyncTimeout {
                         resource: K::SINGULAR,
                         namespace: key.namespace.clone(),
@@ -478,6 +486,33 @@ mod tests {
         );
         fake.hold_lists(false);
         assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_list_is_announced_only_after_a_get_gave_up_waiting_for_it() {
+        let fake = FakeSource::new();
+        fake.apply("ns", secret("s1", "v", false));
+        fake.apply("ns", secret("s2", "v", false));
+        fake.hold_lists(true);
+        let m = watch(&fake);
+        let mut changes = m.subscribe();
+        m.register_pod(
+            &nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &["s1", "s2"])).unwrap(),
+        );
+        assert!(m.get("ns", "s1").await.is_err(), "the first list is held");
+        fake.hold_lists(false);
+        let announced = tokio::time::timeout(Duration::from_secs(5), changes.recv())
+            .await
+            .expect("the late first list of s1 is announced")
+            .expect("the channel is open");
+        assert_eq!(announced.name, "s1");
+        assert_eq!(read(&m, "s1").await.ok().as_deref(), Some("v"));
+        assert_eq!(read(&m, "s2").await.ok().as_deref(), Some("v"));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(
+            changes.try_recv().is_err(),
+            "s2's first list, which nobody waited out, is not announced"
+        );
     }
 
     #[tokio::test(start_paused = true)]
