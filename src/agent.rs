@@ -140,6 +140,12 @@ impl Agent {
             let token = shutdown.clone();
             tracker.spawn(async move { vm.run(token).await });
         }
+        // After each burst of mounts (first start, a relist), freed memory goes back.
+        tracker.spawn(crate::memory::trim_after_bursts(
+            volumes.subscribe(),
+            shutdown.clone(),
+            crate::memory::release_free_memory,
+        ));
         let status =
             StatusWriter::start(client.clone(), metrics.clone(), shutdown.clone(), &tracker);
         let mut env = EnvOptions::default();

@@ -60,6 +60,7 @@ mod events;
 mod http;
 pub mod inspect;
 mod lock;
+mod memory;
 mod metrics;
 mod node;
 mod pod_watch;
