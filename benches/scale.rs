@@ -12,7 +12,7 @@
 //!    `/proc/<pid>/fd` matched against `/proc/net/tcp*`, and the server's own count by protocol),
 //!    and the agent's RSS.
 //! 4. 50 updates/s for 20 s, each to a different object: API write → new content visible,
-//!    p50 / p99 / max.
+//!    p50 / p99 / max; the agent's CPU time over the window (`/proc/<pid>/stat`).
 //! 5. A restart as kube-apiserver restarts (`ServerHandle::restart`): listener and every
 //!    connection closed for 10 s, the watch history forgotten (every resourceVersion the agent
 //!    holds answers 410 Expired), `/readyz` 500 for 2 s after it listens again; then update
@@ -121,6 +121,21 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+/// CPU time `pid` used so far (user + system), from `/proc/<pid>/stat` (in USER_HZ = 100
+/// ticks per second, fixed by the kernel's ABI).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at its closing parenthesis:
+    // state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
 }
 
 /// Established TCP connections of `pid` whose remote port is `port`.
@@ -341,6 +356,7 @@ async fn run(r: Run) {
     let every = Duration::from_secs(1) / RATE;
     let mut pending = Vec::new();
     let mut latencies = Vec::with_capacity(total);
+    let cpu_before = cpu_time(pid);
     let t0 = Instant::now();
     for n in 0..total {
         let due = t0 + every * n as u32;
@@ -356,9 +372,14 @@ async fn run(r: Run) {
         pending.push((files[j].clone(), value, since));
     }
     latencies.extend(wait_all(pending).await);
+    let (cpu, window) = (cpu_time(pid) - cpu_before, t0.elapsed());
     println!(
         "scale/{label}/update-latency: {RATE} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}",
         summary(latencies)
+    );
+    println!(
+        "scale/{label}/update-cpu: the agent used {cpu:.2?} of CPU in {window:.1?} of updates: {:.1} % of one core",
+        100.0 * cpu.as_secs_f64() / window.as_secs_f64()
     );
     println!(
         "scale/{label}/rss-after-updates: {:.1} MiB",
