@@ -4,7 +4,6 @@
 //! containers only get their env once the stand-in's test signer has issued it. With the gate
 //! off the source is unsupported.
 
-use clap::Parser as _;
 use k8s_openapi::api::certificates::v1beta1::PodCertificateRequest;
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
@@ -13,38 +12,14 @@ use serde_json::{Value, json};
 
 use nodelet_testutil::PodBuilder;
 
-use crate::support::{NODE, PATIENCE, World, poll_pause, wait_for_env_var};
+use crate::support::{NODE, PATIENCE, World, gates_from_config_file, poll_pause, wait_for_env_var};
 
 const SIGNER: &str = "example.com/workloads";
-
-/// The agent's feature gates from a real `--config` file (`PodCertificateRequest: <on>`).
-fn gates_from_config_file(on: bool) -> nodelet_core::FeatureGates {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let file = dir.path().join("kubelet.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             featureGates:\n  PodCertificateRequest: {on}\n"
-        ),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let cli = nodelet::Cli::try_parse_from([
-        "nodelet",
-        "--node-name",
-        NODE,
-        "--config",
-        file.to_str().unwrap_or_default(),
-    ])
-    .unwrap_or_else(|e| panic!("{e}"));
-    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
-    settings.agent.feature_gates
-}
 
 /// The stand-in serving PodCertificateRequests, the test node's Node, and the agent with the
 /// gate as the config file says.
 async fn world(gate: bool) -> World {
-    let gates = gates_from_config_file(gate);
+    let gates = gates_from_config_file(&[("PodCertificateRequest", gate)]);
     World::start_on(
         nodelet_apiserver::Config::default().with_certificates(),
         |h| {

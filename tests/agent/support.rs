@@ -16,6 +16,31 @@ pub(crate) use nodelet_testutil::PATIENCE;
 
 pub(crate) const NODE: &str = "agent-test-node";
 
+/// The feature gates the agent reads from a real `--config` file whose `featureGates` map is
+/// `gates` (name, on), parsed by the agent's own command line.
+pub(crate) fn gates_from_config_file(gates: &[(&str, bool)]) -> nodelet_core::FeatureGates {
+    use clap::Parser as _;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("kubelet.yaml");
+    let mut yaml = String::from(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n",
+    );
+    for (name, on) in gates {
+        yaml.push_str(&format!("  {name}: {on}\n"));
+    }
+    std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
+    let cli = nodelet::Cli::try_parse_from([
+        "nodelet",
+        "--node-name",
+        NODE,
+        "--config",
+        file.to_str().unwrap_or_default(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
+    settings.agent.feature_gates
+}
+
 /// The pause between two checks of a condition (a polling interval, never a timing assertion).
 pub(crate) async fn poll_pause() {
     tokio::time::sleep(Duration::from_millis(5)).await;

@@ -3,34 +3,11 @@
 //! `system:node:<node>`) projects a ClusterTrustBundle into a pod's volume, and an update of
 //! the bundle reaches the file without any pod change.
 
-use clap::Parser as _;
 use serde_json::json;
 
 use nodelet_testutil::{PodBuilder, TEST_CAS, cluster_trust_bundle};
 
-use crate::support::{NODE, PATIENCE, World, poll_pause};
-
-/// The agent's feature gates from a real `--config` file enabling both gates.
-fn gates_from_config_file() -> nodelet_core::FeatureGates {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let file = dir.path().join("kubelet.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-         featureGates:\n  ClusterTrustBundle: true\n  ClusterTrustBundleProjection: true\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let cli = nodelet::Cli::try_parse_from([
-        "nodelet",
-        "--node-name",
-        NODE,
-        "--config",
-        file.to_str().unwrap_or_default(),
-    ])
-    .unwrap_or_else(|e| panic!("{e}"));
-    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
-    settings.agent.feature_gates
-}
+use crate::support::{NODE, PATIENCE, World, gates_from_config_file, poll_pause};
 
 /// The CERTIFICATE blocks of a PEM text, sorted.
 fn blocks(pem: &str) -> Vec<String> {
@@ -45,7 +22,10 @@ fn blocks(pem: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_gets_its_trust_bundle_and_an_update_reaches_the_file() {
-    let gates = gates_from_config_file();
+    let gates = gates_from_config_file(&[
+        ("ClusterTrustBundle", true),
+        ("ClusterTrustBundleProjection", true),
+    ]);
     let world = World::start_on(
         nodelet_apiserver::Config::default().with_certificates(),
         |h| {

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::asw::{MountState, MountedVolume};
+use crate::dsw::{DesiredPod, DesiredVolume};
 use crate::events::reasons;
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
@@ -30,6 +31,15 @@ struct MountJob {
     remount: bool,
     /// When the earliest object change this SetUp takes in was seen, if any.
     change_seen: Option<Instant>,
+}
+
+/// Whether a change's time is kept for the `VolumeUpdate` of the volumes it remounts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// An object or trust bundle change: its propagation is measured.
+    Recorded,
+    /// Not a change a reader waits for (a certificate request moving on).
+    NotRecorded,
 }
 
 /// A teardown to run.
@@ -297,15 +307,7 @@ impl Inner {
             self.mark_all_remount_required();
             return;
         };
-        let mut guard = self.state.lock();
-        let st: &mut State = &mut guard;
-        let affected: Vec<String> = st
-            .dsw
-            .volumes()
-            .filter(|(_, v)| v.objects.contains(&object))
-            .map(|(_, v)| v.unique.clone())
-            .collect();
-        Self::mark_changed(st, affected);
+        self.mark_changed(Seen::Recorded, |_, v| v.objects.contains(&object));
     }
 
     /// PL-20: a ClusterTrustBundle changed; the volumes reading it (by name, or by its
@@ -315,26 +317,31 @@ impl Inner {
             self.mark_all_remount_required();
             return;
         };
+        self.mark_changed(Seen::Recorded, |_, v| {
+            v.trust_bundles.iter().any(|r| change.affects(r))
+        });
+    }
+
+    /// Update path step (2) for every desired volume `reads` picks: a mounted one is marked
+    /// for remount, and any one backing off after a failure (the thing that changed was
+    /// missing?) may retry now. With [`Seen::Recorded`] the change's time is kept for the
+    /// volume's `VolumeUpdate`.
+    fn mark_changed(&self, seen: Seen, reads: impl Fn(&DesiredPod, &DesiredVolume) -> bool) {
         let mut guard = self.state.lock();
         let st: &mut State = &mut guard;
         let affected: Vec<String> = st
             .dsw
             .volumes()
-            .filter(|(_, v)| v.trust_bundles.iter().any(|r| change.affects(r)))
+            .filter(|(pod, v)| reads(pod, v))
             .map(|(_, v)| v.unique.clone())
             .collect();
-        Self::mark_changed(st, affected);
-    }
-
-    /// Update path step (2) for the `affected` volumes.
-    fn mark_changed(st: &mut State, affected: Vec<String>) {
-        // New information: a volume backing off after a failure (this object missing?) may
-        // retry now.
         let now = Instant::now();
         for unique in affected {
             if let Some(m) = st.asw.get_mut(&unique) {
                 m.remount_required = true;
-                st.change_seen.entry(unique.clone()).or_insert(now);
+                if seen == Seen::Recorded {
+                    st.change_seen.entry(unique.clone()).or_insert(now);
+                }
             }
             st.ops.object_changed(&unique, now);
         }
@@ -344,29 +351,16 @@ impl Inner {
     /// `podCertificate` source are set up again at once, as after an object change (`None`:
     /// the subscriber lagged, every such volume).
     fn pod_certificate_changed(&self, pod_uid: Option<String>) {
-        let mut guard = self.state.lock();
-        let st: &mut State = &mut guard;
-        let affected: Vec<String> = st
-            .dsw
-            .volumes()
-            .filter(|(pod, v)| {
-                pod_uid.as_deref().is_none_or(|u| pod.uid.as_str() == u)
-                    && v.volume.projected.as_ref().is_some_and(|p| {
-                        p.sources
-                            .iter()
-                            .flatten()
-                            .any(|s| s.pod_certificate.is_some())
-                    })
-            })
-            .map(|(_, v)| v.unique.clone())
-            .collect();
-        let now = Instant::now();
-        for unique in affected {
-            if let Some(m) = st.asw.get_mut(&unique) {
-                m.remount_required = true;
-            }
-            st.ops.object_changed(&unique, now);
-        }
+        // Not an object change: no propagation time is recorded for it.
+        self.mark_changed(Seen::NotRecorded, |pod, v| {
+            pod_uid.as_deref().is_none_or(|u| pod.uid.as_str() == u)
+                && v.volume.projected.as_ref().is_some_and(|p| {
+                    p.sources
+                        .iter()
+                        .flatten()
+                        .any(|s| s.pod_certificate.is_some())
+                })
+        });
     }
 
     /// Resync safety net: every desired, mounted volume whose plugin requires remount.
