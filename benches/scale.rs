@@ -308,7 +308,9 @@ async fn run(r: Run) {
     let pid = child.0.id();
 
     // (2)
+    h.reset_requests();
     let started = Instant::now();
+    let started_wall = std::time::SystemTime::now();
     let mut files: Vec<PathBuf> = vec![PathBuf::new(); objects];
     let mut next = 0;
     let pods = PODS.min(objects);
@@ -325,6 +327,7 @@ async fn run(r: Run) {
             files[j] = vols.join(volume_dir(j)).join("k");
         }
     }
+    let created = started.elapsed();
     let mounted = wait_all(
         files
             .iter()
@@ -336,6 +339,10 @@ async fn run(r: Run) {
     println!(
         "scale/{label}/mount: {pods} pods x {:.1} volumes ({objects} objects) all on disk {mount_all:.2?} after the first pod was created",
         objects as f64 / pods as f64
+    );
+    println!(
+        "scale/{label}/cold-start: {}",
+        cold_start(&h.requests(), started, started_wall, &files, created)
     );
 
     // (3)
@@ -511,4 +518,47 @@ async fn wait_watches(h: &ServerHandle, n: usize) {
         assert!(Instant::now() < deadline, "watches never all open");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Where the cold start went, from the first pod created: the last pod created; the agent's
+/// first and last request for a ConfigMap or Secret as the server received them, and when the
+/// last of those was answered (a watch once set up); the files' modification times (when the
+/// agent wrote them): first, median, last.
+fn cold_start(
+    requests: &[RequestRecord],
+    started: Instant,
+    started_wall: std::time::SystemTime,
+    files: &[PathBuf],
+    created: Duration,
+) -> String {
+    let since = |t: Instant| t.saturating_duration_since(started);
+    let objects: Vec<&RequestRecord> = requests
+        .iter()
+        .filter(|r| matches!(r.resource.as_str(), "configmaps" | "secrets"))
+        .collect();
+    let first_request = objects.iter().map(|r| since(r.received)).min();
+    let last_request = objects.iter().map(|r| since(r.received)).max();
+    let last_answer = objects.iter().map(|r| since(r.answered)).max();
+    let mut written: Vec<Duration> = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .map(|t| t.duration_since(started_wall).unwrap_or_default())
+        .collect();
+    written.sort();
+    let ms = |d: Option<Duration>| {
+        d.map_or("-".to_owned(), |d| {
+            format!("{:.0} ms", d.as_secs_f64() * 1e3)
+        })
+    };
+    format!(
+        "pods created by {}; agent's object requests: {} (first received {}, last received {}, last answered {}); files written: first {}, median {}, last {}",
+        ms(Some(created)),
+        objects.len(),
+        ms(first_request),
+        ms(last_request),
+        ms(last_answer),
+        ms(written.first().copied()),
+        ms(Some(percentile(&written, 0.5))),
+        ms(written.last().copied()),
+    )
 }

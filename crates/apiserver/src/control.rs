@@ -36,6 +36,11 @@ pub struct RequestRecord {
     /// A watch-list: `sendInitialEvents=true` (the object's state, then its changes, on one
     /// watch).
     pub send_initial_events: bool,
+    /// When the request reached the pipeline (after its headers were read).
+    pub received: std::time::Instant,
+    /// When its answer was ready: for a watch, once it was set up (its initial events queued
+    /// for a watch-list), not when it ended.
+    pub answered: std::time::Instant,
 }
 
 #[derive(Default)]

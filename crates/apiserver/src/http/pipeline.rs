@@ -37,6 +37,7 @@ pub(crate) async fn handle(
     req: http::Request<Incoming>,
     token: CancellationToken,
 ) -> http::Response<Body> {
+    let received = std::time::Instant::now();
     let path = req.uri().path().to_string();
     if let Some(rest) = path.strip_prefix("/nodelet/") {
         return admin(&shared, req.method(), rest, req.uri().query()).await;
@@ -132,6 +133,8 @@ pub(crate) async fn handle(
             .query
             .get("sendInitialEvents")
             .is_some_and(|v| v == "true"),
+        received,
+        answered: std::time::Instant::now(),
     });
     resp
 }
