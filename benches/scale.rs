@@ -309,6 +309,7 @@ async fn run(r: Run) {
 
     // (2)
     h.reset_requests();
+    let (agent_cpu0, server_cpu0) = (cpu_time(pid), cpu_time(std::process::id()));
     let started = Instant::now();
     let started_wall = std::time::SystemTime::now();
     let mut files: Vec<PathBuf> = vec![PathBuf::new(); objects];
@@ -341,8 +342,10 @@ async fn run(r: Run) {
         objects as f64 / pods as f64
     );
     println!(
-        "scale/{label}/cold-start: {}",
-        cold_start(&h.requests(), started, started_wall, &files, created)
+        "scale/{label}/cold-start: {}; CPU until then: agent {:.2?}, API server and this bench {:.2?}",
+        cold_start(&h.requests(), started, started_wall, &files, created),
+        cpu_time(pid) - agent_cpu0,
+        cpu_time(std::process::id()) - server_cpu0,
     );
 
     // (3)
