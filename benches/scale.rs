@@ -24,7 +24,7 @@
 //! Runs (each on a fresh server and agent): HTTP/2 at 150 and 1,000 objects; the same with
 //! `--goaway-chance 0.02` and 10 streams per connection (as the real-server run);
 //! HTTP/1.1 at 1,000 objects. `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,h1-1000`
-//! picks some.
+//! picks some; `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start).
 //!
 //! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
 
@@ -347,6 +347,13 @@ async fn run(r: Run) {
         cpu_time(pid) - agent_cpu0,
         cpu_time(std::process::id()) - server_cpu0,
     );
+
+    if std::env::var_os("SCALE_MOUNT_ONLY").is_some() {
+        // Only the cold start (e.g. under `perf record`).
+        drop(child);
+        server.shutdown().await;
+        return;
+    }
 
     // (3)
     wait_watches(&h, objects).await;
