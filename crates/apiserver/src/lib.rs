@@ -90,6 +90,7 @@ mod model_tests;
 mod node_authorizer;
 mod node_restriction;
 mod openapi;
+mod pod_refs;
 mod protobuf;
 mod registry;
 mod resources;

@@ -32,9 +32,10 @@
 //! group "" in the namespace "ns": no relationship found between node 'n1' and this object`.
 //!
 //! # Differences from upstream
-//! - The relationship "node ← pod ← object" is recomputed from the store on every request, so
-//!   it is immediately consistent; the real authorizer keeps an eventually consistent graph fed
-//!   by informers, so a kubelet may briefly be denied just after a pod is bound.
+//! - The relationship "node ← pod ← object" is an index the store updates under its lock as
+//!   pods are written (`pod_refs.rs`), so it is immediately consistent; the real authorizer
+//!   keeps an eventually consistent graph fed by informers, so a kubelet may briefly be denied
+//!   just after a pod is bound.
 //! - The NodeRestriction checks that need only the stored object (deleting and updating the
 //!   status of other nodes' pods) are made here and answered in the authorizer's message
 //!   shape; those on Node objects are made at admission with upstream's texts
@@ -48,6 +49,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::auth::{Attributes, Authorizer, Decision};
+use crate::pod_refs::RefKind;
 use crate::registry::Registry;
 use crate::resources::{
     CLUSTER_TRUST_BUNDLE_GATE, POD_CERTIFICATE_REQUEST_GATE, POD_CERTIFICATE_REQUESTS, PODS,
@@ -334,143 +336,29 @@ fn pods_on_node_reference(
     name: &str,
 ) -> bool {
     let s = registry.store.inner.lock();
-    if v == Vertex::PodCertificateRequest {
-        return s
-            .get(&Key::new(POD_CERTIFICATE_REQUESTS, ns, name))
-            .and_then(|p| p.pointer("/spec/nodeName"))
-            .and_then(Value::as_str)
-            == Some(node);
-    }
-    if v == Vertex::Pod {
-        return s
-            .get(&Key::new(PODS, ns, name))
-            .is_some_and(|p| node_name(p) == Some(node));
-    }
-    s.objects
-        .range(Key::new(PODS, ns, "")..)
-        .take_while(|(k, _)| k.resource == PODS && k.namespace == ns)
-        .filter(|(_, p)| node_name(p) == Some(node))
-        .any(|(_, p)| references(p, v, name))
-}
-
-/// Walks a pod spec for references of kind `v` named `name`.
-fn references(pod: &Value, v: Vertex, name: &str) -> bool {
-    let Some(spec) = pod.get("spec") else {
-        return false;
-    };
-    let is = |x: Option<&Value>| x.and_then(Value::as_str) == Some(name);
-    match v {
-        Vertex::Pod | Vertex::PodCertificateRequest => false,
-        Vertex::ServiceAccount => {
-            let sa = spec
-                .get("serviceAccountName")
-                .or_else(|| spec.get("serviceAccount"))
+    let kind = match v {
+        Vertex::PodCertificateRequest => {
+            return s
+                .get(&Key::new(POD_CERTIFICATE_REQUESTS, ns, name))
+                .and_then(|p| p.pointer("/spec/nodeName"))
                 .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .unwrap_or("default");
-            sa == name
+                == Some(node);
         }
-        Vertex::Secret | Vertex::ConfigMap => {
-            let secret = v == Vertex::Secret;
-            let arr = |x: Option<&Value>| -> Vec<Value> {
-                x.and_then(Value::as_array).cloned().unwrap_or_default()
-            };
-            if secret
-                && arr(spec.get("imagePullSecrets"))
-                    .iter()
-                    .any(|r| is(r.get("name")))
-            {
-                return true;
-            }
-            for vol in arr(spec.get("volumes")) {
-                if volume_references(&vol, secret, name) {
-                    return true;
-                }
-            }
-            let (env_key, from_key) = if secret {
-                ("secretKeyRef", "secretRef")
-            } else {
-                ("configMapKeyRef", "configMapRef")
-            };
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
-                for c in arr(spec.get(list)) {
-                    if arr(c.get("env"))
-                        .iter()
-                        .any(|e| is(e.pointer(&format!("/valueFrom/{env_key}/name"))))
-                        || arr(c.get("envFrom"))
-                            .iter()
-                            .any(|e| is(e.pointer(&format!("/{from_key}/name"))))
-                    {
-                        return true;
-                    }
-                }
-            }
-            false
+        Vertex::Pod => {
+            return s
+                .get(&Key::new(PODS, ns, name))
+                .is_some_and(|p| node_name(p) == Some(node));
         }
-    }
-}
-
-fn volume_references(vol: &Value, secret: bool, name: &str) -> bool {
-    let is = |p: &str| vol.pointer(p).and_then(Value::as_str) == Some(name);
-    if !secret {
-        return is("/configMap/name")
-            || vol
-                .pointer("/projected/sources")
-                .and_then(Value::as_array)
-                .is_some_and(|s| {
-                    s.iter().any(|src| {
-                        src.pointer("/configMap/name").and_then(Value::as_str) == Some(name)
-                    })
-                });
-    }
-    const SECRET_PATHS: &[&str] = &[
-        "/secret/secretName",
-        "/csi/nodePublishSecretRef/name",
-        "/azureFile/secretName",
-        "/cephfs/secretRef/name",
-        "/cinder/secretRef/name",
-        "/flexVolume/secretRef/name",
-        "/iscsi/secretRef/name",
-        "/rbd/secretRef/name",
-        "/scaleIO/secretRef/name",
-        "/storageos/secretRef/name",
-    ];
-    SECRET_PATHS.iter().any(|p| is(p))
-        || vol
-            .pointer("/projected/sources")
-            .and_then(Value::as_array)
-            .is_some_and(|s| {
-                s.iter()
-                    .any(|src| src.pointer("/secret/name").and_then(Value::as_str) == Some(name))
-            })
+        Vertex::Secret => RefKind::Secret,
+        Vertex::ConfigMap => RefKind::ConfigMap,
+        Vertex::ServiceAccount => RefKind::ServiceAccount,
+    };
+    s.pod_graph.related(kind, ns, name, node)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_pod_references_secrets_through_volumes_env_envfrom_and_pull_secrets() {
-        let pod = json!({"spec": {
-            "imagePullSecrets": [{"name": "pull"}],
-            "volumes": [
-                {"name": "a", "secret": {"secretName": "vol"}},
-                {"name": "b", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "pcm"}}]}},
-                {"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "csi"}}},
-            ],
-            "initContainers": [{"name": "i", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}}]}],
-            "containers": [{"name": "c", "envFrom": [{"secretRef": {"name": "from"}}, {"configMapRef": {"name": "cmfrom"}}]}],
-        }});
-        for s in ["pull", "vol", "proj", "csi", "env", "from"] {
-            assert!(references(&pod, Vertex::Secret, s), "{s}");
-        }
-        assert!(!references(&pod, Vertex::Secret, "pcm"));
-        assert!(references(&pod, Vertex::ConfigMap, "pcm"));
-        assert!(references(&pod, Vertex::ConfigMap, "cmfrom"));
-        assert!(!references(&pod, Vertex::ConfigMap, "vol"));
-        assert!(references(&pod, Vertex::ServiceAccount, "default"));
-    }
 
     #[test]
     fn only_a_spec_node_name_selector_for_the_node_itself_scopes_a_pod_list() {

@@ -225,6 +225,15 @@ impl FieldSelector {
         self.reqs.is_empty()
     }
 
+    /// The name an equality requirement on `metadata.name` asks for, if any: no other object
+    /// can match.
+    pub(crate) fn exact_name(&self) -> Option<&str> {
+        self.reqs
+            .iter()
+            .find(|(f, eq, _)| *eq && f == "metadata.name")
+            .map(|(_, _, v)| v.as_str())
+    }
+
     /// Matches the object.
     pub(crate) fn matches(&self, res: &ResourceInfo, obj: &Value) -> bool {
         self.reqs

@@ -7,6 +7,7 @@
 //!    read from `X < history_start` is answered `410 Expired`.
 //! 3. Writes and broadcasts happen under one lock, so a watch that subscribes under the lock and
 //!    replays history sees every event exactly once.
+//! 4. `pod_graph` reflects the stored pods after every write.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, OnceLock};
@@ -15,7 +16,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::resources::ResourceId;
+use crate::pod_refs::PodGraph;
+use crate::resources::{PODS, ResourceId};
 
 /// Identifies one stored object: resource, namespace (`""` for cluster-scoped) and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -91,6 +93,8 @@ pub(crate) struct Inner {
     pub(crate) objects: BTreeMap<Key, Arc<Value>>,
     pub(crate) history: VecDeque<Arc<Event>>,
     pub(crate) history_start: u64,
+    /// What the stored pods reference, kept as pods are written (the Node authorizer's graph).
+    pub(crate) pod_graph: PodGraph,
     history_limit: usize,
     tx: broadcast::Sender<Notice>,
 }
@@ -109,6 +113,7 @@ impl Store {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 history_start: 0,
+                pod_graph: PodGraph::default(),
                 history_limit: history_limit.max(1),
                 tx,
             }),
@@ -137,6 +142,9 @@ impl Inner {
         set_rv(&mut obj, self.rv);
         let obj = Arc::new(obj);
         let prev = self.objects.insert(key.clone(), obj.clone());
+        if key.resource == PODS {
+            self.pod_graph.pod_changed(prev.as_deref(), Some(&obj));
+        }
         let kind = if prev.is_some() {
             WatchEventType::Modified
         } else {
@@ -156,6 +164,9 @@ impl Inner {
     /// Removes `key`; the DELETED event carries the last state stamped with a new rv.
     pub(crate) fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
         let prev = self.objects.remove(key)?;
+        if key.resource == PODS {
+            self.pod_graph.pod_changed(Some(&prev), None);
+        }
         self.rv += 1;
         let mut last = (*prev).clone();
         set_rv(&mut last, self.rv);
@@ -203,14 +214,45 @@ impl Inner {
         namespace: Option<&str>,
         rv: u64,
     ) -> Vec<(Key, Arc<Value>)> {
-        let in_scope =
-            |k: &Key| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns);
-        let mut map: BTreeMap<Key, Arc<Value>> = self
-            .objects
-            .iter()
-            .filter(|(k, _)| in_scope(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        self.snapshot_of(resource, namespace, None, rv)
+    }
+
+    /// As [`snapshot`](Self::snapshot), narrowed to the object called `name` when given (a
+    /// watch or list by `metadata.name`): only that object's key range is read, not every
+    /// object of the resource.
+    pub(crate) fn snapshot_of(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        rv: u64,
+    ) -> Vec<(Key, Arc<Value>)> {
+        let in_scope = |k: &Key| {
+            k.resource == resource
+                && namespace.is_none_or(|ns| k.namespace == ns)
+                && name.is_none_or(|n| k.name == n)
+        };
+        // Keys sort by resource, then namespace, then name: the objects in scope are one range.
+        let start = Key::new(resource, namespace.unwrap_or(""), "");
+        let mut map: BTreeMap<Key, Arc<Value>> = match (namespace, name) {
+            (Some(ns), Some(n)) => {
+                let key = Key::new(resource, ns, n);
+                self.objects
+                    .get(&key)
+                    .map(|v| (key, v.clone()))
+                    .into_iter()
+                    .collect()
+            }
+            _ => self
+                .objects
+                .range(start..)
+                .take_while(|(k, _)| {
+                    k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns)
+                })
+                .filter(|(k, _)| in_scope(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
         if rv < self.rv {
             for ev in self.history.iter().rev() {
                 if ev.rv <= rv {
@@ -236,7 +278,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::CONFIGMAPS;
+    use crate::resources::{CONFIGMAPS, PODS};
     use serde_json::json;
 
     fn cm(name: &str, v: &str) -> Value {
@@ -265,6 +307,45 @@ mod tests {
             vec![("a".into(), json!("1")), ("b".into(), json!("1"))]
         );
         assert_eq!(s.snapshot(CONFIGMAPS, None, s.rv).len(), 2);
+    }
+
+    #[test]
+    fn a_snapshot_by_name_reads_only_that_object_at_any_rv() {
+        let store = Store::new(100, 16);
+        let mut s = store.inner.lock();
+        let a = Key::new(CONFIGMAPS, "d", "a");
+        s.put(a.clone(), cm("a", "1"));
+        s.put(Key::new(CONFIGMAPS, "d", "ab"), cm("ab", "1"));
+        s.put(Key::new(CONFIGMAPS, "e", "a"), cm("a", "1"));
+        s.put(Key::new(PODS, "d", "a"), cm("a", "1"));
+        let at4 = s.rv;
+        s.put(a.clone(), cm("a", "2"));
+        let value = |v: &[(Key, Arc<Value>)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, o)| {
+                    (
+                        k.namespace.clone(),
+                        o["data"]["k"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        };
+        let now = s.snapshot_of(CONFIGMAPS, Some("d"), Some("a"), s.rv);
+        assert_eq!(value(&now), [("d".to_owned(), "2".to_owned())]);
+        let then = s.snapshot_of(CONFIGMAPS, Some("d"), Some("a"), at4);
+        assert_eq!(value(&then), [("d".to_owned(), "1".to_owned())]);
+        // Across namespaces: both `a`s, not `ab`, not the pod.
+        let all = s.snapshot_of(CONFIGMAPS, None, Some("a"), s.rv);
+        assert_eq!(value(&all).len(), 2);
+        s.remove(&a);
+        assert!(
+            s.snapshot_of(CONFIGMAPS, Some("d"), Some("a"), s.rv)
+                .is_empty()
+        );
+        assert_eq!(
+            value(&s.snapshot_of(CONFIGMAPS, Some("d"), Some("a"), at4)).len(),
+            1
+        );
     }
 
     #[test]

@@ -216,7 +216,8 @@ pub(crate) fn serve(
                 }
             }
             _ => {
-                for (_, obj) in s.snapshot(res, filter.namespace.as_deref(), s.rv) {
+                let name = filter.opts.fields.exact_name();
+                for (_, obj) in s.snapshot_of(res, filter.namespace.as_deref(), name, s.rv) {
                     if filter.matches(&obj) {
                         initial.push(Initial::Added(obj));
                     }

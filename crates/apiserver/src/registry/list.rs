@@ -41,7 +41,7 @@ impl Registry {
         let mut items = Vec::new();
         let mut next_key = None;
         let mut remaining = 0usize;
-        let snapshot = s.snapshot(res, ns, rv);
+        let snapshot = s.snapshot_of(res, ns, opts.fields.exact_name(), rv);
         drop(s);
         // Token positions are `namespace/name`; neither part can contain '/', and they are
         // compared as the (namespace, name) pair the store is sorted by.
