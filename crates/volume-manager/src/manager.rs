@@ -399,6 +399,11 @@ impl Inner {
     /// Something changed: wake the reconciler and the waiters.
     pub(crate) fn bump(&self) {
         self.wake.notify_one();
+        self.observed();
+    }
+
+    /// Something changed that leaves the reconciler nothing new to do: wake only the waiters.
+    pub(crate) fn observed(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
@@ -653,6 +658,68 @@ mod tests {
         let passes = bed.vm.inner.passes.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(3600)).await;
         assert_eq!(bed.vm.inner.passes.load(Ordering::SeqCst), passes);
+        bed.shutdown.cancel();
+    }
+
+    // A finished mount with nothing left to do wakes the waiters, not the reconciler: a pod
+    // with 40 volumes is mounted in a handful of passes, not one pass per volume. (Real time:
+    // the writes run on blocking threads, which a paused clock does not wait for.)
+    #[tokio::test]
+    async fn finished_mounts_do_not_each_start_a_reconciler_pass() {
+        let bed = bed(Strategy::Get, None);
+        let mounts: Vec<_> = (0..40)
+            .map(|i| json!({"name": format!("v{i}"), "mountPath": format!("/v{i}")}))
+            .collect();
+        let mut builder = PodBuilder::new("ns", "p")
+            .uid("u1")
+            .container(json!({"name": "c", "volumeMounts": mounts}));
+        for i in 0..40 {
+            let name = format!("cm{i}");
+            bed.configmaps.apply("ns", cm(&name, "v1"));
+            builder = builder.volume(
+                json!({"name": format!("v{i}"), "configMap": {"name": name, "defaultMode": 420}}),
+            );
+        }
+        let p = admitted(&builder.build());
+        let before = bed.vm.inner.passes.load(Ordering::SeqCst);
+        bed.vm.add_pod(&p);
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(bed.vm.mounted_volumes(p.uid()).len(), 40);
+        let passes = bed.vm.inner.passes.load(Ordering::SeqCst) - before;
+        assert!(passes <= 3, "{passes} passes for one pod's 40 volumes");
+        bed.shutdown.cancel();
+    }
+
+    // A pod removed while its volume's SetUp is still running: the pass at removal skipped the
+    // busy volume, so the finished mount must start the pass that tears it down.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_removed_during_its_mount_is_torn_down_when_the_mount_ends() {
+        use nodelet_object_manager::source::Verb;
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        bed.configmaps.hold_gets(true);
+        let p = pod("cm");
+        let uid = PodUid::new("u1").unwrap();
+        bed.vm.add_pod(&admitted(&p));
+        while bed.configmaps.count(Verb::Get, "ns", "cm") == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        bed.vm.remove_pod(&uid);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        bed.configmaps.hold_gets(false);
+        let dir = bed
+            .vm
+            .host()
+            .volume_dir(&uid, "kubernetes.io/configmap", "cfg");
+        let mut rx = bed.vm.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while dir.exists() || !bed.vm.mounted_volumes(&uid).is_empty() {
+                rx.changed().await.unwrap();
+            }
+        })
+        .await
+        .expect("the volume of the removed pod was never torn down");
         bed.shutdown.cancel();
     }
 

@@ -185,12 +185,20 @@ impl Inner {
         // (4) The plugin reads the object, builds the payload and writes it atomically.
         let result = job.plugin.set_up(&ctx).instrument(span.clone()).await;
         // (5) Record the result; a change that arrived meanwhile keeps the flag set.
+        // Whether a pass may now have work: a retry or remount to schedule, a token deadline
+        // to wait for, or an unmount a pass skipped while this operation ran. A plain success
+        // wakes only the waiters: at a node's cold start a pass per finished mount, each over
+        // every volume, was most of the reconciler's time.
+        let mut pass_needed = true;
         let failure = {
             let mut st = self.state.lock();
             let now = Instant::now();
             let dirty = st.ops.finish(&job.unique, result.is_ok(), now);
             match result {
                 Ok(outcome) => {
+                    pass_needed = dirty
+                        || outcome.refresh_at.is_some()
+                        || !st.dsw.contains(&uid, &job.unique);
                     st.last_errors.remove(&job.unique);
                     if let Some(change_seen) = job.change_seen {
                         // Nobody listening is fine: the update is for observers only.
@@ -244,7 +252,11 @@ impl Inner {
             self.events
                 .event(&job.pod, EventType::Warning, reasons::FAILED_MOUNT, message);
         }
-        self.bump();
+        if pass_needed {
+            self.bump();
+        } else {
+            self.observed();
+        }
     }
 
     /// PL-14: TearDown, then forget the volume (and the pod's tokens once it is not desired).
