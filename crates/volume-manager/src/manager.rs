@@ -168,13 +168,19 @@ impl VolumeManager {
     /// Records `pod` as desired (VM-4, VM-5): its used, supported volumes are mounted by the
     /// reconciler; unsupported ones are reported once with an `UnsupportedVolume` event. The
     /// latest pod object is kept, and the pod's mounted volumes are marked for remount (so
-    /// downward API changes reach the files). Never blocks.
+    /// downward API changes reach the files); a running SetUp of a volume that reads the pod
+    /// object is repeated when it ends. Never blocks.
     ///
     /// The pod was admitted ([`AdmittedPod`]): its UID is one path component, so nothing is
     /// ever created outside `<root>/pods/<uid>/`.
     pub fn add_pod(&self, pod: &AdmittedPod) {
         let desired = desired_pod(pod, &self.inner.registry);
-        let fresh = set_desired(&mut self.inner.state.lock(), pod.uid(), desired);
+        let fresh = set_desired(
+            &mut self.inner.state.lock(),
+            pod.uid(),
+            desired,
+            Running::Redo,
+        );
         self.report_unsupported(pod, fresh);
         self.inner.bump();
     }
@@ -182,9 +188,9 @@ impl VolumeManager {
     /// The kubelet's `ReprocessPod` (VM-4, VM-11) for a pod already desired: its volumes are
     /// processed again from the pod object the desired state holds (the newest one
     /// [`add_pod`](Self::add_pod) was given; populator errors are recorded again, so a wait
-    /// sees them), its mounted volumes are marked remount-required (downward API changes and
-    /// objects are read again) and a volume whose operation is running is set up again when it
-    /// ends. Never adds a pod: for a pod that is not desired it does nothing and returns
+    /// sees them) and its mounted volumes are marked remount-required (downward API changes and
+    /// objects are read again). A SetUp already running is not repeated: it reads the objects
+    /// now. Never adds a pod: for a pod that is not desired it does nothing and returns
     /// `false`. Never blocks.
     pub fn reprocess_pod(&self, pod_uid: &PodUid) -> bool {
         let (pod, fresh) = {
@@ -194,7 +200,7 @@ impl VolumeManager {
                 return false;
             };
             let desired = desired_pod(&pod, &self.inner.registry);
-            (pod, set_desired(&mut st, pod_uid, desired))
+            (pod, set_desired(&mut st, pod_uid, desired, Running::Keep))
         };
         self.report_unsupported(&pod, fresh);
         self.inner.bump();
@@ -372,18 +378,53 @@ impl VolumeManager {
 /// VM-4 for one pod, under the lock: the desired state takes `desired` (VM-5: the latest pod
 /// object), the pod's mounted volumes are marked remount-required and running operations of
 /// its volumes are marked to run again. Returns the unsupported volumes not reported yet.
-fn set_desired(st: &mut State, uid: &PodUid, desired: DesiredPod) -> Vec<UnsupportedVolume> {
+/// Records `desired` for pod `uid` and marks its mounted volumes remount-required (VM-5: the
+/// kubelet's `MarkRemountRequired` after a pod is processed). With [`Running::Redo`] (a new pod
+/// object), a volume whose SetUp is running and whose content comes from the pod object itself
+/// (downward API) is set up again when it ends; a ConfigMap or Secret being written reads
+/// nothing from the pod object, so a pod update (our own status patch, at a node's cold start)
+/// does not write it twice.
+fn set_desired(
+    st: &mut State,
+    uid: &PodUid,
+    desired: DesiredPod,
+    running: Running,
+) -> Vec<UnsupportedVolume> {
     let fresh = st.dsw.set_pod(desired);
     st.asw.mark_pod_remount_required(uid);
-    for v in st
-        .dsw
-        .pod(uid)
-        .map(|p| p.volumes.clone())
-        .unwrap_or_default()
-    {
-        st.ops.mark_dirty(&v.unique);
+    if running == Running::Redo {
+        let readers: Vec<String> = st
+            .dsw
+            .pod(uid)
+            .into_iter()
+            .flat_map(|p| p.volumes.iter())
+            .filter(|v| reads_pod_object(&v.volume))
+            .map(|v| v.unique.clone())
+            .collect();
+        for unique in readers {
+            st.ops.mark_dirty(&unique);
+        }
     }
     fresh
+}
+
+/// What [`set_desired`] does to SetUps already running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Running {
+    /// A new pod object: those reading it are set up again when they end.
+    Redo,
+    /// The same pod object processed again: they read it already.
+    Keep,
+}
+
+/// Whether the volume's files come (in part) from the pod object: a `downwardAPI` volume or a
+/// projected one with a `downwardAPI` source.
+fn reads_pod_object(volume: &k8s_openapi::api::core::v1::Volume) -> bool {
+    volume.downward_api.is_some()
+        || volume
+            .projected
+            .as_ref()
+            .is_some_and(|p| p.sources.iter().flatten().any(|s| s.downward_api.is_some()))
 }
 
 /// PL-17: a ClusterTrustBundle manager when both gates are on (it starts nothing until a
@@ -433,7 +474,7 @@ mod tests {
     use std::time::Duration;
 
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    use nodelet_object_manager::source::FakeSource;
+    use nodelet_object_manager::source::{FakeSource, Verb};
     use nodelet_object_manager::{ManagerConfig, Strategy};
     use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
     use serde_json::json;
@@ -695,7 +736,6 @@ mod tests {
     // busy volume, so the finished mount must start the pass that tears it down.
     #[tokio::test(start_paused = true)]
     async fn a_pod_removed_during_its_mount_is_torn_down_when_the_mount_ends() {
-        use nodelet_object_manager::source::Verb;
         let bed = bed(Strategy::Get, None);
         bed.configmaps.apply("ns", cm("cm", "v1"));
         bed.configmaps.hold_gets(true);
@@ -720,6 +760,76 @@ mod tests {
         })
         .await
         .expect("the volume of the removed pod was never torn down");
+        bed.shutdown.cancel();
+    }
+
+    /// Pod `u1` with one projected volume `all` (ConfigMap `cm` + the pod's labels), label
+    /// `app=<app>`, at `/all`.
+    fn projected_pod(app: &str) -> AdmittedPod {
+        admitted(
+            &PodBuilder::new("ns", "p")
+                .uid("u1")
+                .label("app", app)
+                .container(json!({"name": "c", "volumeMounts": [{"name": "all", "mountPath": "/all"}]}))
+                .volume(json!({"name": "all", "projected": {"defaultMode": 420, "sources": [
+                    {"configMap": {"name": "cm"}},
+                    {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                ]}}))
+                .build(),
+        )
+    }
+
+    // A new pod object arriving while a volume reading the pod (downward API) is being set
+    // up: the SetUp runs again when it ends, so the files show the new labels.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_update_during_a_downward_api_set_up_is_written_when_it_ends() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        bed.configmaps.hold_gets(true);
+        bed.vm.add_pod(&projected_pod("one"));
+        while bed.configmaps.total(Verb::Get) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        bed.vm.add_pod(&projected_pod("two"));
+        bed.configmaps.hold_gets(false);
+        let file = bed
+            .vm
+            .host()
+            .volume_dir(
+                &PodUid::new("u1").unwrap(),
+                "kubernetes.io/projected",
+                "all",
+            )
+            .join("labels");
+        let mut rx = bed.vm.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while std::fs::read_to_string(&file).ok().as_deref() != Some("app=\"two\"") {
+                rx.changed().await.unwrap();
+            }
+        })
+        .await
+        .expect("the new label never reached the file");
+        bed.shutdown.cancel();
+    }
+
+    // The same pod processed again while its ConfigMap volume is being written (the pod
+    // worker's first sync right after the pod was added): the volume is not set up twice.
+    #[tokio::test(start_paused = true)]
+    async fn reprocessing_a_pod_does_not_set_up_its_running_volumes_again() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        bed.configmaps.hold_gets(true);
+        let p = admitted(&pod("cm"));
+        bed.vm.add_pod(&p);
+        while bed.configmaps.total(Verb::Get) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(bed.vm.reprocess_pod(p.uid()));
+        bed.configmaps.hold_gets(false);
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Both reprocessings (ours and the wait's) came while the SetUp ran: one GET.
+        assert_eq!(bed.configmaps.count(Verb::Get, "ns", "cm"), 1);
         bed.shutdown.cancel();
     }
 
