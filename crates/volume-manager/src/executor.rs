@@ -84,13 +84,18 @@ impl Operations {
     }
 
     /// An object the volume reads changed: a volume backing off may retry now; a running
-    /// operation's failure will be retried at once (see the module docs).
-    pub(crate) fn object_changed(&mut self, key: &str, now: Instant) {
+    /// operation's failure will be retried at once (see the module docs). Returns whether a
+    /// retry became due now (a running operation reports its own end).
+    pub(crate) fn object_changed(&mut self, key: &str, now: Instant) -> bool {
         if let Some(op) = self.in_flight.get_mut(key) {
             op.dirty = true;
             op.object_changed = true;
+            false
         } else if let Some(b) = self.backoff.get_mut(key) {
             b.retry_at = b.retry_at.min(now);
+            true
+        } else {
+            false
         }
     }
 
@@ -182,7 +187,7 @@ mod tests {
         ops.try_start("v", now).unwrap();
         ops.finish("v", false, now);
         assert!(ops.try_start("v", now).is_err());
-        ops.object_changed("v", now);
+        assert!(ops.object_changed("v", now), "a retry is due now");
         assert_eq!(ops.try_start("v", now), Ok(()));
         ops.finish("v", false, now);
         assert_eq!(ops.delay("v"), Some(Duration::from_secs(1)));
@@ -194,7 +199,10 @@ mod tests {
         let mut ops = ops();
         let now = Instant::now();
         ops.try_start("v", now).unwrap();
-        ops.object_changed("v", now);
+        assert!(
+            !ops.object_changed("v", now),
+            "the running operation reports its end"
+        );
         assert!(ops.finish("v", false, now));
         assert_eq!(ops.try_start("v", now), Ok(()));
         // Without new information the next failure backs off again.

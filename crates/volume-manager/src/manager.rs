@@ -621,12 +621,15 @@ mod tests {
             ObjectRef::secret("ns", "cm"),
             ObjectRef::config_map("other", "cm"),
         ] {
-            bed.vm.inner.object_changed(Some(other.clone()));
+            assert!(!bed.vm.inner.object_changed(Some(other.clone())));
             assert!(!pending(&bed.vm), "{other:?}");
         }
-        bed.vm
-            .inner
-            .object_changed(Some(ObjectRef::config_map("ns", "cm")));
+        // A pass has work: the mounted volume is to be set up again.
+        assert!(
+            bed.vm
+                .inner
+                .object_changed(Some(ObjectRef::config_map("ns", "cm")))
+        );
         assert!(pending(&bed.vm));
         bed.shutdown.cancel();
     }

@@ -59,24 +59,30 @@ impl Inner {
         let mut certificates = self.host.pod_certificates().map(|c| c.subscribe());
         let resync = self.config.resync_interval;
         let mut next_resync = resync.map(|r| Instant::now() + r);
+        let (mut pass, mut next) = (true, None);
         loop {
-            let next = self.reconcile();
+            if pass {
+                next = self.reconcile();
+            }
             let deadline = [next, next_resync].into_iter().flatten().min();
-            tokio::select! {
+            // A change that gives no volume anything to do (an object no desired volume reads,
+            // or one whose volumes are mid-SetUp and report their own end) starts no pass.
+            pass = tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = self.wake.notified() => {}
-                () = sleep_until(deadline) => {}
+                () = self.wake.notified() => true,
+                () = sleep_until(deadline) => true,
                 // (1) An object manager saw new content; (2) mark the volumes that read it.
                 object = recv(&mut configmaps) => self.object_changed(object),
                 object = recv(&mut secrets) => self.object_changed(object),
                 bundle = recv(&mut trust_bundles) => self.trust_bundle_changed(bundle),
                 pod = recv(&mut certificates) => self.pod_certificate_changed(pod),
-            }
+            };
             if let (Some(at), Some(every)) = (next_resync, resync)
                 && Instant::now() >= at
             {
                 self.mark_all_remount_required();
                 next_resync = Some(Instant::now() + every);
+                pass = true;
             }
         }
         if let Some(bundles) = self.host.trust_bundles() {
@@ -313,32 +319,39 @@ impl Inner {
     /// Live updates: every desired volume that reads the changed object is marked for
     /// remount and freed from its backoff (a failure may have been this object missing); the
     /// loop reconciles right after. `None` (the subscriber lagged): all are marked.
-    pub(crate) fn object_changed(&self, object: Option<ObjectRef>) {
+    ///
+    /// Returns whether a pass has work now (see [`mark_changed`](Self::mark_changed)).
+    pub(crate) fn object_changed(&self, object: Option<ObjectRef>) -> bool {
         // (2) Mark every desired volume that reads the object; stale in-flight results too.
         let Some(object) = object else {
             self.mark_all_remount_required();
-            return;
+            return true;
         };
-        self.mark_changed(Seen::Recorded, |_, v| v.objects.contains(&object));
+        self.mark_changed(Seen::Recorded, |_, v| v.objects.contains(&object))
     }
 
     /// PL-20: a ClusterTrustBundle changed; the volumes reading it (by name, or by its
     /// signer) are marked as for an object change. `None` (lagged): all are marked.
-    pub(crate) fn trust_bundle_changed(&self, change: Option<TrustBundleChange>) {
+    pub(crate) fn trust_bundle_changed(&self, change: Option<TrustBundleChange>) -> bool {
         let Some(change) = change else {
             self.mark_all_remount_required();
-            return;
+            return true;
         };
         self.mark_changed(Seen::Recorded, |_, v| {
             v.trust_bundles.iter().any(|r| change.affects(r))
-        });
+        })
     }
 
     /// Update path step (2) for every desired volume `reads` picks: a mounted one is marked
     /// for remount, and any one backing off after a failure (the thing that changed was
     /// missing?) may retry now. With [`Seen::Recorded`] the change's time is kept for the
-    /// volume's `VolumeUpdate`.
-    fn mark_changed(&self, seen: Seen, reads: impl Fn(&DesiredPod, &DesiredVolume) -> bool) {
+    /// volume's `VolumeUpdate`. Returns whether a pass has work: a mounted volume to remount
+    /// or a retry due now (a SetUp still running is marked and reports its own end).
+    fn mark_changed(
+        &self,
+        seen: Seen,
+        reads: impl Fn(&DesiredPod, &DesiredVolume) -> bool,
+    ) -> bool {
         let mut guard = self.state.lock();
         let st: &mut State = &mut guard;
         let affected: Vec<String> = st
@@ -348,21 +361,24 @@ impl Inner {
             .map(|(_, v)| v.unique.clone())
             .collect();
         let now = Instant::now();
+        let mut work = false;
         for unique in affected {
             if let Some(m) = st.asw.get_mut(&unique) {
                 m.remount_required = true;
+                work = true;
                 if seen == Seen::Recorded {
                     st.change_seen.entry(unique.clone()).or_insert(now);
                 }
             }
-            st.ops.object_changed(&unique, now);
+            work |= st.ops.object_changed(&unique, now);
         }
+        work
     }
 
     /// PL-21: a PodCertificateRequest of pod `pod_uid` changed: its volumes with a
     /// `podCertificate` source are set up again at once, as after an object change (`None`:
     /// the subscriber lagged, every such volume).
-    fn pod_certificate_changed(&self, pod_uid: Option<String>) {
+    fn pod_certificate_changed(&self, pod_uid: Option<String>) -> bool {
         // Not an object change: no propagation time is recorded for it.
         self.mark_changed(Seen::NotRecorded, |pod, v| {
             pod_uid.as_deref().is_none_or(|u| pod.uid.as_str() == u)
@@ -372,7 +388,7 @@ impl Inner {
                         .flatten()
                         .any(|s| s.pod_certificate.is_some())
                 })
-        });
+        })
     }
 
     /// Resync safety net: every desired, mounted volume whose plugin requires remount.
