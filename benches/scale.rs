@@ -24,7 +24,8 @@
 //! Runs (each on a fresh server and agent): HTTP/2 at 150 and 1,000 objects; the same with
 //! `--goaway-chance 0.02` and 10 streams per connection (as the real-server run);
 //! HTTP/1.1 at 1,000 objects. `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,h1-1000`
-//! picks some; `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start).
+//! picks some; `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start);
+//! `SCALE_CPU_HOG=SECS` adds a CPU competitor during step 4 (see [`cpu_competitor`]).
 //!
 //! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
 
@@ -375,6 +376,7 @@ async fn run(r: Run) {
     let mut latencies = Vec::with_capacity(total);
     let cpu_before = cpu_time(pid);
     let t0 = Instant::now();
+    let hog = cpu_competitor();
     for n in 0..total {
         let due = t0 + every * n as u32;
         while Instant::now() < due {
@@ -389,7 +391,13 @@ async fn run(r: Run) {
         pending.push((files[j].clone(), value, since));
     }
     latencies.extend(wait_all(pending).await);
+    let hogged = hog.map(|h| h.join().unwrap_or_default());
     let (cpu, window) = (cpu_time(pid) - cpu_before, t0.elapsed());
+    if let Some(hogged) = hogged {
+        println!(
+            "scale/{label}/cpu-competitor: 2 busy threads for {hogged:.1?}, 5 s into the updates"
+        );
+    }
     println!(
         "scale/{label}/update-latency: {RATE} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}",
         summary(latencies)
@@ -571,4 +579,26 @@ fn cold_start(
         ms(Some(percentile(&written, 0.5))),
         ms(written.last().copied()),
     )
+}
+
+/// `SCALE_CPU_HOG=SECS`: 5 s into the update window, two threads (one per core of the build
+/// machine) spin for SECS seconds, as another process on a small node briefly taking the CPU.
+/// The thread's result is how long they spun.
+fn cpu_competitor() -> Option<std::thread::JoinHandle<Duration>> {
+    let secs: f64 = std::env::var("SCALE_CPU_HOG").ok()?.parse().ok()?;
+    Some(std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(5));
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        let spin = move || {
+            let mut x = 0u64;
+            while Instant::now() < until {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        };
+        let other = std::thread::spawn(spin);
+        let started = Instant::now();
+        spin();
+        let _ = other.join();
+        started.elapsed()
+    }))
 }
