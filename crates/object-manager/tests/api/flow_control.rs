@@ -65,102 +65,148 @@ async fn all_saw(
     tokio::time::timeout(PATIENCE, wait).await.is_ok()
 }
 
+/// Watches of one connection, `stalled` of them held unread while every round writes a 1 MiB
+/// value to each of their objects and a new value (`live_value`) to each of the `live` ones,
+/// which are read as events arrive and must see every round's value. Then the held ones are
+/// read: each must deliver every value, whole and in order.
+struct Stall {
+    transport: TransportConfig,
+    stalled: usize,
+    live: usize,
+    rounds: usize,
+    live_value: fn(usize) -> String,
+}
+
+impl Stall {
+    async fn run(self) {
+        let Stall {
+            stalled: n_stalled,
+            live: n_live,
+            rounds,
+            live_value,
+            ..
+        } = self;
+        let (server, handle) = tls_server(100).await;
+        let (client, t) = h2_client(server.kube_config(), self.transport).await;
+        for i in 0..n_stalled {
+            create(&handle, config_map(&format!("stalled-{i}"), "v0", false));
+        }
+        for i in 0..n_live {
+            create(&handle, config_map(&format!("live-{i}"), "v0", false));
+        }
+        let api: Api<ConfigMap> = Api::default_namespaced(client);
+        // Held and not polled until the end: their reader stopped.
+        let mut stalled = Vec::new();
+        for i in 0..n_stalled {
+            stalled.push(open(&api, &format!("stalled-{i}")).await);
+        }
+        // Read as events arrive: (name, value) of every ADDED and MODIFIED.
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..n_live {
+            let mut events = open(&api, &format!("live-{i}")).await;
+            let tx = seen_tx.clone();
+            tokio::spawn(async move {
+                while let Some(Ok(event)) = events.next().await {
+                    if let WatchEvent::Added(cm) | WatchEvent::Modified(cm) = event {
+                        let name = cm.metadata.name.clone().unwrap_or_default();
+                        if tx.send((name, value(&cm))).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        drop(seen_tx);
+        wait_for(
+            || handle.open_watches("configmaps", None, None) == n_stalled + n_live,
+            "all watches open",
+        )
+        .await;
+        // Every watch on one connection (the other one is for short requests).
+        let open_connections = handle.open_connections();
+        assert_eq!(open_connections.total(), 2, "{open_connections:?}");
+        assert_eq!(t.connections().http2, 2);
+
+        for round in 1..=rounds {
+            for i in 0..n_stalled {
+                let name = format!("stalled-{i}");
+                update(&handle, config_map(&name, &big(round, MIB), false));
+            }
+            let want = live_value(round);
+            for i in 0..n_live {
+                update(&handle, config_map(&format!("live-{i}"), &want, false));
+            }
+            let mut pending: BTreeSet<String> = (0..n_live).map(|i| format!("live-{i}")).collect();
+            let all = all_saw(&mut seen, &mut pending, &want).await;
+            assert!(
+                all,
+                "round {round}: {pending:?} saw no update within {PATIENCE:?} while {n_stalled} \
+                 watches on the same connection were not read (1 MiB events)"
+            );
+        }
+        assert_eq!(handle.open_connections().total(), 2);
+
+        // The readers resume: each gets its ADDED and then every round's value, whole, in order.
+        for (i, mut events) in stalled.into_iter().enumerate() {
+            let mut values = Vec::new();
+            let read = async {
+                while values.len() <= rounds {
+                    match events.next().await {
+                        Some(Ok(WatchEvent::Added(cm) | WatchEvent::Modified(cm))) => {
+                            values.push(value(&cm));
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => panic!("stalled-{i}: {e}"),
+                        None => return,
+                    }
+                }
+            };
+            let read_all = tokio::time::timeout(PATIENCE, read).await.is_ok();
+            assert!(read_all, "stalled-{i}: events not delivered after resuming");
+            assert_eq!(values.len(), rounds + 1, "stalled-{i}");
+            assert_eq!(values[0], "v0");
+            for (round, v) in values.iter().enumerate().skip(1) {
+                assert!(
+                    *v == big(round, MIB),
+                    "stalled-{i}, round {round}: {} bytes, not the value written",
+                    v.len()
+                );
+            }
+        }
+    }
+}
+
 /// The issue's scenario: a few watches on one connection stop being read while their objects
 /// get 1 MiB updates, again and again. Each unread watch holds at most its stream window of the
 /// connection's window, and the connection window has room for every stream's window, so the
 /// other watches on that connection keep receiving every change.
 #[tokio::test]
 async fn a_stalled_watch_does_not_stall_the_other_watches_on_its_connection() {
-    const STALLED: usize = 4;
-    const LIVE: usize = 4;
-    const ROUNDS: usize = 6;
-    let (server, handle) = tls_server(100).await;
-    let (client, t) = h2_client(server.kube_config(), TransportConfig::default()).await;
-    for i in 0..STALLED {
-        create(&handle, config_map(&format!("stalled-{i}"), "v0", false));
+    Stall {
+        transport: TransportConfig::default(),
+        stalled: 4,
+        live: 4,
+        rounds: 6,
+        live_value: |round| format!("r{round}"),
     }
-    for i in 0..LIVE {
-        create(&handle, config_map(&format!("live-{i}"), "v0", false));
-    }
-    let api: Api<ConfigMap> = Api::default_namespaced(client);
-    // Held and not polled until the end: their reader stopped.
-    let mut stalled = Vec::new();
-    for i in 0..STALLED {
-        stalled.push(open(&api, &format!("stalled-{i}")).await);
-    }
-    // Read as events arrive: (name, value) of every ADDED and MODIFIED.
-    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    for i in 0..LIVE {
-        let mut events = open(&api, &format!("live-{i}")).await;
-        let tx = seen_tx.clone();
-        tokio::spawn(async move {
-            while let Some(Ok(event)) = events.next().await {
-                if let WatchEvent::Added(cm) | WatchEvent::Modified(cm) = event {
-                    let name = cm.metadata.name.clone().unwrap_or_default();
-                    if tx.send((name, value(&cm))).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-    }
-    drop(seen_tx);
-    wait_for(
-        || handle.open_watches("configmaps", None, None) == STALLED + LIVE,
-        "all watches open",
-    )
+    .run()
     .await;
-    // Every watch on one connection (the other one is for short requests).
-    let open_connections = handle.open_connections();
-    assert_eq!(open_connections.total(), 2, "{open_connections:?}");
-    assert_eq!(t.connections().http2, 2);
+}
 
-    for round in 1..=ROUNDS {
-        for i in 0..STALLED {
-            let name = format!("stalled-{i}");
-            update(&handle, config_map(&name, &big(round, MIB), false));
-        }
-        let want = format!("r{round}");
-        for i in 0..LIVE {
-            update(&handle, config_map(&format!("live-{i}"), &want, false));
-        }
-        let mut pending: BTreeSet<String> = (0..LIVE).map(|i| format!("live-{i}")).collect();
-        let all = all_saw(&mut seen, &mut pending, &want).await;
-        assert!(
-            all,
-            "round {round}: {pending:?} saw no update within {PATIENCE:?} while {STALLED} \
-             watches on the same connection were not read (1 MiB events)"
-        );
+/// The bound itself: a connection carrying as many watches as it may (8 here), all but one of
+/// them unread; the connection window has room for exactly every stream's window, so the one
+/// read still receives its own 1 MiB events, window by window.
+#[tokio::test]
+async fn with_all_other_watches_of_a_full_connection_stalled_the_last_still_gets_1_mib_events() {
+    Stall {
+        transport: TransportConfig::default().with_max_streams_per_connection(8),
+        stalled: 7,
+        live: 1,
+        rounds: 3,
+        live_value: |round| big(round + 100, MIB),
     }
-    assert_eq!(handle.open_connections().total(), 2);
-
-    // The readers resume: each gets its ADDED and then every round's value, whole, in order.
-    for (i, mut events) in stalled.into_iter().enumerate() {
-        let mut values = Vec::new();
-        let read = async {
-            while values.len() <= ROUNDS {
-                match events.next().await {
-                    Some(Ok(WatchEvent::Added(cm) | WatchEvent::Modified(cm))) => {
-                        values.push(value(&cm));
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => panic!("stalled-{i}: {e}"),
-                    None => return,
-                }
-            }
-        };
-        let read_all = tokio::time::timeout(PATIENCE, read).await.is_ok();
-        assert!(read_all, "stalled-{i}: events not delivered after resuming");
-        assert_eq!(values.len(), ROUNDS + 1, "stalled-{i}");
-        assert_eq!(values[0], "v0");
-        for (round, v) in values.iter().enumerate().skip(1) {
-            assert!(
-                *v == big(round, MIB),
-                "stalled-{i}, round {round}: {} bytes, not the value written",
-                v.len()
-            );
-        }
-    }
+    .run()
+    .await;
 }
 
 /// The managers' side: reflectors read their watches as events arrive, and notifications go
