@@ -64,6 +64,19 @@ impl fmt::Display for Negotiated {
     }
 }
 
+/// Default [`TransportConfig::stream_window`]: 64 KiB.
+pub const DEFAULT_STREAM_WINDOW: u32 = 64 * 1024;
+
+/// The smallest stream window used: one DATA frame of the largest size a peer may send
+/// without being asked (`SETTINGS_MAX_FRAME_SIZE`'s initial value, 16 KiB).
+const MIN_STREAM_WINDOW: u32 = 16 * 1024;
+
+/// The largest HTTP/2 flow-control window (RFC 9113 §6.9.1): 2³¹ − 1 bytes.
+const MAX_WINDOW: u32 = (1 << 31) - 1;
+
+/// The window every HTTP/2 connection starts with, which can only grow (RFC 9113 §6.9.2).
+const SPEC_WINDOW: u32 = 65_535;
+
 /// Options of the transport. Start from `TransportConfig::default()`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -81,6 +94,13 @@ pub struct TransportConfig {
     pub keep_alive_interval: Option<Duration>,
     /// How long a PING may go unanswered before the connection is closed (default 20 s).
     pub keep_alive_timeout: Duration,
+    /// HTTP/2 receive window of each stream, in bytes (default [`DEFAULT_STREAM_WINDOW`],
+    /// 64 KiB; at least 16 KiB, at most 2³¹ − 1): how much of a response the server may send
+    /// before the reader takes it. It reserves no memory; it bounds what a watch whose reader
+    /// stopped holds, and how much of a large event is in flight per round trip (an event
+    /// larger than the window arrives in several). Each connection's window follows from it:
+    /// [`connection_window`](Self::connection_window).
+    pub stream_window: u32,
 }
 
 impl Default for TransportConfig {
@@ -91,6 +111,7 @@ impl Default for TransportConfig {
             idle_timeout: Duration::from_secs(60),
             keep_alive_interval: Some(Duration::from_secs(30)),
             keep_alive_timeout: Duration::from_secs(20),
+            stream_window: DEFAULT_STREAM_WINDOW,
         }
     }
 }
@@ -110,11 +131,63 @@ impl TransportConfig {
         self.max_streams_per_connection = n.max(1);
         self
     }
+
+    /// Sets [`stream_window`](Self::stream_window) (16 KiB to 2³¹ − 1 bytes).
+    #[must_use]
+    pub fn with_stream_window(mut self, bytes: u32) -> Self {
+        self.stream_window = bytes.clamp(MIN_STREAM_WINDOW, MAX_WINDOW);
+        self
+    }
+
+    /// The stream window connections use: [`stream_window`](Self::stream_window) within its
+    /// bounds.
+    pub(crate) fn effective_stream_window(&self) -> u32 {
+        self.stream_window.clamp(MIN_STREAM_WINDOW, MAX_WINDOW)
+    }
+
+    /// HTTP/2 receive window of each connection, shared by its streams: room for every
+    /// stream's window, [`max_streams_per_connection`](Self::max_streams_per_connection) ×
+    /// [`stream_window`](Self::stream_window) (at least 65,535, at most 2³¹ − 1 bytes). With less, a few streams whose readers stopped would hold the whole
+    /// connection window and every other stream on the connection would stop receiving
+    /// (95 × 64 KiB ≈ 5.9 MiB by default).
+    pub fn connection_window(&self) -> u32 {
+        let streams = u64::try_from(self.max_streams_per_connection.max(1)).unwrap_or(u64::MAX);
+        let window = streams.saturating_mul(u64::from(self.effective_stream_window()));
+        u32::try_from(window.clamp(u64::from(SPEC_WINDOW), u64::from(MAX_WINDOW)))
+            .unwrap_or(MAX_WINDOW)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_window_has_room_for_every_streams_window() {
+        let config = TransportConfig::default();
+        assert_eq!(config.effective_stream_window(), 64 * 1024);
+        assert_eq!(config.connection_window(), 95 * 64 * 1024);
+        let config = TransportConfig::default()
+            .with_max_streams_per_connection(8)
+            .with_stream_window(1024 * 1024);
+        assert_eq!(config.connection_window(), 8 * 1024 * 1024);
+    }
+
+    #[test]
+    fn windows_stay_within_what_http2_allows() {
+        let config = TransportConfig::default()
+            .with_max_streams_per_connection(1)
+            .with_stream_window(1);
+        assert_eq!(config.stream_window, 16 * 1024);
+        // A connection window never shrinks below its initial 65,535 bytes.
+        assert_eq!(config.connection_window(), 65_535);
+        let mut config = TransportConfig::default().with_max_streams_per_connection(usize::MAX);
+        config.stream_window = u32::MAX;
+        assert_eq!(config.effective_stream_window(), (1 << 31) - 1);
+        assert_eq!(config.connection_window(), (1 << 31) - 1);
+        config.stream_window = 0;
+        assert_eq!(config.effective_stream_window(), 16 * 1024);
+    }
 
     #[test]
     fn protocol_parses_its_names_and_rejects_others_naming_the_value() {

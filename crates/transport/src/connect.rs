@@ -64,6 +64,11 @@ pub(crate) struct Connector {
     connect_timeout: Option<Duration>,
     keep_alive_interval: Option<Duration>,
     keep_alive_timeout: Duration,
+    /// HTTP/2 receive window of each stream (bytes).
+    stream_window: u32,
+    /// HTTP/2 receive window of each connection (bytes): room for every stream's window
+    /// ([`TransportConfig::connection_window`]).
+    connection_window: u32,
     /// Where open connections are counted.
     counters: Counters,
 }
@@ -129,6 +134,8 @@ impl Connector {
             connect_timeout: config.connect_timeout,
             keep_alive_interval: transport.keep_alive_interval,
             keep_alive_timeout: transport.keep_alive_timeout,
+            stream_window: transport.effective_stream_window(),
+            connection_window: transport.connection_window(),
             counters,
         })
     }
@@ -181,6 +188,16 @@ impl Connector {
                 .timer(TokioTimer::new())
                 // 0 until the server's SETTINGS arrive: then its value, or unlimited.
                 .initial_max_send_streams(0)
+                // Flow control (README, "Flow control"): what the server may send ahead of
+                // the readers. Data a reader has not taken stays buffered in h2 and counts
+                // against both its stream's window and the connection's, so the connection
+                // window holds every stream's window: streams whose reader stopped can never
+                // stop the others. hyper's defaults (2 MiB per stream, 5 MiB per connection)
+                // let three such streams stop the whole connection. Setting these also keeps
+                // hyper's adaptive window off: it would size the connection window like one
+                // stream's.
+                .initial_stream_window_size(self.stream_window)
+                .initial_connection_window_size(self.connection_window)
                 .keep_alive_interval(self.keep_alive_interval)
                 .keep_alive_timeout(self.keep_alive_timeout)
                 .keep_alive_while_idle(true);

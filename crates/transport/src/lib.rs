@@ -40,6 +40,15 @@
 //!    (when the `kube::Config` has `default_retry`); answers without `Retry-After` go back to
 //!    the caller.
 //!
+//! # Flow control
+//!
+//! Each HTTP/2 stream may receive [`TransportConfig::stream_window`] bytes (64 KiB) ahead of
+//! its reader, each connection [`TransportConfig::connection_window`]: the stream window times
+//! the most watches a connection carries. Data not yet read holds both windows, so a watch whose
+//! reader stopped holds at most one stream window, and no set of such watches can take the
+//! connection window the others on the connection need (hyper's defaults, 2 MiB per stream and
+//! 5 MiB per connection, let three do it).
+//!
 //! # Counting
 //!
 //! Each transport owns its [`Counters`] ([`Transport::counters`]), shared by its clones and
@@ -53,11 +62,12 @@
 //!
 //! # What a crate user configures
 //!
-//! [`TransportConfig`]: the protocol policy, the per-connection stream cap, the idle time-out
-//! and HTTP/2 keep-alive pings. The `kube::Config`'s `connect_timeout` bounds connecting (TCP,
-//! TLS and the HTTP/2 handshake), `read_timeout` bounds the wait for a response and every gap
-//! between two body chunks. A `proxy_url` is not supported here: [`client`] then falls back to
-//! kube's default stack (HTTP/1.1), without a [`Transport`] handle or counters.
+//! [`TransportConfig`]: the protocol policy, the per-connection stream cap, the idle time-out,
+//! HTTP/2 keep-alive pings and the HTTP/2 stream window. The `kube::Config`'s `connect_timeout`
+//! bounds connecting (TCP, TLS and the HTTP/2 handshake), `read_timeout` bounds the wait for a
+//! response and every gap between two body chunks. A `proxy_url` is not supported here:
+//! [`client`] then falls back to kube's default stack (HTTP/1.1), without a [`Transport`]
+//! handle or counters.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,7 +99,7 @@ mod retry;
 mod slot;
 
 pub use client::{client, connect};
-pub use config::{Negotiated, Protocol, TransportConfig};
+pub use config::{DEFAULT_STREAM_WINDOW, Negotiated, Protocol, TransportConfig};
 pub use counters::{
     ConnectionCounts, CountLayer, CountService, Counters, RequestCounts, RetryCounts,
 };

@@ -13,6 +13,9 @@ mod node_identity;
 // The HTTP/2 transport over TLS: multiplexing, sharding at a low stream limit, short requests
 // beside full watch connections, connection loss, auth, the HTTP/1.1 fallback, idle closing.
 mod transport;
+// HTTP/2 flow control: watches not read never stall the others on their connection; 1 MiB
+// objects arrive whole; notifications never wait for a subscriber.
+mod flow_control;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use nodelet_transport::{self as transport, Negotiated, Protocol, TransportConfig
 
 use super::*;
 
-async fn tls_server(max_streams: u32) -> (ApiServer, ServerHandle) {
+pub(crate) async fn tls_server(max_streams: u32) -> (ApiServer, ServerHandle) {
     let server = ApiServer::start(
         Config::default()
             .with_tls()
@@ -25,7 +25,7 @@ async fn tls_server(max_streams: u32) -> (ApiServer, ServerHandle) {
     (server, handle)
 }
 
-async fn h2_client(
+pub(crate) async fn h2_client(
     kube_config: kube::Config,
     transport: TransportConfig,
 ) -> (kube::Client, transport::Transport) {
@@ -61,7 +61,7 @@ async fn watch_many(handle: &ServerHandle, client: kube::Client, n: usize) -> Co
 }
 
 /// Waits (bounded by PATIENCE) until `cond` holds.
-async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
+pub(crate) async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while !cond() {
         assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
