@@ -21,11 +21,52 @@ pub(crate) struct DesiredVolume {
     /// The pod volume name (the kubelet's outer volume name).
     pub(crate) outer_name: String,
     pub(crate) plugin: Arc<dyn VolumePlugin>,
-    pub(crate) volume: Volume,
+    pub(crate) volume: PodVolume,
     /// Objects whose changes remount this volume (live updates).
     pub(crate) objects: Vec<ObjectRef>,
     /// ClusterTrustBundles whose changes remount this volume (PL-20).
     pub(crate) trust_bundles: Vec<TrustBundleRef>,
+}
+
+/// One entry of a pod's `spec.volumes`, read in place: the pod object is shared (an
+/// [`AdmittedPod`] is an `Arc`), not the `Volume` copied. A k8s-openapi `Volume` holds every
+/// volume source inline (over 3 KB each); a copy per desired volume was a quarter of the
+/// agent's heap at 1,000 volumes.
+#[derive(Clone)]
+pub(crate) struct PodVolume {
+    pod: AdmittedPod,
+    index: usize,
+}
+
+impl PodVolume {
+    /// Entry `index` of the pod's `spec.volumes`; `None` when there is no such entry.
+    pub(crate) fn new(pod: &AdmittedPod, index: usize) -> Option<Self> {
+        let exists = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|v| index < v.len());
+        exists.then(|| PodVolume {
+            pod: pod.clone(),
+            index,
+        })
+    }
+}
+
+impl std::ops::Deref for PodVolume {
+    type Target = Volume;
+
+    fn deref(&self) -> &Volume {
+        // `new` checked the index and an admitted pod object never changes, so the fallback
+        // (an empty volume, which no plugin supports) is never reached.
+        static NONE: std::sync::LazyLock<Volume> = std::sync::LazyLock::new(Volume::default);
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|v| v.get(self.index))
+            .unwrap_or(&NONE)
+    }
 }
 
 /// A used pod volume no plugin supports (hostPath, PVC, CSI, ...).

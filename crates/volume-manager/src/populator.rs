@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use nodelet_core::{AdmittedPod, PodUid};
 
-use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume};
+use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, PodVolume, UnsupportedVolume};
 use crate::plugins::PluginRegistry;
 
 /// VM-2: `<plugin name>/<pod UID>-<pod volume name>`.
@@ -37,13 +37,13 @@ pub(crate) fn used_volume_names(pod: &Pod) -> HashSet<String> {
     used
 }
 
-/// The used pod volumes, in spec order.
-fn used_volumes(pod: &Pod) -> Vec<&Volume> {
+/// The used pod volumes with their index in `spec.volumes`, in spec order.
+fn used_volumes(pod: &Pod) -> Vec<(usize, &Volume)> {
     let used = used_volume_names(pod);
     pod.spec
         .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .filter(|v| used.contains(&v.name))
+        .flat_map(|s| s.volumes.iter().flatten().enumerate())
+        .filter(|(_, v)| used.contains(&v.name))
         .collect()
 }
 
@@ -56,7 +56,7 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
     let mut volumes = Vec::new();
     let mut unsupported = Vec::new();
     let mut errors = BTreeSet::new();
-    for volume in used_volumes(pod) {
+    for (index, volume) in used_volumes(pod) {
         if !is_directory_name(&volume.name) {
             if errors.len() < MAX_POD_ERRORS {
                 errors.insert(format!(
@@ -66,16 +66,17 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
             }
             continue;
         }
-        match registry.find(volume) {
-            Some(plugin) => volumes.push(DesiredVolume {
+        match (registry.find(volume), PodVolume::new(pod, index)) {
+            (Some(plugin), Some(in_pod)) => volumes.push(DesiredVolume {
                 unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
                 objects: plugin.referenced_objects(&namespace, volume),
                 trust_bundles: plugin.referenced_trust_bundles(volume),
                 plugin,
-                volume: volume.clone(),
+                volume: in_pod,
             }),
-            None => unsupported.push(UnsupportedVolume {
+            // (`PodVolume::new` is `Some`: the index came from this pod's own list.)
+            _ => unsupported.push(UnsupportedVolume {
                 name: volume.name.clone(),
                 volume_type: volume_type(volume),
             }),
@@ -99,7 +100,7 @@ pub(crate) fn expected_volumes(
 ) -> Vec<(String, String)> {
     used_volumes(pod)
         .into_iter()
-        .filter_map(|v| {
+        .filter_map(|(_, v)| {
             registry
                 .find(v)
                 .map(|p| (v.name.clone(), unique_volume_name(p.name(), uid, &v.name)))

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::Pod;
 use nodelet_core::{AdmittedPod, EventType, ObjectRef, PodUid};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::asw::{MountState, MountedVolume};
-use crate::dsw::{DesiredPod, DesiredVolume};
+use crate::dsw::{DesiredPod, DesiredVolume, PodVolume};
 use crate::events::reasons;
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
@@ -26,7 +26,7 @@ struct MountJob {
     /// The desired pod's UID (validated when the pod was added).
     pod_uid: PodUid,
     pod: AdmittedPod,
-    volume: Volume,
+    volume: PodVolume,
     plugin: Arc<dyn VolumePlugin>,
     remount: bool,
     /// When the earliest object change this SetUp takes in was seen, if any.
