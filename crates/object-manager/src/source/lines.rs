@@ -94,7 +94,7 @@ struct Decoder<K> {
     body: kube::client::Body,
     /// The start of a line whose end has not arrived yet (empty, unallocated, between events).
     partial: Vec<u8>,
-    /// Events of a chunk that held several lines, not yet handed out.
+    /// Events of a chunk that held several lines, not yet handed out (unallocated when empty).
     ready: VecDeque<Result<WatchEvent<K>, SourceError>>,
     done: bool,
 }
@@ -106,6 +106,11 @@ where
     async fn next_event(&mut self) -> Option<Result<WatchEvent<K>, SourceError>> {
         loop {
             if let Some(event) = self.ready.pop_front() {
+                if self.ready.is_empty() {
+                    // An event is several hundred bytes inline: a queue kept for the watch's
+                    // life after its first chunk (object + bookmark) was ~1.8 KB per watch.
+                    self.ready = VecDeque::new();
+                }
                 return Some(event);
             }
             if self.done {
@@ -303,6 +308,26 @@ mod tests {
         d.push(Bytes::from(format!("{ADDED}\n")));
         assert_eq!(d.partial.capacity(), 0);
         assert_eq!(d.ready.len(), 1);
+    }
+
+    // A watch-list's first chunk holds the object and the end bookmark: once both are handed
+    // out, the decoder keeps no queue for the rest of the watch's life.
+    #[tokio::test]
+    async fn a_drained_decoder_keeps_no_event_queue() {
+        let mut d = Decoder::<ConfigMap> {
+            body: kube::client::Body::from(Vec::new()),
+            partial: Vec::new(),
+            ready: VecDeque::new(),
+            done: false,
+        };
+        d.push(Bytes::from(format!("{ADDED}\n{END}\n")));
+        assert!(d.ready.capacity() >= 2);
+        let first = d.next_event().await.expect("an event");
+        assert_eq!(name(&first), "a");
+        assert!(d.ready.capacity() >= 1, "one event still queued");
+        let second = d.next_event().await.expect("an event");
+        assert_eq!(name(&second), "end@3");
+        assert_eq!(d.ready.capacity(), 0);
     }
 
     #[test]
