@@ -124,6 +124,25 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// `RssAnon` (heap, stacks) and `RssFile` (the mapped binary and libraries) of `pid`, from
+/// `/proc/<pid>/status`.
+fn rss_parts(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    };
+    format!(
+        "anonymous {:.1} MiB, file-backed {:.1} MiB, threads {}",
+        field("RssAnon:"),
+        field("RssFile:"),
+        field("Threads:") * 1024.0
+    )
+}
+
 /// CPU time `pid` used so far (user + system), from `/proc/<pid>/stat` (in USER_HZ = 100
 /// ticks per second, fixed by the kernel's ABI).
 fn cpu_time(pid: u32) -> Duration {
@@ -367,7 +386,11 @@ async fn run(r: Run) {
         open.http1,
         h.open_watches("configmaps", None, None) + h.open_watches("secrets", None, None)
     );
-    println!("scale/{label}/rss: {:.1} MiB", rss_kib(pid) as f64 / 1024.0);
+    println!(
+        "scale/{label}/rss: {:.1} MiB ({})",
+        rss_kib(pid) as f64 / 1024.0,
+        rss_parts(pid)
+    );
 
     // (4)
     let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
