@@ -276,8 +276,8 @@ async fn wait_all(mut pending: Vec<(PathBuf, String, Instant)>) -> Vec<Duration>
 }
 
 fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen: &str) -> Child {
-    let bin = std::env::var_os("SCALE_AGENT_BIN")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").into());
+    let bin =
+        std::env::var_os("SCALE_AGENT_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").into());
     Command::new(bin)
         .args(["--kubeconfig", kubeconfig.to_str().unwrap_or_default()])
         .args(["--node-name", NODE, "--listen", listen])
@@ -374,7 +374,10 @@ async fn run(r: Run) {
     let metrics = scrape(metrics_port).await;
     let allocator = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("nodelet_build_info{allocator=\"")?.split_once('"'))
+        .find_map(|l| {
+            l.strip_prefix("nodelet_build_info{allocator=\"")?
+                .split_once('"')
+        })
         .map_or("unknown", |(name, _)| name);
     let heap = if metrics
         .lines()

@@ -358,7 +358,10 @@ mod tests {
             "nodelet_build_info{{allocator=\"{}\"}} 1",
             crate::allocator::NAME
         );
-        assert!(text.lines().any(|l| l == info), "{info} missing from\n{text}");
+        assert!(
+            text.lines().any(|l| l == info),
+            "{info} missing from\n{text}"
+        );
         match crate::allocator::allocated_bytes() {
             Some(_) => {
                 let heap = sample(&text, "nodelet_heap_allocated_bytes");
