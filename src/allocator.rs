@@ -7,7 +7,7 @@
 //! | none (default) | the system's: glibc `malloc` | `mallinfo2()`: `uordblks + hblkhd` | `malloc_trim(0)` |
 //! | `jemalloc` | jemalloc (`tikv-jemallocator`) | `stats.allocated` after `epoch` | `arena.<all>.purge` |
 //! | `mimalloc` | mimalloc | not exposed | `mi_collect(true)` |
-//! | `dhat-heap` | `dhat::Alloc` over the system's | as the system's | as the system's |
+//! | `dhat-heap` | `dhat::Alloc` over the system's | as the system's (dhat's own tables included) | as the system's |
 //!
 //! When several are enabled (`--all-features`), one wins by a fixed priority: `dhat-heap`,
 //! then `jemalloc`, then `mimalloc`; the others are linked and unused.
