@@ -23,12 +23,12 @@
 //!
 //! Runs (each on a fresh server and agent): HTTP/2 at 150 and 1,000 objects; the same with
 //! `--goaway-chance 0.02` and 10 streams per connection (as the real-server run);
-//! HTTP/1.1 at 1,000 objects; HTTP/2 at 100 objects on 20 pods (beside h2-1000, the cost of
-//! one more watched object). `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,h1-1000,h2-100`
+//! HTTP/1.1 at 1,000 objects. `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,h1-1000`
 //! picks some.
 //!
 //! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
-//! `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built with the bench
+//! `h2-100` (HTTP/2, 100 objects on 20 pods) gives, beside h2-1000, the cost of one more
+//! watched object. `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built with the bench
 //! (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at the end of a
 //! run, so a heap profile is written).
 
