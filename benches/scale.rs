@@ -28,9 +28,9 @@
 //!
 //! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
 //! `h2-100` (HTTP/2, 100 objects on 20 pods) gives, beside h2-1000, the cost of one more
-//! watched object. `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built with the bench
-//! (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at the end of a
-//! run, so a heap profile is written).
+//! watched object. `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built
+//! with the bench (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at
+//! the end of a run, so a heap profile is written).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
