@@ -28,6 +28,10 @@
 //! `SCALE_CPU_HOG=SECS` adds a CPU competitor during step 4 (see [`cpu_competitor`]).
 //!
 //! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
+//! `h2-100` (HTTP/2, 100 objects on 20 pods) gives, beside h2-1000, the cost of one more
+//! watched object. `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built
+//! with the bench (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at
+//! the end of a run, so a heap profile is written).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -53,39 +57,54 @@ struct Run {
     name: &'static str,
     protocol: &'static str,
     objects: usize,
+    /// Pods the objects are spread over (at most one per object).
+    pods: usize,
     /// `--goaway-chance` and `--http2-max-streams-per-connection` of the server.
     goaway: Option<(f64, u32)>,
 }
 
-const RUNS: [Run; 5] = [
+const RUNS: [Run; 6] = [
     Run {
         name: "h2-150",
         protocol: "auto",
         objects: 150,
+        pods: PODS,
         goaway: None,
     },
     Run {
         name: "h2-1000",
         protocol: "auto",
         objects: 1000,
+        pods: PODS,
         goaway: None,
     },
     Run {
         name: "goaway-150",
         protocol: "auto",
         objects: 150,
+        pods: PODS,
         goaway: Some((0.02, 10)),
     },
     Run {
         name: "goaway-1000",
         protocol: "auto",
         objects: 1000,
+        pods: PODS,
         goaway: Some((0.02, 10)),
     },
     Run {
         name: "h1-1000",
         protocol: "http1",
         objects: 1000,
+        pods: PODS,
+        goaway: None,
+    },
+    // The marginal cost per watched object, beside h2-1000 (a heap profile's slope).
+    Run {
+        name: "h2-100",
+        protocol: "auto",
+        objects: 100,
+        pods: 20,
         goaway: None,
     },
 ];
@@ -277,7 +296,9 @@ async fn wait_all(mut pending: Vec<(PathBuf, String, Instant)>) -> Vec<Duration>
 }
 
 fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_nodelet"))
+    let bin =
+        std::env::var_os("SCALE_AGENT_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").into());
+    Command::new(bin)
         .args(["--kubeconfig", kubeconfig.to_str().unwrap_or_default()])
         .args(["--node-name", NODE, "--listen", listen])
         .args(["--root-dir", root.to_str().unwrap_or_default()])
@@ -334,7 +355,7 @@ async fn run(r: Run) {
     let started_wall = std::time::SystemTime::now();
     let mut files: Vec<PathBuf> = vec![PathBuf::new(); objects];
     let mut next = 0;
-    let pods = PODS.min(objects);
+    let pods = r.pods.min(objects);
     for i in 0..pods {
         // Objects spread over the pods as evenly as they go (1,000: 10 pods x 10, 100 x 9).
         let n = objects / pods + usize::from(i < objects % pods);
@@ -391,6 +412,28 @@ async fn run(r: Run) {
         rss_kib(pid) as f64 / 1024.0,
         rss_parts(pid)
     );
+    let metrics = scrape(metrics_port).await;
+    let allocator = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("nodelet_build_info{allocator=\"")?
+                .split_once('"')
+        })
+        .map_or("unknown", |(name, _)| name);
+    let heap = if metrics
+        .lines()
+        .any(|l| l.starts_with("nodelet_heap_allocated_bytes "))
+    {
+        let bytes = metric_sum(&metrics, "nodelet_heap_allocated_bytes ");
+        format!(
+            "live heap {:.1} MiB, {:.1} KiB per watched object",
+            bytes / 1048576.0,
+            bytes / 1024.0 / objects as f64
+        )
+    } else {
+        "live heap not reported".to_owned()
+    };
+    println!("scale/{label}/heap: allocator {allocator}, {heap}");
 
     // (4)
     let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
@@ -499,11 +542,26 @@ async fn run(r: Run) {
     server.shutdown().await;
 }
 
-/// The agent process, killed when the run ends or panics.
+/// The agent process, stopped when the run ends or panics: SIGTERM (a `dhat-heap` build
+/// writes its profile), killed if still running after [`STOP_PATIENCE`].
 struct Agent(Child);
+
+/// How long a stopped agent may take to exit: a `dhat-heap` build resolves every allocation
+/// site's symbols first.
+const STOP_PATIENCE: Duration = Duration::from_secs(120);
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap_or(i32::MAX));
+        if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok() {
+            let deadline = Instant::now() + STOP_PATIENCE;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

@@ -144,7 +144,7 @@ impl Agent {
         tracker.spawn(crate::memory::trim_after_bursts(
             volumes.subscribe(),
             shutdown.clone(),
-            crate::memory::release_free_memory,
+            crate::allocator::release_free_memory,
         ));
         let status =
             StatusWriter::start(client.clone(), metrics.clone(), shutdown.clone(), &tracker);

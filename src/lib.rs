@@ -20,6 +20,9 @@
 //! * `embedded` (default): the offline mode, `--manifests DIR` and [`start_embedded`], which
 //!   link `nodelet-apiserver` (HTTP server, CA, token signer, directory watcher) into the agent.
 //!   Built with `--no-default-features`, the agent has none of them and refuses `--manifests`.
+//! * `jemalloc`, `mimalloc`: the binary's global allocator instead of the system's (glibc);
+//!   `dhat-heap`: a heap profile written when the agent is told to stop. One wins when
+//!   several are enabled; see [`allocator`].
 //!
 //! ```text
 //! pods (watch spec.nodeName=N) ─► PodWorkers ─► ConfigSyncer ─► VolumeManager (files)
@@ -52,6 +55,7 @@
 //! ```
 
 mod agent;
+pub mod allocator;
 mod api_client;
 mod api_health;
 pub mod cli;

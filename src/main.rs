@@ -9,6 +9,10 @@ use nodelet::{Cli, LogFormat};
 use nodelet_transport::Protocol;
 use tracing_subscriber::EnvFilter;
 
+/// The allocator the cargo features select (`nodelet::allocator`): the system's by default.
+#[global_allocator]
+static GLOBAL: nodelet::allocator::Global = nodelet::allocator::GLOBAL;
+
 /// kube-client logs a whole response body when it cannot decode it (a Secret's data included)
 /// and traces bodies of Status responses: its client module is held at `error` unless
 /// `RUST_LOG` names `kube_client` explicitly.
@@ -187,6 +191,7 @@ fn main() -> ExitCode {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .init(),
     }
+    tracing::info!(allocator = nodelet::allocator::NAME, "memory allocator");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)
@@ -198,7 +203,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(nodelet::run(settings, stop_signal())) {
+    let stop = stop_signal();
+    #[cfg(feature = "dhat-heap")]
+    let stop = {
+        let profiler = heap_profiler();
+        async move {
+            stop.await;
+            // Written now, before the agent tears down: the profile's end is its steady state.
+            drop(profiler);
+            tracing::info!("heap profile written");
+        }
+    };
+    match runtime.block_on(nodelet::run(settings, stop)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "nodelet failed");
@@ -219,6 +235,24 @@ fn journal(
         .with_ansi(false)
         .event_format(nodelet::service::JournalFormat::default())
         .init();
+}
+
+/// Frames kept per allocation site in the heap profile (dhat's default is 10): enough to reach
+/// the crate that asked for the memory through hyper's, h2's and tokio's inner layers.
+#[cfg(feature = "dhat-heap")]
+const DHAT_FRAMES: usize = 24;
+
+/// `dhat-heap`: profiles every allocation from here on; the profile is written to
+/// `$NODELET_DHAT_FILE` (default `dhat-heap.json` in the working directory) when the returned
+/// profiler drops: at the stop signal, or when the agent fails.
+#[cfg(feature = "dhat-heap")]
+fn heap_profiler() -> dhat::Profiler {
+    let file = std::env::var_os("NODELET_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into());
+    tracing::info!(file = %std::path::Path::new(&file).display(), "heap profiling");
+    dhat::Profiler::builder()
+        .file_name(file)
+        .trim_backtraces(Some(DHAT_FRAMES))
+        .build()
 }
 
 /// SIGINT or SIGTERM.

@@ -1,14 +1,13 @@
 //! Returning to the operating system the memory a burst of work freed.
 //!
-//! glibc's allocator keeps what a thread freed in that thread's arena and gives back only the
-//! free space at an arena's top, so after a burst (a node's first thousand volumes, a relist
-//! after an API server restart) the agent stays resident at the burst's high-water mark: at
-//! 1,000 watched objects about 16 MiB of its RSS is memory already freed. Once the volume
-//! manager has been quiet for [`QUIET`], one `malloc_trim(0)` hands those pages back
-//! (`madvise`); live allocations are untouched.
-//!
-//! This module holds the agent's only `unsafe` (the workspace denies it everywhere else): one
-//! call into glibc with no pointer, no buffer and no precondition on the caller.
+//! An allocator keeps freed memory for reuse: glibc's keeps what a thread freed in that
+//! thread's arena and gives back only the free space at an arena's top, so after a burst (a
+//! node's first thousand volumes, a relist after an API server restart) the agent stays
+//! resident at the burst's high-water mark: at 1,000 watched objects about 16 MiB of its RSS
+//! was memory already freed. Once the volume manager has been quiet for [`QUIET`], the
+//! allocator is asked once to hand those pages back
+//! ([`crate::allocator::release_free_memory`]: glibc's `malloc_trim(0)`, jemalloc's purge,
+//! mimalloc's collect); live allocations are untouched.
 
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 /// How long the volume manager must have been quiet before memory is trimmed.
 pub(crate) const QUIET: Duration = Duration::from_secs(1);
 
-/// Calls `trim` (in the agent [`release_free_memory`]) once after each burst of
+/// Calls `trim` (in the agent [`crate::allocator::release_free_memory`]) once after each burst of
 /// volume-manager activity (`activity` bumps on every change of its desired or actual state),
 /// when nothing changed for [`QUIET`]. Runs until `shutdown` or until the volume manager is
 /// gone.
@@ -45,56 +44,11 @@ pub(crate) async fn trim_after_bursts(
     }
 }
 
-/// Asks glibc to return freed pages of every arena to the operating system; `true` when it
-/// released some. Elsewhere (musl, other systems) nothing to do.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[expect(
-    unsafe_code,
-    reason = "malloc_trim: glibc's entry point has no safe wrapper"
-)]
-pub(crate) fn release_free_memory() -> bool {
-    // SAFETY: malloc_trim takes a plain size (the padding to keep, 0 here), touches only the
-    // allocator's own state under its locks, and is safe to call from any thread at any time.
-    unsafe { libc::malloc_trim(0) != 0 }
-}
-
-/// Asks the allocator to return freed pages; nothing to do off glibc.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(crate) fn release_free_memory() -> bool {
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[test]
-    fn freed_pages_between_live_allocations_are_released() {
-        // A burst on another thread (its own arena), as the runtime's workers make them: every
-        // other 64 KiB block freed, so the free space sits between live blocks, where only a
-        // trim reaches it.
-        let kept = std::thread::spawn(|| {
-            let mut blocks: Vec<Option<Vec<u8>>> =
-                (0..256).map(|i| Some(vec![i as u8; 64 * 1024])).collect();
-            for (i, b) in blocks.iter_mut().enumerate() {
-                if i % 2 == 0 {
-                    *b = None;
-                }
-            }
-            blocks
-        })
-        .join()
-        .unwrap_or_else(|_| panic!("the burst thread panicked"));
-        assert!(
-            release_free_memory(),
-            "8 MiB free inside an arena: pages come back"
-        );
-        assert_eq!(kept.iter().flatten().count(), 128, "live blocks untouched");
-        assert!(kept.iter().flatten().all(|b| b.len() == 64 * 1024));
-    }
 
     static TRIMS: AtomicUsize = AtomicUsize::new(0);
 

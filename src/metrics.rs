@@ -7,6 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use nodelet_transport::Counters;
@@ -65,6 +66,8 @@ struct Inner {
     /// open connections are read from it at each scrape.
     transport: Option<Counters>,
     events_dropped: Family<Labels, Counter>,
+    /// Refreshed from the allocator at each scrape; `None` where it gives no figure.
+    heap_allocated: Option<Gauge>,
 }
 
 impl Default for Metrics {
@@ -165,6 +168,23 @@ impl Metrics {
             let _ = events_dropped
                 .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())]);
         }
+        registry.register(
+            "build",
+            "What this agent was built with: the global allocator",
+            Info::new(vec![(
+                "allocator".to_owned(),
+                crate::allocator::NAME.to_owned(),
+            )]),
+        );
+        let heap_allocated = crate::allocator::allocated_bytes().map(|_| {
+            let gauge = Gauge::default();
+            registry.register(
+                "heap_allocated_bytes",
+                "Bytes in live heap allocations, as the allocator counts them (glibc: mallinfo2 uordblks + hblkhd; jemalloc: stats.allocated); absent with mimalloc",
+                gauge.clone(),
+            );
+            gauge
+        });
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -182,6 +202,7 @@ impl Metrics {
                 watch_last_success,
                 transport,
                 events_dropped,
+                heap_allocated,
             }),
         }
     }
@@ -273,6 +294,12 @@ impl Metrics {
             if let Some(counters) = &self.inner.transport {
                 self.refresh_from(counters);
             }
+            if let (Some(gauge), Some(bytes)) = (
+                &self.inner.heap_allocated,
+                crate::allocator::allocated_bytes(),
+            ) {
+                gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
             let _ = encode(&mut out, &registry);
         }
         out
@@ -310,6 +337,37 @@ impl Metrics {
                 .api_retries
                 .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `name` (no labels) in `text`.
+    fn sample(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn the_exposition_names_the_allocator_and_its_live_heap() {
+        let text = Metrics::new().encode();
+        let info = format!(
+            "nodelet_build_info{{allocator=\"{}\"}} 1",
+            crate::allocator::NAME
+        );
+        assert!(
+            text.lines().any(|l| l == info),
+            "{info} missing from\n{text}"
+        );
+        match crate::allocator::allocated_bytes() {
+            Some(_) => {
+                let heap = sample(&text, "nodelet_heap_allocated_bytes");
+                assert!(heap.is_some_and(|b| b > 0.0), "{heap:?} in\n{text}");
+            }
+            None => assert!(!text.contains("nodelet_heap_allocated_bytes"), "{text}"),
         }
     }
 }

@@ -1,9 +1,10 @@
-//! `cargo xtask`: project automation for nodelet (`e2e`, `dist-docs`).
+//! `cargo xtask`: project automation for nodelet (`e2e`, `dist-docs`, `heap-profile`).
 //!
 //! One binary with subcommands; every task fails loudly, naming what is missing.
 
 mod dist_docs;
 mod e2e;
+mod heap_profile;
 
 use std::process::ExitCode;
 
@@ -15,6 +16,9 @@ tasks:
               --embedded; `cargo xtask e2e --help` for the options
   dist-docs   shell completions and man pages for nodelet: `--out DIR` (default
               target/dist-docs)
+  heap-profile
+              where the heap goes, per watched object, from a dhat-heap.json of the agent
+              built with `--features dhat-heap`; `cargo xtask heap-profile --help`
   help        print this message
 ";
 
@@ -39,6 +43,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("xtask dist-docs: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("heap-profile") => match heap_profile::main(rest) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("xtask heap-profile: {err:#}");
                 ExitCode::FAILURE
             }
         },

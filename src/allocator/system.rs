@@ -1,0 +1,48 @@
+//! The system allocator (glibc's `malloc`): its live-heap figure and its trim.
+//!
+//! glibc keeps what a thread freed in that thread's arena and gives back on its own only the
+//! free space at an arena's top, so after a burst a process stays resident at the burst's
+//! high-water mark: `malloc_trim(0)` hands the free pages of every arena back (`madvise`).
+//!
+//! Two of the crate's documented `unsafe` exceptions: calls into glibc with no pointer, no
+//! buffer and no precondition on the caller. Elsewhere (musl, other systems) neither exists
+//! and both functions say so.
+
+/// `uordblks + hblkhd` of `mallinfo2()`: bytes in chunks in use in every arena plus the
+/// `mmap`ped ones (allocations of 128 KiB and more). Walks every arena under its lock.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(
+    unsafe_code,
+    reason = "mallinfo2: glibc's entry point has no safe wrapper"
+)]
+pub(super) fn allocated_bytes() -> Option<u64> {
+    // SAFETY: mallinfo2 takes no argument and returns a struct by value; it reads the
+    // allocator's own state under its locks and is safe to call from any thread at any time
+    // (glibc 2.33 and later, which the binary links against).
+    let info = unsafe { libc::mallinfo2() };
+    u64::try_from(info.uordblks.saturating_add(info.hblkhd)).ok()
+}
+
+/// No `mallinfo2` off glibc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(super) fn allocated_bytes() -> Option<u64> {
+    None
+}
+
+/// `malloc_trim(0)`: `true` when glibc released some pages.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(
+    unsafe_code,
+    reason = "malloc_trim: glibc's entry point has no safe wrapper"
+)]
+pub(super) fn release_free_memory() -> bool {
+    // SAFETY: malloc_trim takes a plain size (the padding to keep, 0 here), touches only the
+    // allocator's own state under its locks, and is safe to call from any thread at any time.
+    unsafe { libc::malloc_trim(0) != 0 }
+}
+
+/// Nothing to do off glibc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(super) fn release_free_memory() -> bool {
+    false
+}
