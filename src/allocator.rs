@@ -4,7 +4,7 @@
 //!
 //! | feature | allocator ([`NAME`]) | live heap | after a burst |
 //! | --- | --- | --- | --- |
-//! | none (default) | the system's: glibc `malloc` | `mallinfo2()`: `uordblks + hblkhd` | `malloc_trim(0)` |
+//! | none (default) | the system's: glibc `malloc`, one arena per CPU ([`configure`]) | `mallinfo2()`: `uordblks + hblkhd` | `malloc_trim(0)` |
 //! | `jemalloc` | jemalloc (`tikv-jemallocator`) | `stats.allocated` after `epoch` | `arena.<all>.purge` |
 //! | `mimalloc` | mimalloc | not exposed | `mi_collect(true)` |
 //! | `dhat-heap` | `dhat::Alloc` over the system's | as the system's (dhat's own tables included) | as the system's |
@@ -106,6 +106,13 @@ pub const NAME: &str = "system (glibc)";
 #[global_allocator]
 static TEST_GLOBAL: Global = GLOBAL;
 
+/// Settles the selected allocator's configuration; call it first in `main`, before any thread
+/// starts. glibc: at most one arena per CPU unless `MALLOC_ARENA_MAX` says otherwise (returns
+/// the cap set); the others: nothing (`None`).
+pub fn configure() -> Option<usize> {
+    selected::configure()
+}
+
 /// Bytes in live allocations right now, as the selected allocator counts them (rounded up to
 /// its size classes); `None` where it does not say cheaply (mimalloc, a libc other than glibc).
 pub(crate) fn allocated_bytes() -> Option<u64> {
@@ -127,6 +134,21 @@ mod tests {
 
     /// The tests below measure the whole process's heap: one at a time.
     static HEAP: Mutex<()> = Mutex::new(());
+
+    // glibc gets one arena per CPU unless MALLOC_ARENA_MAX is set (then glibc follows it).
+    #[cfg(all(
+        target_os = "linux",
+        target_env = "gnu",
+        not(any(feature = "jemalloc", feature = "mimalloc"))
+    ))]
+    #[test]
+    fn glibc_is_capped_at_one_arena_per_cpu_unless_the_environment_says() {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let expected = std::env::var_os("MALLOC_ARENA_MAX")
+            .is_none()
+            .then_some(cpus);
+        assert_eq!(configure(), expected);
+    }
 
     #[test]
     fn the_name_says_which_allocator_the_features_chose() {

@@ -163,6 +163,8 @@ fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
 const BLOCKING_THREADS: usize = 32;
 
 fn main() -> ExitCode {
+    // Before any thread exists (glibc: one arena per CPU).
+    let arenas = nodelet::allocator::configure();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "reset") {
         return reset_main(args.into_iter().skip(1).collect());
@@ -191,7 +193,11 @@ fn main() -> ExitCode {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .init(),
     }
-    tracing::info!(allocator = nodelet::allocator::NAME, "memory allocator");
+    tracing::info!(
+        allocator = nodelet::allocator::NAME,
+        arenas = ?arenas,
+        "memory allocator"
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)

@@ -37,3 +37,8 @@ pub(super) fn release_free_memory() -> bool {
     };
     rc == 0
 }
+
+/// Nothing to configure: its arenas are its own business.
+pub(super) fn configure() -> Option<usize> {
+    None
+}

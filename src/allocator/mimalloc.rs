@@ -20,3 +20,8 @@ pub(super) fn release_free_memory() -> bool {
     unsafe { libmimalloc_sys::mi_collect(true) };
     true
 }
+
+/// Nothing to configure: its arenas are its own business.
+pub(super) fn configure() -> Option<usize> {
+    None
+}
