@@ -1,5 +1,8 @@
 //! The reconciler (VM-8) and the operations it starts (VM-10, PL-14): compares desired and
-//! actual state whenever something changes and sleeps otherwise.
+//! actual state (a pass over every volume) when a change may give it work — a pod added,
+//! updated or removed, a failed or superseded operation, an object change a volume must act
+//! on, a deadline — and sleeps otherwise. A SetUp that ended with nothing left to do, or an
+//! object change whose readers are mid-SetUp, wakes only the waiters.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

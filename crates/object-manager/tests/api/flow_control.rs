@@ -346,19 +346,7 @@ async fn a_1_mib_config_map_and_secret_arrive_whole_over_http2() {
     let (manifest, payload) = secret(1);
     update(&handle, manifest);
     changed(&mut cm_changes, "cm").await;
-    let want = ObjectRef::secret("default", "s");
-    let wait = async {
-        loop {
-            match secret_changes.recv().await {
-                Ok(key) if key == want => return,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => panic!("notifications closed"),
-            }
-        }
-    };
-    tokio::time::timeout(PATIENCE, wait)
-        .await
-        .unwrap_or_else(|_| panic!("no change notification for {want}"));
+    notified(&mut secret_changes, ObjectRef::secret("default", "s")).await;
     let got = read(&configmaps, "cm")
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -86,9 +86,13 @@ pub(crate) async fn read(m: &ConfigMapManager, name: &str) -> Result<String, Str
         .map_err(|e| e.to_string())
 }
 
-/// Waits until `name`'s change notification arrives.
+/// Waits until ConfigMap `default/name`'s change notification arrives.
 pub(crate) async fn changed(changes: &mut broadcast::Receiver<ObjectRef>, name: &str) {
-    let want = ObjectRef::config_map("default", name);
+    notified(changes, ObjectRef::config_map("default", name)).await;
+}
+
+/// Waits until `want`'s change notification arrives.
+pub(crate) async fn notified(changes: &mut broadcast::Receiver<ObjectRef>, want: ObjectRef) {
     let wait = async {
         loop {
             match changes.recv().await {
