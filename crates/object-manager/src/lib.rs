@@ -131,6 +131,7 @@
 )]
 
 mod config;
+mod driver;
 mod error;
 mod health;
 mod kind;

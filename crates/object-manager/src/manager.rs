@@ -44,9 +44,12 @@ pub struct ManagerStats {
     /// Watch: reflectors that are running (referenced objects minus idle-stopped and
     /// immutable ones).
     pub running_watches: usize,
-    /// Background tasks alive right now (reflectors, including ones still winding down, the
-    /// idle sweeper and the node-TTL watch).
+    /// Background tasks alive right now (reflectors that are listing, backing off or winding
+    /// down, the shared watch driver, the idle sweeper and the node-TTL watch). A reflector
+    /// whose watch is open has no task: it is counted in `followed_watches`.
     pub background_tasks: usize,
+    /// Watch: open watches followed by the shared watch driver (one task for all of them).
+    pub followed_watches: usize,
 }
 
 struct Shared<K> {
@@ -288,9 +291,9 @@ impl<K: ManagedObject> Manager<K> {
     /// Current counters.
     pub fn stats(&self) -> ManagerStats {
         let registered_pods = self.shared.pods.lock().len();
-        let (referenced_objects, running_watches) = match &self.shared.backend {
-            Backend::Get => (0, 0),
-            Backend::Cache(store) => (store.referenced(), 0),
+        let (referenced_objects, running_watches, followed_watches) = match &self.shared.backend {
+            Backend::Get => (0, 0, 0),
+            Backend::Cache(store) => (store.referenced(), 0, 0),
             Backend::Watch(store) => store.counts(),
         };
         ManagerStats {
@@ -298,6 +301,7 @@ impl<K: ManagedObject> Manager<K> {
             referenced_objects,
             running_watches,
             background_tasks: self.shared.tasks.len(),
+            followed_watches,
         }
     }
 
@@ -497,10 +501,15 @@ mod tests {
             assert_eq!(stats.referenced_objects, referenced.len());
             settle().await;
             let stats = m.stats();
+            // Every running watch is a task or a follower; plus the sweeper and the driver.
             assert_eq!(
-                stats.background_tasks,
-                stats.running_watches + 1,
+                stats.background_tasks + stats.followed_watches,
+                stats.running_watches + 2,
                 "leak after {op:?}"
+            );
+            assert_eq!(
+                stats.followed_watches, stats.running_watches,
+                "an open watch keeps no task after {op:?}"
             );
             assert_eq!(fake.open_watches(), stats.running_watches);
         }

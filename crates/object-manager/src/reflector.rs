@@ -28,6 +28,13 @@
 //!
 //! The task holds only a `Weak` reference to its cell and ends when the cell is dropped or its
 //! cancellation token fires.
+//!
+//! With a [`Driver`] (the Watch store always has one), a run that reaches (3) with its watch
+//! open does not keep a task: it hands the open watch to the driver as a [`Follow`] and the
+//! task ends. The driver applies the watch's events with the same code and, when the watch
+//! ends or fails, spawns a task that goes on from the state that follows — so a thousand idle
+//! watches cost a thousand small followers in one task, not a thousand tasks each sized for
+//! the largest step (`driver.rs`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -40,8 +47,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::driver::Driver;
 use crate::recovery::{Pause, Recovery};
 use crate::source::{ObjectSource, SourceError, WatchEvent, WatchStream};
+use crate::tasks::Tasks;
 use crate::{ObjectKind, ObjectRef};
 
 /// What a reflector has seen of its object.
@@ -109,6 +118,8 @@ pub(crate) struct Reflector<K> {
     pub(crate) notify: Option<(broadcast::Sender<ObjectRef>, ObjectKind)>,
     /// The manager's "API server answers again" signal (6); `None`: plain back-off.
     pub(crate) recovery: Option<Arc<Recovery>>,
+    /// Where an open watch is followed (3); `None`: by this run's own task.
+    pub(crate) driver: Option<Driver<K>>,
 }
 
 /// Where a reflector stands with respect to the shared recovery signal (6).
@@ -131,7 +142,7 @@ struct RecoveryState {
 ///   └─failed──► Backoff ──► (the state it names)       410 ──► Empty (or Backoff ► Empty)
 /// any write to a superseded cell ──► Stopped
 /// ```
-enum State<K> {
+pub(crate) enum State<K> {
     /// Nothing current: open a watch-list, else LIST (1).
     Empty,
     /// The source offers no watch-list: LIST (1), then (2).
@@ -191,7 +202,7 @@ impl<K> State<K> {
 }
 
 /// A watch being followed (3).
-struct Open<K> {
+pub(crate) struct Open<K> {
     stream: WatchStream<K>,
     /// When it was requested: one that ends within [`SHORT_WATCH`] without events failed (5).
     started: Instant,
@@ -199,8 +210,75 @@ struct Open<K> {
     saw_event: bool,
 }
 
+/// A run parked at (3) with its watch open: followed by the shared [`Driver`] instead of a task
+/// of its own. It holds what the run needs to go on, and nothing sized for the other steps.
+pub(crate) struct Follow<K> {
+    reflector: Reflector<K>,
+    run: RunState,
+    open: Open<K>,
+    progressed: bool,
+    cancel: CancellationToken,
+}
+
+impl<K: Resource + Send + Sync + 'static> Follow<K> {
+    /// Follows the watch until it ends or fails — then the rest of the run, for a task of its
+    /// own — or until the run is cancelled or superseded (`None`).
+    pub(crate) async fn follow(mut self) -> Option<Resume<K>> {
+        // Fields are borrowed, not moved out, until the end: the future then holds them once.
+        let span = self.reflector.span();
+        let next = async {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => State::Stopped,
+                next = self.reflector.follow(&mut self.run, &mut self.open, &mut self.progressed) => next,
+            }
+        }
+        .instrument(span)
+        .await;
+        let Follow {
+            reflector,
+            run,
+            open,
+            cancel,
+            ..
+        } = self;
+        // The watch is closed before the run requests anything else.
+        drop(open);
+        match next {
+            State::Stopped => None,
+            state => Some(Resume {
+                reflector,
+                run,
+                state,
+                cancel,
+            }),
+        }
+    }
+}
+
+/// The rest of a run whose followed watch ended or failed.
+pub(crate) struct Resume<K> {
+    reflector: Reflector<K>,
+    run: RunState,
+    state: State<K>,
+    cancel: CancellationToken,
+}
+
+impl<K: Resource + Send + Sync + 'static> Resume<K> {
+    /// Goes on with the run in a task of its own (under `tasks`).
+    pub(crate) fn spawn(self, tasks: &Tasks) {
+        let Resume {
+            reflector,
+            run,
+            state,
+            cancel,
+        } = self;
+        tasks.spawn(reflector.resume(state, run, cancel));
+    }
+}
+
 /// What a run carries from state to state.
-struct RunState {
+pub(crate) struct RunState {
     backoff: Backoff,
     recovery: RecoveryState,
     /// Where the next WATCH starts.
@@ -211,37 +289,74 @@ struct RunState {
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 impl<K: Resource + Send + Sync + 'static> Reflector<K> {
-    /// Runs until `cancel` fires or the cell goes away.
+    /// A run from the start, until `cancel` fires or the cell goes away.
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let span = tracing::debug_span!(
-            "reflector",
-            object.ref = %format_args!("{}/{}", self.namespace, self.name),
-            kind = self.kind
-        );
+        let run = RunState {
+            backoff: self.backoff.start(),
+            recovery: RecoveryState::default(),
+            resource_version: String::new(),
+        };
+        self.resume(State::Empty, run, cancel).await;
+    }
+
+    /// Goes on with a run from `state` until `cancel` fires, the cell goes away or, with a
+    /// driver, the run's watch is open (3): then the driver follows it and this task ends.
+    pub(crate) async fn resume(self, state: State<K>, run: RunState, cancel: CancellationToken) {
+        let span = self.span();
         async move {
-            tracing::debug!("reflector started");
-            tokio::select! {
+            tracing::trace!(state = state.name(), "reflector running");
+            let parked = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => {}
-                _ = self.list_and_watch() => {}
+                _ = cancel.cancelled() => None,
+                parked = self.list_and_watch(state, run) => parked,
+            };
+            let Some((run, open, progressed)) = parked else {
+                tracing::debug!("reflector stopped");
+                return;
+            };
+            // Only a run with a driver parks its watch.
+            if let Some(driver) = self.driver.clone() {
+                driver.follow(Follow {
+                    reflector: self,
+                    run,
+                    open,
+                    progressed,
+                    cancel,
+                });
             }
-            tracing::debug!("reflector stopped");
         }
         .instrument(span)
         .await
     }
 
-    /// Moves through the states until [`State::Stopped`].
-    async fn list_and_watch(&self) {
-        let mut run = RunState {
-            backoff: self.backoff.start(),
-            recovery: RecoveryState::default(),
-            resource_version: String::new(),
-        };
-        let mut state = State::Empty;
-        while !matches!(state, State::Stopped) {
-            tracing::trace!(state = state.name(), "reflector state");
-            state = self.step(state, &mut run).await;
+    /// The span of this reflector's logs.
+    fn span(&self) -> tracing::Span {
+        tracing::debug_span!(
+            "reflector",
+            object.ref = %format_args!("{}/{}", self.namespace, self.name),
+            kind = self.kind
+        )
+    }
+
+    /// Moves through the states until [`State::Stopped`] (`None`) or, with a driver, until the
+    /// watch is open (3): then the open watch, to be followed by the driver.
+    async fn list_and_watch(
+        &self,
+        mut state: State<K>,
+        mut run: RunState,
+    ) -> Option<(RunState, Open<K>, bool)> {
+        loop {
+            match state {
+                State::Stopped => return None,
+                State::Watching {
+                    stream: Some(open),
+                    progressed,
+                } if self.driver.is_some() => return Some((run, open, progressed)),
+                current => {
+                    tracing::trace!(state = current.name(), "reflector state");
+                    state = self.step(current, &mut run).await;
+                }
+            }
         }
     }
 
@@ -387,71 +502,75 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 }
             }
             State::Watching {
-                stream:
-                    Some(Open {
-                        mut stream,
-                        started,
-                        mut saw_event,
-                    }),
+                stream: Some(mut open),
                 mut progressed,
-            } => {
-                let mut failed = None;
-                while let Some(item) = stream.next().await {
-                    let applied = match item {
-                        Ok(WatchEvent::Applied(obj)) => {
-                            run.resource_version =
-                                obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
-                            let obj = Arc::new(obj);
-                            self.update(|s| {
-                                let changed = rv(&s.object) != Some(rv_of(&obj));
-                                s.object = Some(obj);
-                                changed
-                            })
-                        }
-                        Ok(WatchEvent::Deleted(obj)) => {
-                            run.resource_version =
-                                obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
-                            self.update(|s| s.object.take().is_some())
-                        }
-                        Ok(
-                            WatchEvent::Bookmark { resource_version }
-                            | WatchEvent::InitialEventsEnd { resource_version },
-                        ) => {
-                            run.resource_version = resource_version;
-                            true
-                        }
-                        Err(error) if error.is_gone() => {
-                            tracing::debug!("watch expired, relisting"); // (4)
-                            self.expired(&run.recovery);
-                            return State::relist(progressed || saw_event);
-                        }
-                        Err(error) => {
-                            tracing::debug!(%error, "watch stream failed");
-                            failed = Some(error);
-                            break;
-                        }
-                    };
-                    if !applied {
-                        return State::Stopped;
-                    }
-                    saw_event = true;
-                    progressed = true;
-                    run.backoff.reset();
+            } => self.follow(run, &mut open, &mut progressed).await,
+        }
+    }
+
+    /// (3) Applies the events of an open watch until it ends or fails; returns the state that
+    /// follows. Used by a run's own task and by the driver's followers alike.
+    async fn follow(
+        &self,
+        run: &mut RunState,
+        open: &mut Open<K>,
+        progressed: &mut bool,
+    ) -> State<K> {
+        let mut failed = None;
+        while let Some(item) = open.stream.next().await {
+            let applied = match item {
+                Ok(WatchEvent::Applied(obj)) => {
+                    run.resource_version =
+                        obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
+                    let obj = Arc::new(obj);
+                    self.update(|s| {
+                        let changed = rv(&s.object) != Some(rv_of(&obj));
+                        s.object = Some(obj);
+                        changed
+                    })
                 }
-                let healthy = started.elapsed() >= SHORT_WATCH;
-                let next = State::Watching {
-                    stream: None,
-                    progressed: progressed || healthy,
-                };
-                if let Some(error) = failed {
-                    State::backoff(Some(error), next) // (5)
-                } else if !(saw_event || healthy) {
-                    State::backoff(None, next) // (5)
-                } else {
-                    run.backoff.reset();
-                    next
+                Ok(WatchEvent::Deleted(obj)) => {
+                    run.resource_version =
+                        obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
+                    self.update(|s| s.object.take().is_some())
                 }
+                Ok(
+                    WatchEvent::Bookmark { resource_version }
+                    | WatchEvent::InitialEventsEnd { resource_version },
+                ) => {
+                    run.resource_version = resource_version;
+                    true
+                }
+                Err(error) if error.is_gone() => {
+                    tracing::debug!("watch expired, relisting"); // (4)
+                    self.expired(&run.recovery);
+                    return State::relist(*progressed || open.saw_event);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "watch stream failed");
+                    failed = Some(error);
+                    break;
+                }
+            };
+            if !applied {
+                return State::Stopped;
             }
+            open.saw_event = true;
+            *progressed = true;
+            run.backoff.reset();
+        }
+        let healthy = open.started.elapsed() >= SHORT_WATCH;
+        let next = State::Watching {
+            stream: None,
+            progressed: *progressed || healthy,
+        };
+        if let Some(error) = failed {
+            State::backoff(Some(error), next) // (5)
+        } else if !(open.saw_event || healthy) {
+            State::backoff(None, next) // (5)
+        } else {
+            run.backoff.reset();
+            next
         }
     }
 
@@ -589,6 +708,7 @@ mod tests {
             },
             notify: None,
             recovery: None,
+            driver: None,
         }
     }
 
@@ -759,6 +879,31 @@ mod tests {
         drop(cell);
         let state = r.step(State::Listing, &mut run).await;
         assert_eq!(state.name(), "Stopped", "the cell is gone");
+    }
+
+    #[tokio::test]
+    async fn a_followed_watch_holds_a_fraction_of_what_a_reflector_task_holds() {
+        let fake = FakeSource::<Secret>::new();
+        let cell = Cell::new();
+        let task = reflector(&fake, &cell).run(CancellationToken::new());
+        let follow = Follow {
+            reflector: reflector(&fake, &cell),
+            run: run_state(),
+            open: Open {
+                stream: futures::stream::empty().boxed(),
+                started: Instant::now(),
+                saw_event: false,
+            },
+            progressed: false,
+            cancel: CancellationToken::new(),
+        }
+        .follow();
+        let (task, follow) = (size_of_val(&task), size_of_val(&follow));
+        // What an idle watch costs with the driver (its follower) against a task of its own.
+        assert!(
+            follow * 2 < task,
+            "a follower is {follow} bytes, a reflector task's future {task} bytes"
+        );
     }
 
     #[test]

@@ -260,6 +260,7 @@ impl NodeTtl {
             backoff,
             notify: None,
             recovery: None,
+            driver: None,
         };
         tasks.spawn(reflector.run(tasks.root.child_token()));
         NodeTtl {

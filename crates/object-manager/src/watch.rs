@@ -21,6 +21,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::driver::Driver;
 use crate::health::{HealthCell, Recording, WatchHealth};
 use crate::kind::ManagedObject;
 use crate::recovery::{Recovery, RecoveryConfig};
@@ -51,6 +52,8 @@ struct Inner<K> {
     notify: broadcast::Sender<ObjectRef>,
     /// Shared by every reflector: resumes them all when the API server answers again.
     recovery: Arc<Recovery>,
+    /// Follows every open watch (`driver.rs`).
+    driver: Driver<K>,
 }
 
 /// One referenced object (OM-15).
@@ -78,9 +81,10 @@ impl<K: ManagedObject> WatchStore<K> {
             source,
             items: Mutex::default(),
             options,
-            tasks,
+            tasks: tasks.clone(),
             notify,
             recovery: Arc::new(Recovery::new(options.recovery)),
+            driver: Driver::spawn(&tasks),
         });
         let weak = Arc::downgrade(&inner);
         let cancel = inner.tasks.root.clone();
@@ -213,12 +217,13 @@ impl<K: ManagedObject> WatchStore<K> {
             .is_some_and(|i| i.reflector.is_some())
     }
 
-    /// (referenced objects, running reflectors).
-    pub(crate) fn counts(&self) -> (usize, usize) {
+    /// (referenced objects, running reflectors, watches the driver follows).
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
         let items = self.inner.items.lock();
         (
             items.len(),
             items.values().filter(|i| i.reflector.is_some()).count(),
+            self.inner.driver.len(),
         )
     }
 
@@ -269,6 +274,7 @@ impl<K: ManagedObject> Inner<K> {
             backoff: self.options.backoff,
             notify: Some((self.notify.clone(), key.kind)),
             recovery: Some(self.recovery.clone()),
+            driver: Some(self.driver.clone()),
         };
         self.tasks.spawn(reflector.run(cancel.clone()));
         item.reflector = Some(cancel);
@@ -384,7 +390,8 @@ mod tests {
 
         store.delete_reference(&a, &uid("never-referenced"));
         store.delete_reference(&ObjectRef::secret("ns", "unknown"), &uid("u1"));
-        assert_eq!(store.counts(), (2, 2));
+        let (objects, running, _) = store.counts();
+        assert_eq!((objects, running), (2, 2));
 
         store.delete_reference(&b, &uid("u1"));
         assert!(store.is_watching(&a) && !store.is_watching(&b));
@@ -400,7 +407,8 @@ mod tests {
             "u2 has no reference left to drop: no negative count"
         );
         store.delete_reference(&a, &uid("u1"));
-        assert_eq!(store.counts(), (0, 0));
+        let (objects, running, _) = store.counts();
+        assert_eq!((objects, running), (0, 0));
     }
 
     fn test_tasks() -> Tasks {

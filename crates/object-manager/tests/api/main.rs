@@ -16,6 +16,9 @@ mod transport;
 // HTTP/2 flow control: watches not read never stall the others on their connection; 1 MiB
 // objects arrive whole; notifications never wait for a subscriber.
 mod flow_control;
+// The shared watch driver: one task follows every open watch; every change reaches every
+// watcher, through connection loss; a watch closes when its last pod goes.
+mod driver;
 
 use std::time::Duration;
 

@@ -40,7 +40,11 @@ pub(crate) async fn h2_client(
 
 /// Creates `n` ConfigMaps `cm-<i>` and a manager over `client` watching them all through
 /// one pod; returns once every object was read.
-async fn watch_many(handle: &ServerHandle, client: kube::Client, n: usize) -> ConfigMapManager {
+pub(crate) async fn watch_many(
+    handle: &ServerHandle,
+    client: kube::Client,
+    n: usize,
+) -> ConfigMapManager {
     let names: Vec<String> = (0..n).map(|i| format!("cm-{i}")).collect();
     for name in &names {
         create(handle, config_map(name, "v1", false));

@@ -1,0 +1,117 @@
+//! [`Driver`]: one task per Watch store that follows every open watch stream.
+//!
+//! A reflector run spends nearly all its life at step (3) of `reflector.rs`: its watch is open
+//! and nothing happens until the server sends an event. A task per run would hold, all that
+//! time, a future sized for the run's largest step (the list, the back-off, the recovery
+//! signal: about 1.8 KB) plus the task's own header. Instead, a run that reaches (3) hands the
+//! open watch to the driver as a [`Follow`] — the reflector's settings, where the run stands
+//! and the stream — and its task ends. The driver polls every follower in one task
+//! (`FuturesUnordered`: only the followers whose stream was woken are polled) and applies the
+//! events with the reflector's own code. When a watch ends, fails or answers 410, the follower
+//! completes with the state that comes next and the driver spawns a task for it; that task
+//! hands the watch back once it is open again.
+//!
+//! A follower ends without a task when its run is cancelled (the last pod went, the object
+//! turned out immutable, idle stop, shutdown) or superseded: its stream is dropped, which
+//! closes the watch on the server. The driver ends with the store's root token.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use kube::Resource;
+use tokio::sync::mpsc;
+
+use crate::reflector::{Follow, Resume};
+use crate::tasks::Tasks;
+
+/// A handle on the driver task of one store: where reflector runs park their open watches.
+pub(crate) struct Driver<K> {
+    parked: mpsc::UnboundedSender<Counted<K>>,
+    following: Arc<AtomicUsize>,
+}
+
+impl<K> Clone for Driver<K> {
+    fn clone(&self) -> Self {
+        Driver {
+            parked: self.parked.clone(),
+            following: self.following.clone(),
+        }
+    }
+}
+
+/// A follower, counted in [`Driver::len`] from the moment it is handed over until it is done
+/// or dropped.
+struct Counted<K> {
+    follow: Follow<K>,
+    _count: CountGuard,
+}
+
+struct CountGuard(Arc<AtomicUsize>);
+
+impl Drop for CountGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Driver<K> {
+    /// Starts the driver task under `tasks`; it ends when `tasks.root` is cancelled.
+    pub(crate) fn spawn(tasks: &Tasks) -> Self {
+        let (parked, receiver) = mpsc::unbounded_channel();
+        tasks.spawn(drive(receiver, tasks.clone()));
+        Driver {
+            parked,
+            following: Arc::default(),
+        }
+    }
+
+    /// Hands an open watch to the driver. After shutdown the follower is dropped, which closes
+    /// its watch.
+    pub(crate) fn follow(&self, follow: Follow<K>) {
+        self.following.fetch_add(1, Ordering::Relaxed);
+        let counted = Counted {
+            follow,
+            _count: CountGuard(self.following.clone()),
+        };
+        // A closed channel: the driver ended with the root token; dropping is the stop.
+        let _ = self.parked.send(counted);
+    }
+
+    /// Watches followed by the driver right now (handed over and not yet done).
+    pub(crate) fn len(&self) -> usize {
+        self.following.load(Ordering::Relaxed)
+    }
+}
+
+/// The driver task: takes in parked watches, follows them all, and spawns a task for each
+/// run whose watch ended.
+async fn drive<K: Resource + Send + Sync + 'static>(
+    mut parked: mpsc::UnboundedReceiver<Counted<K>>,
+    tasks: Tasks,
+) {
+    let mut following = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            biased;
+            _ = tasks.root.cancelled() => return,
+            Some(done) = following.next(), if !following.is_empty() => {
+                let done: Option<Resume<K>> = done;
+                if let Some(resume) = done {
+                    resume.spawn(&tasks);
+                }
+            }
+            received = parked.recv(), if open => match received {
+                Some(Counted { follow, _count: count }) => following.push(async move {
+                    let next = follow.follow().await;
+                    drop(count);
+                    next
+                }),
+                None => open = false,
+            },
+            else => return,
+        }
+    }
+}
