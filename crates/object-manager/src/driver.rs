@@ -15,15 +15,18 @@
 //! turned out immutable, idle stop, shutdown) or superseded: its stream is dropped, which
 //! closes the watch on the server. The driver ends with the store's root token.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use kube::Resource;
 use tokio::sync::mpsc;
 
-use crate::reflector::{Follow, Resume};
+use crate::reflector::{Follow, Following, Resume};
 use crate::tasks::Tasks;
 
 /// A handle on the driver task of one store: where reflector runs park their open watches.
@@ -45,7 +48,24 @@ impl<K> Clone for Driver<K> {
 /// or dropped.
 struct Counted<K> {
     follow: Follow<K>,
-    _count: CountGuard,
+    count: CountGuard,
+}
+
+pin_project_lite::pin_project! {
+    /// A follower's future and its count, dropped together.
+    struct Counting<K> {
+        #[pin]
+        following: Following<K>,
+        _count: CountGuard,
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Future for Counting<K> {
+    type Output = Option<Resume<K>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().following.poll(cx)
+    }
 }
 
 struct CountGuard(Arc<AtomicUsize>);
@@ -73,7 +93,7 @@ impl<K: Resource + Send + Sync + 'static> Driver<K> {
         self.following.fetch_add(1, Ordering::Relaxed);
         let counted = Counted {
             follow,
-            _count: CountGuard(self.following.clone()),
+            count: CountGuard(self.following.clone()),
         };
         // A closed channel: the driver ended with the root token; dropping is the stop.
         let _ = self.parked.send(counted);
@@ -104,10 +124,9 @@ async fn drive<K: Resource + Send + Sync + 'static>(
                 }
             }
             received = parked.recv(), if open => match received {
-                Some(Counted { follow, _count: count }) => following.push(async move {
-                    let next = follow.follow().await;
-                    drop(count);
-                    next
+                Some(Counted { follow, count }) => following.push(Counting {
+                    following: follow.follow(),
+                    _count: count,
                 }),
                 None => open = false,
             },

@@ -221,30 +221,83 @@ pub(crate) struct Follow<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Follow<K> {
-    /// Follows the watch until it ends or fails — then the rest of the run, for a task of its
-    /// own — or until the run is cancelled or superseded (`None`).
-    pub(crate) async fn follow(mut self) -> Option<Resume<K>> {
-        // Fields are borrowed, not moved out, until the end: the future then holds them once.
-        let span = self.reflector.span();
-        let next = async {
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => State::Stopped,
-                next = self.reflector.follow(&mut self.run, &mut self.open, &mut self.progressed) => next,
+    /// The future that follows the watch: it completes when the watch ends or fails — with
+    /// the rest of the run, for a task of its own — or when the run is cancelled or superseded
+    /// (`None`; the stream is dropped with it, which closes the watch).
+    pub(crate) fn follow(self) -> Following<K> {
+        Following {
+            cancelled: self.cancel.clone().cancelled_owned(),
+            follow: Some(self),
+        }
+    }
+}
+
+/// Events a follower applies in one poll before it lets the driver poll the others.
+const EVENTS_PER_POLL: usize = 32;
+
+pin_project_lite::pin_project! {
+    /// [`Follow::follow`]'s future, written out so that it holds the follower and the
+    /// cancellation wait once (an `async` block would also keep the space of every call it
+    /// awaits).
+    pub(crate) struct Following<K> {
+        #[pin]
+        cancelled: tokio_util::sync::WaitForCancellationFutureOwned,
+        follow: Option<Follow<K>>,
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> std::future::Future for Following<K> {
+    type Output = Option<Resume<K>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.project();
+        if this.cancelled.poll(cx).is_ready() {
+            this.follow.take();
+            return Poll::Ready(None);
+        }
+        let Some(f) = this.follow.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let _span = f.reflector.span().entered();
+        let mut next = None;
+        for _ in 0..EVENTS_PER_POLL {
+            match f.open.stream.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(item)) => {
+                    next = f
+                        .reflector
+                        .apply(item, &mut f.run, &mut f.open, &mut f.progressed);
+                }
+                Poll::Ready(None) => {
+                    next = Some(f.reflector.ended(&mut f.run, &f.open, f.progressed, None));
+                }
+            }
+            if next.is_some() {
+                break;
             }
         }
-        .instrument(span)
-        .await;
-        let Follow {
+        let Some(state) = next else {
+            // More events are ready: come back after the other followers had their turn.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        };
+        let Some(Follow {
             reflector,
             run,
             open,
             cancel,
             ..
-        } = self;
+        }) = this.follow.take()
+        else {
+            return Poll::Ready(None);
+        };
         // The watch is closed before the run requests anything else.
         drop(open);
-        match next {
+        Poll::Ready(match state {
             State::Stopped => None,
             state => Some(Resume {
                 reflector,
@@ -252,7 +305,7 @@ impl<K: Resource + Send + Sync + 'static> Follow<K> {
                 state,
                 cancel,
             }),
-        }
+        })
     }
 }
 
@@ -509,60 +562,84 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     }
 
     /// (3) Applies the events of an open watch until it ends or fails; returns the state that
-    /// follows. Used by a run's own task and by the driver's followers alike.
+    /// follows. The driver's followers do the same, item by item, in [`Following`].
     async fn follow(
         &self,
         run: &mut RunState,
         open: &mut Open<K>,
         progressed: &mut bool,
     ) -> State<K> {
-        let mut failed = None;
         while let Some(item) = open.stream.next().await {
-            let applied = match item {
-                Ok(WatchEvent::Applied(obj)) => {
-                    run.resource_version =
-                        obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
-                    let obj = Arc::new(obj);
-                    self.update(|s| {
-                        let changed = rv(&s.object) != Some(rv_of(&obj));
-                        s.object = Some(obj);
-                        changed
-                    })
-                }
-                Ok(WatchEvent::Deleted(obj)) => {
-                    run.resource_version =
-                        obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
-                    self.update(|s| s.object.take().is_some())
-                }
-                Ok(
-                    WatchEvent::Bookmark { resource_version }
-                    | WatchEvent::InitialEventsEnd { resource_version },
-                ) => {
-                    run.resource_version = resource_version;
-                    true
-                }
-                Err(error) if error.is_gone() => {
-                    tracing::debug!("watch expired, relisting"); // (4)
-                    self.expired(&run.recovery);
-                    return State::relist(*progressed || open.saw_event);
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "watch stream failed");
-                    failed = Some(error);
-                    break;
-                }
-            };
-            if !applied {
-                return State::Stopped;
+            if let Some(next) = self.apply(item, run, open, progressed) {
+                return next;
             }
-            open.saw_event = true;
-            *progressed = true;
-            run.backoff.reset();
         }
+        self.ended(run, open, *progressed, None)
+    }
+
+    /// Applies one item of an open watch (3); the state that follows when the watch is done
+    /// with (410, an error, a superseded run), `None` to keep following.
+    fn apply(
+        &self,
+        item: Result<WatchEvent<K>, SourceError>,
+        run: &mut RunState,
+        open: &mut Open<K>,
+        progressed: &mut bool,
+    ) -> Option<State<K>> {
+        let applied = match item {
+            Ok(WatchEvent::Applied(obj)) => {
+                run.resource_version =
+                    obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
+                let obj = Arc::new(obj);
+                self.update(|s| {
+                    let changed = rv(&s.object) != Some(rv_of(&obj));
+                    s.object = Some(obj);
+                    changed
+                })
+            }
+            Ok(WatchEvent::Deleted(obj)) => {
+                run.resource_version =
+                    obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
+                self.update(|s| s.object.take().is_some())
+            }
+            Ok(
+                WatchEvent::Bookmark { resource_version }
+                | WatchEvent::InitialEventsEnd { resource_version },
+            ) => {
+                run.resource_version = resource_version;
+                true
+            }
+            Err(error) if error.is_gone() => {
+                tracing::debug!("watch expired, relisting"); // (4)
+                self.expired(&run.recovery);
+                return Some(State::relist(*progressed || open.saw_event));
+            }
+            Err(error) => {
+                tracing::debug!(%error, "watch stream failed");
+                return Some(self.ended(run, open, *progressed, Some(error)));
+            }
+        };
+        if !applied {
+            return Some(State::Stopped);
+        }
+        open.saw_event = true;
+        *progressed = true;
+        run.backoff.reset();
+        None
+    }
+
+    /// The state after an open watch ended (`failed`: with an error item) (3)/(5).
+    fn ended(
+        &self,
+        run: &mut RunState,
+        open: &Open<K>,
+        progressed: bool,
+        failed: Option<SourceError>,
+    ) -> State<K> {
         let healthy = open.started.elapsed() >= SHORT_WATCH;
         let next = State::Watching {
             stream: None,
-            progressed: *progressed || healthy,
+            progressed: progressed || healthy,
         };
         if let Some(error) = failed {
             State::backoff(Some(error), next) // (5)
@@ -901,7 +978,7 @@ mod tests {
         let (task, follow) = (size_of_val(&task), size_of_val(&follow));
         // What an idle watch costs with the driver (its follower) against a task of its own.
         assert!(
-            follow * 2 < task,
+            follow * 4 < task,
             "a follower is {follow} bytes, a reflector task's future {task} bytes"
         );
     }
