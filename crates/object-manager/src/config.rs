@@ -83,6 +83,11 @@ pub struct ManagerConfig {
     /// Watch: at most this many of those retries (relists, re-watches) in flight at once
     /// (default 64).
     pub recovery_concurrency: usize,
+    /// Watch: at most this many reflector requests (watch-lists, lists, watches) awaiting
+    /// their answer at once (default 64). Bounds the memory a burst of registrations (a
+    /// node's first thousand objects) holds in requests at the same time; a watch's open
+    /// stream does not count.
+    pub requests_in_flight: usize,
     /// Capacity of the change-notification channel (default 1024); a subscriber that falls
     /// further behind gets `RecvError::Lagged` and should resync everything.
     pub notify_capacity: usize,
@@ -103,6 +108,7 @@ impl Default for ManagerConfig {
             recovery_probe_interval: Duration::from_millis(250),
             recovery_spread: Duration::from_millis(250),
             recovery_concurrency: 64,
+            requests_in_flight: 64,
         }
     }
 }

@@ -163,6 +163,7 @@ impl<K: ManagedObject> Manager<K> {
                         probe_interval: config.recovery_probe_interval,
                         spread: config.recovery_spread,
                         concurrency: config.recovery_concurrency,
+                        requests_in_flight: config.requests_in_flight,
                     },
                 };
                 Backend::Watch(WatchStore::new(

@@ -35,6 +35,8 @@ pub(crate) struct RecoveryConfig {
     pub(crate) probe_interval: Duration,
     pub(crate) spread: Duration,
     pub(crate) concurrency: usize,
+    /// Requests of reflectors awaiting their answer at once, at any time ([`Recovery::in_flight`]).
+    pub(crate) requests_in_flight: usize,
 }
 
 /// The signal and its prober lease; one per manager.
@@ -48,6 +50,8 @@ pub(crate) struct Recovery {
     prober_until: Mutex<Option<Instant>>,
     /// Retries of woken reflectors (4).
     permits: Semaphore,
+    /// Every reflector request awaiting its answer ([`Recovery::in_flight`]).
+    in_flight: Semaphore,
     /// 1 + the recovery generation in which a resumed watch was answered `410 Expired` (5);
     /// 0: never.
     expired_in: AtomicU64,
@@ -69,6 +73,7 @@ impl Recovery {
             recovered: watch::channel(0).0,
             prober_until: Mutex::new(None),
             permits: Semaphore::new(config.concurrency.max(1)),
+            in_flight: Semaphore::new(config.requests_in_flight.max(1)),
             expired_in: AtomicU64::new(0),
         }
     }
@@ -177,6 +182,15 @@ impl Recovery {
     pub(crate) async fn permit(&self) -> Option<SemaphorePermit<'_>> {
         self.permits.acquire().await.ok()
     }
+
+    /// A permit for any reflector request (a watch-list, a list, a watch), held until the
+    /// server answered (for a watch: its response headers). A thousand objects registered at
+    /// once then hold a bounded number of requests — each a few KiB of client futures and
+    /// headers — instead of a thousand, which would leave the allocator's heap at that peak
+    /// for good.
+    pub(crate) async fn in_flight(&self) -> Option<SemaphorePermit<'_>> {
+        self.in_flight.acquire().await.ok()
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +202,7 @@ mod tests {
             probe_interval: Duration::from_millis(200),
             spread: Duration::from_millis(100),
             concurrency: 2,
+            requests_in_flight: 64,
         })
     }
 

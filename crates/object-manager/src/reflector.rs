@@ -338,6 +338,12 @@ pub(crate) struct RunState {
     resource_version: String,
 }
 
+/// The permits of one request: (a recovery permit, a request in flight).
+type Permits<'a> = (
+    Option<tokio::sync::SemaphorePermit<'a>>,
+    Option<tokio::sync::SemaphorePermit<'a>>,
+);
+
 /// A watch that ends sooner than this without any event counts as a failure (5).
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
@@ -694,15 +700,19 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             .is_some_and(|r| r.history_forgotten())
     }
 
-    /// A recovery permit when this reflector was woken by the end of an outage (6).
-    /// Also notes the recovery generation the request is sent at.
-    async fn permit(&self, rs: &mut RecoveryState) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    /// The permits a request is sent with: one of the manager's requests in flight and, when
+    /// this reflector was woken by the end of an outage, a recovery permit (6). Also notes the
+    /// recovery generation the request is sent at.
+    async fn permit(&self, rs: &mut RecoveryState) -> Option<Permits<'_>> {
         let recovery = self.recovery.as_ref()?;
+        let woken = if std::mem::take(&mut rs.woken) {
+            recovery.permit().await
+        } else {
+            None
+        };
+        let in_flight = recovery.in_flight().await;
         rs.generation = recovery.generation();
-        if !std::mem::take(&mut rs.woken) {
-            return None;
-        }
-        recovery.permit().await
+        Some((woken, in_flight))
     }
 
     /// Reports an answered request to the recovery signal (6).

@@ -428,6 +428,7 @@ mod tests {
                 probe_interval: Duration::from_millis(250),
                 spread: Duration::from_millis(250),
                 concurrency: 64,
+                requests_in_flight: 64,
             },
         }
     }
@@ -668,6 +669,37 @@ mod tests {
         m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p2", "u2", &["s3"])).unwrap());
         assert!(!m.is_watching("ns", "s3"));
         assert_eq!(m.stats().background_tasks, 0);
+        m.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_hundred_registrations_hold_at_most_requests_in_flight_requests_at_once() {
+        let fake = FakeSource::new();
+        fake.set_watch_list(true);
+        let names: Vec<String> = (0..200).map(|i| format!("s{i}")).collect();
+        for name in &names {
+            fake.apply("ns", secret(name, "v", false));
+        }
+        fake.hold_lists(true);
+        let config = ManagerConfig {
+            requests_in_flight: 16,
+            ..ManagerConfig::new(Strategy::Watch)
+        };
+        let m = manager_with(config, &fake, None);
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &refs)).unwrap());
+        settle().await;
+        // Held watch-lists have been sent but not answered: only as many as the cap.
+        assert_eq!(fake.total(Verb::WatchList), 16);
+        fake.hold_lists(false);
+        for name in &names {
+            assert_eq!(read(&m, name).await.ok().as_deref(), Some("v"), "{name}");
+        }
+        assert_eq!(
+            fake.total(Verb::WatchList),
+            200,
+            "one watch-list per object"
+        );
         m.shutdown().await;
     }
 
