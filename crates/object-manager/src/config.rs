@@ -84,9 +84,10 @@ pub struct ManagerConfig {
     /// (default 64).
     pub recovery_concurrency: usize,
     /// Watch: at most this many reflector requests (watch-lists, lists, watches) awaiting
-    /// their answer at once (default 64). Bounds the memory a burst of registrations (a
-    /// node's first thousand objects) holds in requests at the same time; a watch's open
-    /// stream does not count.
+    /// their answer at once, and at most this many new reflectors between their start and
+    /// their open watch, the others queued in order (default 64; not a kubelet setting). Bounds
+    /// the memory a burst of registrations (a node's first thousand objects) holds at once; an
+    /// open watch does not count.
     pub requests_in_flight: usize,
     /// Capacity of the change-notification channel (default 1024); a subscriber that falls
     /// further behind gets `RecvError::Lagged` and should resync everything.

@@ -14,7 +14,14 @@
 //! A follower ends without a task when its run is cancelled (the last pod went, the object
 //! turned out immutable, idle stop, shutdown) or superseded: its stream is dropped, which
 //! closes the watch on the server. The driver ends with the store's root token.
+//!
+//! The driver also starts the runs: a new run waits in a queue until fewer than `starting`
+//! runs are between their start and their open watch, so a thousand objects registered at
+//! once are a thousand small queue entries and a bounded number of tasks, not a thousand
+//! tasks at once. The allocator keeps the heap at its peak, so the peak is what a node pays
+//! for good.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,24 +31,34 @@ use std::task::{Context, Poll};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use kube::Resource;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 
-use crate::reflector::{Follow, Following, Resume};
+use crate::reflector::{Follow, Following, Reflector, Resume};
 use crate::tasks::Tasks;
 
-/// A handle on the driver task of one store: where reflector runs park their open watches.
+/// A handle on the driver task of one store: where reflector runs start and park their open
+/// watches.
 pub(crate) struct Driver<K> {
-    parked: mpsc::UnboundedSender<Counted<K>>,
+    inbox: mpsc::UnboundedSender<Message<K>>,
     following: Arc<AtomicUsize>,
 }
 
 impl<K> Clone for Driver<K> {
     fn clone(&self) -> Self {
         Driver {
-            parked: self.parked.clone(),
+            inbox: self.inbox.clone(),
             following: self.following.clone(),
         }
     }
+}
+
+/// What the driver task is handed.
+enum Message<K> {
+    /// A new run, to be started when a start slot is free.
+    Start(Reflector<K>, CancellationToken),
+    /// An open watch, to be followed.
+    Follow(Counted<K>),
 }
 
 /// A follower, counted in [`Driver::len`] from the moment it is handed over until it is done
@@ -77,14 +94,23 @@ impl Drop for CountGuard {
 }
 
 impl<K: Resource + Send + Sync + 'static> Driver<K> {
-    /// Starts the driver task under `tasks`; it ends when `tasks.root` is cancelled.
-    pub(crate) fn spawn(tasks: &Tasks) -> Self {
-        let (parked, receiver) = mpsc::unbounded_channel();
-        tasks.spawn(drive(receiver, tasks.clone()));
+    /// Starts the driver task under `tasks`, with at most `starting` runs between their start
+    /// and their open watch at once; it ends when `tasks.root` is cancelled.
+    pub(crate) fn spawn(tasks: &Tasks, starting: usize) -> Self {
+        let (inbox, receiver) = mpsc::unbounded_channel();
+        let slots = Arc::new(Semaphore::new(starting.max(1)));
+        tasks.spawn(drive(receiver, tasks.clone(), slots));
         Driver {
-            parked,
+            inbox,
             following: Arc::default(),
         }
+    }
+
+    /// Queues a new run of `reflector`, started when a start slot is free unless `cancel` fired
+    /// by then.
+    pub(crate) fn start(&self, reflector: Reflector<K>, cancel: CancellationToken) {
+        // A closed channel: the driver ended with the root token, and the run with it.
+        let _ = self.inbox.send(Message::Start(reflector, cancel));
     }
 
     /// Hands an open watch to the driver. After shutdown the follower is dropped, which closes
@@ -96,7 +122,7 @@ impl<K: Resource + Send + Sync + 'static> Driver<K> {
             count: CountGuard(self.following.clone()),
         };
         // A closed channel: the driver ended with the root token; dropping is the stop.
-        let _ = self.parked.send(counted);
+        let _ = self.inbox.send(Message::Follow(counted));
     }
 
     /// Watches followed by the driver right now (handed over and not yet done).
@@ -105,15 +131,24 @@ impl<K: Resource + Send + Sync + 'static> Driver<K> {
     }
 }
 
-/// The driver task: takes in parked watches, follows them all, and spawns a task for each
-/// run whose watch ended.
+/// The driver task: starts queued runs as start slots free up, follows every parked watch, and
+/// spawns a task for each run whose watch ended.
 async fn drive<K: Resource + Send + Sync + 'static>(
-    mut parked: mpsc::UnboundedReceiver<Counted<K>>,
+    mut inbox: mpsc::UnboundedReceiver<Message<K>>,
     tasks: Tasks,
+    slots: Arc<Semaphore>,
 ) {
     let mut following = FuturesUnordered::new();
+    let mut queued: VecDeque<(Reflector<K>, CancellationToken)> = VecDeque::new();
     let mut open = true;
     loop {
+        // Runs cancelled while queued (their pod went already) are dropped unstarted.
+        while queued
+            .front()
+            .is_some_and(|(_, cancel)| cancel.is_cancelled())
+        {
+            queued.pop_front();
+        }
         tokio::select! {
             biased;
             _ = tasks.root.cancelled() => return,
@@ -123,8 +158,18 @@ async fn drive<K: Resource + Send + Sync + 'static>(
                     resume.spawn(&tasks);
                 }
             }
-            received = parked.recv(), if open => match received {
-                Some(Counted { follow, count }) => following.push(Counting {
+            Ok(slot) = slots.clone().acquire_owned(), if !queued.is_empty() => {
+                if let Some((reflector, cancel)) = queued.pop_front() {
+                    // The slot is held until the run parks its open watch or ends.
+                    tasks.spawn(async move {
+                        reflector.run(cancel).await;
+                        drop(slot);
+                    });
+                }
+            }
+            received = inbox.recv(), if open => match received {
+                Some(Message::Start(reflector, cancel)) => queued.push_back((reflector, cancel)),
+                Some(Message::Follow(Counted { follow, count })) => following.push(Counting {
                     following: follow.follow(),
                     _count: count,
                 }),

@@ -66,7 +66,14 @@
 //!   is neither idle-stopped nor immutable; at most one run per object (runs carry an epoch and
 //!   a stopped run's writes are discarded). Reference counts never go negative.
 //! * Background tasks hold only `Weak` references and end on [`Manager::shutdown`] or when the
-//!   last clone of the manager is dropped.
+//!   last clone of the manager is dropped. A reflector whose watch is open keeps no task of its
+//!   own: one driver task per manager follows every open watch (a 424-byte follower each,
+//!   [`ManagerStats::followed_watches`]); a watch that ends or fails goes back to a task of its
+//!   own until it is open again.
+//! * At most [`ManagerConfig::requests_in_flight`] reflector requests await their answer at
+//!   once, and as many new reflectors start at once, the others queued (not in the kubelet,
+//!   whose client rate-limits instead), so a thousand registrations at once hold a bounded
+//!   number of tasks and requests in memory.
 //! * Payloads never reach logs or `Debug` output: the manager's `Debug` prints counters, errors
 //!   carry names and server messages only.
 //!

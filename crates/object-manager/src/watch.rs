@@ -84,7 +84,7 @@ impl<K: ManagedObject> WatchStore<K> {
             tasks: tasks.clone(),
             notify,
             recovery: Arc::new(Recovery::new(options.recovery)),
-            driver: Driver::spawn(&tasks),
+            driver: Driver::spawn(&tasks, options.recovery.requests_in_flight),
         });
         let weak = Arc::downgrade(&inner);
         let cancel = inner.tasks.root.clone();
@@ -276,7 +276,7 @@ impl<K: ManagedObject> Inner<K> {
             recovery: Some(self.recovery.clone()),
             driver: Some(self.driver.clone()),
         };
-        self.tasks.spawn(reflector.run(cancel.clone()));
+        self.driver.start(reflector, cancel.clone());
         item.reflector = Some(cancel);
     }
 
@@ -673,7 +673,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn two_hundred_registrations_hold_at_most_requests_in_flight_requests_at_once() {
+    async fn two_hundred_registrations_start_at_most_requests_in_flight_runs_at_once() {
         let fake = FakeSource::new();
         fake.set_watch_list(true);
         let names: Vec<String> = (0..200).map(|i| format!("s{i}")).collect();
@@ -689,8 +689,11 @@ mod tests {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &refs)).unwrap());
         settle().await;
-        // Held watch-lists have been sent but not answered: only as many as the cap.
+        // Held watch-lists have been sent but not answered: only as many as the cap, and only
+        // their runs have a task (plus the driver and the idle sweeper); the rest wait queued.
         assert_eq!(fake.total(Verb::WatchList), 16);
+        assert_eq!(m.stats().background_tasks, 16 + 2);
+        assert_eq!(m.stats().running_watches, 200);
         fake.hold_lists(false);
         for name in &names {
             assert_eq!(read(&m, name).await.ok().as_deref(), Some("v"), "{name}");
