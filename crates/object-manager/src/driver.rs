@@ -15,6 +15,9 @@
 //! turned out immutable, idle stop, shutdown) or superseded: its stream is dropped, which
 //! closes the watch on the server. The driver ends with the store's root token.
 //!
+//! The driver knows runs only through the traits [`Start`], [`Follow`] and [`Resume`], which
+//! `reflector.rs` implements (this module imports nothing from it).
+//!
 //! The driver also starts the runs: a new run waits in a queue until fewer than `starting`
 //! runs are between their start and their open watch, so a thousand objects registered at
 //! once are a thousand small queue entries and a bounded number of tasks, not a thousand
@@ -30,21 +33,40 @@ use std::task::{Context, Poll};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use kube::Resource;
-use tokio::sync::{Semaphore, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::reflector::{Follow, Following, Reflector, Resume};
 use crate::tasks::Tasks;
 
-/// A handle on the driver task of one store: where reflector runs start and park their open
-/// watches.
-pub(crate) struct Driver<K> {
-    inbox: mpsc::UnboundedSender<Message<K>>,
+/// A new run the driver starts (`reflector.rs`: a reflector and its cancellation token).
+pub(crate) trait Start: Send + 'static {
+    /// The run was cancelled while queued: it is dropped unstarted.
+    fn is_cancelled(&self) -> bool;
+    /// Spawns the run under `tasks`; it holds `slot` until its watch is open or it ends.
+    fn spawn(self, tasks: &Tasks, slot: OwnedSemaphorePermit);
+}
+
+/// An open watch the driver follows (`reflector.rs`: `Follow`).
+pub(crate) trait Follow: Send + 'static {
+    /// What is left of the run when the watch ended or failed.
+    type Resume: Resume;
+    /// The follower: `None` when the run was cancelled or superseded.
+    type Future: Future<Output = Option<Self::Resume>> + Send;
+    fn follow(self) -> Self::Future;
+}
+
+/// The rest of a run whose watch ended (`reflector.rs`: `Resume`).
+pub(crate) trait Resume: Send + 'static {
+    /// Goes on with the run in a task of its own.
+    fn spawn(self, tasks: &Tasks);
+}
+
+/// A handle on the driver task of one store: where runs start and park their open watches.
+pub(crate) struct Driver<S, F> {
+    inbox: mpsc::UnboundedSender<Message<S, F>>,
     following: Arc<AtomicUsize>,
 }
 
-impl<K> Clone for Driver<K> {
+impl<S, F> Clone for Driver<S, F> {
     fn clone(&self) -> Self {
         Driver {
             inbox: self.inbox.clone(),
@@ -54,31 +76,31 @@ impl<K> Clone for Driver<K> {
 }
 
 /// What the driver task is handed.
-enum Message<K> {
+enum Message<S, F> {
     /// A new run, to be started when a start slot is free.
-    Start(Reflector<K>, CancellationToken),
+    Start(S),
     /// An open watch, to be followed.
-    Follow(Counted<K>),
+    Follow(Counted<F>),
 }
 
 /// A follower, counted in [`Driver::len`] from the moment it is handed over until it is done
 /// or dropped.
-struct Counted<K> {
-    follow: Follow<K>,
+struct Counted<F> {
+    follow: F,
     count: CountGuard,
 }
 
 pin_project_lite::pin_project! {
     /// A follower's future and its count, dropped together.
-    struct Counting<K> {
+    struct Counting<G> {
         #[pin]
-        following: Following<K>,
+        following: G,
         _count: CountGuard,
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> Future for Counting<K> {
-    type Output = Option<Resume<K>>;
+impl<G: Future> Future for Counting<G> {
+    type Output = G::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.project().following.poll(cx)
@@ -93,7 +115,7 @@ impl Drop for CountGuard {
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> Driver<K> {
+impl<S: Start, F: Follow> Driver<S, F> {
     /// Starts the driver task under `tasks`, with at most `starting` runs between their start
     /// and their open watch at once; it ends when `tasks.root` is cancelled.
     pub(crate) fn spawn(tasks: &Tasks, starting: usize) -> Self {
@@ -106,16 +128,15 @@ impl<K: Resource + Send + Sync + 'static> Driver<K> {
         }
     }
 
-    /// Queues a new run of `reflector`, started when a start slot is free unless `cancel` fired
-    /// by then.
-    pub(crate) fn start(&self, reflector: Reflector<K>, cancel: CancellationToken) {
+    /// Queues a new run, started when a start slot is free unless it was cancelled by then.
+    pub(crate) fn start(&self, run: S) {
         // A closed channel: the driver ended with the root token, and the run with it.
-        let _ = self.inbox.send(Message::Start(reflector, cancel));
+        let _ = self.inbox.send(Message::Start(run));
     }
 
     /// Hands an open watch to the driver. After shutdown the follower is dropped, which closes
     /// its watch.
-    pub(crate) fn follow(&self, follow: Follow<K>) {
+    pub(crate) fn follow(&self, follow: F) {
         self.following.fetch_add(1, Ordering::Relaxed);
         let counted = Counted {
             follow,
@@ -133,42 +154,35 @@ impl<K: Resource + Send + Sync + 'static> Driver<K> {
 
 /// The driver task: starts queued runs as start slots free up, follows every parked watch, and
 /// spawns a task for each run whose watch ended.
-async fn drive<K: Resource + Send + Sync + 'static>(
-    mut inbox: mpsc::UnboundedReceiver<Message<K>>,
+async fn drive<S: Start, F: Follow>(
+    mut inbox: mpsc::UnboundedReceiver<Message<S, F>>,
     tasks: Tasks,
     slots: Arc<Semaphore>,
 ) {
     let mut following = FuturesUnordered::new();
-    let mut queued: VecDeque<(Reflector<K>, CancellationToken)> = VecDeque::new();
+    let mut queued: VecDeque<S> = VecDeque::new();
     let mut open = true;
     loop {
         // Runs cancelled while queued (their pod went already) are dropped unstarted.
-        while queued
-            .front()
-            .is_some_and(|(_, cancel)| cancel.is_cancelled())
-        {
+        while queued.front().is_some_and(Start::is_cancelled) {
             queued.pop_front();
         }
         tokio::select! {
             biased;
             _ = tasks.root.cancelled() => return,
             Some(done) = following.next(), if !following.is_empty() => {
-                let done: Option<Resume<K>> = done;
+                let done: Option<F::Resume> = done;
                 if let Some(resume) = done {
                     resume.spawn(&tasks);
                 }
             }
             Ok(slot) = slots.clone().acquire_owned(), if !queued.is_empty() => {
-                if let Some((reflector, cancel)) = queued.pop_front() {
-                    // The slot is held until the run parks its open watch or ends.
-                    tasks.spawn(async move {
-                        reflector.run(cancel).await;
-                        drop(slot);
-                    });
+                if let Some(run) = queued.pop_front() {
+                    run.spawn(&tasks, slot);
                 }
             }
             received = inbox.recv(), if open => match received {
-                Some(Message::Start(reflector, cancel)) => queued.push_back((reflector, cancel)),
+                Some(Message::Start(run)) => queued.push_back(run),
                 Some(Message::Follow(Counted { follow, count })) => following.push(Counting {
                     following: follow.follow(),
                     _count: count,

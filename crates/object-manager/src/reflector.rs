@@ -29,7 +29,7 @@
 //! The task holds only a `Weak` reference to its cell and ends when the cell is dropped or its
 //! cancellation token fires.
 //!
-//! With a [`Driver`] (the Watch store always has one), a run that reaches (3) with its watch
+//! With a [`WatchDriver`] (the Watch store always has one), a run that reaches (3) with its watch
 //! open does not keep a task: it hands the open watch to the driver as a [`Follow`] and the
 //! task ends. The driver applies the watch's events with the same code and, when the watch
 //! ends or fails, spawns a task that goes on from the state that follows — so a thousand idle
@@ -47,7 +47,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::driver::Driver;
+use crate::driver;
 use crate::recovery::{Pause, Recovery};
 use crate::source::{ObjectSource, SourceError, WatchEvent, WatchStream};
 use crate::tasks::Tasks;
@@ -119,7 +119,7 @@ pub(crate) struct Reflector<K> {
     /// The manager's "API server answers again" signal (6); `None`: plain back-off.
     pub(crate) recovery: Option<Arc<Recovery>>,
     /// Where an open watch is followed (3); `None`: by this run's own task.
-    pub(crate) driver: Option<Driver<K>>,
+    pub(crate) driver: Option<WatchDriver<K>>,
 }
 
 /// Where a reflector stands with respect to the shared recovery signal (6).
@@ -210,7 +210,31 @@ pub(crate) struct Open<K> {
     saw_event: bool,
 }
 
-/// A run parked at (3) with its watch open: followed by the shared [`Driver`] instead of a task
+/// The shared driver of a store's reflector runs (`driver.rs`).
+pub(crate) type WatchDriver<K> = driver::Driver<Start<K>, Follow<K>>;
+
+/// A new run, queued in the [`WatchDriver`] until a start slot is free.
+pub(crate) struct Start<K> {
+    pub(crate) reflector: Reflector<K>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl<K: Resource + Send + Sync + 'static> driver::Start for Start<K> {
+    fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    fn spawn(self, tasks: &Tasks, slot: tokio::sync::OwnedSemaphorePermit) {
+        let Start { reflector, cancel } = self;
+        // The slot is held until the run parks its open watch or ends.
+        tasks.spawn(async move {
+            reflector.run(cancel).await;
+            drop(slot);
+        });
+    }
+}
+
+/// A run parked at (3) with its watch open: followed by the shared [`WatchDriver`] instead of a task
 /// of its own. It holds what the run needs to go on, and nothing sized for the other steps.
 pub(crate) struct Follow<K> {
     reflector: Reflector<K>,
@@ -220,11 +244,14 @@ pub(crate) struct Follow<K> {
     cancel: CancellationToken,
 }
 
-impl<K: Resource + Send + Sync + 'static> Follow<K> {
+impl<K: Resource + Send + Sync + 'static> driver::Follow for Follow<K> {
+    type Resume = Resume<K>;
+    type Future = Following<K>;
+
     /// The future that follows the watch: it completes when the watch ends or fails — with
     /// the rest of the run, for a task of its own — or when the run is cancelled or superseded
     /// (`None`; the stream is dropped with it, which closes the watch).
-    pub(crate) fn follow(self) -> Following<K> {
+    fn follow(self) -> Following<K> {
         Following {
             cancelled: self.cancel.clone().cancelled_owned(),
             follow: Some(self),
@@ -317,9 +344,9 @@ pub(crate) struct Resume<K> {
     cancel: CancellationToken,
 }
 
-impl<K: Resource + Send + Sync + 'static> Resume<K> {
+impl<K: Resource + Send + Sync + 'static> driver::Resume for Resume<K> {
     /// Goes on with the run in a task of its own (under `tasks`).
-    pub(crate) fn spawn(self, tasks: &Tasks) {
+    fn spawn(self, tasks: &Tasks) {
         let Resume {
             reflector,
             run,
@@ -973,7 +1000,7 @@ mod tests {
         let fake = FakeSource::<Secret>::new();
         let cell = Cell::new();
         let task = reflector(&fake, &cell).run(CancellationToken::new());
-        let follow = Follow {
+        let follow = driver::Follow::follow(Follow {
             reflector: reflector(&fake, &cell),
             run: run_state(),
             open: Open {
@@ -983,8 +1010,7 @@ mod tests {
             },
             progressed: false,
             cancel: CancellationToken::new(),
-        }
-        .follow();
+        });
         let (task, follow) = (size_of_val(&task), size_of_val(&follow));
         // What an idle watch costs with the driver (its follower) against a task of its own.
         assert!(

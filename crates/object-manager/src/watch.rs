@@ -21,11 +21,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::driver::Driver;
 use crate::health::{HealthCell, Recording, WatchHealth};
 use crate::kind::ManagedObject;
 use crate::recovery::{Recovery, RecoveryConfig};
-use crate::reflector::{BackoffConfig, Cell, Reflector};
+use crate::reflector::{BackoffConfig, Cell, Reflector, Start, WatchDriver};
 use crate::source::ObjectSource;
 use crate::tasks::Tasks;
 use crate::{Error, ObjectRef, PodUid};
@@ -53,7 +52,7 @@ struct Inner<K> {
     /// Shared by every reflector: resumes them all when the API server answers again.
     recovery: Arc<Recovery>,
     /// Follows every open watch (`driver.rs`).
-    driver: Driver<K>,
+    driver: WatchDriver<K>,
 }
 
 /// One referenced object (OM-15).
@@ -84,7 +83,7 @@ impl<K: ManagedObject> WatchStore<K> {
             tasks: tasks.clone(),
             notify,
             recovery: Arc::new(Recovery::new(options.recovery)),
-            driver: Driver::spawn(&tasks, options.recovery.requests_in_flight),
+            driver: WatchDriver::spawn(&tasks, options.recovery.requests_in_flight),
         });
         let weak = Arc::downgrade(&inner);
         let cancel = inner.tasks.root.clone();
@@ -276,7 +275,10 @@ impl<K: ManagedObject> Inner<K> {
             recovery: Some(self.recovery.clone()),
             driver: Some(self.driver.clone()),
         };
-        self.driver.start(reflector, cancel.clone());
+        self.driver.start(Start {
+            reflector,
+            cancel: cancel.clone(),
+        });
         item.reflector = Some(cancel);
     }
 
