@@ -19,87 +19,27 @@
 //! Each allocator's entry points live in a child module; the ones without a safe wrapper are
 //! the crate's documented `unsafe` exceptions (`system.rs`, `jemalloc.rs`, `mimalloc.rs`).
 
+// One module per allocator, chosen once here; each defines `Global`, `GLOBAL` and `NAME` and
+// the three functions below.
 #[cfg(any(
     feature = "dhat-heap",
     not(any(feature = "jemalloc", feature = "mimalloc"))
 ))]
-mod system;
+#[path = "allocator/system.rs"]
+mod selected;
 
 #[cfg(all(feature = "jemalloc", not(feature = "dhat-heap")))]
-mod jemalloc;
+#[path = "allocator/jemalloc.rs"]
+mod selected;
 
 #[cfg(all(
     feature = "mimalloc",
     not(any(feature = "dhat-heap", feature = "jemalloc"))
 ))]
-mod mimalloc;
+#[path = "allocator/mimalloc.rs"]
+mod selected;
 
-#[cfg(any(
-    feature = "dhat-heap",
-    not(any(feature = "jemalloc", feature = "mimalloc"))
-))]
-use self::system as selected;
-
-#[cfg(all(feature = "jemalloc", not(feature = "dhat-heap")))]
-use self::jemalloc as selected;
-
-#[cfg(all(
-    feature = "mimalloc",
-    not(any(feature = "dhat-heap", feature = "jemalloc"))
-))]
-use self::mimalloc as selected;
-
-/// The selected allocator's type: `dhat::Alloc` (`dhat-heap`).
-#[cfg(feature = "dhat-heap")]
-pub type Global = dhat::Alloc;
-/// The selected allocator's type: jemalloc (`jemalloc`).
-#[cfg(all(feature = "jemalloc", not(feature = "dhat-heap")))]
-pub type Global = tikv_jemallocator::Jemalloc;
-/// The selected allocator's type: mimalloc (`mimalloc`).
-#[cfg(all(
-    feature = "mimalloc",
-    not(any(feature = "dhat-heap", feature = "jemalloc"))
-))]
-pub type Global = ::mimalloc::MiMalloc;
-/// The selected allocator's type: the system's (no allocator feature).
-#[cfg(not(any(feature = "dhat-heap", feature = "jemalloc", feature = "mimalloc")))]
-pub type Global = std::alloc::System;
-
-/// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
-#[cfg(feature = "dhat-heap")]
-pub const GLOBAL: Global = dhat::Alloc;
-/// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
-#[cfg(all(feature = "jemalloc", not(feature = "dhat-heap")))]
-pub const GLOBAL: Global = tikv_jemallocator::Jemalloc;
-/// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
-#[cfg(all(
-    feature = "mimalloc",
-    not(any(feature = "dhat-heap", feature = "jemalloc"))
-))]
-pub const GLOBAL: Global = ::mimalloc::MiMalloc;
-/// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
-#[cfg(not(any(feature = "dhat-heap", feature = "jemalloc", feature = "mimalloc")))]
-pub const GLOBAL: Global = std::alloc::System;
-
-/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-#[cfg(feature = "dhat-heap")]
-pub const NAME: &str = "dhat (over system glibc)";
-/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-#[cfg(all(feature = "jemalloc", not(feature = "dhat-heap")))]
-pub const NAME: &str = "jemalloc";
-/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-#[cfg(all(
-    feature = "mimalloc",
-    not(any(feature = "dhat-heap", feature = "jemalloc"))
-))]
-pub const NAME: &str = "mimalloc";
-/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-#[cfg(not(any(feature = "dhat-heap", feature = "jemalloc", feature = "mimalloc")))]
-pub const NAME: &str = "system (glibc)";
+pub use self::selected::{GLOBAL, Global, NAME};
 
 // The library's unit tests allocate through the allocator they measure.
 #[cfg(test)]

@@ -4,6 +4,16 @@
 //! the allocator is next used, and the agent is idle after a burst: `arena.<all>.purge` after
 //! each burst returns them at once, as `malloc_trim` does for glibc.
 
+/// The selected allocator's type.
+pub type Global = tikv_jemallocator::Jemalloc;
+
+/// The allocator the `nodelet` binary installs:
+/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
+pub const GLOBAL: Global = tikv_jemallocator::Jemalloc;
+
+/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
+pub const NAME: &str = "jemalloc";
+
 use std::ptr;
 
 /// `arena.<MALLCTL_ARENAS_ALL>.purge` (`MALLCTL_ARENAS_ALL` is 4096 in jemalloc 5).

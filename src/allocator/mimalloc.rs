@@ -4,6 +4,16 @@
 //! burst frees the calling thread's empty pages and purges every arena at once. Its statistics
 //! count live bytes only in builds with `MI_STAT`, so the agent exposes no heap figure.
 
+/// The selected allocator's type.
+pub type Global = ::mimalloc::MiMalloc;
+
+/// The allocator the `nodelet` binary installs:
+/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
+pub const GLOBAL: Global = ::mimalloc::MiMalloc;
+
+/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
+pub const NAME: &str = "mimalloc";
+
 /// Not available cheaply: `None`.
 pub(super) fn allocated_bytes() -> Option<u64> {
     None

@@ -14,6 +14,29 @@
 //! buffer and no precondition on the caller. Elsewhere (musl, other systems) neither exists
 //! and both functions say so.
 
+/// The selected allocator's type: the system's, or `dhat::Alloc` over it (`dhat-heap`).
+#[cfg(not(feature = "dhat-heap"))]
+pub type Global = std::alloc::System;
+/// The selected allocator's type: the system's, or `dhat::Alloc` over it (`dhat-heap`).
+#[cfg(feature = "dhat-heap")]
+pub type Global = dhat::Alloc;
+
+/// The allocator the `nodelet` binary installs:
+/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
+#[cfg(not(feature = "dhat-heap"))]
+pub const GLOBAL: Global = std::alloc::System;
+/// The allocator the `nodelet` binary installs:
+/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
+#[cfg(feature = "dhat-heap")]
+pub const GLOBAL: Global = dhat::Alloc;
+
+/// The selected allocator's name, as logged at start and in `nodelet_build_info`.
+pub const NAME: &str = if cfg!(feature = "dhat-heap") {
+    "dhat (over system glibc)"
+} else {
+    "system (glibc)"
+};
+
 /// `uordblks + hblkhd` of `mallinfo2()`: bytes in chunks in use in every arena plus the
 /// `mmap`ped ones (allocations of 128 KiB and more). Walks every arena under its lock.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -46,7 +46,8 @@ pub struct ManagerStats {
     pub running_watches: usize,
     /// Background tasks alive right now (reflectors that are listing, backing off or winding
     /// down, the shared watch driver, the idle sweeper and the node-TTL watch). A reflector
-    /// whose watch is open has no task: it is counted in `followed_watches`.
+    /// whose watch is open has no task: it is counted in `followed_watches`; one queued for a
+    /// start slot (`ManagerConfig::requests_in_flight`) is in neither count.
     pub background_tasks: usize,
     /// Watch: open watches followed by the shared watch driver (one task for all of them).
     pub followed_watches: usize,

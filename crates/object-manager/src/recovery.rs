@@ -18,6 +18,9 @@
 //!    its watch history (a restarted kube-apiserver starts its watch cache afresh): every
 //!    reflector woken by the same recovery then lists again at once instead of first resuming
 //!    into the same 410 — one request per object after a restart instead of two.
+//!
+//! The same shared state bounds every reflector request, outage or not: at most
+//! `requests_in_flight` await their answer at once ([`Recovery::in_flight`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
