@@ -174,8 +174,12 @@ impl Ctx {
         };
         for pod in list(pods.clone()).await? {
             let name = pod.metadata.name.unwrap_or_default();
-            if let Err(e) = pods.delete(&name, &DeleteParams::default()).await {
-                return Err(format!("deleting pod {namespace}/{name}: {e}"));
+            match pods.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                // A pod a scenario deleted already may be finished by the agent between the
+                // list and this call: gone is what the cleanup wants.
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(format!("deleting pod {namespace}/{name}: {e}")),
             }
         }
         let deadline = Instant::now() + CLEANUP_GRACE;
