@@ -102,8 +102,15 @@ async fn an_offline_pod_mounts_the_kube_api_access_volume_a_cluster_gives_it() {
     wait_for_content(&dir.join("namespace"), b"shop")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let token = std::fs::read_to_string(dir.join("token")).unwrap_or_default();
-    assert_eq!(token.split('.').count(), 3, "a JWT");
+    let token = std::fs::read_to_string(dir.join("token"))
+        .unwrap_or_else(|e| panic!("reading {}/token: {e}", dir.display()));
+    assert_eq!(
+        token.split('.').count(),
+        3,
+        "a JWT ({} bytes, {} dots)",
+        token.len(),
+        token.matches('.').count()
+    );
     agent.shutdown().await;
     drop(embedded.sync);
     embedded.server.shutdown().await;

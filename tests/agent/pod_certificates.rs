@@ -47,10 +47,11 @@ fn pod() -> Value {
         .json()
 }
 
-/// Waits until a FailedMount event of pod `p` contains `text`.
+/// Waits until a FailedMount event of pod `p` contains `text`; on a timeout the panic lists the
+/// events there were.
 async fn wait_for_failed_mount(admin: &kube::Client, text: &str) {
     let api: Api<Event> = Api::namespaced(admin.clone(), "default");
-    tokio::time::timeout(PATIENCE, async {
+    let found = tokio::time::timeout(PATIENCE, async {
         loop {
             let events = api.list(&Default::default()).await.map(|l| l.items);
             if events.unwrap_or_default().iter().any(|e| {
@@ -63,8 +64,24 @@ async fn wait_for_failed_mount(admin: &kube::Client, text: &str) {
             poll_pause().await;
         }
     })
-    .await
-    .unwrap_or_else(|_| panic!("no FailedMount event with {text:?}"));
+    .await;
+    if found.is_err() {
+        let listed = tokio::time::timeout(PATIENCE, api.list(&Default::default())).await;
+        let seen: Vec<String> = listed
+            .ok()
+            .and_then(Result::ok)
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:?} {:?}: {:?}",
+                    e.involved_object.name, e.reason, e.message
+                )
+            })
+            .collect();
+        panic!("no FailedMount event with {text:?}; the events: {seen:?}");
+    }
 }
 
 async fn requests(admin: &kube::Client) -> Vec<PodCertificateRequest> {

@@ -66,6 +66,13 @@ pub enum TransportError {
         /// The time-out.
         timeout: Duration,
     },
+    /// The task opening a connection for this request ended before the connection was open
+    /// (the runtime is shutting down).
+    #[error("opening a connection to the API server at {authority} was aborted")]
+    ConnectAborted {
+        /// host:port.
+        authority: String,
+    },
     /// A connection attempt made for this request by another caller just failed.
     #[error("connecting to the API server failed: {message}")]
     Shared {

@@ -23,7 +23,8 @@
 //!    server's `SETTINGS_MAX_CONCURRENT_STREAMS` (read from hyper once the server's SETTINGS
 //!    arrived) and `headroom` is 5 % of it (at least 1);
 //! 3. opens a new connection when every watch connection is at its limit (one connection is
-//!    opened at a time per class, and requests waiting for it share it);
+//!    opened at a time per class, in a task of its own so that it does not depend on the
+//!    request that started it being polled, and requests waiting for it share it);
 //! 4. sends short requests on a connection of their own, which watches never use, so a status
 //!    patch or a lease renewal never queues behind watches (past the server's limit, short
 //!    requests wait in hyper for one another, briefly);

@@ -190,11 +190,36 @@ impl Pool {
                 state.attempts[class as usize],
             )
         };
-        let _opening = if serialize {
-            Some(self.opening[class as usize].lock().await)
-        } else {
-            None
+        if !serialize {
+            return self.open(class, seen_attempt).await;
+        }
+        // The connection is opened in a task of its own, not in this request's future. Other
+        // requests of the class wait for it, and a caller may leave a request it started
+        // unpolled for a while (a watch stream inside a `select!` whose other branch sends a
+        // request of its own): were the opening driven by that future, every request of the
+        // class would wait for it, the caller's own included, for good. If this request is
+        // dropped meanwhile, the task still ends (bounded by `connect_timeout`) and the slot
+        // it claimed is released with its output.
+        let pool = self.clone();
+        let opening = async move {
+            let _opening = pool.opening[class as usize].lock().await;
+            pool.open(class, seen_attempt).await
         };
+        tokio::spawn(opening.in_current_span()).await.map_err(|_| {
+            TransportError::ConnectAborted {
+                authority: self.connector.authority().to_owned(),
+            }
+        })?
+    }
+
+    /// (3) Claims room on a connection opened meanwhile, or opens one; a waiter whose attempt
+    /// another request made just failed fails alike.
+    async fn open(
+        self: &Arc<Self>,
+        class: Class,
+        seen_attempt: u64,
+    ) -> Result<(Arc<Established>, StreamSlot), TransportError> {
+        let cap = self.config.max_streams_per_connection;
         let attempt = {
             let mut state = self.state.lock();
             if let Some((conn, id)) = state.claim(class, cap) {

@@ -400,3 +400,83 @@ async fn a_goaway_after_every_response_fails_no_request_of_a_busy_client() {
         &failed[..failed.len().min(3)]
     );
 }
+
+/// A TCP relay to `upstream` that holds the first connection it accepts until `gate` is
+/// notified (`accepted` is notified once it holds it); later connections pass at once.
+async fn gated_relay(
+    upstream: std::net::SocketAddr,
+    accepted: std::sync::Arc<tokio::sync::Notify>,
+    gate: std::sync::Arc<tokio::sync::Notify>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("local addr: {e}"));
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let hold = std::mem::take(&mut first);
+            let (accepted, gate) = (accepted.clone(), gate.clone());
+            tokio::spawn(async move {
+                if hold {
+                    accepted.notify_one();
+                    gate.notified().await;
+                }
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+// Regression (a podCertificate test that hung one run in forty under load): the signer's
+// watch stream, inside a `select!`, had started its first request — opening the client's
+// first connection — when the other branch sent a request of its own. The watch was not
+// polled while that request waited for the connection the watch was opening: both waited for
+// good, and every later request of the client with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_left_unpolled_while_it_opens_a_connection_holds_up_no_other_request() {
+    let (server, handle) = tls_server(100).await;
+    create(&handle, config_map("cm", "v1", false));
+    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let relay = gated_relay(server.addr(), accepted.clone(), gate.clone()).await;
+    let mut config = server.kube_config();
+    config.cluster_url = format!("https://{relay}")
+        .parse()
+        .unwrap_or_else(|e| panic!("relay url: {e}"));
+    // No warm-up connection: the first request opens the client's first connection.
+    let (client, _t) = transport::client(config, TransportConfig::default())
+        .unwrap_or_else(|e| panic!("transport: {e}"));
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+
+    // The first request runs until its connection is accepted (it is opening the connection),
+    // then is left unpolled.
+    let first = api.get("cm");
+    tokio::pin!(first);
+    tokio::select! {
+        result = &mut first => panic!("answered through a closed gate: {result:?}"),
+        () = accepted.notified() => {}
+    }
+    gate.notify_one();
+    let second = tokio::time::timeout(PATIENCE, api.get("cm"))
+        .await
+        .unwrap_or_else(|_| panic!("a request waited for good on a connection nobody opened"));
+    assert_eq!(
+        second
+            .map(|cm| cm.data.and_then(|d| d.get("k").cloned()))
+            .ok()
+            .flatten()
+            .as_deref(),
+        Some("v1")
+    );
+    // The first request, polled again, gets its answer too.
+    let first = tokio::time::timeout(PATIENCE, first)
+        .await
+        .unwrap_or_else(|_| panic!("the first request never finished"));
+    assert!(first.is_ok(), "{first:?}");
+}
