@@ -5,8 +5,9 @@
 //! `.rela.dyn` per pointer the loader relocates — 1.15 MB in this binary, every page of it
 //! read at start-up and then left mapped — where the packed form takes 11 KB. ASLR is kept.
 //! The linker records a `GLIBC_ABI_DT_RELR` version dependency, so an older glibc refuses
-//! the binary with a clear error instead of running it wrongly. The option is used only when
-//! the C compiler rustc links with (`cc`) links a test program with it without a warning.
+//! the binary with a clear error instead of running it wrongly. The option is used only for a
+//! native build, and only when the C compiler rustc links with (`cc`) links a test program
+//! with it without a warning.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -18,7 +19,8 @@ fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
     let out = std::env::var("OUT_DIR").unwrap_or_default();
-    if os == "linux" && env == "gnu" && !out.is_empty() && links_packed(Path::new(&out)) {
+    let native = std::env::var("HOST").ok() == std::env::var("TARGET").ok();
+    if os == "linux" && env == "gnu" && native && !out.is_empty() && links_packed(Path::new(&out)) {
         println!("cargo:rustc-link-arg-bins={PACK}");
     }
 }
