@@ -18,10 +18,12 @@ use nodelet_object_manager::{
     ConfigMapManager, ManagerConfig, SecretManager, referenced_config_map_names,
     referenced_secret_names,
 };
+use nodelet_podworker::StatusSink as _;
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
     SyncerParts, UpdateType, WorkerConfig, WorkerPhase,
 };
+use nodelet_runtime::{ProcessRuntime, RuntimeConfig};
 use nodelet_volume_manager::{KubeTokenSource, MemoryMedium, VolumeManager};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
@@ -30,7 +32,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, debug, info, info_span, warn};
 
 use crate::api_client::ApiClient;
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, RuntimeKind};
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::state::AgentState;
@@ -146,22 +148,43 @@ impl Agent {
             shutdown.clone(),
             crate::allocator::release_free_memory,
         ));
-        let status =
-            StatusWriter::start(client.clone(), metrics.clone(), shutdown.clone(), &tracker);
+        let host_ips = vec![
+            config
+                .node_ip
+                .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+                .to_string(),
+        ];
+        let status = StatusWriter::start(
+            client.clone(),
+            metrics.clone(),
+            host_ips.clone(),
+            shutdown.clone(),
+            &tracker,
+        );
+        let (runtime, processes): (Arc<dyn nodelet_podworker::RuntimeHook>, _) =
+            match config.runtime {
+                RuntimeKind::Config => (Arc::new(EnvFileRuntime::new(&config.root_dir)), None),
+                RuntimeKind::Process => {
+                    let processes = process_runtime(&config)?;
+                    (Arc::new(processes.clone()), Some(processes))
+                }
+            };
         let mut env = EnvOptions::default();
         // One detection for env vars, volumes (set above) and the Node status' quantities.
         env.node_allocatable = crate::node::quantities(&allocatable);
         let syncer = ConfigSyncer::new(
-            SyncerConfig::new(&config.root_dir).with_env(env),
+            SyncerConfig::new(&config.root_dir)
+                .with_env(env)
+                .with_host_ips(host_ips),
             SyncerParts {
                 sources: EnvSources {
                     configmaps: configmaps.clone(),
                     secrets: secrets.clone(),
                 },
                 volumes: Arc::new(volumes.clone()),
-                runtime: Arc::new(EnvFileRuntime::new(&config.root_dir)),
+                runtime,
                 events: Arc::new(events),
-                status: Arc::new(status),
+                status: Arc::new(status.clone()),
             },
         );
         let workers = PodWorkers::new(
@@ -180,6 +203,8 @@ impl Agent {
             metrics,
             ready,
             pod_watch: crate::pod_watch::PodWatchHealth::default(),
+            status,
+            processes,
         });
         tracker.spawn(
             pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())
@@ -244,6 +269,11 @@ impl Agent {
         let stop = async {
             self.shutdown.cancel();
             self.state.workers.shutdown().await;
+            // Containers do not outlive the agent that follows them (half the time allowed
+            // for SIGTERM, the rest for SIGKILL).
+            if let Some(processes) = &self.state.processes {
+                processes.stop_all(timeout / 2).await;
+            }
             self.tracker.close();
             self.tracker.wait().await;
             self.state.configmaps.shutdown().await;
@@ -287,6 +317,25 @@ fn admit(mut pod: Pod) -> Option<AdmittedPod> {
     }
 }
 
+/// The process runtime of `config`, after checking that this machine can run it.
+fn process_runtime(config: &AgentConfig) -> anyhow::Result<ProcessRuntime> {
+    nodelet_runtime::sandbox::check_support()
+        .map_err(|e| anyhow::anyhow!("--runtime process cannot run here: {e}"))?;
+    let init_command = match &config.container_init {
+        Some(command) => command.clone(),
+        None => vec![
+            std::env::current_exe()
+                .context("finding the agent's own program for container-init")?
+                .into_os_string(),
+            "container-init".into(),
+        ],
+    };
+    let mut runtime_config = RuntimeConfig::new(&config.root_dir, init_command);
+    runtime_config.images = config.images.clone();
+    runtime_config.allow_root = config.allow_root_containers;
+    Ok(ProcessRuntime::new(runtime_config))
+}
+
 /// The pod source: a watch of pods with `spec.nodeName=<node>` feeding the pod workers, and
 /// housekeeping (forget finished workers of pods no longer known; terminate pods found only on
 /// disk after a restart).
@@ -312,12 +361,36 @@ async fn pod_source(
     let mut listing: Option<HashSet<PodUid>> = None;
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     let mut first_list = true;
+    let mut container_changes = state.processes.as_ref().map(|p| p.changes());
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
             _ = housekeeping.tick() => {
                 let desired: HashSet<PodUid> = known.keys().cloned().collect();
                 workers.sync_known_pods(&desired);
+                if let Some(processes) = &state.processes {
+                    processes.remove_logs_except(&desired);
+                }
+                continue;
+            }
+            // The kubelet's PLEG: a container changed state (ended, back-off over): sync its pod.
+            uid = async { match container_changes.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            } } => {
+                match uid {
+                    Ok(uid) => {
+                        if let Some(pod) = known.get(&uid) {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod.clone()));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        for pod in known.values() {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod.clone()));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => container_changes = None,
+                }
                 continue;
             }
             change = configmap_changes.recv() => {
@@ -381,6 +454,13 @@ async fn pod_source(
                     continue;
                 };
                 known.insert(pod.uid().clone(), pod.clone());
+                // A pod that finished on its own and is now being deleted: its worker is done,
+                // so the agent completes the deletion (as the kubelet's status manager does).
+                if pod.metadata.deletion_timestamp.is_some()
+                    && workers.phase(pod.uid()) == Some(WorkerPhase::Finished)
+                {
+                    state.status.terminated(&pod);
+                }
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::Delete(pod)) => {

@@ -1,5 +1,6 @@
-//! The command lines of `nodelet reset` and `nodelet pods` (the agent's own is [`Cli`]), and
-//! [`command`]: all three as one clap `Command` for shell completions and man pages.
+//! The command lines of `nodelet reset`, `nodelet pods` and `nodelet logs` (the agent's own is
+//! [`Cli`]), and [`command`]: all of them as one clap `Command` for shell completions and man
+//! pages.
 
 use std::path::PathBuf;
 
@@ -50,6 +51,39 @@ pub struct PodsCli {
     pub output: String,
 }
 
+/// `nodelet logs`: a container's log, read from the agent's log files.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "nodelet logs",
+    about = "Print a container's log from the agent's log files (<root-dir>/logs/pods/<namespace>_<pod>_<uid>/<container>/<restartCount>.log), as kubectl logs prints it. Exit codes: 0 printed, 1 no such pod, container or log, 64 bad usage."
+)]
+pub struct LogsCli {
+    /// The pod's name.
+    #[arg(value_name = "POD")]
+    pub pod: String,
+    /// The pod's namespace.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// The container (default: the pod's only container).
+    #[arg(short = 'c', long, value_name = "CONTAINER")]
+    pub container: Option<String>,
+    /// Keep printing as the log grows (and across restarts of the container) until Ctrl-C.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// The previous instance's log.
+    #[arg(short = 'p', long)]
+    pub previous: bool,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+    /// Prefix each line with its RFC 3339 timestamp.
+    #[arg(long)]
+    pub timestamps: bool,
+    /// The agent's root directory.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_ROOT_DIR)]
+    pub root_dir: PathBuf,
+}
+
 /// `nodelet` with its subcommands `reset` and `pods`, built from [`Cli`], [`ResetCli`] and
 /// [`PodsCli`] (the binary dispatches on its first argument and parses one of them): what
 /// `cargo xtask dist-docs` turns into shell completions and man pages.
@@ -57,6 +91,7 @@ pub fn command() -> clap::Command {
     Cli::command()
         .subcommand(ResetCli::command().name("reset"))
         .subcommand(PodsCli::command().name("pods"))
+        .subcommand(LogsCli::command().name("logs"))
 }
 
 #[cfg(test)]
@@ -66,11 +101,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_whole_command_line_is_consistent_and_names_both_subcommands() {
+    fn the_whole_command_line_is_consistent_and_names_every_subcommand() {
         let cmd = command();
         cmd.clone().debug_assert();
         let names: Vec<&str> = cmd.get_subcommands().map(clap::Command::get_name).collect();
-        assert_eq!(names, ["reset", "pods"]);
+        assert_eq!(names, ["reset", "pods", "logs"]);
     }
 
     #[test]

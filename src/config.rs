@@ -58,6 +58,70 @@ pub struct AgentConfig {
     pub sync_error_backoff: Duration,
     /// The KubeletConfiguration's `featureGates` (default: a v1.36 kubelet's defaults).
     pub feature_gates: nodelet_core::FeatureGates,
+    /// What runs containers (`--runtime`, config file `runtime`; default [`RuntimeKind::Config`]).
+    pub runtime: RuntimeKind,
+    /// Images → local programs for the process runtime (config file `images`; default
+    /// [`default_images`]).
+    pub images: nodelet_runtime::ImageTable,
+    /// Let containers run as root (`--allow-root-containers`, config file
+    /// `allowRootContainers`; default off).
+    pub allow_root_containers: bool,
+    /// The program (and first arguments) that runs a container's init process (default: this
+    /// program with `container-init`); tests that start the agent in-process name the
+    /// `nodelet` binary here.
+    pub container_init: Option<Vec<std::ffi::OsString>>,
+    /// The node's address: the pods' IPs under the process runtime (they share the host's
+    /// network) and the Node's `InternalIP` (default: the local address towards the API server;
+    /// 127.0.0.1 when none is known).
+    pub node_ip: Option<std::net::IpAddr>,
+}
+
+/// What runs a pod's containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RuntimeKind {
+    /// `config`: no processes; each container's resolved environment is written to files.
+    #[default]
+    Config,
+    /// `process`: containers run as local processes (`nodelet_runtime`).
+    Process,
+}
+
+impl FromStr for RuntimeKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "config" => Ok(Self::Config),
+            "process" => Ok(Self::Process),
+            other => Err(format!("{other:?} is not a runtime: use config or process")),
+        }
+    }
+}
+
+/// The image table used when the config file has no `images` key: the pause image as a
+/// process that sleeps (as user 65535, like the image), busybox as the host's shell and
+/// tools (as root, like the image: such a container needs `runAsUser` or
+/// `--allow-root-containers`).
+pub fn default_images() -> nodelet_runtime::ImageTable {
+    let entry = |image: &str, entrypoint: &[&str], args: &[&str], user: Option<u32>| {
+        nodelet_runtime::ImageEntry {
+            image: image.to_owned(),
+            entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
+            args: args.iter().map(|s| (*s).to_owned()).collect(),
+            path: Vec::new(),
+            user,
+            group: user,
+            working_dir: None,
+        }
+    };
+    nodelet_runtime::ImageTable::new(vec![
+        entry(
+            "registry.k8s.io/pause:*",
+            &["sleep", "infinity"],
+            &[],
+            Some(65535),
+        ),
+        entry("docker.io/library/busybox:*", &[], &["sh"], None),
+    ])
 }
 
 impl AgentConfig {
@@ -78,6 +142,11 @@ impl AgentConfig {
             shutdown_timeout: Duration::from_secs(5),
             sync_error_backoff: Duration::from_secs(10),
             feature_gates: nodelet_core::FeatureGates::default(),
+            runtime: RuntimeKind::Config,
+            images: default_images(),
+            allow_root_containers: false,
+            container_init: None,
+            node_ip: None,
         }
     }
 }
@@ -125,7 +194,7 @@ pub enum LogFormat {
     name = "nodelet",
     version,
     about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does.",
-    after_help = "Also: `nodelet reset [--root-dir DIR] [--dry-run] [--delete-node --node-name NAME [--kubeconfig PATH]]` unmounts and removes what the agent left in DIR (and deletes the node's Lease and Node); `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds. Under systemd (`Type=notify`) the agent sends READY=1 once its first pod list is synced."
+    after_help = "Also: `nodelet reset [--root-dir DIR] [--dry-run] [--delete-node --node-name NAME [--kubeconfig PATH]]` unmounts and removes what the agent left in DIR (and deletes the node's Lease and Node); `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds; `nodelet logs POD [-n NS] [-c C] [-f] [--root-dir DIR]` prints a container's log (process runtime). Under systemd (`Type=notify`) the agent sends READY=1 once its first pod list is synced."
 )]
 pub struct Cli {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
@@ -171,6 +240,16 @@ pub struct Cli {
     /// `nodelet reset` would remove under `pods/`) instead of leaving them for the next start.
     #[arg(long, requires = "manifests")]
     pub cleanup_on_exit: bool,
+    /// What runs containers: `config` (default: no processes, each container's environment
+    /// written to files) or `process` (containers as local processes, images mapped to host
+    /// programs by the config file's `images`; needs root). Overrides the config file's
+    /// `runtime`.
+    #[arg(long, value_name = "RUNTIME")]
+    pub runtime: Option<String>,
+    /// Let the process runtime run containers as root (uid 0). Without it a container that
+    /// would run as root does not start.
+    #[arg(long)]
+    pub allow_root_containers: bool,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -218,6 +297,12 @@ struct FileConfig {
     healthz_port: Option<u16>,
     node_lease_duration_seconds: Option<i32>,
     feature_gates: Option<BTreeMap<String, bool>>,
+    /// nodelet's own: `config` or `process`.
+    runtime: Option<String>,
+    /// nodelet's own: the process runtime's image table.
+    images: Option<Vec<nodelet_runtime::ImageEntry>>,
+    /// nodelet's own: let containers run as root.
+    allow_root_containers: Option<bool>,
 }
 
 /// The agent's full settings from the command line and the config file.
@@ -383,6 +468,24 @@ impl Cli {
                     .map_err(|e| invalid(field, format!("{text:?}: {e}")))?,
             ),
         };
+        let (runtime_field, runtime) = match (&self.runtime, &file.runtime) {
+            (Some(r), _) => ("--runtime", Some(r)),
+            (None, Some(r)) => ("runtime", Some(r)),
+            (None, None) => ("", None),
+        };
+        if let Some(r) = runtime {
+            agent.runtime = RuntimeKind::from_str(r).map_err(|e| invalid(runtime_field, e))?;
+        }
+        if let Some(entries) = file.images {
+            for (i, e) in entries.iter().enumerate() {
+                if e.image.is_empty() {
+                    return Err(invalid(&format!("images[{i}].image"), "must not be empty"));
+                }
+            }
+            agent.images = nodelet_runtime::ImageTable::new(entries);
+        }
+        agent.allow_root_containers =
+            self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
         let api = match &self.manifests {
             Some(dir) => ApiSource::Embedded {
                 manifests: dir.clone(),

@@ -64,6 +64,7 @@ mod events;
 mod http;
 pub mod inspect;
 mod lock;
+pub mod logs_cmd;
 mod memory;
 mod metrics;
 mod node;
@@ -90,8 +91,8 @@ pub use agent::Agent;
 pub use api_client::ApiClient;
 pub use config::{
     AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
-    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, Settings,
-    parse_duration,
+    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, RuntimeKind, Settings,
+    default_images, parse_duration,
 };
 pub use metrics::Metrics;
 pub use node::AGENT_TAINT_KEY;
@@ -222,6 +223,28 @@ pub async fn cluster_client(
     Ok((api_client(config, protocol).await?, url))
 }
 
+/// The local address this machine uses to reach the API server at `url` (a UDP "connect"
+/// sends nothing; it only picks the route).
+fn local_address_towards(url: &str) -> Option<std::net::IpAddr> {
+    let authority = url.split("://").nth(1)?.split(['/', ' ']).next()?;
+    let host_port = if authority.contains(':') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:443")
+    };
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&host_port)
+        .ok()?
+        .next()?;
+    let bind: std::net::SocketAddr = if target.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = std::net::UdpSocket::bind(bind).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
 /// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
 /// 5 s). Logs a one-line summary at start. Under systemd (`NOTIFY_SOCKET`) it sends `READY=1`
 /// once the first pod list is synced (see [`service`]) and `STOPPING=1` when `stop`
@@ -235,7 +258,7 @@ pub async fn cluster_client(
 /// Start-up failures (root directory in use by another agent, API server, root directory,
 /// listen address).
 pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let config = settings.agent;
+    let mut config = settings.agent;
     // First of all: one agent per root directory. Held until this function returns.
     let _lock = lock::lock_root_dir(&config.root_dir)?;
     #[cfg(not(feature = "embedded"))]
@@ -263,6 +286,9 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
             (embedded.node_client.clone(), url, Some(embedded))
         }
     };
+    if config.node_ip.is_none() {
+        config.node_ip = local_address_towards(&url);
+    }
     let agent = Agent::start(config.clone(), client).await?;
     // Only now that every start-up check passed (root directory lock, API server, listen
     // address): the admin kubeconfig of the embedded server.

@@ -1,9 +1,10 @@
 //! The `nodelet` binary: parse the command line, set up logging, exit 64 on bad configuration,
-//! run the agent until SIGINT/SIGTERM; `nodelet reset` and `nodelet pods` are subcommands.
+//! run the agent until SIGINT/SIGTERM; `nodelet reset`, `nodelet pods` and `nodelet logs` are
+//! subcommands (`nodelet container-init SPEC`, a container's first process, is internal).
 
 use std::process::ExitCode;
 
-use nodelet::cli::{PodsCli, ResetCli};
+use nodelet::cli::{LogsCli, PodsCli, ResetCli};
 use nodelet::reset::Deletion;
 use nodelet::{Cli, LogFormat};
 use nodelet_transport::Protocol;
@@ -156,6 +157,36 @@ fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
+fn logs_main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli: LogsCli = match parse(args) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nodelet logs: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let printed = runtime.block_on(async {
+        tokio::select! {
+            r = nodelet::logs_cmd::print_logs(&cli) => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    });
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nodelet logs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The most threads the runtime starts for blocking work (volume writes, env files, the
 /// restart scan). Each write is short, so a burst (a node's first thousand volumes) queues
 /// instead of starting hundreds of threads that each keep a stack and an allocator arena
@@ -163,14 +194,22 @@ fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
 const BLOCKING_THREADS: usize = 32;
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // A container's first process (the process runtime starts it): nothing else runs here.
+    if args.get(1).is_some_and(|a| a == "container-init") {
+        let code = nodelet_runtime::sandbox::init_main(args.into_iter().skip(2));
+        return ExitCode::from(u8::try_from(code).unwrap_or(128));
+    }
     // Before any thread exists (glibc: one arena per CPU).
     let arenas = nodelet::allocator::configure();
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "reset") {
         return reset_main(args.into_iter().skip(1).collect());
     }
     if args.get(1).is_some_and(|a| a == "pods") {
         return pods_main(args.into_iter().skip(1).collect());
+    }
+    if args.get(1).is_some_and(|a| a == "logs") {
+        return logs_main(args.into_iter().skip(1).collect());
     }
     let cli: Cli = match parse(args) {
         Ok(cli) => cli,

@@ -21,4 +21,8 @@ pub(crate) struct AgentState {
     pub(crate) ready: watch::Receiver<bool>,
     /// The pod watch's health (`/metrics`, `/pods`).
     pub(crate) pod_watch: crate::pod_watch::PodWatchHealth,
+    /// Pod status patches and deletions.
+    pub(crate) status: crate::status::StatusWriter,
+    /// The process runtime, when containers run as processes (`--runtime process`).
+    pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
 }

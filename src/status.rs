@@ -8,8 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use nodelet_core::runtime::{ContainerState, Termination};
 use nodelet_core::{AdmittedPod, PodUid};
-use nodelet_podworker::{ContainerConfigState, PodConfigStatus, StatusSink};
+use nodelet_podworker::{ContainerConfigState, PodConfigStatus, PodPhase, RuntimeView, StatusSink};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +37,8 @@ impl std::fmt::Debug for StatusWriter {
 }
 
 struct Shared {
+    /// The node's addresses: the pods' IPs under the process runtime.
+    host_ips: Vec<String>,
     pending: Mutex<HashMap<PodUid, Work>>,
     /// Last patch sent per pod UID (to skip unchanged ones), and first start time.
     sent: Mutex<HashMap<PodUid, (Value, String)>>,
@@ -60,10 +63,12 @@ impl StatusWriter {
     pub(crate) fn start(
         client: kube::Client,
         metrics: Metrics,
+        host_ips: Vec<String>,
         shutdown: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let shared = Arc::new(Shared {
+            host_ips,
             pending: Mutex::default(),
             sent: Mutex::default(),
             wake: Arc::new(Notify::new()),
@@ -303,8 +308,235 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
     patch
 }
 
+fn rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn termination_json(t: &Termination, container_id: &str) -> Value {
+    let mut v = json!({
+        "exitCode": t.exit_code,
+        "reason": t.reason,
+        "startedAt": rfc3339(t.started_at),
+        "finishedAt": rfc3339(t.finished_at),
+    });
+    if let Some(signal) = t.signal {
+        v["signal"] = json!(signal);
+    }
+    if let Some(m) = &t.message {
+        v["message"] = json!(m);
+    }
+    if !container_id.is_empty() {
+        v["containerID"] = json!(container_id);
+    }
+    v
+}
+
+/// The `status` merge patch of a pod whose containers run as processes: container states,
+/// restart counts and phase from the runtime (`runtime`), the rest as [`status_patch`].
+pub(crate) fn process_status_patch(
+    pod: &Pod,
+    status: &PodConfigStatus,
+    runtime: &RuntimeView,
+    started: &str,
+    host_ips: &[String],
+) -> Value {
+    let spec = pod.spec.as_ref();
+    let find = |name: &str| runtime.statuses.iter().find(|s| s.name == name);
+    let config_waiting = |name: &str| {
+        status
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| match &c.state {
+                ContainerConfigState::Waiting { reason, message } => {
+                    Some((reason.clone(), message.clone()))
+                }
+                _ => None,
+            })
+    };
+    let init_names: Vec<&str> = spec
+        .into_iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    let init_done = init_names.iter().all(|n| {
+        find(n)
+            .and_then(|s| s.terminated())
+            .is_some_and(|t| t.exit_code == 0)
+    });
+    let container_json = |c: &k8s_openapi::api::core::v1::Container, init: bool| -> (Value, bool) {
+        let image = c.image.clone().unwrap_or_default();
+        let s = find(&c.name);
+        let waiting = |reason: &str, message: Option<&str>| {
+            let mut w = json!({"reason": reason});
+            if let Some(m) = message {
+                w["message"] = json!(m);
+            }
+            json!({"waiting": w})
+        };
+        let state = match (config_waiting(&c.name), s) {
+            (Some((reason, message)), _) => waiting(&reason, Some(&message)),
+            (None, Some(s)) => match &s.state {
+                ContainerState::Running { started_at } => {
+                    json!({"running": {"startedAt": rfc3339(*started_at)}})
+                }
+                ContainerState::Terminated(t) => {
+                    json!({"terminated": termination_json(t, &s.container_id)})
+                }
+                ContainerState::Waiting { reason, message } => waiting(reason, message.as_deref()),
+            },
+            (None, None) if init || !init_done => waiting("PodInitializing", None),
+            (None, None) => waiting("ContainerCreating", None),
+        };
+        let running = s.is_some_and(|s| s.is_running());
+        let ready = if init {
+            s.and_then(|s| s.terminated())
+                .is_some_and(|t| t.exit_code == 0)
+        } else {
+            running
+        };
+        let mut v = json!({
+            "name": c.name,
+            "state": state,
+            "lastState": s
+                .and_then(|s| s.last_state.as_ref())
+                .map(|t| json!({"terminated": termination_json(t, "")}))
+                .unwrap_or_else(|| json!({})),
+            "ready": ready,
+            "started": running,
+            "restartCount": s.map_or(0, |s| s.restart_count),
+            "image": image,
+            "imageID": "",
+        });
+        if let Some(id) = s
+            .map(|s| s.container_id.as_str())
+            .filter(|id| !id.is_empty())
+        {
+            v["containerID"] = json!(id);
+        }
+        (v, ready)
+    };
+    let init: Vec<Value> = spec
+        .into_iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .map(|c| container_json(c, true).0)
+        .collect();
+    let mut unready = Vec::new();
+    let regular: Vec<Value> = spec
+        .into_iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| {
+            let (v, ready) = container_json(c, false);
+            if !ready {
+                unready.push(c.name.clone());
+            }
+            v
+        })
+        .collect();
+    let incomplete: Vec<&str> = init_names
+        .iter()
+        .filter(|n| {
+            find(n)
+                .and_then(|s| s.terminated())
+                .is_none_or(|t| t.exit_code != 0)
+        })
+        .copied()
+        .collect();
+    let now = started;
+    let completed = runtime.phase == PodPhase::Succeeded;
+    let all_ready = unready.is_empty() && !runtime.phase.is_terminal();
+    let not_ready_reason = if completed {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
+    let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
+    let mut conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            status.volumes.ready,
+            None,
+            status.volumes.message.as_deref(),
+            now,
+        ),
+        condition(
+            CONFIG_READY_CONDITION,
+            status.config.ready,
+            (!status.config.ready).then_some("ConfigNotResolved"),
+            status.config.message.as_deref(),
+            now,
+        ),
+        condition(
+            "Initialized",
+            init_done,
+            (!init_done).then_some("ContainersNotInitialized"),
+            (!init_done)
+                .then(|| {
+                    format!(
+                        "containers with incomplete status: [{}]",
+                        incomplete.join(" ")
+                    )
+                })
+                .as_deref(),
+            now,
+        ),
+        condition(
+            "ContainersReady",
+            all_ready,
+            (!all_ready).then_some(not_ready_reason),
+            (!all_ready && !completed).then_some(unready_message.as_str()),
+            now,
+        ),
+        condition(
+            "Ready",
+            all_ready,
+            (!all_ready).then_some(not_ready_reason),
+            (!all_ready && !completed).then_some(unready_message.as_str()),
+            now,
+        ),
+    ];
+    if let Some(scheduled) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .and_then(|c| serde_json::to_value(c).ok())
+    {
+        conditions.insert(0, scheduled);
+    }
+    let generation = pod.metadata.generation;
+    if let Some(g) = generation {
+        for c in conditions
+            .iter_mut()
+            .filter(|c| c["type"] != "PodScheduled")
+        {
+            c["observedGeneration"] = json!(g);
+        }
+    }
+    let ips: Vec<Value> = host_ips.iter().map(|ip| json!({"ip": ip})).collect();
+    let mut patch = json!({"status": {
+        "phase": runtime.phase.as_str(),
+        "startTime": now,
+        "conditions": conditions,
+        "initContainerStatuses": init,
+        "containerStatuses": regular,
+        "hostIP": host_ips.first(),
+        "hostIPs": ips,
+        "podIP": host_ips.first(),
+        "podIPs": ips,
+    }});
+    if let Some(g) = generation {
+        patch["status"]["observedGeneration"] = json!(g);
+    }
+    patch
+}
+
 impl StatusSink for StatusWriter {
     fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
+        if pod.metadata.name.is_none() {
+            // A pod known only from disk (found after a restart): no API object to patch.
+            return;
+        }
         let uid = pod.uid().clone();
         let Ok(mut sent) = self.shared.sent.lock() else {
             return;
@@ -312,7 +544,12 @@ impl StatusSink for StatusWriter {
         let started = sent.get(&uid).map(|(_, s)| s.clone()).unwrap_or_else(|| {
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         });
-        let body = status_patch(pod, status, &started);
+        let body = match &status.runtime {
+            Some(runtime) => {
+                process_status_patch(pod, status, runtime, &started, &self.shared.host_ips)
+            }
+            None => status_patch(pod, status, &started),
+        };
         if sent.get(&uid).is_some_and(|(last, _)| *last == body) {
             return;
         }
@@ -332,6 +569,11 @@ impl StatusSink for StatusWriter {
         let uid = pod.uid().clone();
         if let Ok(mut sent) = self.shared.sent.lock() {
             sent.remove(&uid);
+        }
+        // As the kubelet's status manager: only a pod being deleted is deleted; one that
+        // finished on its own (Succeeded, Failed) stays, with its status and logs.
+        if pod.metadata.deletion_timestamp.is_none() && pod.metadata.name.is_some() {
+            return;
         }
         let Some(name) = pod.metadata.name.clone() else {
             // A pod known only from disk: nothing to delete.
@@ -366,6 +608,7 @@ mod tests {
 
     fn status(state: ContainerConfigState, volumes: bool) -> PodConfigStatus {
         PodConfigStatus {
+            runtime: None,
             volumes: Readiness {
                 ready: volumes,
                 message: None,

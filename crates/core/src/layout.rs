@@ -35,6 +35,17 @@ impl PodDirs {
         &self.root
     }
 
+    /// `<root>/logs/pods`: the containers' log files, as the kubelet's `/var/log/pods`.
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs").join("pods")
+    }
+
+    /// `<root>/logs/pods/<namespace>_<name>_<uid>`: one pod's log directory, named as the
+    /// kubelet names it.
+    pub fn pod_logs(&self, namespace: &str, name: &str, uid: &PodUid) -> PathBuf {
+        self.logs().join(format!("{namespace}_{name}_{uid}"))
+    }
+
     /// `<root>/pods`: one directory per pod UID.
     pub fn pods(&self) -> PathBuf {
         self.root.join("pods")

@@ -20,6 +20,8 @@
 //! * `kubeconfig` (feature `kubeconfig`): kubeconfig files from kube's types, written
 //!   atomically with mode 0600.
 //! * [`EventType`]: `Normal` or `Warning`, for the events the node crates emit.
+//! * [`runtime`]: what a pod worker hands a container runtime to start a container
+//!   ([`runtime::ContainerLaunch`]) and the statuses the runtime reports back.
 //! * [`FeatureGates`] / [`Feature`]: the Kubernetes feature gates nodelet follows, with a
 //!   v1.36 kubelet's defaults.
 //!
@@ -69,6 +71,7 @@ mod layout;
 pub mod node_labels;
 mod object_ref;
 mod pod_uid;
+pub mod runtime;
 
 pub use admitted::AdmittedPod;
 pub use allocatable::NodeAllocatable;

@@ -133,6 +133,17 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// The container did not start: it waits (`CreateContainerConfigError`,
+    /// `ErrImageNeverPull`) or ended (`StartError`) with `reason`; `Display` is the message.
+    #[error("{message}")]
+    NotStarted {
+        /// The container.
+        container: String,
+        /// The waiting or terminated reason.
+        reason: String,
+        /// The runtime's text.
+        message: String,
+    },
     /// Another runtime's failure.
     #[error("{message}")]
     Other {
@@ -169,8 +180,16 @@ pub enum SyncError {
     /// PW-12: one or more containers could not be configured.
     #[error("{}", containers_message(.failures))]
     CreateContainerConfig {
-        /// `(container, error)` of each failure.
-        failures: Vec<(String, EnvError)>,
+        /// `(container, error text)` of each failure (an [`EnvError`], a mount error or the
+        /// runtime's configuration error).
+        failures: Vec<(String, String)>,
+    },
+
+    /// One or more containers did not start (see [`RuntimeError::NotStarted`]).
+    #[error("{}", failures.iter().map(|(c, m)| format!("container {c:?}: {m}")).collect::<Vec<_>>().join("; "))]
+    StartContainers {
+        /// `(container, message)` of each failure.
+        failures: Vec<(String, String)>,
     },
 
     /// The runtime hook failed.
@@ -196,7 +215,7 @@ pub enum SyncError {
     },
 }
 
-fn containers_message(failures: &[(String, EnvError)]) -> String {
+fn containers_message(failures: &[(String, String)]) -> String {
     let parts: Vec<String> = failures
         .iter()
         .map(|(name, err)| {

@@ -110,6 +110,9 @@ mod env;
 mod env_file;
 mod error;
 mod expand;
+mod mounts;
+mod phase;
+mod process;
 mod runtime;
 mod seams;
 mod sync;
@@ -120,10 +123,17 @@ pub use env::{
     resolve_env,
 };
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
-pub use runtime::{ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, env_file, env_json};
+pub use mounts::{
+    DEFAULT_CLUSTER_DOMAIN, MountError, SubPathError, hostname_file_content, hosts_file_content,
+    kernel_hostname, make_mounts, pod_hostname, should_mount_hosts_file,
+};
+pub use phase::{PodPhase, pod_phase};
+pub use runtime::{
+    ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, StartPlan, env_file, env_json,
+};
 pub use seams::{
     ContainerConfigState, ContainerConfigStatus, EventSink, NoEvents, NoStatus, PodConfigStatus,
-    Readiness, StatusSink, Volumes, reasons,
+    Readiness, RuntimeView, StatusSink, Volumes, reasons,
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};

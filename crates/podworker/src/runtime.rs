@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Container, Secret};
 use nodelet_atomic_writer::{AtomicWriter, FileProjection, Payload, WriterConfig};
+use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
@@ -18,41 +19,71 @@ use std::time::Duration;
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 
-/// What runs containers. The config syncer hands it each container once, with its resolved
-/// environment (spec PW-4 last step); a container already created is never re-created, so its
-/// environment never changes (UP-3). Every method gets the [`AdmittedPod`] (its UID
-/// validated once, where the pod entered the node).
+/// What the runtime wants started on this sync ([`RuntimeHook::plan`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartPlan {
+    /// Containers to create and start now, in order.
+    pub start: Vec<String>,
+    /// Containers waiting for their crash back-off to pass, with the kubelet's message.
+    pub back_off: Vec<(String, String)>,
+}
+
+/// What runs containers. On each sync the config syncer asks the runtime which containers to
+/// start ([`plan`](Self::plan): the kubelet's `computePodActions`), resolves the environment
+/// of each (PW-4 last step) and hands it over with its mounts and command line; a container
+/// instance is never re-created, so its environment never changes (UP-3). Every method gets
+/// the [`AdmittedPod`] (its UID validated once, where the pod entered the node).
+///
+/// Two implementations: [`EnvFileRuntime`] (no processes; each container's environment to
+/// files) and `nodelet_runtime::ProcessRuntime` (containers as local processes).
 #[async_trait]
 pub trait RuntimeHook: Send + Sync + 'static {
-    /// Names of `pod`'s containers that exist already (created by an earlier sync or an
-    /// earlier run of the agent).
+    /// Which containers of `pod` to start now, in order, and which wait for a back-off.
     ///
     /// # Errors
     /// [`RuntimeError`] when the runtime cannot tell.
-    async fn created_containers(&self, pod: &AdmittedPod)
-    -> Result<BTreeSet<String>, RuntimeError>;
+    async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError>;
 
-    /// Create `container` of `pod` with environment `env`; `pull_secrets` are the image pull
-    /// secrets that could be read (PW-7).
+    /// Whether containers run as processes: the syncer then computes their mounts, command
+    /// lines and host files ([`ContainerLaunch`]), and publishes [`statuses`](Self::statuses).
+    fn runs_processes(&self) -> bool {
+        false
+    }
+
+    /// Create and start `container` of `pod` with environment `env` and `launch` (mounts,
+    /// command line; empty when [`runs_processes`](Self::runs_processes) is false);
+    /// `pull_secrets` are the image pull secrets that could be read (PW-7).
     ///
     /// # Errors
-    /// [`RuntimeError`]; the syncer retries on the next sync.
+    /// [`RuntimeError::NotStarted`] when the container cannot start (it waits or ended with
+    /// the error's reason); other [`RuntimeError`]s fail the sync, which is retried.
     async fn create_container(
         &self,
         pod: &AdmittedPod,
         container: &Container,
         env: &ContainerEnv,
+        launch: &ContainerLaunch,
         pull_secrets: &[Arc<Secret>],
     ) -> Result<(), RuntimeError>;
 
-    /// Stop `pod`'s containers within `grace_period` (SyncTerminatingPod, PW-5).
+    /// The runtime's status of `pod`'s containers; `None` when it runs no processes.
+    fn statuses(&self, _pod: &AdmittedPod) -> Option<Vec<ContainerStatus>> {
+        None
+    }
+
+    /// Stop `pod`'s containers within `grace_period` (SyncTerminatingPod, PW-5). Returns the
+    /// containers it stopped (for the `Killing` events).
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
-    async fn kill_pod(&self, pod: &AdmittedPod, grace_period: Duration)
-    -> Result<(), RuntimeError>;
+    async fn kill_pod(
+        &self,
+        pod: &AdmittedPod,
+        grace_period: Duration,
+    ) -> Result<Vec<String>, RuntimeError>;
 
-    /// Remove everything the runtime keeps for `pod` (SyncTerminatedPod).
+    /// Remove everything the runtime keeps for `pod` (SyncTerminatedPod). The log files of a
+    /// pod that finished on its own stay until the pod is deleted.
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
@@ -136,10 +167,57 @@ impl EnvFileRuntime {
 
 #[async_trait]
 impl RuntimeHook for EnvFileRuntime {
-    async fn created_containers(
+    async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError> {
+        let created = self.created_containers(pod)?;
+        let start = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .filter(|c| !created.contains(&c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        Ok(StartPlan {
+            start,
+            back_off: Vec::new(),
+        })
+    }
+
+    async fn create_container(
         &self,
         pod: &AdmittedPod,
-    ) -> Result<BTreeSet<String>, RuntimeError> {
+        container: &Container,
+        env: &ContainerEnv,
+        _launch: &ContainerLaunch,
+        _pull_secrets: &[Arc<Secret>],
+    ) -> Result<(), RuntimeError> {
+        let uid = pod.uid().clone();
+        let name = container.name.clone();
+        let env = env.clone();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.write(&uid, &name, &env))
+            .await
+            .map_err(|e| RuntimeError::Other {
+                message: format!("env writer task failed: {e}"),
+            })?
+    }
+
+    async fn kill_pod(
+        &self,
+        _pod: &AdmittedPod,
+        _grace_period: Duration,
+    ) -> Result<Vec<String>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
+    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
+        self.remove(pod).await
+    }
+}
+
+impl EnvFileRuntime {
+    /// Names of `pod`'s containers whose environment was written (by an earlier sync or an
+    /// earlier run of the agent).
+    fn created_containers(&self, pod: &AdmittedPod) -> Result<BTreeSet<String>, RuntimeError> {
         let dir = self.containers_dir(pod.uid());
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
@@ -159,33 +237,7 @@ impl RuntimeHook for EnvFileRuntime {
             .collect())
     }
 
-    async fn create_container(
-        &self,
-        pod: &AdmittedPod,
-        container: &Container,
-        env: &ContainerEnv,
-        _pull_secrets: &[Arc<Secret>],
-    ) -> Result<(), RuntimeError> {
-        let uid = pod.uid().clone();
-        let name = container.name.clone();
-        let env = env.clone();
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || this.write(&uid, &name, &env))
-            .await
-            .map_err(|e| RuntimeError::Other {
-                message: format!("env writer task failed: {e}"),
-            })?
-    }
-
-    async fn kill_pod(
-        &self,
-        _pod: &AdmittedPod,
-        _grace_period: Duration,
-    ) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
+    async fn remove(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
         let dir = self.containers_dir(pod.uid());
         let lock = self.fs_lock.clone();
         tokio::task::spawn_blocking(move || {
@@ -349,10 +401,16 @@ mod tests {
         let rt = EnvFileRuntime::new(root.path());
         let p = AdmittedPod::new(PodBuilder::new("ns", "p").uid("u1").build())
             .unwrap_or_else(|e| panic!("{e}"));
-        let created = rt.created_containers(&p).await.unwrap_or_default();
+        let created = rt.created_containers(&p).unwrap_or_default();
         assert!(created.is_empty());
         let r = rt
-            .create_container(&p, &container("c"), &env(&[("K", b"v")]), &[])
+            .create_container(
+                &p,
+                &container("c"),
+                &env(&[("K", b"v")]),
+                &ContainerLaunch::default(),
+                &[],
+            )
             .await;
         assert!(r.is_ok(), "{r:?}");
         let dir = root.path().join("pods/u1/containers/c");
@@ -362,7 +420,7 @@ mod tests {
         assert_eq!(mode(&dir.join("env")), 0o600);
         assert_eq!(mode(&dir.join("env.json")), 0o600);
         assert_eq!(fs::read(dir.join("env")).unwrap_or_default(), b"K=v\n");
-        let created = rt.created_containers(&p).await.unwrap_or_default();
+        let created = rt.created_containers(&p).unwrap_or_default();
         assert_eq!(
             created.into_iter().collect::<Vec<_>>(),
             vec!["c".to_owned()]

@@ -100,6 +100,16 @@ pub mod reasons {
     pub const CREATED: &str = "Created";
     /// PW-12: the waiting reason of a container whose config failed.
     pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+    /// The container's image is present (process runtime: mapped to a local program).
+    pub const PULLED: &str = "Pulled";
+    /// A container's process started.
+    pub const STARTED: &str = "Started";
+    /// A container is being stopped.
+    pub const KILLING: &str = "Killing";
+    /// A crashed container waits for its back-off to pass.
+    pub const BACK_OFF: &str = "BackOff";
+    /// The image is absent and will not be pulled (process runtime: not in the image table).
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
 }
 
 /// Whether one part of a pod's configuration is ready, and why not.
@@ -148,6 +158,17 @@ pub struct PodConfigStatus {
     pub config: Readiness,
     /// Per container, init containers first.
     pub containers: Vec<ContainerConfigStatus>,
+    /// What a runtime that runs processes reports; `None` for the env-file runtime.
+    pub runtime: Option<RuntimeView>,
+}
+
+/// A process runtime's view of a pod: its containers' states and the phase they make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeView {
+    /// Started containers, init containers first (never-started ones are absent).
+    pub statuses: Vec<nodelet_core::runtime::ContainerStatus>,
+    /// The pod's phase ([`pod_phase`](crate::pod_phase)).
+    pub phase: crate::PodPhase,
 }
 
 /// Where pod statuses go (the agent patches the pod's status). Implementations must not block.

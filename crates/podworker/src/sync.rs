@@ -10,18 +10,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use nodelet_core::runtime::ContainerLaunch;
 use nodelet_core::{AdmittedPod, EventType, PodDirs, PodUid};
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use crate::env::{EnvOptions, EnvSources, resolve_env};
+use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
+use crate::phase::pod_phase;
 use crate::runtime::RuntimeHook;
 use crate::seams::{
-    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness, StatusSink,
-    Volumes, reasons,
+    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness,
+    RuntimeView, StatusSink, Volumes, reasons,
 };
 use crate::workers::{PodSyncer, SyncOutcome, is_terminal};
+
+/// The kubelet's managed hosts file, in the pod directory.
+const HOSTS_FILE: &str = "etc-hosts";
+/// The container's `/etc/hostname`, in the pod directory.
+const HOSTNAME_FILE: &str = "etc-hostname";
 
 /// Options of a [`ConfigSyncer`].
 #[derive(Debug, Clone)]
@@ -31,6 +39,9 @@ pub struct SyncerConfig {
     pub root_dir: PathBuf,
     /// Environment resolution options.
     pub env: EnvOptions,
+    /// The node's addresses. A runtime that runs processes shares the host's network, so these
+    /// are also the pods' IPs (`status.podIP(s)`, `/etc/hosts`).
+    pub host_ips: Vec<String>,
 }
 
 impl SyncerConfig {
@@ -39,7 +50,15 @@ impl SyncerConfig {
         Self {
             root_dir: root_dir.to_path_buf(),
             env: EnvOptions::default(),
+            host_ips: Vec::new(),
         }
+    }
+
+    /// Sets [`host_ips`](Self::host_ips).
+    #[must_use]
+    pub fn with_host_ips(mut self, ips: Vec<String>) -> Self {
+        self.host_ips = ips;
+        self
     }
 
     /// Sets [`env`](Self::env).
@@ -188,6 +207,111 @@ impl ConfigSyncer {
         found
     }
 
+    /// The pod as environment resolution sees it under a runtime that runs processes: the
+    /// pod shares the host's network, so its IPs are the node's (`status.podIP(s)`,
+    /// `status.hostIP(s)`), as a kubelet fills them in from the sandbox before it starts
+    /// containers.
+    fn with_host_ips(&self, pod: &AdmittedPod) -> Arc<Pod> {
+        let ips = &self.config.host_ips;
+        if ips.is_empty() {
+            return pod.pod().clone();
+        }
+        let mut copy = Pod::clone(pod);
+        let status = copy.status.get_or_insert_with(Default::default);
+        status.host_ip.get_or_insert_with(|| ips[0].clone());
+        status.pod_ip.get_or_insert_with(|| ips[0].clone());
+        let list = |ips: &[String]| {
+            ips.iter()
+                .map(|ip| k8s_openapi::api::core::v1::PodIP { ip: ip.clone() })
+                .collect::<Vec<_>>()
+        };
+        if status.pod_ips.as_ref().is_none_or(Vec::is_empty) {
+            status.pod_ips = Some(list(ips));
+        }
+        if status.host_ips.as_ref().is_none_or(Vec::is_empty) {
+            status.host_ips = Some(
+                ips.iter()
+                    .map(|ip| k8s_openapi::api::core::v1::HostIP { ip: ip.clone() })
+                    .collect(),
+            );
+        }
+        Arc::new(copy)
+    }
+
+    /// `<pod dir>/etc-hosts` (the kubelet's managed hosts file, written once) and
+    /// `<pod dir>/etc-hostname`.
+    fn write_host_files(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
+        let dir = self.pod_dir(pod.uid());
+        let hosts = dir.join(HOSTS_FILE);
+        let (hostname, _) = crate::mounts::pod_hostname(pod);
+        let write = |path: &Path, content: String| {
+            if path.exists() {
+                return Ok(());
+            }
+            fs::write(path, content).map_err(|source| SyncError::MakePodDirectories {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let host_hosts = fs::read_to_string("/etc/hosts").unwrap_or_default();
+        write(
+            &hosts,
+            crate::mounts::hosts_file_content(pod, &self.config.host_ips, &host_hosts),
+        )?;
+        write(&dir.join(HOSTNAME_FILE), format!("{hostname}\n"))
+    }
+
+    /// The mounts, expanded command line and host name of `container` (the kubelet's
+    /// `makeMounts` and `ExpandContainerCommandAndArgs`).
+    fn launch(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        env: &crate::env::ContainerEnv,
+    ) -> Result<ContainerLaunch, crate::mounts::MountError> {
+        let dirs = PodDirs::new(&self.config.root_dir);
+        let dir = self.pod_dir(pod.uid());
+        let hosts = crate::mounts::should_mount_hosts_file(pod, &self.config.host_ips)
+            .then(|| dir.join(HOSTS_FILE));
+        let mut mounts = crate::mounts::make_mounts(pod, container, &dirs, env, hosts.as_deref())?;
+        if !mounts
+            .iter()
+            .any(|m| m.container_path == Path::new("/etc/hostname"))
+        {
+            mounts.push(nodelet_core::runtime::ContainerMount {
+                host_path: dir.join(HOSTNAME_FILE),
+                container_path: PathBuf::from("/etc/hostname"),
+                read_only: false,
+            });
+        }
+        let expand = |items: &Option<Vec<String>>| -> Vec<String> {
+            items
+                .iter()
+                .flatten()
+                .map(|item| {
+                    let out = crate::expand::expand(item.as_bytes(), |name| {
+                        env.vars
+                            .iter()
+                            .rev()
+                            .find(|v| v.name == name)
+                            .map(|v| v.value.clone())
+                    });
+                    String::from_utf8_lossy(&out).into_owned()
+                })
+                .collect()
+        };
+        let node_hostname = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let hostname = crate::mounts::kernel_hostname(pod, node_hostname.trim())?;
+        Ok(ContainerLaunch {
+            command: expand(&container.command),
+            args: expand(&container.args),
+            has_command: container.command.as_ref().is_some_and(|c| !c.is_empty()),
+            has_args: container.args.as_ref().is_some_and(|a| !a.is_empty()),
+            mounts,
+            hostname,
+        })
+    }
+
     fn publish(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
         self.published.lock().insert(pod.uid().clone());
         self.parts.status.set_status(pod, status);
@@ -279,71 +403,187 @@ impl PodSyncer for ConfigSyncer {
         // (5)
         let pull_secrets = self.pull_secrets(pod).await;
         // (6)
-        let created = self
+        let plan = self
             .parts
             .runtime
-            .created_containers(pod)
+            .plan(pod)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
+        for (name, _) in &plan.back_off {
+            self.event(
+                pod,
+                EventType::Warning,
+                reasons::BACK_OFF,
+                format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    nodelet_runtime::format_pod(pod)
+                ),
+            );
+        }
+        let processes = self.parts.runtime.runs_processes();
+        let env_pod = if processes {
+            self.with_host_ips(pod)
+        } else {
+            pod.pod().clone()
+        };
+        if processes {
+            self.write_host_files(pod)?;
+        }
         let mut failures = Vec::new();
+        let mut not_started = Vec::new();
         // fileKeyRef reads the pod's emptyDir volumes under its directory.
         let env_options = EnvOptions {
             pod_dir: Some(self.pod_dir(uid)),
             ..self.config.env.clone()
         };
         for ((container, _), entry) in containers(pod).into_iter().zip(&mut status.containers) {
-            if created.contains(&container.name) {
+            if !plan.start.contains(&container.name) {
                 entry.state = ContainerConfigState::Created;
                 continue;
             }
-            match resolve_env(pod, container, &self.parts.sources, &env_options).await {
-                Ok(env) => {
-                    for (reason, message) in &env.warnings {
-                        self.event(pod, EventType::Warning, reason, message.clone());
+            let launched =
+                match resolve_env(&env_pod, container, &self.parts.sources, &env_options).await {
+                    Ok(env) => {
+                        for (reason, message) in &env.warnings {
+                            self.event(pod, EventType::Warning, reason, message.clone());
+                        }
+                        if processes {
+                            self.launch(pod, container, &env)
+                                .map(|launch| (env, launch))
+                                .map_err(|e| e.to_string())
+                        } else {
+                            Ok((env, ContainerLaunch::default()))
+                        }
                     }
-                    self.parts
-                        .runtime
-                        .create_container(pod, container, &env, &pull_secrets)
-                        .await
-                        .map_err(|source| SyncError::Runtime { source })?;
-                    debug!(container = %container.name, vars = env.vars.len(), "container created");
-                    self.event(
-                        pod,
-                        EventType::Normal,
-                        reasons::CREATED,
-                        format!("Created container {}", container.name),
-                    );
-                    entry.state = ContainerConfigState::Created;
-                }
-                Err(e) => {
+                    Err(e) => Err(e.to_string()),
+                };
+            let (env, launch) = match launched {
+                Ok(ok) => ok,
+                Err(message) => {
                     self.event(
                         pod,
                         EventType::Warning,
                         reasons::FAILED,
-                        format!("Error: {e}"),
+                        format!("Error: {message}"),
                     );
                     entry.state = ContainerConfigState::Waiting {
                         reason: reasons::CREATE_CONTAINER_CONFIG_ERROR.to_owned(),
-                        message: e.to_string(),
+                        message: message.clone(),
                     };
-                    failures.push((container.name.clone(), e));
+                    failures.push((container.name.clone(), message));
+                    continue;
                 }
+            };
+            let image = container.image.as_deref().unwrap_or_default();
+            match self
+                .parts
+                .runtime
+                .create_container(pod, container, &env, &launch, &pull_secrets)
+                .await
+            {
+                Ok(()) => {
+                    debug!(container = %container.name, vars = env.vars.len(), "container created");
+                    if processes {
+                        self.event(
+                            pod,
+                            EventType::Normal,
+                            reasons::PULLED,
+                            format!("Container image {image:?} already present on machine and can be accessed by the pod"),
+                        );
+                        self.event(
+                            pod,
+                            EventType::Normal,
+                            reasons::CREATED,
+                            format!("Created container: {}", container.name),
+                        );
+                        self.event(
+                            pod,
+                            EventType::Normal,
+                            reasons::STARTED,
+                            format!("Started container {}", container.name),
+                        );
+                    } else {
+                        self.event(
+                            pod,
+                            EventType::Normal,
+                            reasons::CREATED,
+                            format!("Created container {}", container.name),
+                        );
+                    }
+                    entry.state = ContainerConfigState::Created;
+                }
+                Err(RuntimeError::NotStarted {
+                    reason, message, ..
+                }) => {
+                    if reason == reasons::ERR_IMAGE_NEVER_PULL {
+                        self.event(
+                            pod,
+                            EventType::Warning,
+                            reasons::ERR_IMAGE_NEVER_PULL,
+                            message.clone(),
+                        );
+                    } else {
+                        self.event(
+                            pod,
+                            EventType::Warning,
+                            reasons::FAILED,
+                            format!("Error: {message}"),
+                        );
+                    }
+                    entry.state = if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR
+                        || reason == reasons::ERR_IMAGE_NEVER_PULL
+                    {
+                        ContainerConfigState::Waiting {
+                            reason: reason.clone(),
+                            message: message.clone(),
+                        }
+                    } else {
+                        ContainerConfigState::Created
+                    };
+                    if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR {
+                        failures.push((container.name.clone(), message));
+                    } else {
+                        not_started.push((container.name.clone(), message));
+                    }
+                }
+                Err(source) => return Err(SyncError::Runtime { source }),
             }
         }
+        status.runtime = self
+            .parts
+            .runtime
+            .statuses(pod)
+            .map(|statuses| RuntimeView {
+                phase: pod_phase(pod, &statuses),
+                statuses,
+            });
+        let terminal = status
+            .runtime
+            .as_ref()
+            .is_some_and(|r| r.phase.is_terminal());
         // (7)
         if failures.is_empty() {
             status.config = Readiness {
                 ready: true,
                 message: None,
             };
-            self.publish(pod, &status);
-            Ok(SyncOutcome::Running)
-        } else {
+        }
+        self.publish(pod, &status);
+        if terminal {
+            return Ok(SyncOutcome::Terminal);
+        }
+        if !failures.is_empty() {
             let err = SyncError::CreateContainerConfig { failures };
             status.config.message = Some(err.to_string());
             self.publish(pod, &status);
-            Err(err)
+            return Err(err);
         }
+        if !not_started.is_empty() {
+            return Err(SyncError::StartContainers {
+                failures: not_started,
+            });
+        }
+        Ok(SyncOutcome::Running)
     }
 
     async fn sync_terminating_pod(
@@ -351,11 +591,37 @@ impl PodSyncer for ConfigSyncer {
         pod: &AdmittedPod,
         grace_period: Duration,
     ) -> Result<(), SyncError> {
+        let running = self.parts.runtime.statuses(pod).unwrap_or_default();
+        for c in running.iter().filter(|c| c.is_running()) {
+            self.event(
+                pod,
+                EventType::Normal,
+                reasons::KILLING,
+                format!("Stopping container {}", c.name),
+            );
+        }
         self.parts
             .runtime
             .kill_pod(pod, grace_period)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
+        if let Some(statuses) = self.parts.runtime.statuses(pod) {
+            // The containers' final states (exit codes after the kill) reach the API.
+            let mut status = PodConfigStatus {
+                containers: pending_containers(pod),
+                ..PodConfigStatus::default()
+            };
+            for c in &mut status.containers {
+                c.state = ContainerConfigState::Created;
+            }
+            status.volumes.ready = true;
+            status.config.ready = true;
+            status.runtime = Some(RuntimeView {
+                phase: pod_phase(pod, &statuses),
+                statuses,
+            });
+            self.publish(pod, &status);
+        }
         self.parts.volumes.remove_pod(pod.uid());
         Ok(())
     }

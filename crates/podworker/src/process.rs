@@ -1,0 +1,82 @@
+//! The process runtime (`nodelet_runtime::ProcessRuntime`) as a [`RuntimeHook`]: containers
+//! run as local processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, Secret};
+use nodelet_core::AdmittedPod;
+use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
+use nodelet_runtime::{ProcessRuntime, StartError};
+
+use crate::env::ContainerEnv;
+use crate::error::RuntimeError;
+use crate::runtime::{RuntimeHook, StartPlan};
+
+#[async_trait]
+impl RuntimeHook for ProcessRuntime {
+    async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError> {
+        let plan = ProcessRuntime::plan(self, pod);
+        Ok(StartPlan {
+            start: plan.start,
+            back_off: plan.back_off,
+        })
+    }
+
+    fn runs_processes(&self) -> bool {
+        true
+    }
+
+    async fn create_container(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        env: &ContainerEnv,
+        launch: &ContainerLaunch,
+        _pull_secrets: &[Arc<Secret>],
+    ) -> Result<(), RuntimeError> {
+        let vars: Vec<(String, Vec<u8>)> = env
+            .vars
+            .iter()
+            .map(|v| (v.name.clone(), v.value.clone()))
+            .collect();
+        self.start_container(pod, container, &vars, launch)
+            .await
+            .map_err(|e| match e {
+                StartError::Io { .. } => RuntimeError::Other {
+                    message: e.to_string(),
+                },
+                other => RuntimeError::NotStarted {
+                    container: container.name.clone(),
+                    reason: other.reason().to_owned(),
+                    message: other.to_string(),
+                },
+            })
+    }
+
+    fn statuses(&self, pod: &AdmittedPod) -> Option<Vec<ContainerStatus>> {
+        Some(ProcessRuntime::statuses(self, pod.uid()))
+    }
+
+    async fn kill_pod(
+        &self,
+        pod: &AdmittedPod,
+        grace_period: Duration,
+    ) -> Result<Vec<String>, RuntimeError> {
+        ProcessRuntime::kill_pod(self, pod, grace_period)
+            .await
+            .map_err(|e| RuntimeError::Other {
+                message: e.to_string(),
+            })
+    }
+
+    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
+        let deleted = pod.metadata.deletion_timestamp.is_some();
+        ProcessRuntime::remove_pod(self, pod, deleted)
+            .await
+            .map_err(|e| RuntimeError::Other {
+                message: e.to_string(),
+            })
+    }
+}

@@ -1,0 +1,59 @@
+//! A container runtime for dev nodes: a pod's containers run as local processes, each in a
+//! mount namespace of its own, with the kubelet's lifecycle, users and log files.
+//!
+//! # Principal types
+//!
+//! * [`ProcessRuntime`]: starts containers ([`ProcessRuntime::start_container`]), follows them
+//!   to their end, decides what to start or restart on each pod sync ([`ProcessRuntime::plan`],
+//!   the kubelet's `computePodActions`: init containers in order, `restartPolicy`, crash
+//!   back-off 10 s doubling to 5 min), stops them on termination (SIGTERM to the process group,
+//!   SIGKILL after the grace period) and reports [`ContainerStatus`]es. A restarted agent kills
+//!   the containers its previous run left and reports them ended: no process runs untracked.
+//! * [`ImageTable`] / [`ImageEntry`]: images → local programs (glob patterns), with the image's
+//!   default arguments, `PATH` directories, user and working directory;
+//!   [`ImageEntry::command_line`] applies Kubernetes' `command`/`args` rules.
+//! * [`Identity`]: `runAsUser`, `runAsGroup`, `supplementalGroups`, `fsGroup`, `runAsNonRoot`
+//!   (the kubelet's texts); root only with the agent's permission.
+//! * [`sandbox`]: the container's first process — mount and UTS namespaces, a writable root
+//!   whose writes vanish with the container, the volumes bind-mounted at their `mountPath`s, a
+//!   private `/tmp`, then the container's user and program ([`sandbox::init_main`]).
+//! * [`logs`]: the kubelet's container log files (CRI format, rotated by size) and their
+//!   reader.
+//!
+//! The pod worker (crate `nodelet-podworker`) computes what the kubelet computes — the
+//! environment, the mounts (`subPath`, `/etc/hosts`), the expanded `command` and `args`
+//! ([`nodelet_core::runtime::ContainerLaunch`]) — and this crate runs it.
+//!
+//! # Invariants
+//!
+//! * Nothing a container mounts is visible on the host: every mount is made inside its own
+//!   namespace, which ends with its last process; a container's directories are removed with
+//!   its pod.
+//! * Environment values never touch the disk or the logs: the init process receives them as
+//!   its own environment.
+//! * A container runs as uid 0 only when [`RuntimeConfig::allow_root`] is set.
+//!
+//! # Differences from a kubelet with a CRI runtime
+//!
+//! * No image pulls: `imagePullPolicy` is ignored; an image missing from the table waits with
+//!   `ErrImageNeverPull`.
+//! * Containers share the host's network, PID and IPC namespaces; there are no cgroup limits.
+//! * Root (uid 0 on the host) is needed to make the namespaces; see [`sandbox::check_support`].
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod error;
+mod images;
+pub mod logs;
+pub mod sandbox;
+pub mod spec;
+mod supervisor;
+mod users;
+
+pub use error::{Error, StartError};
+pub use images::{ImageEntry, ImageTable, glob_match, normalize};
+pub use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination};
+pub use supervisor::{Backoff, Plan, ProcessRuntime, RuntimeConfig};
+pub use users::{Identity, format_pod};
