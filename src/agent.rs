@@ -333,6 +333,7 @@ fn process_runtime(config: &AgentConfig) -> anyhow::Result<ProcessRuntime> {
     let mut runtime_config = RuntimeConfig::new(&config.root_dir, init_command);
     runtime_config.images = config.images.clone();
     runtime_config.allow_root = config.allow_root_containers;
+    runtime_config.backoff = config.crash_backoff;
     Ok(ProcessRuntime::new(runtime_config))
 }
 

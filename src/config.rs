@@ -74,6 +74,9 @@ pub struct AgentConfig {
     /// network) and the Node's `InternalIP` (default: the local address towards the API server;
     /// 127.0.0.1 when none is known).
     pub node_ip: Option<std::net::IpAddr>,
+    /// The process runtime's crash back-off (default the kubelet's: 10 s doubling to 5 min,
+    /// reset after 10 min running).
+    pub crash_backoff: nodelet_runtime::Backoff,
 }
 
 /// What runs a pod's containers.
@@ -147,6 +150,7 @@ impl AgentConfig {
             allow_root_containers: false,
             container_init: None,
             node_ip: None,
+            crash_backoff: nodelet_runtime::Backoff::default(),
         }
     }
 }
