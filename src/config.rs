@@ -254,6 +254,10 @@ pub struct Cli {
     /// would run as root does not start.
     #[arg(long)]
     pub allow_root_containers: bool,
+    /// The node's IP address: the pods' IPs under the process runtime (default: the local
+    /// address the agent uses to reach the API server).
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<String>,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -490,6 +494,12 @@ impl Cli {
         }
         agent.allow_root_containers =
             self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
+        if let Some(ip) = &self.node_ip {
+            agent.node_ip = Some(
+                ip.parse()
+                    .map_err(|e| invalid("--node-ip", format!("{ip:?}: {e}")))?,
+            );
+        }
         let api = match &self.manifests {
             Some(dir) => ApiSource::Embedded {
                 manifests: dir.clone(),
