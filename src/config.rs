@@ -77,6 +77,57 @@ pub struct AgentConfig {
     /// The process runtime's crash back-off (default the kubelet's: 10 s doubling to 5 min,
     /// reset after 10 min running).
     pub crash_backoff: nodelet_runtime::Backoff,
+    /// The taints the Node is created with (`--register-with-taints`); `None`: the
+    /// `nodelet.io/agent` NoSchedule taint.
+    pub register_with_taints: Option<Vec<NodeTaint>>,
+    /// The port published as the Node's `daemonEndpoints.kubeletEndpoint.Port` (set by the
+    /// agent once its kubelet API listens).
+    pub kubelet_advertised_port: Option<u16>,
+}
+
+/// One taint of `--register-with-taints` (`key[=value]:Effect`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTaint {
+    /// The key.
+    pub key: String,
+    /// The value, if any.
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// Parses the kubelet's `--register-with-taints` value: comma-separated `key[=value]:Effect`;
+/// empty: no taints.
+///
+/// # Errors
+/// The text of the first taint that does not parse.
+pub fn parse_taints(text: &str) -> Result<Vec<NodeTaint>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            let (kv, effect) = t
+                .rsplit_once(':')
+                .ok_or_else(|| format!("invalid taint spec: {t}"))?;
+            if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                return Err(format!(
+                    "invalid taint effect: {effect}, unsupported taint effect"
+                ));
+            }
+            let (key, value) = match kv.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_owned())),
+                None => (kv, None),
+            };
+            if key.is_empty() {
+                return Err(format!("invalid taint spec: {t}"));
+            }
+            Ok(NodeTaint {
+                key: key.to_owned(),
+                value,
+                effect: effect.to_owned(),
+            })
+        })
+        .collect()
 }
 
 /// What runs a pod's containers.
@@ -151,6 +202,8 @@ impl AgentConfig {
             container_init: None,
             node_ip: None,
             crash_backoff: nodelet_runtime::Backoff::default(),
+            register_with_taints: None,
+            kubelet_advertised_port: None,
         }
     }
 }
@@ -258,6 +311,10 @@ pub struct Cli {
     /// address the agent uses to reach the API server).
     #[arg(long, value_name = "IP")]
     pub node_ip: Option<String>,
+    /// Taints the Node is registered with, as the kubelet's flag: `key[=value]:Effect,...`;
+    /// empty for none (default: `nodelet.io/agent=true:NoSchedule`).
+    #[arg(long, value_name = "TAINTS")]
+    pub register_with_taints: Option<String>,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -494,6 +551,10 @@ impl Cli {
         }
         agent.allow_root_containers =
             self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
+        if let Some(taints) = &self.register_with_taints {
+            agent.register_with_taints =
+                Some(parse_taints(taints).map_err(|e| invalid("--register-with-taints", e))?);
+        }
         if let Some(ip) = &self.node_ip {
             agent.node_ip = Some(
                 ip.parse()

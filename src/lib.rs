@@ -91,8 +91,8 @@ pub use agent::Agent;
 pub use api_client::ApiClient;
 pub use config::{
     AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
-    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, RuntimeKind, Settings,
-    default_images, parse_duration,
+    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, NodeTaint, RuntimeKind,
+    Settings, default_images, parse_duration, parse_taints,
 };
 pub use metrics::Metrics;
 pub use node::AGENT_TAINT_KEY;

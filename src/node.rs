@@ -22,7 +22,8 @@ use nodelet_core::NodeAllocatable;
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
 
-/// The taint that keeps ordinary pods away from a nodelet node: it runs no containers.
+/// The taint that keeps ordinary pods away from a nodelet node (unless `--register-with-taints`
+/// says otherwise): it runs no containers, or runs them as local processes on a dev machine.
 pub const AGENT_TAINT_KEY: &str = "nodelet.io/agent";
 /// How often the Node's Ready condition heartbeat is refreshed.
 const STATUS_INTERVAL: Duration = Duration::from_secs(60);
@@ -106,6 +107,18 @@ pub(crate) async fn run(
     }
 }
 
+/// The Kubernetes version whose kubelet nodelet follows (the Node's `kubeletVersion`).
+pub(crate) const KUBELET_VERSION: &str = "v1.36.2";
+
+/// Go's name of this architecture (`amd64`, `arm64`), as labels and `nodeInfo` spell it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
 fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
         (
@@ -116,15 +129,7 @@ fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
             "kubernetes.io/os".to_owned(),
             std::env::consts::OS.to_owned(),
         ),
-        (
-            "kubernetes.io/arch".to_owned(),
-            match std::env::consts::ARCH {
-                "x86_64" => "amd64",
-                "aarch64" => "arm64",
-                other => other,
-            }
-            .to_owned(),
-        ),
+        ("kubernetes.io/arch".to_owned(), go_arch().to_owned()),
         (
             "node.kubernetes.io/instance-type".to_owned(),
             "nodelet".to_owned(),
@@ -135,8 +140,24 @@ fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
     labels
 }
 
-fn taint() -> Value {
-    json!({"key": AGENT_TAINT_KEY, "value": "true", "effect": "NoSchedule"})
+/// The taints the Node is created with: `--register-with-taints`, else `nodelet.io/agent`
+/// NoSchedule (ordinary pods must not land on a dev machine by accident).
+fn taints(config: &AgentConfig) -> Value {
+    match &config.register_with_taints {
+        Some(taints) => json!(
+            taints
+                .iter()
+                .map(|t| {
+                    let mut v = json!({"key": t.key, "effect": t.effect});
+                    if let Some(value) = &t.value {
+                        v["value"] = json!(value);
+                    }
+                    v
+                })
+                .collect::<Vec<_>>()
+        ),
+        None => json!([{"key": AGENT_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]),
+    }
 }
 
 /// What registration found and did, logged once by [`run`].
@@ -183,7 +204,7 @@ async fn register(nodes: &Api<Node>, config: &AgentConfig) -> Result<Registratio
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": config.node_name, "labels": labels(config)},
-            "spec": {"taints": [taint()]},
+            "spec": {"taints": taints(config)},
         }))
         .map_err(kube::Error::SerdeError)?;
         match nodes.create(&PostParams::default(), &node).await {
@@ -270,17 +291,35 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
     let now = now_secs();
     let allocatable = quantities(&NodeAllocatable::detect(&config.root_dir));
-    let status = json!({"status": {
+    let mut addresses = Vec::new();
+    if let Some(ip) = config.node_ip {
+        addresses.push(json!({"type": "InternalIP", "address": ip.to_string()}));
+    }
+    addresses.push(json!({"type": "Hostname", "address": config.node_name}));
+    let runtime = match config.runtime {
+        crate::config::RuntimeKind::Config => "nodelet-env-file",
+        crate::config::RuntimeKind::Process => "nodelet-process",
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let machine_id = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
+    let mut status = json!({"status": {
         "conditions": [ready_condition(previous, &now)],
-        "addresses": [{"type": "Hostname", "address": config.node_name}],
+        "addresses": addresses,
         "capacity": allocatable, "allocatable": allocatable,
         "nodeInfo": {
-            "kubeletVersion": concat!("nodelet/", env!("CARGO_PKG_VERSION")),
-            "operatingSystem": std::env::consts::OS, "architecture": std::env::consts::ARCH,
-            "containerRuntimeVersion": "nodelet-env-file://0", "kubeProxyVersion": "",
-            "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+            "kubeletVersion": KUBELET_VERSION,
+            "operatingSystem": std::env::consts::OS,
+            "architecture": go_arch(),
+            "containerRuntimeVersion": format!("{runtime}://{}", env!("CARGO_PKG_VERSION")),
+            "kubeProxyVersion": "",
+            "machineID": machine_id.trim(), "systemUUID": "", "bootID": boot_id.trim(),
+            "kernelVersion": kernel.trim(), "osImage": "nodelet",
         },
     }});
+    if let Some(port) = config.kubelet_advertised_port {
+        status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": port}});
+    }
     nodes
         .patch_status(
             &config.node_name,
