@@ -369,7 +369,8 @@ async fn pod_source(
             _ = housekeeping.tick() => {
                 let desired: HashSet<PodUid> = known.keys().cloned().collect();
                 workers.sync_known_pods(&desired);
-                if let Some(processes) = &state.processes {
+                // Not before the first list: every pod would look deleted.
+                if let (Some(processes), false) = (&state.processes, first_list) {
                     processes.remove_logs_except(&desired);
                 }
                 continue;

@@ -56,6 +56,9 @@ enum Work {
         namespace: String,
         name: String,
         uid: PodUid,
+        /// A status patch that was still pending when the deletion came (the containers' final
+        /// states): written first, as the kubelet's status manager does.
+        last_status: Option<Value>,
     },
 }
 
@@ -111,8 +114,21 @@ impl StatusWriter {
         Self { shared }
     }
 
-    fn enqueue(&self, uid: PodUid, work: Work) {
+    fn enqueue(&self, uid: PodUid, mut work: Work) {
         if let Ok(mut p) = self.shared.pending.lock() {
+            if let (
+                Work::Delete { last_status, .. },
+                Some(
+                    Work::Patch { body, .. }
+                    | Work::Delete {
+                        last_status: Some(body),
+                        ..
+                    },
+                ),
+            ) = (&mut work, p.remove(&uid))
+            {
+                *last_status = Some(body);
+            }
             p.insert(uid, work);
         }
         self.shared.wake.notify_one();
@@ -140,8 +156,19 @@ async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
             namespace,
             name,
             uid,
+            last_status,
         } => {
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            if let Some(body) = last_status {
+                match api
+                    .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
                 preconditions: Some(Preconditions {
@@ -585,6 +612,7 @@ impl StatusSink for StatusWriter {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name,
                 uid,
+                last_status: None,
             },
         );
     }

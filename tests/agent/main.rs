@@ -47,5 +47,9 @@ mod service;
 // The clusterTrustBundle projected source: gates from a --config file, a bundle projected
 // and its changes reaching the file (PL-17, PL-20).
 mod trust_bundles;
+// The process runtime (`--runtime process`, needs root): containers as local processes, their
+// logs, status, events, restarts, deletion, users and mounts, nothing left on the host, and
+// the binary killed hard and started again.
+mod process_runtime;
 // Starting an API server and an agent for one test.
 mod support;

@@ -643,6 +643,15 @@ impl PodSyncer for ConfigSyncer {
             .await
             .map_err(|source| SyncError::Runtime { source })?;
         let dir = self.pod_dir(uid);
+        for file in [HOSTS_FILE, HOSTNAME_FILE] {
+            match fs::remove_file(dir.join(file)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    warn!(path = %dir.join(file).display(), %error, "pod file not removed")
+                }
+            }
+        }
         if let Err(error) = remove_empty_tree(&dir) {
             // Something other than empty directories is left: leave it for an operator.
             warn!(path = %dir.display(), %error, "pod directory not removed");
