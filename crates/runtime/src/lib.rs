@@ -38,22 +38,29 @@
 //! * No image pulls: `imagePullPolicy` is ignored; an image missing from the table waits with
 //!   `ErrImageNeverPull`.
 //! * Containers share the host's network, PID and IPC namespaces; there are no cgroup limits.
-//! * Root (uid 0 on the host) is needed to make the namespaces; see [`sandbox::check_support`].
+//! * The namespaces need root (uid 0 on the host), or a kernel that lets an ordinary user make
+//!   a user namespace (Linux 5.11 or later): the container then runs as the agent's user,
+//!   without supplementary groups; see [`sandbox::check_support`] and [`sandbox`].
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod config;
 mod error;
 mod images;
+mod launch;
 pub mod logs;
+mod records;
+mod recovery;
 pub mod sandbox;
 pub mod spec;
 mod supervisor;
 mod users;
 
+pub use config::{Backoff, RuntimeConfig};
 pub use error::{Error, StartError};
 pub use images::{ImageEntry, ImageTable, glob_match, normalize};
 pub use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination};
-pub use supervisor::{Backoff, Plan, ProcessRuntime, RuntimeConfig};
+pub use supervisor::{Plan, ProcessRuntime};
 pub use users::{Identity, format_pod};

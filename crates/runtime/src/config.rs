@@ -1,0 +1,65 @@
+//! [`RuntimeConfig`]: the process runtime's options, and its crash [`Backoff`].
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::images::ImageTable;
+use crate::logs::LogConfig;
+
+/// The kubelet's crash back-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first delay (10 s).
+    pub initial: Duration,
+    /// The longest delay (5 min).
+    pub max: Duration,
+    /// An instance that ran this long resets the delay (10 min).
+    pub reset_after: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(300),
+            reset_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Options of a [`ProcessRuntime`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RuntimeConfig {
+    /// The agent's root directory.
+    pub root_dir: PathBuf,
+    /// Images → local programs.
+    pub images: ImageTable,
+    /// Whether a container may run as root (`--allow-root-containers`).
+    pub allow_root: bool,
+    /// The program (and its first arguments) that runs [`crate::sandbox::init_main`]; the
+    /// spec's path is appended.
+    pub init_command: Vec<OsString>,
+    /// Log file size and count.
+    pub logs: LogConfig,
+    /// Crash back-off.
+    pub backoff: Backoff,
+    /// Host directories hidden from containers (the root directory is always hidden).
+    pub masked: Vec<PathBuf>,
+}
+
+impl RuntimeConfig {
+    /// Defaults under `root_dir`, with `init_command` starting the init process.
+    pub fn new(root_dir: &Path, init_command: Vec<OsString>) -> Self {
+        Self {
+            root_dir: root_dir.to_path_buf(),
+            images: ImageTable::default(),
+            allow_root: false,
+            init_command,
+            logs: LogConfig::default(),
+            backoff: Backoff::default(),
+            masked: Vec::new(),
+        }
+    }
+}
