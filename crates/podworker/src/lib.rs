@@ -11,8 +11,11 @@
 //!   source, it calls `pod_desired` for a live pod before it returns.
 //! * [`ConfigSyncer`]: the production [`PodSyncer`]. `pod_desired` registers the pod with the
 //!   Secret and ConfigMap managers and adds it to the volumes (the only place either happens);
-//!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets,
-//!   resolves each container's environment and hands it to a [`RuntimeHook`];
+//!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets, asks
+//!   the [`RuntimeHook`] which containers to start now ([`RuntimeHook::plan`]), resolves each
+//!   one's environment (and, for a runtime that runs processes, its mounts, `/etc/hosts` and
+//!   expanded command line: [`make_mounts`]) and hands it over, then publishes the runtime's
+//!   container statuses and the pod's phase ([`pod_phase`], the kubelet's `getPhase`);
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
 //!   `fieldRef` / `resourceFieldRef` values come from `nodelet_volume_manager::downward`, the
@@ -22,7 +25,8 @@
 //! * Seams: [`Volumes`] (implemented here for `nodelet_volume_manager::VolumeManager`, whose
 //!   typed error [`VolumeError::Failed`] carries to the `FailedMount` event), [`RuntimeHook`]
 //!   (default [`EnvFileRuntime`], which writes `<root>/pods/<uid>/containers/<name>/env`),
-//!   [`EventSink`], [`StatusSink`]. Pods cross every seam as `nodelet_core::AdmittedPod` (the
+//!   [`EventSink`], [`StatusSink`]. `nodelet_runtime::ProcessRuntime` is the second
+//!   [`RuntimeHook`] (containers as local processes; implemented here, `process.rs`). Pods cross every seam as `nodelet_core::AdmittedPod` (the
 //!   agent's pod source validated the UID once) or as a `nodelet_core::PodUid`; directories
 //!   are spelled by `nodelet_core::PodDirs`. [`EventSink`] and [`NoEvents`] are re-exported
 //!   from `nodelet_volume_manager::events`: an agent implements one event trait for both
@@ -34,7 +38,9 @@
 //!                      ConfigSyncer::pod_desired ─► register (secrets, configmaps) ─► Volumes::add_pod
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
-//!                  ─► pull secrets ─► resolve_env ─► RuntimeHook::create_container ─► StatusSink
+//!                  ─► pull secrets ─► RuntimeHook::plan ─► resolve_env (+ make_mounts)
+//!                  ─► RuntimeHook::create_container ─► statuses + pod_phase ─► StatusSink
+//!                  (a terminal phase → SyncOutcome::Terminal)
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
 //!   Kill / deletionTimestamp ─► cancel in-flight sync_pod
 //!   Terminating: RuntimeHook::kill_pod ─► Volumes::remove_pod

@@ -1,12 +1,15 @@
 //! The container's init process end to end: each test starts the real `nodelet-container-init`
-//! binary (as root, which these tests need) with a spec, runs `/bin/sh` in the container and
-//! checks what the program saw and that the host kept nothing: no file, no mount.
+//! binary with a spec, runs `/bin/sh` in the container and checks what the program saw and that
+//! the host kept nothing: no file, no mount. The tests need root (uid 0): the init process runs
+//! as root, or as the unprivileged uid [`AGENT`] in a user namespace, which these tests also
+//! need the kernel to allow.
 
 use std::fs;
 use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,11 +21,16 @@ use tempfile::TempDir;
 /// A hang guard only (a broken init would otherwise block the test forever), not a measure.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-/// A container to start: its directory (spec, scratch, host-side volumes) and spec.
+/// The uid and gid of an agent that is not root (`nobody`), for the user namespace tests.
+const AGENT: u32 = 65534;
+
+/// A container to start: its directory (spec, scratch, host-side volumes), spec, and the
+/// agent's uid and gid when not root.
 struct Fixture {
     dir: TempDir,
     tag: String,
     spec: LaunchSpec,
+    agent: Option<u32>,
 }
 
 /// A started init process and what it wrote on the status socket before exec or exit.
@@ -71,7 +79,26 @@ impl Fixture {
             masked: vec![],
             status_socket: format!("nodelet-test-{tag}"),
         };
-        Self { dir, tag, spec }
+        Self {
+            dir,
+            tag,
+            spec,
+            agent: None,
+        }
+    }
+
+    /// Like [`Fixture::shell`], but started by an agent running as [`AGENT`], which owns the
+    /// scratch directory and may read the fixture's directory.
+    fn unprivileged(script: &str) -> Self {
+        assert_user_namespaces_for_ordinary_users();
+        let mut fixture = Self::shell(script);
+        fixture.agent = Some(AGENT);
+        fixture.spec.uid = AGENT;
+        fixture.spec.gid = AGENT;
+        let dir = fixture.dir.path();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+        chown_to_agent(&fixture.spec.scratch);
+        fixture
     }
 
     fn path(&self, relative: &str) -> PathBuf {
@@ -94,7 +121,12 @@ impl Fixture {
         listener.set_nonblocking(true).unwrap();
         let spec_path = self.path("spec.json");
         fs::write(&spec_path, serde_json::to_vec(&self.spec).unwrap()).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet-container-init"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_nodelet-container-init"));
+        if let Some(agent) = self.agent {
+            // std drops the supplementary groups too when a root parent sets the uid.
+            command.uid(agent).gid(agent);
+        }
+        let mut child = command
             .arg(&spec_path)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -195,6 +227,36 @@ fn base_dir() -> PathBuf {
         true => PathBuf::from("/var/tmp"),
         false => target.to_path_buf(),
     }
+}
+
+/// Fails, saying so, unless the kernel lets an ordinary user make user namespaces.
+fn assert_user_namespaces_for_ordinary_users() {
+    let read = |path: &str| fs::read_to_string(path).map(|v| v.trim().to_owned());
+    let needs = "this test needs user namespaces open to ordinary users (CI's kernel allows them)";
+    let max = read("/proc/sys/user/max_user_namespaces");
+    assert!(
+        max.as_ref().is_ok_and(|v| v != "0"),
+        "{needs}: /proc/sys/user/max_user_namespaces is {max:?}"
+    );
+    for (path, refusing) in [
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+        (
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "1",
+        ),
+    ] {
+        let value = read(path).ok();
+        assert_ne!(
+            value.as_deref(),
+            Some(refusing),
+            "{needs}: {path} is {refusing}"
+        );
+    }
+}
+
+fn chown_to_agent(path: &Path) {
+    let agent = Some(nix::unistd::Uid::from_raw(AGENT));
+    nix::unistd::chown(path, agent, Some(nix::unistd::Gid::from_raw(AGENT))).unwrap();
 }
 
 /// A kubelet-style volume directory: `..<version>/key`, `..data -> ..<version>`,
@@ -461,6 +523,171 @@ fn a_mount_target_of_the_other_type_fails_naming_it() {
         finished
             .status
             .starts_with("mount target /etc and its source "),
+        "{finished:?}"
+    );
+}
+
+#[test]
+fn an_unprivileged_agent_runs_the_container_in_a_user_namespace_as_the_spec_user() {
+    let mut fixture = Fixture::unprivileged(
+        r#"
+        echo "id=$(id -u) $(id -g) $(id -G)"
+        echo "config=$(cat /etc/config-TAG/key)"
+        echo "ro=$(cat /data-TAG/ro/ro-file)"
+        echo "ro-write=$(touch /data-TAG/ro/new 2>&1)"
+        echo rw > /data-TAG/rw/from-container && echo "rw=ok"
+        echo "odd=$(cat 'DIR/odd,dir:x/file')"
+        echo "owners=$(stat -c %u DIR/home/own) $(stat -c %u /etc/passwd)"
+        echo "secret=$(cat DIR/home/secret 2>&1)"
+        echo changed > DIR/home/own && echo "own=$(cat DIR/home/own)"
+        echo new > DIR/home/new-TAG && echo "home-new=$(cat DIR/home/new-TAG)"
+        echo "passwd-write=$(echo x 2>&1 >> /etc/passwd)"
+        echo "copied-write=$(echo x 2>&1 >> DIR/agents-file)"
+        echo private > /tmp/nodelet-test-TAG && echo "tmp=$(cat /tmp/nodelet-test-TAG)"
+        echo root > /nodelet-test-TAG && echo "top=$(cat /nodelet-test-TAG)"
+        echo etc > /etc/nodelet-test-TAG && echo "etc=$(cat /etc/nodelet-test-TAG)"
+        echo "masked=$(ls -A DIR/agent | wc -l)"
+        echo "hostname=$(uname -n)"
+        echo "pwd=$(pwd)"
+        "#,
+    );
+    fixture.spec.uid = 1000;
+    fixture.spec.gid = 1000;
+    let config = fixture.path("agent/pods/p1/volumes/config");
+    atomic_volume(&config, "v1");
+    let ro = fixture.path("agent/pods/p1/volumes/ro");
+    fs::create_dir_all(&ro).unwrap();
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(ro.join("ro-file"), "ro").unwrap();
+    let rw = fixture.path("agent/pods/p1/volumes/rw");
+    fs::create_dir_all(&rw).unwrap();
+    chown_to_agent(&rw);
+    fixture.mount(config, "/etc/config-TAG", false);
+    fixture.mount(ro, "/data-TAG/ro", true);
+    fixture.mount(rw.clone(), "/data-TAG/rw", false);
+    // Overlaid without root: escaped in the overlay's options.
+    let odd = fixture.path("odd,dir:x");
+    fs::create_dir(&odd).unwrap();
+    fs::write(odd.join("file"), "odd").unwrap();
+    // The agent's own directory, with a file of its own and one only root may read.
+    let home = fixture.path("home");
+    fs::create_dir(&home).unwrap();
+    fs::write(home.join("own"), "own").unwrap();
+    chown_to_agent(&home);
+    chown_to_agent(&home.join("own"));
+    fs::write(home.join("secret"), "secret").unwrap();
+    fs::set_permissions(home.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    // In a copied directory (the masked one is below it): bound read-only.
+    fs::write(fixture.path("agents-file"), "agent").unwrap();
+    chown_to_agent(&fixture.path("agents-file"));
+    fixture.spec.masked = vec![fixture.path("agent")];
+    fixture.spec.working_dir = format!("/work-{}/sub", fixture.tag).into();
+    let tag = fixture.tag.clone();
+    let host_passwd = fs::read("/etc/passwd").unwrap();
+
+    let finished = fixture.run();
+
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("id"), "1000 1000 1000");
+    assert_eq!(finished.value("config"), "v1");
+    assert_eq!(finished.value("ro"), "ro");
+    assert!(
+        finished.value("ro-write").contains("Read-only file system"),
+        "{finished:?}"
+    );
+    assert_eq!(finished.value("rw"), "ok");
+    assert_eq!(finished.value("odd"), "odd");
+    // The agent's files show as the spec user's, root's as the overflow id.
+    assert_eq!(finished.value("owners"), "1000 65534");
+    assert!(
+        finished.value("secret").contains("Permission denied"),
+        "{finished:?}"
+    );
+    assert_eq!(finished.value("own"), "changed");
+    assert_eq!(finished.value("home-new"), "new");
+    assert!(
+        finished.value("passwd-write").contains("Permission denied"),
+        "{finished:?}"
+    );
+    assert!(
+        finished
+            .value("copied-write")
+            .contains("Read-only file system"),
+        "{finished:?}"
+    );
+    assert_eq!(finished.value("tmp"), "private");
+    assert_eq!(finished.value("top"), "root");
+    assert_eq!(finished.value("etc"), "etc");
+    assert_eq!(finished.value("masked"), "0");
+    assert_eq!(finished.value("hostname"), fixture.spec.hostname);
+    assert_eq!(finished.value("pwd"), format!("/work-{tag}/sub"));
+
+    // A read-write volume is the host's, written as the agent's user.
+    let written = rw.join("from-container");
+    assert_eq!(fs::read_to_string(&written).unwrap(), "rw\n");
+    assert_eq!(fs::metadata(&written).unwrap().uid(), AGENT);
+    // Writes to the root stayed in memory.
+    assert_eq!(fs::read_to_string(home.join("own")).unwrap(), "own");
+    for leaked in [
+        home.join(format!("new-{tag}")),
+        PathBuf::from(format!("/nodelet-test-{tag}")),
+        PathBuf::from(format!("/etc/nodelet-test-{tag}")),
+        PathBuf::from(format!("/tmp/nodelet-test-{tag}")),
+        PathBuf::from(format!("/etc/config-{tag}")),
+        PathBuf::from(format!("/data-{tag}")),
+        PathBuf::from(format!("/work-{tag}")),
+    ] {
+        assert!(!leaked.exists(), "{} leaked to the host", leaked.display());
+    }
+    assert_eq!(fs::read("/etc/passwd").unwrap(), host_passwd);
+    assert_eq!(fs::read(fixture.path("agents-file")).unwrap(), b"agent");
+    assert_eq!(fs::read_dir(&fixture.spec.scratch).unwrap().count(), 0);
+    fixture.assert_no_host_mounts();
+}
+
+#[test]
+fn an_unprivileged_agents_root_container_is_root_in_its_namespace_only() {
+    let mut fixture = Fixture::unprivileged(
+        r#"
+        echo "id=$(id -u) $(id -g)"
+        echo "usr-write=$(touch /usr/bin/nodelet-test-TAG 2>&1)"
+        echo "secret=$(cat DIR/secret 2>&1)"
+        "#,
+    );
+    fixture.spec.uid = 0;
+    fixture.spec.gid = 0;
+    fs::write(fixture.path("secret"), "secret").unwrap();
+    fs::set_permissions(fixture.path("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+
+    let finished = fixture.run();
+
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("id"), "0 0");
+    assert!(
+        finished.value("usr-write").contains("Permission denied"),
+        "{finished:?}"
+    );
+    assert!(
+        finished.value("secret").contains("Permission denied"),
+        "{finished:?}"
+    );
+    assert!(!Path::new(&format!("/usr/bin/nodelet-test-{}", fixture.tag)).exists());
+    fixture.assert_no_host_mounts();
+}
+
+#[test]
+fn an_unprivileged_agent_cannot_give_supplementary_groups() {
+    let mut fixture = Fixture::unprivileged("true");
+    fixture.spec.groups = vec![3456, 4567];
+
+    let finished = fixture.run();
+
+    assert_eq!(finished.code, Some(START_FAILED), "{finished:?}");
+    assert!(
+        finished.status.starts_with(
+            "a non-root agent cannot give the container supplementary groups [3456, 4567] \
+             (supplementalGroups, fsGroup)"
+        ),
         "{finished:?}"
     );
 }
