@@ -28,7 +28,7 @@ impl Default for Backoff {
     }
 }
 
-/// Options of a [`ProcessRuntime`].
+/// Options of a [`ProcessRuntime`](crate::ProcessRuntime).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RuntimeConfig {

@@ -691,3 +691,164 @@ fn an_unprivileged_agent_cannot_give_supplementary_groups() {
         "{finished:?}"
     );
 }
+
+/// The host's device nodes a container gets.
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// What the `/dev` tests' container does there; `chmod=` is the mode of `/dev/full` after a
+/// `chmod 600`, or the error. `/dev/stdout` and `/dev/fd/1` are tried on a pipe the shell
+/// makes: reopening the test's own pipes is denied to a user other than their owner, root.
+const DEV_SCRIPT: &str = r#"
+    touch /dev/nodelet-test-TAG && echo "created=$(ls /dev/nodelet-test-TAG)"
+    echo x > /dev/null && echo "null=ok"
+    echo "urandom=$(head -c 4 /dev/urandom | wc -c)"
+    echo "zero=$(head -c 3 /dev/zero | tr '\0' z)"
+    if echo x 2>/dev/null > /dev/full; then echo "full=written"; else echo "full=refused"; fi
+    echo "numbers=$(stat -c %t:%T /dev/null /dev/zero /dev/full /dev/random /dev/urandom \
+        /dev/tty | tr '\n' ' ')"
+    echo "stdout=$(echo hi > /dev/stdout)"
+    echo "fd1=$(echo hi > /dev/fd/1)"
+    echo shm > /dev/shm/nodelet-test-TAG && echo "shm=$(cat /dev/shm/nodelet-test-TAG)"
+    echo "types=$(stat -f -c %T /dev /dev/shm /dev/pts | tr '\n' ' ')"
+    echo "pts-dev=$(stat -c %d /dev/pts)"
+    echo "ptmx=$(readlink /dev/ptmx) $(stat -c %a /dev/pts/ptmx)"
+    echo "links=$(readlink /dev/fd /dev/stdin /dev/stdout /dev/stderr | tr '\n' ' ')"
+    echo "chmod=$(chmod 600 /dev/full 2>&1 && stat -c %a /dev/full)"
+    echo "termination-before=$(cat /dev/termination-log-TAG)"
+    echo done > /dev/termination-log-TAG && echo "termination=ok"
+    echo "entries=$(ls /dev | tr '\n' ' ')"
+    "#;
+
+/// Binds a host file, `termination-log` in the fixture's directory, on
+/// `/dev/termination-log-TAG` in the container; returns its host path.
+fn mount_termination_log(fixture: &mut Fixture) -> PathBuf {
+    let source = fixture.path("termination-log");
+    fs::write(&source, "before").unwrap();
+    if fixture.agent.is_some() {
+        chown_to_agent(&source);
+    }
+    fixture.mount(source.clone(), "/dev/termination-log-TAG", false);
+    source
+}
+
+/// Runs [`DEV_SCRIPT`]'s container and checks what holds with and without root: the
+/// container's `/dev` is a tmpfs of its own with the usual devices, links, `pts` and `shm`, a
+/// spec mount below it works, and the host's `/dev` kept nothing. Returns what the container
+/// printed, and `/dev/full`'s mode on the host as it was after the run (then restored).
+fn run_in_private_dev(fixture: &Fixture, termination_log: &Path) -> (Finished, u32) {
+    let tag = &fixture.tag;
+    let host_full = Path::new("/dev/full");
+    let full_mode = fs::metadata(host_full).unwrap().permissions().mode() & 0o7777;
+    let host_pts_dev = fs::metadata("/dev/pts").unwrap().dev();
+
+    let finished = fixture.run();
+
+    let full_mode_after = fs::metadata(host_full).unwrap().permissions().mode() & 0o7777;
+    if full_mode_after != full_mode {
+        // Put the host right before failing on it.
+        fs::set_permissions(host_full, fs::Permissions::from_mode(full_mode)).unwrap();
+    }
+    finished.assert_started_and_succeeded();
+    assert_eq!(
+        finished.value("created"),
+        format!("/dev/nodelet-test-{tag}")
+    );
+    assert_eq!(finished.value("null"), "ok");
+    assert_eq!(finished.value("urandom"), "4");
+    assert_eq!(finished.value("zero"), "zzz");
+    assert_eq!(finished.value("full"), "refused");
+    let host_devices: Vec<&str> = DEVICES
+        .into_iter()
+        .filter(|d| Path::new("/dev").join(d).exists())
+        .collect();
+    let numbers: String = host_devices
+        .iter()
+        .map(|device| {
+            let rdev = fs::metadata(Path::new("/dev").join(device)).unwrap().rdev();
+            let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+            format!("{major:x}:{minor:x} ")
+        })
+        .collect();
+    assert_eq!(
+        finished.value("numbers"),
+        numbers,
+        "the host's device numbers"
+    );
+    assert_eq!(finished.value("stdout"), "hi");
+    assert_eq!(finished.value("fd1"), "hi");
+    assert_eq!(finished.value("shm"), "shm");
+    assert_eq!(finished.value("types"), "tmpfs tmpfs devpts ");
+    let pts_dev: u64 = finished.value("pts-dev").parse().unwrap();
+    assert_ne!(pts_dev, host_pts_dev, "/dev/pts is a new devpts instance");
+    assert_eq!(finished.value("ptmx"), "pts/ptmx 666");
+    assert_eq!(
+        finished.value("links"),
+        "/proc/self/fd /proc/self/fd/0 /proc/self/fd/1 /proc/self/fd/2 "
+    );
+    assert_eq!(finished.value("termination-before"), "before");
+    assert_eq!(finished.value("termination"), "ok");
+    let links = [
+        "fd", "stdin", "stdout", "stderr", "ptmx", "core", "pts", "shm",
+    ];
+    let created = [
+        format!("nodelet-test-{tag}"),
+        format!("termination-log-{tag}"),
+    ];
+    let mut expected: Vec<String> = host_devices
+        .into_iter()
+        .chain(links)
+        .map(String::from)
+        .collect();
+    expected.extend(created);
+    expected.sort();
+    let mut entries: Vec<&str> = finished.value("entries").split_whitespace().collect();
+    entries.sort_unstable();
+    assert_eq!(entries, expected, "nothing else of the host's /dev shows");
+
+    assert_eq!(fs::read_to_string(termination_log).unwrap(), "done\n");
+    for leaked in [
+        format!("/dev/nodelet-test-{tag}"),
+        format!("/dev/shm/nodelet-test-{tag}"),
+        format!("/dev/termination-log-{tag}"),
+    ] {
+        assert!(!Path::new(&leaked).exists(), "{leaked} leaked to the host");
+    }
+    assert_eq!(fs::read_dir(&fixture.spec.scratch).unwrap().count(), 0);
+    fixture.assert_no_host_mounts();
+    (finished, full_mode_after)
+}
+
+#[test]
+fn a_root_container_has_a_dev_of_its_own_and_creates_nothing_in_the_hosts() {
+    let mut fixture = Fixture::shell(DEV_SCRIPT);
+    let termination_log = mount_termination_log(&mut fixture);
+    let host_full = fs::metadata("/dev/full").unwrap().permissions().mode() & 0o7777;
+
+    let (finished, host_full_after) = run_in_private_dev(&fixture, &termination_log);
+
+    // Its device nodes are its own: a chmod changes them, not the host's.
+    assert_eq!(finished.value("chmod"), "600");
+    assert_eq!(
+        host_full_after, host_full,
+        "the host's /dev/full was changed"
+    );
+}
+
+#[test]
+fn an_unprivileged_agents_container_has_a_dev_of_its_own_with_the_hosts_devices_bound() {
+    let mut fixture = Fixture::unprivileged(DEV_SCRIPT);
+    let termination_log = mount_termination_log(&mut fixture);
+    let host_full = fs::metadata("/dev/full").unwrap().permissions().mode() & 0o7777;
+
+    let (finished, host_full_after) = run_in_private_dev(&fixture, &termination_log);
+
+    // The host's nodes, bound: their owner (root) is not mapped, so a chmod is refused.
+    assert!(
+        finished.value("chmod").contains("Operation not permitted"),
+        "{finished:?}"
+    );
+    assert_eq!(
+        host_full_after, host_full,
+        "the host's /dev/full was changed"
+    );
+}

@@ -80,9 +80,13 @@ pub enum SandboxError {
     /// container, could be neither made read-only nor detached again.
     #[error("cannot bind the host's {0} read-only into the container")]
     BindHostReadOnly(PathBuf, #[source] Errno),
-    /// A fresh tmpfs (`/tmp`, `/dev/shm`) could not be mounted.
+    /// The fresh tmpfs on `/tmp` could not be mounted.
     #[error("cannot mount a tmpfs on {0}")]
     MountTmpfs(PathBuf, #[source] io::Error),
+    /// The container's own `/dev`, or an entry of it (named, as in the container), could not
+    /// be made.
+    #[error("cannot prepare the container's {0}")]
+    PrepareDev(PathBuf, #[source] io::Error),
     /// A masked host directory could not be covered.
     #[error("cannot mask {0}")]
     Mask(PathBuf, #[source] io::Error),

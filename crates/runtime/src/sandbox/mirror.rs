@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use super::binds::{self, ReadOnlyBindError};
 use super::error::SandboxError;
-use super::paths::{self, FRESH_TMPFS, KERNEL_TREES};
+use super::paths::{self, DEV, KERNEL_TREES, TMP};
 
 /// Which host directories are copied into the root, and which paths there stay empty.
 #[derive(Debug, Default)]
@@ -63,7 +63,10 @@ impl Plan {
         }
         // Only the init process's own (unlocked) mounts are below it: it may be overlaid.
         plan.empty.insert(scratch.to_path_buf());
-        let trees = KERNEL_TREES.iter().chain(&FRESH_TMPFS).map(PathBuf::from);
+        let trees = KERNEL_TREES
+            .into_iter()
+            .chain([DEV, TMP])
+            .map(PathBuf::from);
         plan.empty.extend(trees);
         for dir in creation_dirs {
             plan.copy_parents(&dir);

@@ -21,13 +21,20 @@
 //!    (`lowerdir=/`, upper and work on the tmpfs) — without root, a tmpfs holding a copy of the
 //!    host's tree made of overlays of its directories — so writes land in memory and vanish
 //!    with the namespace. Every other host mount (from `/proc/self/mountinfo`, parent before
-//!    child; not those under a masked directory) is bound at its path under the root: `/proc`,
-//!    `/sys` and `/dev` recursively and writable, the others one by one and read-only (keeping
-//!    their `nosuid`, `nodev`, `noexec` and atime flags). Fresh tmpfs on `/tmp` and `/dev/shm`.
+//!    child; not those under a masked directory, nor `/dev` and those below it) is bound at
+//!    its path under the root: `/proc` and `/sys` recursively and writable, the others one by
+//!    one and read-only (keeping their `nosuid`, `nodev`, `noexec` and atime flags). `/dev` is
+//!    the container's own, as runc makes it: a tmpfs (0755, 64 MiB) with `null`, `zero`,
+//!    `full`, `random`, `urandom` and `tty` like the host's (made with `mknod`; without root,
+//!    the host's bound on empty files), a new `devpts` instance on `pts` (`ptmx` a link to
+//!    `pts/ptmx`), a fresh tmpfs on `shm`, and the links `fd`, `stdin`, `stdout`, `stderr` (into
+//!    `/proc/self/fd`) and `core`; what the container creates there stays in memory too. A
+//!    fresh tmpfs on `/tmp`.
 //! 6. Cover each `spec.masked` directory visible in the root with an empty read-only tmpfs.
 //! 7. Bind each `spec.mounts` entry, creating its target (a directory or an empty file, like
-//!    the source) in the writable layer; remount read-only ones. A volume directory itself is
-//!    bound, so swapping its `..data` symlink shows inside at once.
+//!    the source) in the writable layer, or in `/dev`'s tmpfs (a termination log); remount
+//!    read-only ones. A volume directory itself is bound, so swapping its `..data` symlink
+//!    shows inside at once.
 //! 8. `pivot_root` into the new root and detach the old one.
 //! 9. `setgroups` (as root only), `setresgid`, `setresuid`.
 //! 10. Create the working directory if missing (as the container's user) and enter it.
@@ -44,11 +51,19 @@
 //! └── root/             overlay lowerdir=/ → "/" after pivot_root (without root: a tmpfs,
 //!     │                 with overlays of the host's directories, copies of the directories
 //!     │                 above mount points, symbolic links and read-only files)
-//!     ├── proc sys dev  recursive binds of the host's
-//!     ├── tmp dev/shm   fresh tmpfs (1777)
+//!     ├── proc sys      recursive binds of the host's
+//!     ├── dev/          tmpfs (0755, 64 MiB), the container's own
+//!     │   ├── null zero full random urandom tty
+//!     │   │             like the host's: mknod (without root: binds of the host's)
+//!     │   ├── pts/      a new devpts instance (ptmxmode 0666)
+//!     │   ├── shm/      fresh tmpfs (1777)
+//!     │   ├── ptmx      → pts/ptmx
+//!     │   └── fd stdin stdout stderr core
+//!     │                 → /proc/self/fd{,/0,/1,/2}, /proc/kcore
+//!     ├── tmp           fresh tmpfs (1777)
 //!     ├── <host mounts> read-only binds
 //!     ├── <masked>      empty read-only tmpfs
-//!     └── <targets>     the spec's bind mounts
+//!     └── <targets>     the spec's bind mounts (those under /dev in its tmpfs)
 //! ```
 //!
 //! # Without root
@@ -81,10 +96,14 @@
 //!   its own `/tmp`; elsewhere the write fails (`EACCES`, `EOVERFLOW`, or `EROFS` for a copied
 //!   directory's files, which are read-only binds), and never reaches the host. A host mount
 //!   with mounts below it is copied the same way rather than bound.
+//! * finds the host's device nodes bound in its `/dev` rather than made: a user namespace may
+//!   not make device nodes, nor open one on a filesystem mounted in it. A `chmod` of one is
+//!   refused (their owner is not mapped).
 //! * needs Linux 5.11 or later (overlayfs in a user namespace) and user namespaces open to
 //!   ordinary users: [`check_support`] checks the settings it can see.
 
 mod binds;
+mod dev;
 mod error;
 mod exec;
 mod mirror;

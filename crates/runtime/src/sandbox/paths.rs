@@ -10,10 +10,13 @@ use std::path::{Component, Path, PathBuf};
 use nix::errno::Errno;
 
 /// Host mounts bound recursively and writable rather than one by one and read-only.
-pub(super) const KERNEL_TREES: [&str; 3] = ["/proc", "/sys", "/dev"];
+pub(super) const KERNEL_TREES: [&str; 2] = ["/proc", "/sys"];
 
-/// Directories that get a fresh tmpfs of their own (`/dev/shm` only if the host has it).
-pub(super) const FRESH_TMPFS: [&str; 2] = ["/tmp", "/dev/shm"];
+/// The container's own `/dev`, a tmpfs of its own: no host mount at or below it is bound.
+pub(super) const DEV: &str = "/dev";
+
+/// The directory that gets a fresh, empty tmpfs of its own.
+pub(super) const TMP: &str = "/tmp";
 
 /// Symbolic links followed while resolving one path (the kernel's `MAXSYMLINKS`).
 const MAX_SYMLINKS: u32 = 40;

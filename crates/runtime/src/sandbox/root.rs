@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use nix::mount::MsFlags;
 
 use super::binds::{self, ReadOnlyBindError};
+use super::dev::{self, Nodes};
 use super::error::SandboxError;
 use super::mirror::{self, Plan};
-use super::paths::{self, FRESH_TMPFS, KERNEL_TREES};
+use super::paths::{self, DEV, KERNEL_TREES, TMP};
 use crate::spec::LaunchSpec;
 
 /// How the init process holds the privilege to mount.
@@ -25,8 +26,9 @@ pub(super) enum Privilege {
 /// Step 5: the scratch tmpfs, the root (an overlay of `/` as root; a copy of the host's tree
 /// without, see [`mirror`]), the host's other mounts (but those under a masked directory:
 /// hidden anyway, and a copy would pin, say, another pod's tmpfs volume while the container
-/// runs) and fresh tmpfs on `/tmp` and `/dev/shm`; returns `<scratch>/root`. Leaves the
-/// scratch directory the working directory.
+/// runs; and those at or below `/dev`), the container's own `/dev` (see [`dev`]) and a fresh
+/// tmpfs on `/tmp`; returns `<scratch>/root`. Leaves the scratch directory the working
+/// directory.
 pub(super) fn build_root(spec: &LaunchSpec, privilege: Privilege) -> Result<PathBuf, SandboxError> {
     let scratch = fs::canonicalize(&spec.scratch)
         .map_err(|e| SandboxError::Scratch(spec.scratch.clone(), e))?;
@@ -46,6 +48,7 @@ pub(super) fn build_root(spec: &LaunchSpec, privilege: Privilege) -> Result<Path
         .into_iter()
         .filter(|host| {
             host != Path::new("/")
+                && !host.starts_with(DEV)
                 && !host.starts_with(&scratch)
                 && !spec.masked.iter().any(|dir| host.starts_with(dir))
         })
@@ -69,31 +72,25 @@ pub(super) fn build_root(spec: &LaunchSpec, privilege: Privilege) -> Result<Path
     };
     bind_host_mounts(&root, &host_mounts, plan.as_ref())?;
 
-    for path in FRESH_TMPFS {
-        let target = paths::resolve_in_root(&root, Path::new(path));
-        if path == "/dev/shm" && !target.as_ref().is_ok_and(|t| t.is_dir()) {
-            // Creating it would write into the host's /dev.
-            tracing::debug!(path, "no /dev/shm to mount on");
-            continue;
-        }
-        let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-        if path == "/dev/shm" {
-            flags |= MsFlags::MS_NOEXEC;
-        }
-        target
-            .and_then(|target| {
-                fs::create_dir_all(&target)?;
-                Ok(binds::mount_tmpfs(&target, flags, "mode=1777")?)
-            })
-            .map_err(|e| SandboxError::MountTmpfs(PathBuf::from(path), e))?;
-    }
+    let nodes = match privilege {
+        Privilege::Root => Nodes::Made,
+        Privilege::UserNamespace => Nodes::Bound,
+    };
+    dev::mount_dev(&root, nodes)?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    paths::resolve_in_root(&root, Path::new(TMP))
+        .and_then(|target| {
+            fs::create_dir_all(&target)?;
+            Ok(binds::mount_tmpfs(&target, flags, "mode=1777")?)
+        })
+        .map_err(|e| SandboxError::MountTmpfs(PathBuf::from(TMP), e))?;
     Ok(root)
 }
 
-/// Binds each host mount (parent before child) at its path under the root: `/proc`, `/sys`
-/// and `/dev` recursively and writable, the others one by one and read-only. Skips (logged at
-/// debug level) a mount shadowed in the root or that cannot be bound or made read-only, and,
-/// without root, one the [`Plan`] copies.
+/// Binds each host mount (parent before child) at its path under the root: `/proc` and `/sys`
+/// recursively and writable, the others one by one and read-only. Skips (logged at debug
+/// level) a mount shadowed in the root or that cannot be bound or made read-only, and, without
+/// root, one the [`Plan`] copies.
 fn bind_host_mounts(
     root: &Path,
     host_mounts: &[PathBuf],
