@@ -50,6 +50,7 @@ pub struct Agent {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     http_addr: Option<SocketAddr>,
+    kubelet_addr: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -205,7 +206,38 @@ impl Agent {
             pod_watch: crate::pod_watch::PodWatchHealth::default(),
             status,
             processes,
+            known_pods: parking_lot::RwLock::default(),
         });
+        // The kubelet's API (logs through the API server), before the Node publishes its port.
+        let mut node_config = config.clone();
+        let kubelet_addr = if config.kubelet_port == 0 {
+            None
+        } else {
+            let mut api = crate::kubelet_api::KubeletApiConfig::new(
+                SocketAddr::new(config.kubelet_address, config.kubelet_port),
+                &config.node_name,
+            );
+            api.tls_cert_file = config.tls_cert_file.clone();
+            api.tls_private_key_file = config.tls_private_key_file.clone();
+            api.client_ca_file = config.client_ca_file.clone();
+            api.node_ips = config.node_ip.into_iter().collect();
+            let weak = Arc::downgrade(&state);
+            let pods = crate::kubelet_api::NodePods::new(
+                &config.root_dir,
+                move || {
+                    weak.upgrade()
+                        .map(|s| s.known_pods.read().values().cloned().collect())
+                        .unwrap_or_default()
+                },
+                state.processes.clone(),
+            );
+            let bound =
+                crate::kubelet_api::serve(api, client.clone(), pods, shutdown.clone(), &tracker)
+                    .await
+                    .context("starting the kubelet API (--kubelet-port)")?;
+            node_config.kubelet_advertised_port = Some(bound.port());
+            Some(bound)
+        };
         tracker.spawn(
             pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())
                 .instrument(info_span!("pod source", node = %config.node_name)),
@@ -213,13 +245,8 @@ impl Agent {
         tracker.spawn(crate::propagation::track(state.clone(), shutdown.clone()));
         if config.register_node {
             tracker.spawn(
-                crate::node::run(
-                    config.clone(),
-                    client,
-                    state.metrics.clone(),
-                    shutdown.clone(),
-                )
-                .instrument(info_span!("node", node = %config.node_name)),
+                crate::node::run(node_config, client, state.metrics.clone(), shutdown.clone())
+                    .instrument(info_span!("node", node = %config.node_name)),
             );
         }
         let http_addr = match config.listen {
@@ -233,7 +260,14 @@ impl Agent {
             shutdown,
             tracker,
             http_addr,
+            kubelet_addr,
         })
+    }
+
+    /// The address the kubelet API is served on, if any (the bound port when port 0 was
+    /// asked).
+    pub fn kubelet_addr(&self) -> Option<SocketAddr> {
+        self.kubelet_addr
     }
 
     /// The address `/healthz` etc. are served on, if any (the bound port when `:0` was asked).
@@ -426,6 +460,10 @@ async fn pod_source(
                     l.insert(pod.uid().clone());
                 }
                 known.insert(pod.uid().clone(), pod.clone());
+                state
+                    .known_pods
+                    .write()
+                    .insert(pod.uid().clone(), pod.clone());
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::InitDone) => {
@@ -438,6 +476,7 @@ async fn pod_source(
                     .collect();
                 for (uid, pod) in gone {
                     known.remove(&uid);
+                    state.known_pods.write().remove(&uid);
                     workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
                 }
                 if first_list {
@@ -456,6 +495,10 @@ async fn pod_source(
                     continue;
                 };
                 known.insert(pod.uid().clone(), pod.clone());
+                state
+                    .known_pods
+                    .write()
+                    .insert(pod.uid().clone(), pod.clone());
                 // A pod that finished on its own and is now being deleted: its worker is done,
                 // so the agent completes the deletion (as the kubelet's status manager does).
                 if pod.metadata.deletion_timestamp.is_some()
@@ -470,6 +513,7 @@ async fn pod_source(
                     continue;
                 };
                 known.remove(pod.uid());
+                state.known_pods.write().remove(pod.uid());
                 workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
             }
             Err(error) => {

@@ -83,6 +83,19 @@ pub struct AgentConfig {
     /// The port published as the Node's `daemonEndpoints.kubeletEndpoint.Port` (set by the
     /// agent once its kubelet API listens).
     pub kubelet_advertised_port: Option<u16>,
+    /// The kubelet API's address (KubeletConfiguration `address`; default 0.0.0.0).
+    pub kubelet_address: std::net::IpAddr,
+    /// The kubelet API's port (`--kubelet-port`, KubeletConfiguration `port`; 0: not served).
+    /// [`AgentConfig::new`] leaves it off; the command line's default is 10250.
+    pub kubelet_port: u16,
+    /// The kubelet API's serving certificate and key (`--tls-cert-file`,
+    /// `--tls-private-key-file`); none: a self-signed one made at start.
+    pub tls_cert_file: Option<PathBuf>,
+    /// See [`tls_cert_file`](Self::tls_cert_file).
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CA that signs client certificates the kubelet API accepts (`--client-ca-file`,
+    /// KubeletConfiguration `authentication.x509.clientCAFile`); none: bearer tokens only.
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// One taint of `--register-with-taints` (`key[=value]:Effect`).
@@ -204,6 +217,11 @@ impl AgentConfig {
             crash_backoff: nodelet_runtime::Backoff::default(),
             register_with_taints: None,
             kubelet_advertised_port: None,
+            kubelet_address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            kubelet_port: 0,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
         }
     }
 }
@@ -315,6 +333,21 @@ pub struct Cli {
     /// empty for none (default: `nodelet.io/agent=true:NoSchedule`).
     #[arg(long, value_name = "TAINTS")]
     pub register_with_taints: Option<String>,
+    /// The kubelet API's port (TLS; `kubectl logs` reaches containers through it); 0 turns it
+    /// off. Default 10250 (overrides the config file's `port`).
+    #[arg(long, value_name = "PORT")]
+    pub kubelet_port: Option<u16>,
+    /// The kubelet API's serving certificate (PEM); with --tls-private-key-file. Default: a
+    /// self-signed certificate made at start for the node's name and address.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CA (PEM) whose client certificates the kubelet API accepts (the cluster's CA);
+    /// without it only bearer tokens (TokenReview) authenticate.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -362,12 +395,34 @@ struct FileConfig {
     healthz_port: Option<u16>,
     node_lease_duration_seconds: Option<i32>,
     feature_gates: Option<BTreeMap<String, bool>>,
+    /// The kubelet API's port.
+    port: Option<u16>,
+    /// The kubelet API's address.
+    address: Option<String>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    authentication: Option<FileAuthentication>,
     /// nodelet's own: `config` or `process`.
     runtime: Option<String>,
     /// nodelet's own: the process runtime's image table.
     images: Option<Vec<nodelet_runtime::ImageEntry>>,
     /// nodelet's own: let containers run as root.
     allow_root_containers: Option<bool>,
+}
+
+/// KubeletConfiguration `authentication` (the part nodelet reads).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FileAuthentication {
+    x509: Option<FileX509>,
+}
+
+/// KubeletConfiguration `authentication.x509`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FileX509 {
+    #[serde(rename = "clientCAFile")]
+    client_ca_file: Option<PathBuf>,
 }
 
 /// The agent's full settings from the command line and the config file.
@@ -551,6 +606,31 @@ impl Cli {
         }
         agent.allow_root_containers =
             self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
+        agent.kubelet_port = self
+            .kubelet_port
+            .or(file.port)
+            .unwrap_or(crate::kubelet_api::DEFAULT_PORT);
+        if let Some(address) = &file.address {
+            agent.kubelet_address = address
+                .parse()
+                .map_err(|e| invalid("address", format!("{address:?}: {e}")))?;
+        }
+        agent.tls_cert_file = self.tls_cert_file.clone().or(file.tls_cert_file);
+        agent.tls_private_key_file = self
+            .tls_private_key_file
+            .clone()
+            .or(file.tls_private_key_file);
+        if agent.tls_cert_file.is_some() != agent.tls_private_key_file.is_some() {
+            return Err(invalid(
+                "tlsCertFile",
+                "tlsCertFile and tlsPrivateKeyFile must be given together",
+            ));
+        }
+        agent.client_ca_file = self.client_ca_file.clone().or_else(|| {
+            file.authentication
+                .and_then(|a| a.x509)
+                .and_then(|x| x.client_ca_file)
+        });
         if let Some(taints) = &self.register_with_taints {
             agent.register_with_taints =
                 Some(parse_taints(taints).map_err(|e| invalid("--register-with-taints", e))?);

@@ -63,6 +63,7 @@ mod config;
 mod events;
 mod http;
 pub mod inspect;
+mod kubelet_api;
 mod lock;
 pub mod logs_cmd;
 mod memory;
@@ -283,6 +284,16 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
                 embedded.server.url(),
                 manifests.display()
             );
+            // The embedded server reaches the kubelet API with a client certificate of its
+            // CA (as kube-apiserver's --kubelet-client-certificate): that CA is the API's
+            // client CA unless one was given.
+            if config.client_ca_file.is_none() {
+                let path = config.root_dir.join("kubelet-client-ca.crt");
+                std::fs::create_dir_all(&config.root_dir)
+                    .and_then(|()| std::fs::write(&path, embedded.server.kubelet_client_ca_pem()))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                config.client_ca_file = Some(path);
+            }
             (embedded.node_client.clone(), url, Some(embedded))
         }
     };

@@ -295,7 +295,18 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
     if let Some(ip) = config.node_ip {
         addresses.push(json!({"type": "InternalIP", "address": ip.to_string()}));
     }
-    addresses.push(json!({"type": "Hostname", "address": config.node_name}));
+    // The machine's host name, as the kubelet reports it, when it resolves: API servers try
+    // `Hostname` first by default, and one that does not resolve would hide the InternalIP.
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_default();
+    if !hostname.is_empty()
+        && tokio::net::lookup_host((hostname.as_str(), 0))
+            .await
+            .is_ok_and(|mut a| a.next().is_some())
+    {
+        addresses.push(json!({"type": "Hostname", "address": hostname}));
+    }
     let runtime = match config.runtime {
         crate::config::RuntimeKind::Config => "nodelet-env-file",
         crate::config::RuntimeKind::Process => "nodelet-process",

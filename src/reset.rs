@@ -6,7 +6,8 @@
 //!    volumes a stopped agent leaves for its successor to adopt), deepest first, never one
 //!    outside `DIR`;
 //! 3. if no mount is left inside, remove `DIR/pods` (symlinks are removed, never followed),
-//!    then what the agent wrote at the top of `DIR` (`admin.kubeconfig`, `nodelet.lock`);
+//!    then the containers' log files (`DIR/logs`) and what the agent wrote at the top of `DIR`
+//!    (`admin.kubeconfig`, `kubelet-client-ca.crt`, `nodelet.lock`);
 //! 4. leave anything else in `DIR` and name it; remove `DIR` itself only when it is then empty.
 //!
 //! With `dry_run` nothing is changed and the report says what would be done.
@@ -32,7 +33,10 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::lock::LOCK_FILE_NAME;
 
 /// Files the agent writes at the top of its root directory.
-const AGENT_FILES: [&str; 2] = ["admin.kubeconfig", LOCK_FILE_NAME];
+const AGENT_FILES: [&str; 3] = ["admin.kubeconfig", "kubelet-client-ca.crt", LOCK_FILE_NAME];
+
+/// The containers' log files (process runtime), `<root>/logs/pods/...`.
+const LOGS_DIR: &str = "logs";
 
 /// Why a reset did not run or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +158,14 @@ pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
     let _lock = lock(&root)?;
     // (2), (3)
     remove_pods(&root, dry_run, &mut report)?;
+    let logs = root.join(LOGS_DIR);
+    if logs.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        if !dry_run {
+            std::fs::remove_dir_all(&logs)
+                .with_context(|| format!("removing {}", logs.display()))?;
+        }
+        report.removed.push(logs);
+    }
     for name in AGENT_FILES {
         let path = root.join(name);
         if path.symlink_metadata().is_ok() {

@@ -21,6 +21,7 @@ PACKAGES = [
     "api/events/v1",
     "api/coordination/v1",
     "api/authentication/v1",
+    "api/authorization/v1",
     "apimachinery/pkg/apis/meta/v1",
     "apimachinery/pkg/runtime",
     "apimachinery/pkg/runtime/schema",

@@ -41,8 +41,8 @@ impl ApiServer {
 
 /// Adds the CA (TLS) and an admin bearer token (auth) to a kube config for this server.
 pub(crate) fn admin_kube_config(shared: &Arc<Shared>, mut config: kube::Config) -> kube::Config {
-    if let Some(tls) = &shared.extras.tls {
-        config.root_cert = Some(vec![tls.ca_der()]);
+    if shared.extras.tls.is_some() {
+        config.root_cert = Some(vec![shared.extras.ca.der().to_vec()]);
     }
     if matches!(shared.config.authenticator, Authentication::BearerTokens) {
         let token = shared.extras.mint_token(&User::admin());

@@ -41,8 +41,10 @@ pub struct Config {
     /// `https://kubernetes.default.svc`.
     pub service_account_issuer: String,
     /// Publish ConfigMap `kube-root-ca.crt` (key `ca.crt`) in every namespace, as a cluster's
-    /// root-ca-cert-publisher does: the TLS CA with [`Config::tls`], else a CA generated for
-    /// the purpose. Default off (existing tests count the objects in their namespaces).
+    /// root-ca-cert-publisher does: the cluster CA generated at start, which signs the TLS
+    /// certificate with [`Config::tls`] and the client certificate shown to kubelets
+    /// ([`ApiServer::kubelet_client_ca_pem`](crate::ApiServer::kubelet_client_ca_pem)).
+    /// Default off (existing tests count the objects in their namespaces).
     pub publish_root_ca: bool,
     /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised on every connection: how many
     /// requests (watches included) one connection may have open at once; further streams wait

@@ -377,4 +377,34 @@ impl ServerHandle {
     pub fn token_for(&self, user: &User) -> String {
         self.shared.extras.mint_token(user)
     }
+
+    /// The CA that signed the serving certificate, with [`Config::tls`](crate::Config::tls)
+    /// (see [`ApiServer::ca_pem`](crate::ApiServer::ca_pem)).
+    pub fn ca_pem(&self) -> Option<String> {
+        self.shared
+            .extras
+            .tls
+            .as_ref()
+            .map(|_| self.shared.extras.ca.pem())
+    }
+
+    /// The cluster CA (see
+    /// [`ApiServer::kubelet_client_ca_pem`](crate::ApiServer::kubelet_client_ca_pem)).
+    pub fn kubelet_client_ca_pem(&self) -> String {
+        self.shared.extras.ca.pem()
+    }
+
+    /// A client certificate for `cn` in `orgs` (see
+    /// [`ApiServer::issue_client_certificate`](crate::ApiServer::issue_client_certificate)).
+    ///
+    /// # Errors
+    /// [`Error::Keygen`] if generating the key or signing fails.
+    pub fn issue_client_certificate(
+        &self,
+        cn: &str,
+        orgs: &[&str],
+    ) -> Result<(String, String), Error> {
+        let cert = self.shared.extras.ca.issue_client(cn, orgs)?;
+        Ok((cert.pem, cert.key_pem))
+    }
 }

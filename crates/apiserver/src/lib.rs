@@ -17,6 +17,11 @@
 //!   ([`AllowAll`]: everyone is `system:admin`); [`Config::with_auth`] installs
 //!   [`TokenAuthenticator`] (bearer tokens) and [`NodeAuthorizer`] (the Node authorizer and
 //!   NodeRestriction rules a kubelet meets).
+//! - What a kubelet's own API leans on: TokenReview and (Local/Self)SubjectAccessReview,
+//!   answered by the server's own token authentication and [`Authorizer`], and `pods/log`,
+//!   proxied over HTTPS to the kubelet at the pod's Node address with a client certificate of
+//!   the server's cluster CA ([`ApiServer::kubelet_client_ca_pem`]; more client certificates
+//!   from [`ApiServer::issue_client_certificate`]).
 //! - [`ManifestSync`]: offline mode's object source, a directory of YAML manifests kept in sync
 //!   with the store.
 //! - `certificates.k8s.io/v1beta1` ClusterTrustBundles and PodCertificateRequests, served only
@@ -76,6 +81,7 @@ mod auth;
 mod certificates;
 #[cfg(feature = "client")]
 mod client;
+mod cluster_ca;
 mod config;
 mod control;
 mod defaults;
@@ -84,16 +90,20 @@ mod extras;
 mod handle;
 mod http;
 mod kubeconfig;
+mod kubelet_client;
+mod log_options;
 mod manifests;
 #[cfg(test)]
 mod model_tests;
 mod node_authorizer;
 mod node_restriction;
 mod openapi;
+mod pod_log;
 mod pod_refs;
 mod protobuf;
 mod registry;
 mod resources;
+mod reviews;
 mod selectors;
 mod server;
 mod state;

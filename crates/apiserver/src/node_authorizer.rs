@@ -24,8 +24,11 @@
 //!    one naming it in `spec.nodeName`, `list`/`watch` only with
 //!    `fieldSelector=spec.nodeName=<node>`, never `status`; and `get` of the service accounts
 //!    its pods run as.
-//! 8. Non-resource `GET`s (discovery, `/version`, health, OIDC) and `create` of
-//!    `selfsubjectreviews` (`kubectl auth whoami`) — for every authenticated user.
+//! 8. `create` of `tokenreviews`, `subjectaccessreviews` and `localsubjectaccessreviews`
+//!    (upstream's static node rules: a kubelet checks the callers of its own API).
+//! 9. Non-resource `GET`s (discovery, `/version`, health, OIDC) and `create` of
+//!    `selfsubjectreviews` (`kubectl auth whoami`) and `selfsubjectaccessreviews`
+//!    (`kubectl auth can-i`) — for every authenticated user.
 //!
 //! Denials are 403 with the upstream message and reason texts, e.g.
 //! `configmaps "x" is forbidden: User "system:node:n1" cannot get resource "configmaps" in API
@@ -120,6 +123,14 @@ impl NodeAuthorizer {
             ("", "pods") => self.pod(node, a, sub),
             ("" | "events.k8s.io", "events")
                 if sub.is_empty() && matches!(a.verb.as_str(), "create" | "update" | "patch") =>
+            {
+                Decision::Allow
+            }
+            // The static node rules: delegated authentication and authorization (a kubelet
+            // checks the callers of its own API).
+            ("authentication.k8s.io", "tokenreviews")
+            | ("authorization.k8s.io", "subjectaccessreviews" | "localsubjectaccessreviews")
+                if sub.is_empty() && a.verb == "create" =>
             {
                 Decision::Allow
             }
@@ -280,11 +291,13 @@ impl Authorizer for NodeAuthorizer {
                 Decision::Deny(String::new())
             };
         }
-        // system:basic-user: every authenticated user may ask who it is.
-        if a.api_group == "authentication.k8s.io"
-            && a.resource == "selfsubjectreviews"
-            && a.verb == "create"
-        {
+        // system:basic-user: every authenticated user may ask who it is and what it may do.
+        let self_review = matches!(
+            (a.api_group.as_str(), a.resource.as_str()),
+            ("authentication.k8s.io", "selfsubjectreviews")
+                | ("authorization.k8s.io", "selfsubjectaccessreviews")
+        );
+        if self_review && a.verb == "create" && a.subresource.is_none() {
             return Decision::Allow;
         }
         match a.user.node_name() {

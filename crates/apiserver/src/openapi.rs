@@ -1,12 +1,14 @@
 //! Minimal OpenAPI v3 documents (`/openapi/v3`, `/openapi/v3/api/v1`, ...): just enough for
 //! kubectl to see that the server validates fields itself (`fieldValidation` on each PATCH
 //! operation tagged with `x-kubernetes-group-version-kind`), so it skips client-side schema
-//! validation — which needs full schemas this server does not publish. `kubectl explain` and
+//! validation — which needs full schemas this server does not publish. The review kinds
+//! (`reviews.rs`) are listed with their `create` (and such a PATCH). `kubectl explain` and
 //! schema-driven client features therefore do not work.
 
 use serde_json::{Map, Value, json};
 
 use crate::resources::{ResourceInfo, Served};
+use crate::reviews::REVIEWS;
 use crate::status::ApiError;
 
 /// Answers `/openapi/v3` and `/openapi/v3/{api/v1 | apis/group/version}`.
@@ -16,8 +18,12 @@ pub(crate) fn v3(served: &Served, path: &str) -> Result<Value, ApiError> {
         .trim_start_matches('/');
     if rest.is_empty() {
         let mut paths = Map::new();
-        for r in served.iter() {
-            let gv = gv_path(r);
+        let gvs = served.iter().map(gv_path).chain(
+            REVIEWS
+                .iter()
+                .map(|r| format!("apis/{}/{}", r.group, r.version)),
+        );
+        for gv in gvs {
             paths.insert(
                 gv.clone(),
                 json!({ "serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", hash(&gv)) }),
@@ -26,20 +32,27 @@ pub(crate) fn v3(served: &Served, path: &str) -> Result<Value, ApiError> {
         return Ok(json!({ "paths": paths }));
     }
     let mut paths = Map::new();
-    for r in served.iter().filter(|r| gv_path(r) == rest) {
-        let gvk = json!([{ "group": r.group, "version": r.version, "kind": r.kind }]);
-        let op = |verb: &str| {
-            json!({
-                "operationId": format!("{verb}{}", r.kind),
-                "x-kubernetes-group-version-kind": gvk[0],
-                "parameters": [
-                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-                    {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-                    {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-                ],
-                "responses": {"200": {"description": "OK"}},
-            })
+    // The review kinds: `create` only. kubectl looks for `fieldValidation` on a PATCH of the
+    // kind (without one it falls back to `/openapi/v2` schemas, which this server lacks), so
+    // the stub names one too; the path answers 405 to it.
+    for r in REVIEWS
+        .iter()
+        .filter(|r| format!("apis/{}/{}", r.group, r.version) == rest)
+    {
+        let base = if r.namespaced {
+            format!("/{rest}/namespaces/{{namespace}}/{}", r.plural)
+        } else {
+            format!("/{rest}/{}", r.plural)
         };
+        let gvk = json!({ "group": r.group, "version": r.version, "kind": r.kind });
+        paths.insert(
+            base,
+            json!({ "post": operation("create", r.kind, &gvk), "patch": operation("patch", r.kind, &gvk) }),
+        );
+    }
+    for r in served.iter().filter(|r| gv_path(r) == rest) {
+        let gvk = json!({ "group": r.group, "version": r.version, "kind": r.kind });
+        let op = |verb: &str| operation(verb, r.kind, &gvk);
         let base = if r.namespaced {
             format!("/{rest}/namespaces/{{namespace}}/{}", r.plural)
         } else {
@@ -60,6 +73,21 @@ pub(crate) fn v3(served: &Served, path: &str) -> Result<Value, ApiError> {
         "paths": paths,
         "components": {"schemas": {}},
     }))
+}
+
+/// One operation on `kind`: its group/version/kind and the query parameters that tell kubectl
+/// the server validates fields itself.
+fn operation(verb: &str, kind: &str, gvk: &Value) -> Value {
+    json!({
+        "operationId": format!("{verb}{kind}"),
+        "x-kubernetes-group-version-kind": gvk,
+        "parameters": [
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        ],
+        "responses": {"200": {"description": "OK"}},
+    })
 }
 
 fn gv_path(r: &ResourceInfo) -> String {

@@ -8,7 +8,8 @@
 //! - `Time` is RFC 3339 in seconds, `MicroTime` with six fractional digits; a zero time (what Go
 //!   sends for an unset non-pointer `Time`) is absent.
 //! - `Quantity` is its string, `IntOrString` a number or a string, `RawExtension` and `FieldsV1`
-//!   inline JSON, `bytes` base64 (Secret `data`, ConfigMap `binaryData`).
+//!   inline JSON, `bytes` base64 (Secret `data`, ConfigMap `binaryData`), a user's
+//!   `ExtraValue` (`items` on the wire) a list of strings.
 //! - Structs Go embeds with `json:",inline"` (`Volume.volumeSource`, `Probe.handler`, the
 //!   `LocalObjectReference` of key selectors, listed in `proto/inline.txt`) are flattened.
 //! - Go writes every non-pointer string, even empty: an empty string decodes as absent, as Go's
@@ -42,6 +43,9 @@ const DURATION: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.Duration";
 const QUANTITY: &str = "k8s.io.apimachinery.pkg.api.resource.Quantity";
 const INT_OR_STRING: &str = "k8s.io.apimachinery.pkg.util.intstr.IntOrString";
 const RAW_EXTENSION: &str = "k8s.io.apimachinery.pkg.runtime.RawExtension";
+/// Go's `type ExtraValue []string` (a user's `extra`): a list in JSON, `items` on the wire.
+const AUTHN_EXTRA_VALUE: &str = "k8s.io.api.authentication.v1.ExtraValue";
+const AUTHZ_EXTRA_VALUE: &str = "k8s.io.api.authorization.v1.ExtraValue";
 
 /// Why a body could not be converted. The text names the field path, never a value.
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +217,17 @@ fn message_to_json(d: &Descriptors, msg: &DynamicMessage) -> Value {
         TIME => return time_to_json(msg, false),
         MICRO_TIME => return time_to_json(msg, true),
         QUANTITY => return str_field(msg, "string").map_or(Value::Null, Value::String),
+        AUTHN_EXTRA_VALUE | AUTHZ_EXTRA_VALUE => {
+            return match msg.get_field_by_name("items").as_deref() {
+                Some(PValue::List(items)) => Value::Array(
+                    items
+                        .iter()
+                        .filter_map(|v| v.as_str().map(|s| Value::String(s.into())))
+                        .collect(),
+                ),
+                _ => Value::Array(Vec::new()),
+            };
+        }
         INT_OR_STRING => {
             let is_string = msg
                 .get_field_by_name("type")
@@ -432,6 +447,21 @@ fn json_to_message(
 ) -> Result<DynamicMessage, ProtoError> {
     let mut msg = DynamicMessage::new(desc.clone());
     match desc.full_name() {
+        AUTHN_EXTRA_VALUE | AUTHZ_EXTRA_VALUE => {
+            let Value::Array(items) = value else {
+                return Err(field_err(path, "expected an array"));
+            };
+            let list = items
+                .iter()
+                .map(|i| {
+                    i.as_str()
+                        .map(|s| PValue::String(s.into()))
+                        .ok_or_else(|| field_err(path, "expected a string"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            msg.set_field_by_name("items", PValue::List(list));
+            return Ok(msg);
+        }
         TIME | MICRO_TIME => {
             let s = value
                 .as_str()

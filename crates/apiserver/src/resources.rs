@@ -81,7 +81,11 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         kind: "Pod",
         namespaced: true,
         short_names: &["po"],
-        subresources: &[("status", STATUS_VERBS), ("binding", &["create"])],
+        subresources: &[
+            ("status", STATUS_VERBS),
+            ("binding", &["create"]),
+            ("log", &["get"]),
+        ],
         create_on_update: false,
         return_deleted_object: true,
         feature_gate: None,

@@ -58,10 +58,7 @@ impl ApiServer {
         registry.auto_service_accounts = config.auto_service_accounts;
         registry.service_account_admission = config.service_account_admission;
         if config.publish_root_ca {
-            registry.root_ca = Some(match &extras.tls {
-                Some(tls) => tls.ca_pem().to_string(),
-                None => crate::tls::TlsMaterial::generate()?.ca_pem().to_string(),
-            });
+            registry.root_ca = Some(extras.ca.pem());
         }
         for ns in &config.initial_namespaces {
             registry
@@ -75,13 +72,14 @@ impl ApiServer {
         }
         let registry = Arc::new(registry);
         // The capabilities get the registry and the token state they read at construction.
+        let tokens = TokenAuthenticator::for_server(
+            registry.clone(),
+            extras.clone(),
+            config.service_account_issuer.clone(),
+        );
         let authenticator: Arc<dyn Authenticator> = match &config.authenticator {
             Authentication::Given(a) => a.clone(),
-            Authentication::BearerTokens => Arc::new(TokenAuthenticator::for_server(
-                registry.clone(),
-                extras.clone(),
-                config.service_account_issuer.clone(),
-            )),
+            Authentication::BearerTokens => Arc::new(tokens.clone()),
         };
         let authorizer: Arc<dyn Authorizer> = match &config.authorizer {
             Authorization::Given(a) => a.clone(),
@@ -95,6 +93,7 @@ impl ApiServer {
             config,
             registry,
             authenticator,
+            tokens,
             authorizer,
             controls,
             addr,
@@ -130,12 +129,32 @@ impl ApiServer {
     }
 
     /// The PEM of the CA that signed the server certificate, with [`Config::tls`](crate::Config::tls).
+    /// It is the cluster CA of [`ApiServer::kubelet_client_ca_pem`].
     pub fn ca_pem(&self) -> Option<String> {
-        self.shared
-            .extras
-            .tls
-            .as_ref()
-            .map(|t| t.ca_pem().to_string())
+        self.handle().ca_pem()
+    }
+
+    /// The PEM of the cluster CA that signs the client certificate this server presents to
+    /// kubelets (`pods/log`: common name `kube-apiserver-kubelet-client`, organization
+    /// `system:masters`) and those of [`ApiServer::issue_client_certificate`]: what a kubelet
+    /// takes as `--client-ca-file`. Generated at start, with or without TLS (with TLS it also
+    /// signed the serving certificate).
+    pub fn kubelet_client_ca_pem(&self) -> String {
+        self.handle().kubelet_client_ca_pem()
+    }
+
+    /// A new client certificate signed by the cluster CA, for user `cn` in groups `orgs`
+    /// (the X.509 subject a kubelet's authenticator reads: common name, organizations):
+    /// `(certificate PEM, PKCS#8 private key PEM)`.
+    ///
+    /// # Errors
+    /// [`Error::Keygen`] if generating the key or signing fails.
+    pub fn issue_client_certificate(
+        &self,
+        cn: &str,
+        orgs: &[&str],
+    ) -> Result<(String, String), Error> {
+        self.handle().issue_client_certificate(cn, orgs)
     }
 
     /// A bearer token that authenticates as `user` for this server's life (with

@@ -15,6 +15,7 @@ use crate::control::{Controls, Restart};
 use crate::extras::Extras;
 use crate::registry::Registry;
 use crate::store::Notice;
+use crate::token_auth::TokenAuthenticator;
 
 /// The running listener: its token ends the accept loop and every connection on it.
 pub(crate) struct Listener {
@@ -28,6 +29,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Arc<Registry>,
     /// Who a request is, built at start from [`Config::authenticator`].
     pub(crate) authenticator: Arc<dyn Authenticator>,
+    /// The server's own tokens (minted, service-account), which a TokenReview always checks.
+    pub(crate) tokens: TokenAuthenticator,
     /// What a user may do, built at start from [`Config::authorizer`].
     pub(crate) authorizer: Arc<dyn Authorizer>,
     pub(crate) controls: Arc<Controls>,

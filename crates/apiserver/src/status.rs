@@ -223,7 +223,10 @@ impl ApiError {
                 |fe| json!({ "reason": fe.kind.reason(), "message": fe.body(), "field": fe.field }),
             )
             .collect();
-        let mut d = json!({ "kind": kind, "causes": causes });
+        let mut d = json!({ "causes": causes });
+        if !kind.is_empty() {
+            d["kind"] = json!(kind);
+        }
         if !name.is_empty() {
             d["name"] = json!(name);
         }
@@ -232,6 +235,24 @@ impl ApiError {
         }
         e.details = Some(d);
         e
+    }
+
+    /// 422 for invalid options of a core-group request, e.g. `PodLogOptions "p" is invalid:
+    /// tailLines: Invalid value: -1: must be greater than or equal to 0`.
+    pub(crate) fn invalid_options(kind: &str, name: &str, errors: &[FieldError]) -> Self {
+        Self::invalid_kind(kind, kind, "", name, errors)
+    }
+
+    /// 422 for an invalid object of `group` whose kind upstream's decoder left empty (the
+    /// review kinds): `.authorization.k8s.io "" is invalid: ...`.
+    pub(crate) fn invalid_without_kind(group: &str, errors: &[FieldError]) -> Self {
+        Self::invalid_kind(&format!(".{group}"), "", group, "", errors)
+    }
+
+    /// The same error with `details` set.
+    pub(crate) fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
     }
 
     /// 400 BadRequest with a free-form message.

@@ -4,7 +4,7 @@
 //! A request without a token, or with one that matches nothing, is answered 401 (the server
 //! runs with anonymous authentication disabled).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -68,30 +68,61 @@ impl std::fmt::Debug for TokenAuthenticator {
     }
 }
 
-impl Authenticator for TokenAuthenticator {
-    fn authenticate(&self, headers: &Headers) -> Result<User, Unauthenticated> {
-        let token = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, rest) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            })
-            .filter(|t| !t.is_empty())
-            .ok_or(Unauthenticated)?;
+/// What a TokenReview reports about an authenticated token (`status.user`,
+/// `status.audiences`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TokenInfo {
+    /// The user name and groups.
+    pub(crate) user: User,
+    /// `status.user.uid`: a service account's uid.
+    pub(crate) uid: Option<String>,
+    /// `status.user.extra`: a service-account token's credential id and the pod and node it
+    /// is bound to.
+    pub(crate) extra: BTreeMap<String, Vec<String>>,
+    /// The audiences the token is good for among those asked for.
+    pub(crate) audiences: Vec<String>,
+}
+
+impl TokenInfo {
+    fn plain(user: User, audiences: Vec<String>) -> Self {
+        TokenInfo {
+            user,
+            uid: None,
+            extra: BTreeMap::new(),
+            audiences,
+        }
+    }
+}
+
+impl TokenAuthenticator {
+    /// Authenticates `token` for `audiences` (a TokenReview's; empty means this server's API
+    /// audience, its issuer), as upstream's token authenticators do:
+    /// 1. table and minted tokens know no audience (upstream's audience-agnostic wrapper):
+    ///    they are good for the API audiences among those asked for, and for none other;
+    /// 2. a service-account token must be signed by this server for `iss` = the issuer, be
+    ///    within its lifetime, name one of the audiences, and the service account (and the
+    ///    pod it is bound to) must still exist with the uids it was issued for.
+    ///
+    /// # Errors
+    /// [`Unauthenticated`] when the token is none of these.
+    pub(crate) fn review(
+        &self,
+        token: &str,
+        audiences: &[String],
+    ) -> Result<TokenInfo, Unauthenticated> {
+        let wanted = self.audiences(audiences);
         if let Some(user) = self.table.get(token) {
-            return Ok(user.clone());
+            return self.audience_agnostic(user.clone(), audiences);
         }
         let shared = self.server.as_ref().ok_or(Unauthenticated)?;
         if let Some(user) = shared.extras.user_for_token(token) {
-            return Ok(user);
+            return self.audience_agnostic(user, audiences);
         }
-        // A service-account token: valid signature, issuer, audience and lifetime, and the
-        // objects it names still exist with the uids it was issued for.
-        let claims = shared
+        // (2)
+        let (claims, audiences) = shared
             .extras
             .signer
-            .verify(token, &shared.issuer)
+            .verify_for(token, &shared.issuer, &wanted)
             .ok_or(Unauthenticated)?;
         let k = claims.get("kubernetes.io").ok_or(Unauthenticated)?;
         let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -105,6 +136,7 @@ impl Authenticator for TokenAuthenticator {
         if s(&stored, "/metadata/uid") != sa_uid {
             return Err(Unauthenticated);
         }
+        let mut extra = BTreeMap::new();
         if let Some(pod) = k.get("pod") {
             let name = s(pod, "/name").ok_or(Unauthenticated)?;
             let stored = reg.get(PODS, &ns, &name).map_err(|_| Unauthenticated)?;
@@ -113,8 +145,86 @@ impl Authenticator for TokenAuthenticator {
             {
                 return Err(Unauthenticated);
             }
+            if let Some(uid) = s(pod, "/uid") {
+                extra.insert(format!("{EXTRA}pod-name"), vec![name]);
+                extra.insert(format!("{EXTRA}pod-uid"), vec![uid]);
+            }
         }
-        Ok(User::service_account(&ns, &sa))
+        if let Some(jti) = s(&claims, "/jti") {
+            extra.insert(format!("{EXTRA}credential-id"), vec![format!("JTI={jti}")]);
+        }
+        if let Some(node) = s(k, "/node/name") {
+            extra.insert(format!("{EXTRA}node-name"), vec![node]);
+            if let Some(uid) = s(k, "/node/uid") {
+                extra.insert(format!("{EXTRA}node-uid"), vec![uid]);
+            }
+        }
+        Ok(TokenInfo {
+            user: User::service_account(&ns, &sa),
+            uid: sa_uid,
+            extra,
+            audiences,
+        })
+    }
+}
+
+impl TokenAuthenticator {
+    /// This server's API audiences: its issuer (kube-apiserver's `--api-audiences` default).
+    fn api_audiences(&self) -> Vec<String> {
+        self.server.iter().map(|s| s.issuer.clone()).collect()
+    }
+
+    /// The audiences a review checks: those asked for, else the API audiences.
+    fn audiences(&self, asked: &[String]) -> Vec<String> {
+        if asked.is_empty() {
+            self.api_audiences()
+        } else {
+            asked.to_vec()
+        }
+    }
+
+    /// What a token of an authenticator that knows no audiences is good for (upstream's
+    /// audience-agnostic wrapper): the API audiences among those asked for; none shared is
+    /// unauthenticated.
+    ///
+    /// # Errors
+    /// [`Unauthenticated`] when the audiences asked for do not include an API audience.
+    pub(crate) fn audience_agnostic(
+        &self,
+        user: User,
+        asked: &[String],
+    ) -> Result<TokenInfo, Unauthenticated> {
+        let wanted = self.audiences(asked);
+        if wanted.is_empty() {
+            return Ok(TokenInfo::plain(user, Vec::new()));
+        }
+        let shared: Vec<String> = self
+            .api_audiences()
+            .into_iter()
+            .filter(|a| wanted.contains(a))
+            .collect();
+        if shared.is_empty() {
+            return Err(Unauthenticated);
+        }
+        Ok(TokenInfo::plain(user, shared))
+    }
+}
+
+/// The prefix of the `extra` keys a service-account token carries.
+const EXTRA: &str = "authentication.kubernetes.io/";
+
+impl Authenticator for TokenAuthenticator {
+    fn authenticate(&self, headers: &Headers) -> Result<User, Unauthenticated> {
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, rest) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })
+            .filter(|t| !t.is_empty())
+            .ok_or(Unauthenticated)?;
+        self.review(token, &[]).map(|info| info.user)
     }
 }
 

@@ -65,8 +65,14 @@ impl Signer {
     }
 
     /// The claims of a token this signer issued for `issuer`, if its signature is valid, it is
-    /// within its lifetime and its audience includes the issuer (this server's API audience).
-    pub(crate) fn verify(&self, token: &str, issuer: &str) -> Option<Value> {
+    /// within its lifetime and its audience includes one of `audiences` (for a request: this
+    /// server's API audience, the issuer), with the audiences the token and `audiences` share.
+    pub(crate) fn verify_for(
+        &self,
+        token: &str,
+        issuer: &str,
+        audiences: &[String],
+    ) -> Option<(Value, Vec<String>)> {
         let mut parts = token.split('.');
         let (h, c, s) = (parts.next()?, parts.next()?, parts.next()?);
         if parts.next().is_some() {
@@ -90,16 +96,21 @@ impl Signer {
         let claims: Value = serde_json::from_slice(&dec(c)?).ok()?;
         let now = chrono::Utc::now().timestamp();
         let num = |k: &str| claims.get(k).and_then(Value::as_i64);
-        let aud_ok = match claims.get("aud")? {
-            Value::String(a) => a == issuer,
-            Value::Array(a) => a.iter().any(|x| x == issuer),
-            _ => false,
+        let token_auds: Vec<&str> = match claims.get("aud")? {
+            Value::String(a) => vec![a.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
         };
+        let shared: Vec<String> = audiences
+            .iter()
+            .filter(|a| token_auds.contains(&a.as_str()))
+            .cloned()
+            .collect();
         (claims.get("iss")? == issuer
-            && aud_ok
+            && !shared.is_empty()
             && num("exp")? > now
             && num("nbf").unwrap_or(0) <= now)
-            .then_some(claims)
+            .then_some((claims, shared))
     }
 
     /// `/openid/v1/jwks`.
@@ -128,6 +139,27 @@ impl Signer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Signer {
+        fn verify(&self, token: &str, issuer: &str) -> Option<Value> {
+            self.verify_for(token, issuer, &[issuer.to_string()])
+                .map(|(claims, _)| claims)
+        }
+    }
+
+    #[test]
+    fn a_token_verifies_for_the_audiences_it_shares_with_those_asked() {
+        let s = Signer::generate("https://iss").unwrap();
+        let exp = chrono::Utc::now().timestamp() + 600;
+        let t = s
+            .sign(&json!({"iss": "https://iss", "aud": ["a", "b"], "exp": exp}))
+            .unwrap();
+        let asked = ["b".to_string(), "c".to_string()];
+        let (_, shared) = s.verify_for(&t, "https://iss", &asked).unwrap();
+        assert_eq!(shared, ["b"]);
+        assert!(s.verify_for(&t, "https://iss", &["c".into()]).is_none());
+        assert!(s.verify(&t, "https://iss").is_none());
+    }
 
     #[test]
     fn a_signed_token_verifies_and_a_tampered_one_does_not() {

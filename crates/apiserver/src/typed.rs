@@ -24,38 +24,52 @@ use crate::status::ApiError;
 pub(crate) fn check(res: ResourceId, body: &Value) -> Result<(), ApiError> {
     let info = res.info();
     let decoded = match (info.group, info.kind) {
-        ("", "Namespace") => decode::<core::Namespace>(body),
-        ("", "Pod") => decode::<core::Pod>(body),
-        ("", "ConfigMap") => decode::<core::ConfigMap>(body),
-        ("", "Secret") => decode::<core::Secret>(body),
-        ("", "Node") => decode::<core::Node>(body),
-        ("", "Event") => decode::<core::Event>(body),
-        ("", "ServiceAccount") => decode::<core::ServiceAccount>(body),
-        ("events.k8s.io", "Event") => decode::<events::Event>(body),
-        ("coordination.k8s.io", "Lease") => decode::<coordination::Lease>(body),
+        ("", "Namespace") => decode::<core::Namespace>(body).map(drop),
+        ("", "Pod") => decode::<core::Pod>(body).map(drop),
+        ("", "ConfigMap") => decode::<core::ConfigMap>(body).map(drop),
+        ("", "Secret") => decode::<core::Secret>(body).map(drop),
+        ("", "Node") => decode::<core::Node>(body).map(drop),
+        ("", "Event") => decode::<core::Event>(body).map(drop),
+        ("", "ServiceAccount") => decode::<core::ServiceAccount>(body).map(drop),
+        ("events.k8s.io", "Event") => decode::<events::Event>(body).map(drop),
+        ("coordination.k8s.io", "Lease") => decode::<coordination::Lease>(body).map(drop),
         ("certificates.k8s.io", "ClusterTrustBundle") => {
-            decode::<certificates::ClusterTrustBundle>(body)
+            decode::<certificates::ClusterTrustBundle>(body).map(drop)
         }
         ("certificates.k8s.io", "PodCertificateRequest") => {
-            decode::<certificates::PodCertificateRequest>(body)
+            decode::<certificates::PodCertificateRequest>(body).map(drop)
         }
         _ => Ok(()),
     };
-    decoded.map_err(|e| {
-        // serde's reason quotes the offending value; a Secret's values never go into an error.
-        let why = if info.kind == "Secret" {
-            String::new()
-        } else {
-            format!(": {}", e.reason)
-        };
-        ApiError::bad_request(format!(
-            "{kind} in version \"{v}\" cannot be handled as a {kind}: json: cannot unmarshal {found} into Go struct field {kind}.{path}{why}",
-            kind = info.kind,
-            v = info.version,
-            found = e.found,
-            path = e.path,
-        ))
-    })
+    decoded.map_err(|e| cannot_handle(info.kind, info.version, &e))
+}
+
+/// Decodes `body` as `T`, a `kind` of API `version` that is answered but never stored (the
+/// review kinds).
+///
+/// # Errors
+/// 400 BadRequest with the text of [`check`].
+pub(crate) fn decode_as<T: DeserializeOwned>(
+    kind: &str,
+    version: &str,
+    body: &Value,
+) -> Result<T, ApiError> {
+    decode::<T>(body).map_err(|e| cannot_handle(kind, version, &e))
+}
+
+/// The 400 for a body that did not decode as `kind`.
+fn cannot_handle(kind: &str, version: &str, e: &DecodeFailure) -> ApiError {
+    // serde's reason quotes the offending value; a Secret's values never go into an error.
+    let why = if kind == "Secret" {
+        String::new()
+    } else {
+        format!(": {}", e.reason)
+    };
+    ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: json: cannot unmarshal {found} into Go struct field {kind}.{path}{why}",
+        found = e.found,
+        path = e.path,
+    ))
 }
 
 /// Why a body did not decode.
@@ -68,9 +82,9 @@ struct DecodeFailure {
     reason: String,
 }
 
-fn decode<T: DeserializeOwned>(body: &Value) -> Result<(), DecodeFailure> {
+fn decode<T: DeserializeOwned>(body: &Value) -> Result<T, DecodeFailure> {
     match serde_path_to_error::deserialize::<_, T>(body) {
-        Ok(_) => Ok(()),
+        Ok(t) => Ok(t),
         Err(e) => {
             let found = value_at(body, e.path()).map_or("value", json_type);
             Err(DecodeFailure {

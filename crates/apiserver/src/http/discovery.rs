@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::response::{self, Body};
 use crate::resources::Served;
+use crate::reviews::{self, REVIEWS};
 use crate::state::Shared;
 use crate::status::ApiError;
 
@@ -48,8 +49,7 @@ pub(crate) fn non_resource(
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}],
         }),
         "/apis" => {
-            let groups: Vec<Value> = served
-                .named_groups()
+            let groups: Vec<Value> = named_groups(served)
                 .into_iter()
                 .map(|(g, v)| group(g, v))
                 .collect();
@@ -59,11 +59,7 @@ pub(crate) fn non_resource(
         p => {
             let parts: Vec<&str> = p.trim_start_matches('/').split('/').collect();
             match parts.as_slice() {
-                ["apis", g] => match served
-                    .named_groups()
-                    .into_iter()
-                    .find(|(name, _)| name == g)
-                {
+                ["apis", g] => match named_groups(served).into_iter().find(|(name, _)| name == g) {
                     Some((name, v)) => {
                         let mut d = group(name, v);
                         d["kind"] = json!("APIGroup");
@@ -72,7 +68,10 @@ pub(crate) fn non_resource(
                     }
                     None => return Err(ApiError::page_not_found()),
                 },
-                ["apis", g, v] if served.iter().any(|r| r.group == *g && r.version == *v) => {
+                ["apis", g, v]
+                    if served.iter().any(|r| r.group == *g && r.version == *v)
+                        || REVIEWS.iter().any(|r| r.group == *g && r.version == *v) =>
+                {
                     resource_list(served, g, v)
                 }
                 _ => return Err(ApiError::page_not_found()),
@@ -80,6 +79,17 @@ pub(crate) fn non_resource(
         }
     };
     Ok(response::json(200, &v))
+}
+
+/// The served groups and those of the review APIs (always served), each with its version.
+fn named_groups(served: &Served) -> Vec<(&'static str, &'static str)> {
+    let mut out = served.named_groups();
+    for (g, v) in reviews::groups() {
+        if !out.iter().any(|(name, _)| *name == g) {
+            out.push((g, v));
+        }
+    }
+    out
 }
 
 fn go_arch() -> &'static str {
@@ -122,6 +132,12 @@ fn resource_list(served: &Served, g: &str, v: &str) -> Value {
             }
             list.push(e);
         }
+    }
+    for r in REVIEWS.iter().filter(|r| r.group == g && r.version == v) {
+        list.push(json!({
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+            "kind": r.kind, "verbs": ["create"],
+        }));
     }
     let gv = if g.is_empty() {
         v.to_string()

@@ -27,8 +27,8 @@ pub(crate) async fn resource(
     req: http::Request<Incoming>,
     token: CancellationToken,
 ) -> Result<http::Response<Body>, ApiError> {
-    if info.api_group == "authentication.k8s.io" && info.resource == "selfsubjectreviews" {
-        return self_subject_review(info, &req);
+    if let Some(r) = crate::reviews::find(&info.api_group, &info.api_version, &info.resource) {
+        return review(shared, info, r, req).await;
     }
     let res = shared
         .registry
@@ -47,7 +47,7 @@ pub(crate) async fn resource(
         if !r.has_subresource(sub) {
             return Err(ApiError::page_not_found());
         }
-        return subresource(shared, info, res, sub, req).await;
+        return subresource(shared, info, res, sub, req, token).await;
     }
     let ns = info.namespace.clone().unwrap_or_default();
     let name = info.name.clone().unwrap_or_default();
@@ -113,41 +113,39 @@ pub(crate) async fn resource(
     }
 }
 
-/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (`kubectl auth whoami`): the
-/// authenticated user's name and groups. Nothing is stored.
-fn self_subject_review<B>(
+/// A review (`reviews.rs`): `create` at the collection path only (in a namespace for a
+/// LocalSubjectAccessReview); nothing is stored.
+async fn review(
+    shared: &Arc<Shared>,
     info: &RequestInfo,
-    req: &http::Request<B>,
+    r: &crate::reviews::ReviewResource,
+    req: http::Request<Incoming>,
 ) -> Result<http::Response<Body>, ApiError> {
-    if info.verb != "create" || info.name.is_some() || info.namespace.is_some() {
-        return Err(ApiError::method_not_allowed());
-    }
-    if info.api_version != "v1" {
+    if info.name.is_some() || info.namespace.is_some() != r.namespaced {
         return Err(ApiError::page_not_found());
+    }
+    if info.verb != "create" {
+        return Err(ApiError::method_not_allowed());
     }
     let user = req
         .extensions()
         .get::<crate::auth::User>()
         .cloned()
         .unwrap_or_else(crate::auth::User::admin);
-    Ok(response::json(
-        201,
-        &serde_json::json!({
-            "kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"creationTimestamp": null},
-            "status": {"userInfo": {"username": user.name, "groups": user.groups}},
-        }),
-    ))
+    let body = read_json(req).await?;
+    let answer = crate::reviews::create(shared, r, info.namespace.as_deref(), &user, body)?;
+    Ok(response::json(201, &answer))
 }
 
 /// Subresource routing point: `status` is served here, `token` (TokenRequest) by
-/// `token_request.rs`.
+/// `token_request.rs`, `log` (proxied to the kubelet) by `pod_log.rs`.
 async fn subresource(
     shared: &Arc<Shared>,
     info: &RequestInfo,
     res: ResourceId,
     sub: &str,
     req: http::Request<Incoming>,
+    token: CancellationToken,
 ) -> Result<http::Response<Body>, ApiError> {
     let ns = info.namespace.clone().unwrap_or_default();
     let name = info.name.clone().unwrap_or_default();
@@ -176,6 +174,12 @@ async fn subresource(
                 201,
                 &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
+        }
+        ("log", "get") => {
+            match crate::pod_log::get(shared, &ns, &name, &info.query, token).await? {
+                crate::pod_log::LogAnswer::NoContent => Ok(response::empty(204)),
+                crate::pod_log::LogAnswer::Stream(body) => Ok(response::stream("text/plain", body)),
+            }
         }
         ("token", "create") => {
             let user = req.extensions().get::<crate::auth::User>().cloned();

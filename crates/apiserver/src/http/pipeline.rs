@@ -158,6 +158,17 @@ fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
     }
     let res = crate::resources::by_path_any(&info.api_group, &info.api_version, &info.resource)
         .map(|r| r.info());
+    if res.is_none()
+        && let Some(r) = crate::reviews::find(&info.api_group, &info.api_version, &info.resource)
+    {
+        // `tokenreviews.authentication.k8s.io is forbidden: ...`
+        return ApiError::new(
+            403,
+            "Forbidden",
+            format!("{}.{} is forbidden: {why}", r.plural, r.group),
+        )
+        .with_details(serde_json::json!({"group": r.group, "kind": r.plural}));
+    }
     ApiError::forbidden(res, info.name.as_deref().unwrap_or(""), &why)
 }
 

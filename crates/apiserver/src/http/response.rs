@@ -40,6 +40,24 @@ pub(crate) fn text(code: u16, s: &'static str) -> http::Response<Body> {
     resp
 }
 
+/// A response with `code` and no body (204 No Content).
+pub(crate) fn empty(code: u16) -> http::Response<Body> {
+    let mut resp = http::Response::new(full(Bytes::new()));
+    *resp.status_mut() =
+        http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    resp
+}
+
+/// A 200 response streaming `body` with this content type.
+pub(crate) fn stream(content_type: &'static str, body: Body) -> http::Response<Body> {
+    let mut resp = http::Response::new(body);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    resp
+}
+
 /// A `Status` error response, with `Retry-After` when the error carries one.
 pub(crate) fn error(e: &ApiError) -> http::Response<Body> {
     let mut resp = json(e.code(), &e.to_status());

@@ -15,7 +15,7 @@ fn kubectl_bin() -> String {
 }
 
 /// Fails the test, saying what to install, when kubectl cannot run.
-fn require_kubectl() {
+pub(crate) fn require_kubectl() {
     let bin = kubectl_bin();
     let ran = Command::new(&bin)
         .args(["version", "--client"])
@@ -31,7 +31,7 @@ fn require_kubectl() {
 }
 
 /// Runs kubectl with the kubeconfig; returns (success, stdout + stderr).
-fn kubectl(kc: &Path, cache: &Path, args: &[&str]) -> (bool, String) {
+pub(crate) fn kubectl(kc: &Path, cache: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new(kubectl_bin())
         .arg("--kubeconfig")
         .arg(kc)
@@ -453,4 +453,51 @@ fn the_failure_flags_are_checked_and_turn_the_failures_on() {
         answer.contains("unless the WatchList feature gate is enabled"),
         "{answer}"
     );
+}
+
+/// `kubectl auth can-i` (a SelfSubjectAccessReview) and `kubectl create -f` of a TokenReview
+/// and a SubjectAccessReview: kubectl sends these kinds in protobuf and validates them on the
+/// server.
+#[test]
+fn kubectl_asks_access_and_token_reviews() {
+    require_kubectl();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_server, kc) = start_binary(dir.path());
+    let cache = dir.path().join("cache");
+    let (ok, out) = kubectl(&kc, &cache, &["auth", "can-i", "get", "pods"]);
+    assert!(ok && out.trim() == "yes", "{out}");
+    let sar = dir.path().join("sar.yaml");
+    std::fs::write(
+        &sar,
+        "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  user: system:serviceaccount:default:default\n  groups: [system:serviceaccounts]\n  extra: {a: [b]}\n  resourceAttributes: {verb: get, resource: nodes, subresource: proxy, name: n1}\n",
+    )
+    .expect("write");
+    let path = sar.to_str().expect("utf-8");
+    let (ok, out) = kubectl(
+        &kc,
+        &cache,
+        &[
+            "create",
+            "-f",
+            path,
+            "-o",
+            "jsonpath={.status.allowed} {.spec.extra.a}",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(out, r#"false ["b"]"#);
+    let tr = dir.path().join("tr.yaml");
+    std::fs::write(
+        &tr,
+        "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec: {token: garbage}\n",
+    )
+    .expect("write");
+    let path = tr.to_str().expect("utf-8");
+    let (ok, out) = kubectl(
+        &kc,
+        &cache,
+        &["create", "-f", path, "-o", "jsonpath={.status.error}"],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(out, "invalid bearer token");
 }

@@ -1,0 +1,139 @@
+//! [`NodePods`]: what the kubelet API reads of the agent — the pods it runs, their containers'
+//! statuses, where each container instance's log file is and when an instance has ended.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nodelet_core::runtime::ContainerStatus;
+use nodelet_core::{AdmittedPod, PodDirs, PodUid};
+use nodelet_runtime::ProcessRuntime;
+use nodelet_runtime::logs::container_log_path;
+use tokio::sync::broadcast;
+
+type PodList = dyn Fn() -> Vec<AdmittedPod> + Send + Sync;
+type Statuses = dyn Fn(&PodUid) -> Vec<ContainerStatus> + Send + Sync;
+type Changes = dyn Fn() -> broadcast::Receiver<PodUid> + Send + Sync;
+
+/// The agent's pods and containers as the kubelet API serves them. Cheap to clone.
+///
+/// Pods come from a function the agent gives (its pod map, read at each request); container
+/// statuses and their changes from the process runtime. Without one (`--runtime config`), no
+/// pod has a container status, so `/containerLogs` answers as the kubelet does for a container
+/// it has no status of.
+#[derive(Clone)]
+pub(crate) struct NodePods {
+    pods: Arc<PodList>,
+    statuses: Arc<Statuses>,
+    changes: Arc<Changes>,
+    dirs: PodDirs,
+}
+
+impl std::fmt::Debug for NodePods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodePods")
+            .field("root", &self.dirs.root())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodePods {
+    /// The pods `pods` lists, with the containers of `runtime` (none without one); log files
+    /// under `root_dir` (`PodDirs::pod_logs`).
+    pub(crate) fn new(
+        root_dir: &Path,
+        pods: impl Fn() -> Vec<AdmittedPod> + Send + Sync + 'static,
+        runtime: Option<ProcessRuntime>,
+    ) -> Self {
+        match runtime {
+            Some(runtime) => {
+                let changes = runtime.clone();
+                Self::from_parts(
+                    root_dir,
+                    pods,
+                    move |uid| runtime.statuses(uid),
+                    move || changes.changes(),
+                )
+            }
+            None => Self::from_parts(root_dir, pods, |_| Vec::new(), || broadcast::channel(1).1),
+        }
+    }
+
+    /// The pods `pods` lists; container statuses from `statuses`, which must announce every
+    /// change of a pod's statuses on the receivers `changes` makes (as
+    /// `ProcessRuntime::changes` does).
+    pub(crate) fn from_parts(
+        root_dir: &Path,
+        pods: impl Fn() -> Vec<AdmittedPod> + Send + Sync + 'static,
+        statuses: impl Fn(&PodUid) -> Vec<ContainerStatus> + Send + Sync + 'static,
+        changes: impl Fn() -> broadcast::Receiver<PodUid> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            pods: Arc::new(pods),
+            statuses: Arc::new(statuses),
+            changes: Arc::new(changes),
+            dirs: PodDirs::new(root_dir),
+        }
+    }
+
+    /// Every pod the agent runs (`/pods`).
+    pub(crate) fn pods(&self) -> Vec<AdmittedPod> {
+        (self.pods)()
+    }
+
+    /// The pod `namespace/name`, if the agent runs it.
+    pub(crate) fn find(&self, namespace: &str, name: &str) -> Option<AdmittedPod> {
+        self.pods()
+            .into_iter()
+            .find(|p| p.namespace() == namespace && p.name() == name)
+    }
+
+    /// The runtime's statuses of `uid`'s containers (empty when it has none).
+    pub(crate) fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        (self.statuses)(uid)
+    }
+
+    /// The current log file of instance `restart_count` of `container` of `pod`.
+    pub(crate) fn log_path(
+        &self,
+        pod: &AdmittedPod,
+        container: &str,
+        restart_count: u32,
+    ) -> PathBuf {
+        let dir = self.dirs.pod_logs(pod.namespace(), pod.name(), pod.uid());
+        container_log_path(&dir, container, restart_count)
+    }
+
+    /// Resolves once instance `restart_count` of `container` of pod `uid` is over and its log
+    /// complete: the container shows a later instance, or this one not running, or no status
+    /// at all (the pod was removed). The runtime records an end only after the instance's
+    /// output was copied to its log file, so a reader that reads to the end after this
+    /// resolved has every line.
+    ///
+    /// Subscribes to the changes before returning, so no change after this call is missed.
+    pub(crate) fn instance_ended(
+        &self,
+        uid: PodUid,
+        container: String,
+        restart_count: u32,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let mut changes = (self.changes)();
+        let statuses = self.statuses.clone();
+        async move {
+            loop {
+                let over = statuses(&uid)
+                    .iter()
+                    .find(|s| s.name == container)
+                    .is_none_or(|s| s.restart_count != restart_count || !s.is_running());
+                if over {
+                    return;
+                }
+                match changes.recv().await {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    // The runtime is gone: nothing will run any more.
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    }
+}
