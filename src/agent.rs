@@ -210,13 +210,8 @@ impl Agent {
         });
         // The kubelet's API (logs through the API server), before the Node publishes its port.
         let mut node_config = config.clone();
-        let kubelet_addr = if config.kubelet_port == 0 {
-            None
-        } else {
-            let mut api = crate::kubelet_api::KubeletApiConfig::new(
-                SocketAddr::new(config.kubelet_address, config.kubelet_port),
-                &config.node_name,
-            );
+        let kubelet_addr = if let Some(listen) = config.kubelet_listen {
+            let mut api = crate::kubelet_api::KubeletApiConfig::new(listen, &config.node_name);
             api.tls_cert_file = config.tls_cert_file.clone();
             api.tls_private_key_file = config.tls_private_key_file.clone();
             api.client_ca_file = config.client_ca_file.clone();
@@ -237,6 +232,8 @@ impl Agent {
                     .context("starting the kubelet API (--kubelet-port)")?;
             node_config.kubelet_advertised_port = Some(bound.port());
             Some(bound)
+        } else {
+            None
         };
         tracker.spawn(
             pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())

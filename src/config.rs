@@ -83,11 +83,10 @@ pub struct AgentConfig {
     /// The port published as the Node's `daemonEndpoints.kubeletEndpoint.Port` (set by the
     /// agent once its kubelet API listens).
     pub kubelet_advertised_port: Option<u16>,
-    /// The kubelet API's address (KubeletConfiguration `address`; default 0.0.0.0).
-    pub kubelet_address: std::net::IpAddr,
-    /// The kubelet API's port (`--kubelet-port`, KubeletConfiguration `port`; 0: not served).
-    /// [`AgentConfig::new`] leaves it off; the command line's default is 10250.
-    pub kubelet_port: u16,
+    /// Where the kubelet API listens (`--kubelet-port` and KubeletConfiguration `address` /
+    /// `port`; port 0 here: any free port). `None`: not served. [`AgentConfig::new`] leaves it
+    /// off; the command line's default is `0.0.0.0:10250` (`--kubelet-port 0` turns it off).
+    pub kubelet_listen: Option<SocketAddr>,
     /// The kubelet API's serving certificate and key (`--tls-cert-file`,
     /// `--tls-private-key-file`); none: a self-signed one made at start.
     pub tls_cert_file: Option<PathBuf>,
@@ -217,8 +216,7 @@ impl AgentConfig {
             crash_backoff: nodelet_runtime::Backoff::default(),
             register_with_taints: None,
             kubelet_advertised_port: None,
-            kubelet_address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            kubelet_port: 0,
+            kubelet_listen: None,
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
@@ -606,15 +604,18 @@ impl Cli {
         }
         agent.allow_root_containers =
             self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
-        agent.kubelet_port = self
+        let kubelet_port = self
             .kubelet_port
             .or(file.port)
             .unwrap_or(crate::kubelet_api::DEFAULT_PORT);
-        if let Some(address) = &file.address {
-            agent.kubelet_address = address
+        let kubelet_address = match &file.address {
+            Some(address) => address
                 .parse()
-                .map_err(|e| invalid("address", format!("{address:?}: {e}")))?;
-        }
+                .map_err(|e| invalid("address", format!("{address:?}: {e}")))?,
+            None => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        };
+        agent.kubelet_listen =
+            (kubelet_port != 0).then(|| SocketAddr::new(kubelet_address, kubelet_port));
         agent.tls_cert_file = self.tls_cert_file.clone().or(file.tls_cert_file);
         agent.tls_private_key_file = self
             .tls_private_key_file
