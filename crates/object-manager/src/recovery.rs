@@ -245,9 +245,12 @@ mod tests {
         let (recovered, probing, woke) = waiter.await.unwrap_or((false, true, signalled));
         assert!(recovered);
         assert!(!probing);
+        // Below the 100 ms spread, plus the timer wheel's 1 ms rounding (a delay of 99.6 ms
+        // fires at 100 ms: seen once in a full run).
         assert!(
-            woke - signalled < Duration::from_millis(100),
-            "within the spread"
+            woke - signalled <= Duration::from_millis(101),
+            "within the spread: {:?}",
+            woke - signalled
         );
     }
 
