@@ -300,10 +300,16 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_lowercase())
         .unwrap_or_default();
+    // It must also lead to the kubelet API: a listener on one address (127.0.0.1) is reached
+    // through the host name only if the name resolves to that address.
+    let reachable = |ip: std::net::IpAddr| match config.kubelet_listen {
+        Some(listen) if !listen.ip().is_unspecified() => listen.ip() == ip,
+        _ => true,
+    };
     if !hostname.is_empty()
         && tokio::net::lookup_host((hostname.as_str(), 0))
             .await
-            .is_ok_and(|mut a| a.next().is_some())
+            .is_ok_and(|mut a| a.any(|addr| reachable(addr.ip())))
     {
         addresses.push(json!({"type": "Hostname", "address": hostname}));
     }

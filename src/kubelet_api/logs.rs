@@ -99,7 +99,7 @@ pub(super) async fn container_logs(
         );
     }
     // (4)
-    let statuses = state.pods.statuses(pod.uid());
+    let statuses = state.pods.statuses_of(&pod);
     let restart_count = match instance(pod.name(), &container, &statuses, options.previous) {
         Ok(n) => n,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),

@@ -93,6 +93,18 @@ impl NodePods {
         (self.statuses)(uid)
     }
 
+    /// The statuses of `pod`'s containers: the runtime's, else what the pod's API status says
+    /// (as the kubelet reads it; the runtime forgets a pod when the agent restarts).
+    pub(crate) fn statuses_of(&self, pod: &AdmittedPod) -> Vec<ContainerStatus> {
+        let mut statuses = self.statuses(pod.uid());
+        for s in api_statuses(pod) {
+            if !statuses.iter().any(|x| x.name == s.name) {
+                statuses.push(s);
+            }
+        }
+        statuses
+    }
+
     /// The current log file of instance `restart_count` of `container` of `pod`.
     pub(crate) fn log_path(
         &self,
@@ -136,4 +148,58 @@ impl NodePods {
             }
         }
     }
+}
+
+/// `pod`'s `status.initContainerStatuses` and `containerStatuses` as runtime statuses (times
+/// are not needed to pick a log file, and left at the epoch).
+fn api_statuses(pod: &AdmittedPod) -> Vec<ContainerStatus> {
+    use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus as Api};
+    use nodelet_core::runtime::{ContainerState, Termination};
+    let termination = |t: &ContainerStateTerminated| Termination {
+        exit_code: t.exit_code,
+        signal: t.signal,
+        reason: t.reason.clone().unwrap_or_default(),
+        message: t.message.clone(),
+        started_at: std::time::SystemTime::UNIX_EPOCH,
+        finished_at: std::time::SystemTime::UNIX_EPOCH,
+    };
+    let convert = |s: &Api| {
+        let state = s.state.as_ref();
+        let state = if let Some(t) = state.and_then(|st| st.terminated.as_ref()) {
+            ContainerState::Terminated(termination(t))
+        } else if state.and_then(|st| st.running.as_ref()).is_some() {
+            ContainerState::Running {
+                started_at: std::time::SystemTime::UNIX_EPOCH,
+            }
+        } else {
+            let waiting = state.and_then(|st| st.waiting.as_ref());
+            ContainerState::Waiting {
+                reason: waiting
+                    .and_then(|w| w.reason.clone())
+                    .unwrap_or_else(|| "ContainerCreating".to_owned()),
+                message: waiting.and_then(|w| w.message.clone()),
+            }
+        };
+        ContainerStatus {
+            name: s.name.clone(),
+            state,
+            last_state: s
+                .last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .map(termination),
+            restart_count: u32::try_from(s.restart_count).unwrap_or(0),
+            container_id: s.container_id.clone().unwrap_or_default(),
+        }
+    };
+    pod.status
+        .iter()
+        .flat_map(|st| {
+            st.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(st.container_statuses.iter().flatten())
+        })
+        .map(convert)
+        .collect()
 }

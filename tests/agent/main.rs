@@ -51,5 +51,9 @@ mod trust_bundles;
 // logs, status, events, restarts, deletion, users and mounts, nothing left on the host, and
 // the binary killed hard and started again.
 mod process_runtime;
+// The kubelet API (process runtime, needs root): the Node names it, `pods/log` and `kubectl
+// logs` reach it through the API server (tail, timestamps, follow, previous), and only the
+// cluster CA's authorized users get in.
+mod kubelet_api;
 // Starting an API server and an agent for one test.
 mod support;

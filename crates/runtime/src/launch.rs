@@ -190,7 +190,10 @@ pub(crate) async fn start(
         }
     });
     // (5)
+    // Biased: a program that ends at once leaves both branches ready; its init connected
+    // first, so the socket's answer is the one that counts.
     let report = tokio::select! {
+        biased;
         accepted = listener.accept() => match accepted {
             Ok((mut stream, _)) => {
                 let mut text = String::new();

@@ -330,13 +330,18 @@ impl ProcessRuntime {
     }
 
     /// Forgets `pod`: kills what still runs, removes its runtime directories and, with
-    /// `remove_logs` (the pod was deleted), its log files. Idempotent.
+    /// `remove_logs` (the pod was deleted), its statuses and log files. Idempotent.
     ///
     /// # Errors
     /// [`Error`] when a container would not stop or a directory would not go.
     pub async fn remove_pod(&self, pod: &AdmittedPod, remove_logs: bool) -> Result<(), Error> {
         self.kill_pod(pod, Duration::ZERO).await?;
-        self.inner.pods.lock().remove(pod.uid());
+        if remove_logs {
+            self.inner.pods.lock().remove(pod.uid());
+        }
+        // Else the pod finished on its own: its containers' statuses stay (the kubelet keeps
+        // dead containers until their pod is deleted), for `kubectl logs`, until
+        // `remove_logs_except` finds the pod gone.
         let containers = self.inner.dirs.containers(pod.uid());
         remove_tree(&containers)?;
         if remove_logs {
@@ -350,8 +355,10 @@ impl ProcessRuntime {
         Ok(())
     }
 
-    /// Removes the log directories of pods not in `known` (pods deleted after they finished).
+    /// Forgets the pods not in `known` (pods deleted after they finished): their container
+    /// statuses and their log directories.
     pub fn remove_logs_except(&self, known: &HashSet<PodUid>) {
+        self.inner.pods.lock().retain(|uid, _| known.contains(uid));
         let Ok(entries) = fs::read_dir(self.inner.dirs.logs()) else {
             return;
         };
