@@ -37,7 +37,8 @@ pub(crate) struct Established {
     /// unlimited, updated whenever the connection is polled; 1 for HTTP/1.1.
     pub(crate) max_streams: Arc<AtomicUsize>,
     /// Set when the server sent GOAWAY (HTTP/2), or when the pool found a stream refused on
-    /// it: streams already open finish, no new request is placed on it.
+    /// it or a request it could not write to it: streams already open finish, no new request
+    /// is placed on it.
     pub(crate) draining: Arc<AtomicBool>,
 }
 

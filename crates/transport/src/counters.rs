@@ -26,6 +26,7 @@ struct State {
     /// Indexed by [`Verb::index`].
     requests: [AtomicU64; Verb::COUNT],
     retried_refused: AtomicU64,
+    retried_unsent: AtomicU64,
     retried_throttled: AtomicU64,
     open_http1: AtomicUsize,
     open_http2: AtomicUsize,
@@ -78,6 +79,9 @@ pub struct RetryCounts {
     /// Requests the server refused without processing them (GOAWAY, `REFUSED_STREAM`), sent
     /// again on another connection.
     pub refused: u64,
+    /// Requests sent again on another connection because theirs closed before they were
+    /// written to it (never sent, so never processed).
+    pub unsent: u64,
     /// Requests answered 429/503/504 with `Retry-After`, sent again after that delay.
     pub throttled: u64,
 }
@@ -124,6 +128,7 @@ impl Counters {
     pub fn retries(&self) -> RetryCounts {
         RetryCounts {
             refused: self.inner.retried_refused.load(Ordering::Relaxed),
+            unsent: self.inner.retried_unsent.load(Ordering::Relaxed),
             throttled: self.inner.retried_throttled.load(Ordering::Relaxed),
         }
     }
@@ -142,6 +147,10 @@ impl Counters {
 
     pub(crate) fn count_refused_retry(&self) {
         self.inner.retried_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_unsent_retry(&self) {
+        self.inner.retried_unsent.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_throttled_retry(&self) {
@@ -275,10 +284,13 @@ mod tests {
         let b = Counters::new();
         a.clone().count_refused_retry();
         a.count_throttled_retry();
+        a.count_unsent_retry();
+        a.count_unsent_retry();
         assert_eq!(
             a.retries(),
             RetryCounts {
                 refused: 1,
+                unsent: 2,
                 throttled: 1
             }
         );

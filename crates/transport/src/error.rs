@@ -60,6 +60,19 @@ pub enum TransportError {
         #[source]
         source: hyper::Error,
     },
+    /// Every connection the request was handed to closed before it was written: the
+    /// connections were lost, the request was not sent (so it was not processed either).
+    #[error(
+        "the request was not sent: each connection to the API server it was handed to \
+         ({connections}) closed before it was written"
+    )]
+    NotSent {
+        /// How many connections closed under the request.
+        connections: u32,
+        /// hyper's error for the last of them.
+        #[source]
+        source: hyper::Error,
+    },
     /// No response (head) within the config's `read_timeout`.
     #[error("no response from the API server within {timeout:?}")]
     ReadTimeout {

@@ -31,11 +31,14 @@
 //! 5. counts each stream until its response body ends or is dropped, and closes connections that
 //!    stayed empty for [`TransportConfig::idle_timeout`];
 //! 6. stops placing requests on a connection whose server sent GOAWAY (streams already open on
-//!    it, watches included, run until they end), and sends a request the server refused
-//!    without processing it — its stream above a graceful GOAWAY's last stream, reset with
-//!    `REFUSED_STREAM`, or never handed to a connection that closed — again on another
-//!    connection (up to 8 times), as Go's HTTP/2 client does; a request the server may have
-//!    processed is never sent twice;
+//!    it, watches included, run until they end), and sends a request again on another
+//!    connection, as Go's HTTP/2 client does, when it is known not to have been processed:
+//!    one never written to its connection (hyper hands it back: the connection closed while
+//!    it was queued) always, whatever it is and spending no retry budget, a server that
+//!    closes every connection at once being bounded by 32 connections lost under one request
+//!    ([`TransportError::NotSent`]); one the server refused — its stream above a graceful
+//!    GOAWAY's last stream, or reset with `REFUSED_STREAM` — up to 8 times. A request the
+//!    server may have processed is never sent twice;
 //! 7. sends a request answered 429, 503 or 504 with `Retry-After` again after that delay
 //!    (capped at 10 s, at most 10 times, as client-go), in place of kube's default retry policy
 //!    (when the `kube::Config` has `default_retry`); answers without `Retry-After` go back to
@@ -96,6 +99,7 @@ mod connect;
 mod counters;
 mod error;
 mod pool;
+mod replay;
 mod retry;
 mod slot;
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
 use kube::client::Body;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -21,6 +22,7 @@ use crate::config::{Negotiated, TransportConfig};
 use crate::connect::{Connector, Established, Sender};
 use crate::counters::{ConnectionCounts, Counters};
 use crate::error::{BoxError, SharedFailure, TransportError};
+use crate::replay::{Failure, REFUSED_RETRIES, Retries, clone_request};
 use crate::slot::{SlotOwner, StreamSlot};
 
 impl SlotOwner for Pool {
@@ -34,13 +36,6 @@ impl SlotOwner for Pool {
         }
     }
 }
-
-/// How many times a request the server refused unprocessed is sent again, each time on a
-/// connection that has not sent GOAWAY. Once is enough against a server that sends GOAWAY on
-/// a small fraction of its responses; a few more cover a server that sends it on every
-/// response while many requests are in flight (each new connection may be told to go away
-/// before this request reaches it). Go's client retries such requests without a bound.
-const UNPROCESSED_RETRIES: u32 = 8;
 
 /// What a request is, for placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,8 +78,11 @@ pub(crate) struct Pool {
     /// one new connection instead of each opening their own (3).
     opening: [tokio::sync::Mutex<()>; 2],
     reaper_started: AtomicBool,
-    /// This transport's counters (refused requests sent again are counted here).
+    /// This transport's counters (requests sent again are counted here).
     counters: Counters,
+    /// How many times one request the server refused unprocessed is sent again
+    /// ([`REFUSED_RETRIES`]; tests lower it).
+    refused_retries: u32,
 }
 
 impl Entry {
@@ -106,7 +104,8 @@ impl Entry {
         self.conn.closed.load(Ordering::Acquire)
     }
 
-    /// The server sent GOAWAY (or refused a stream): no new request goes here.
+    /// The server sent GOAWAY (or refused a stream, or the connection closed under a request
+    /// not yet written): no new request goes here.
     fn is_draining(&self) -> bool {
         self.conn.draining.load(Ordering::Acquire)
     }
@@ -160,17 +159,13 @@ impl Pool {
             opening: [tokio::sync::Mutex::new(()), tokio::sync::Mutex::new(())],
             reaper_started: AtomicBool::new(false),
             counters,
+            refused_retries: REFUSED_RETRIES,
         })
     }
 
     fn slot(self: &Arc<Self>, id: u64) -> StreamSlot {
         let owner: Weak<dyn SlotOwner> = Arc::downgrade(self) as Weak<Pool>;
         StreamSlot::new(owner, id)
-    }
-
-    /// Forgets a connection found unusable.
-    fn discard(&self, id: u64) {
-        self.state.lock().entries.retain(|e| e.id != id);
     }
 
     /// A connection with room for one more request of `class`, opening one if needed (2)–(4).
@@ -310,28 +305,54 @@ impl Pool {
         counts
     }
 
-    /// Sends one request on a connection chosen by [`Pool::acquire`]; a request the server
-    /// refused without processing it (its stream above a GOAWAY's last stream, a
-    /// `REFUSED_STREAM` reset, or never handed to a connection that closed) is sent again on
-    /// another connection, up to [`UNPROCESSED_RETRIES`] times (module docs, (6)).
+    /// Sends one request on a connection chosen by [`Pool::acquire`] (module docs, (6)):
+    /// - a request never written to its connection (hyper handed it back: the connection
+    ///   closed first) is sent again on another connection, whatever it is, without spending
+    ///   the retry budget, as long as fewer than
+    ///   [`UNSENT_RETRIES`](crate::replay::UNSENT_RETRIES) connections closed under it;
+    /// - a request the server refused without processing it (its stream above a GOAWAY's
+    ///   last stream, or a `REFUSED_STREAM` reset) is sent again on another connection, up to
+    ///   [`REFUSED_RETRIES`] times;
+    /// - any other failure goes back to the caller: the request may have been processed.
     async fn send(self: Arc<Self>, req: Request<Body>) -> Result<Response<TrackedBody>, BoxError> {
         let mut req = req;
-        let mut retries = 0;
+        let mut retries = Retries::new(self.refused_retries);
         loop {
             let again = clone_request(&req);
-            match self.clone().send_once(req).await {
-                Err(Sent::Unprocessed { error, conn }) => {
+            let (failure, conn) = match self.clone().send_once(req).await {
+                Ok(response) => return Ok(response),
+                Err(Sent::Failed(error)) => return Err(error.into()),
+                Err(Sent::Http { failure, conn }) => (failure, conn),
+            };
+            req = match failure {
+                // The connection closed before the request was written: another one.
+                Failure::Unsent { request, error } => {
                     self.set_draining(conn);
-                    let Some(next) = again.filter(|_| retries < UNPROCESSED_RETRIES) else {
-                        return Err(error.into());
+                    let next = request.map(|r| *r).or(again);
+                    let Some(next) = next.filter(|_| retries.after_unsent()) else {
+                        return Err(TransportError::NotSent {
+                            connections: retries.connections_lost() + 1,
+                            source: error,
+                        }
+                        .into());
                     };
-                    retries += 1;
-                    self.counters.count_refused_retry();
-                    tracing::debug!(%error, retries, "request refused unprocessed; sending it on another connection");
-                    req = next;
+                    self.counters.count_unsent_retry();
+                    tracing::debug!(%error, lost = retries.connections_lost(), "connection closed before the request was written; sending it on another connection");
+                    next
                 }
-                other => return other.map_err(Sent::into_error),
-            }
+                Failure::Refused { error } => {
+                    self.set_draining(conn);
+                    let Some(next) = again.filter(|_| retries.after_refusal()) else {
+                        return Err(TransportError::Http { source: error }.into());
+                    };
+                    self.counters.count_refused_retry();
+                    tracing::debug!(%error, "request refused unprocessed; sending it on another connection");
+                    next
+                }
+                Failure::Failed { error } => {
+                    return Err(TransportError::Http { source: error }.into());
+                }
+            };
         }
     }
 
@@ -342,6 +363,7 @@ impl Pool {
         }
     }
 
+    /// Sends `req` once, on a connection [`Pool::acquire`] chose.
     async fn send_once(
         self: Arc<Self>,
         mut req: Request<Body>,
@@ -351,42 +373,34 @@ impl Pool {
         } else {
             Class::Short
         };
-        let http = |source| TransportError::Http { source };
+        let (conn, slot) = self.acquire(class).await.map_err(Sent::Failed)?;
         // A connection can close between being chosen and being used (the server went away,
-        // an HTTP/1.1 body was dropped): the request is not sent yet, so choose again.
-        let mut attempts = 0;
-        let (response, slot) = loop {
-            attempts += 1;
-            let (conn, slot) = self.acquire(class).await.map_err(Sent::Failed)?;
-            let response: Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>> =
-                match &conn.sender {
-                    Sender::Http2(sender) => {
-                        let mut sender = sender.clone();
-                        match sender.ready().await {
-                            Ok(()) => Box::pin(sender.send_request(req)),
-                            Err(_) if attempts < 3 => {
-                                self.discard(slot.id());
-                                continue;
-                            }
-                            Err(e) => return Err(Sent::Failed(http(e))),
-                        }
-                    }
-                    Sender::Http1(sender) => {
-                        let mut sender = sender.lock().await;
-                        match sender.ready().await {
-                            Ok(()) => {
-                                origin_form(&mut req);
-                                Box::pin(sender.send_request(req))
-                            }
-                            Err(_) if attempts < 3 => {
-                                self.discard(slot.id());
-                                continue;
-                            }
-                            Err(e) => return Err(Sent::Failed(http(e))),
-                        }
-                    }
-                };
-            break (response, slot);
+        // an HTTP/1.1 body was dropped): the request is not written yet.
+        let unsent = |request, error| Sent::Http {
+            failure: Failure::Unsent {
+                request: Some(Box::new(request)),
+                error,
+            },
+            conn: slot.id(),
+        };
+        // HTTP/1.1 wants the origin form; a request handed back gets its URI back.
+        let uri = req.uri().clone();
+        let response: Pin<Box<dyn Future<Output = Sending> + Send>> = match &conn.sender {
+            Sender::Http2(sender) => {
+                let mut sender = sender.clone();
+                if let Err(error) = sender.ready().await {
+                    return Err(unsent(req, error));
+                }
+                Box::pin(sender.try_send_request(req))
+            }
+            Sender::Http1(sender) => {
+                let mut sender = sender.lock().await;
+                if let Err(error) = sender.ready().await {
+                    return Err(unsent(req, error));
+                }
+                origin_form(&mut req);
+                Box::pin(sender.try_send_request(req))
+            }
         };
         let response = match self.read_timeout {
             Some(timeout) => tokio::time::timeout(timeout, response)
@@ -396,13 +410,20 @@ impl Pool {
         };
         let response = match response {
             Ok(response) => response,
-            Err(e) if unprocessed(&e) => {
-                return Err(Sent::Unprocessed {
+            Err(error) => {
+                let mut failure = Failure::of(error);
+                if let Failure::Unsent {
+                    request: Some(request),
+                    ..
+                } = &mut failure
+                {
+                    *request.uri_mut() = uri;
+                }
+                return Err(Sent::Http {
+                    failure,
                     conn: slot.id(),
-                    error: http(e),
                 });
             }
-            Err(e) => return Err(Sent::Failed(http(e))),
         };
         tracing::Span::current().record("http.status_code", response.status().as_u16());
         let read_timeout = self.read_timeout;
@@ -410,61 +431,16 @@ impl Pool {
     }
 }
 
+/// A request in hyper's hands: its response, or why it failed (with the request, when hyper
+/// never wrote it).
+type Sending = Result<Response<Incoming>, TrySendError<Request<Body>>>;
+
 /// How one attempt to send a request failed.
 enum Sent {
-    /// The server did not process it: it may be sent again.
-    Unprocessed {
-        error: TransportError,
-        /// The connection that refused it.
-        conn: u64,
-    },
-    /// Anything else: reported.
+    /// hyper failed it on connection `conn`; [`Failure`] says whether it may be sent again.
+    Http { failure: Failure, conn: u64 },
+    /// No connection, or no answer in time: reported.
     Failed(TransportError),
-}
-
-impl Sent {
-    fn into_error(self) -> BoxError {
-        match self {
-            Sent::Unprocessed { error, .. } | Sent::Failed(error) => error.into(),
-        }
-    }
-}
-
-/// Whether a failed request is known not to have been processed by the server: its stream was
-/// above the last stream of a graceful GOAWAY the server sent, the server reset it with
-/// `REFUSED_STREAM`, or hyper never handed it to the connection (RFC 9113 §8.7: such requests
-/// may be retried whatever their method).
-fn unprocessed(error: &hyper::Error) -> bool {
-    if error.is_canceled() {
-        return true;
-    }
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            // A graceful GOAWAY fails only the streams above its last stream; one with an error
-            // code may end processed streams too, so only NO_ERROR counts.
-            return h2.is_remote()
-                && match h2.reason() {
-                    Some(h2::Reason::NO_ERROR) => h2.is_go_away(),
-                    Some(h2::Reason::REFUSED_STREAM) => h2.is_reset(),
-                    _ => false,
-                };
-        }
-        source = e.source();
-    }
-    false
-}
-
-/// A copy of `req` to send again, when its body can be replayed (kube's bodies are bytes).
-pub(crate) fn clone_request(req: &Request<Body>) -> Option<Request<Body>> {
-    let body = req.body().try_clone()?;
-    let mut copy = Request::new(body);
-    *copy.method_mut() = req.method().clone();
-    *copy.uri_mut() = req.uri().clone();
-    *copy.version_mut() = req.version();
-    *copy.headers_mut() = req.headers().clone();
-    *copy.extensions_mut() = req.extensions().clone();
-    Some(copy)
 }
 
 /// HTTP/1.1 wants `/path?query` and a `Host` header; kube's base-URI layer made the URI
@@ -563,7 +539,160 @@ impl Transport {
 
 #[cfg(test)]
 mod tests {
-    use super::watch_limit;
+    use super::*;
+    use crate::config::Protocol;
+    use std::net::SocketAddr;
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::Notify;
+
+    /// Bounds every wait of these tests (nothing here is timed).
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    /// An HTTP/2 server (prior knowledge) that allows one stream per connection: `/hold` is
+    /// never answered (`held` is notified when one arrives), any other path is answered at
+    /// once. Returns its address and the paths it received.
+    async fn one_stream_server(held: Arc<Notify>) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("local addr: {e}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen_by_server = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (held, seen) = (held.clone(), seen_by_server.clone());
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let path = req.uri().path().to_owned();
+                    seen.lock().push(path.clone());
+                    let held = held.clone();
+                    async move {
+                        if path == "/hold" {
+                            held.notify_one();
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, std::convert::Infallible>(Response::new(String::from("ok")))
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .max_concurrent_streams(1)
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service),
+                );
+            }
+        });
+        (addr, seen)
+    }
+
+    /// A TCP relay to `upstream` that cuts the first connection it accepts, both ways and
+    /// forwarding nothing more, when `cut` is notified; later connections pass.
+    async fn cutting_relay(upstream: SocketAddr, cut: Arc<Notify>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("local addr: {e}"));
+        tokio::spawn(async move {
+            let mut first = true;
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let cut = std::mem::take(&mut first).then(|| cut.clone());
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let relay = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                    match cut {
+                        Some(cut) => tokio::select! {
+                            _ = relay => {}
+                            () = cut.notified() => {}
+                        },
+                        None => {
+                            let _ = relay.await;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// A pool speaking HTTP/2 to `addr` that sends a refused request again `refused_retries`
+    /// times.
+    fn pool_to(addr: SocketAddr, refused_retries: u32) -> Arc<Pool> {
+        let url = format!("http://{addr}")
+            .parse()
+            .unwrap_or_else(|e| panic!("url: {e}"));
+        let transport = TransportConfig::new(Protocol::Http2);
+        let counters = Counters::new();
+        let connector = Connector::new(&kube::Config::new(url), &transport, counters.clone())
+            .unwrap_or_else(|e| panic!("connector: {e}"));
+        let mut pool = Pool::new(connector, transport, None, counters);
+        let fresh = Arc::get_mut(&mut pool).map(|p| p.refused_retries = refused_retries);
+        assert!(fresh.is_some(), "the pool is shared already");
+        pool
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> Request<Body> {
+        Request::get(format!("http://{addr}{path}"))
+            .body(Body::empty())
+            .unwrap_or_else(|e| panic!("request: {e}"))
+    }
+
+    /// Polls `fut` once; whether it is still pending.
+    async fn poll_once<F: Future + Unpin>(fut: &mut F) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *fut).poll(cx).is_pending())).await
+    }
+
+    // Regression (`a_goaway_after_every_response_fails_no_request_of_a_busy_client`, 3 of 500
+    // under load: `hyper::Error(Canceled, "connection closed")`): a request still in hyper's
+    // queue when its connection closed was never written, yet it spent the retry budget for
+    // refused requests, and failed once that was spent. hyper hands such a request back; it is
+    // sent again on another connection, with no retry budget at all.
+    #[tokio::test]
+    async fn a_request_whose_connection_closed_before_it_was_written_is_sent_again_with_no_retry_budget()
+     {
+        let held = Arc::new(Notify::new());
+        let (server, seen) = one_stream_server(held.clone()).await;
+        let cut = Arc::new(Notify::new());
+        let relay = cutting_relay(server, cut.clone()).await;
+        let pool = pool_to(relay, 0);
+
+        // The first connection's only stream is taken by a request the server never answers.
+        let hold = tokio::spawn(pool.clone().send(get(relay, "/hold")));
+        tokio::time::timeout(PATIENCE, held.notified())
+            .await
+            .unwrap_or_else(|_| panic!("/hold never reached the server"));
+        // Two more requests on that connection wait for a stream in hyper: the first as a
+        // stream h2 has not opened, the second in hyper's queue behind it, not handed to h2.
+        let mut blocked = Box::pin(pool.clone().send(get(relay, "/ok")));
+        let mut queued = Box::pin(pool.clone().send(get(relay, "/ok")));
+        assert!(poll_once(&mut blocked).await);
+        assert!(poll_once(&mut queued).await);
+        // The connection is lost before either was written.
+        cut.notify_one();
+
+        let answer = tokio::time::timeout(PATIENCE, queued)
+            .await
+            .unwrap_or_else(|_| panic!("the queued request never finished"));
+        assert_eq!(
+            answer.map(|r| r.status()).map_err(|e| e.to_string()),
+            Ok(http::StatusCode::OK)
+        );
+        let retries = pool.counters.retries();
+        assert!(retries.unsent >= 1, "{retries:?}");
+        assert_eq!(retries.refused, 0, "{retries:?}");
+        // The request that was written may have been processed: it fails, and is not sent twice.
+        let hold = tokio::time::timeout(PATIENCE, hold)
+            .await
+            .unwrap_or_else(|_| panic!("/hold never finished"));
+        let hold = hold.map(|sent| sent.map(|r| r.status()).map_err(|e| e.to_string()));
+        assert!(matches!(hold, Ok(Err(_))), "{hold:?}");
+        let seen = seen.lock().clone();
+        assert_eq!(seen.iter().filter(|p| *p == "/hold").count(), 1, "{seen:?}");
+        drop(blocked);
+    }
 
     #[test]
     fn watch_limit_keeps_five_percent_headroom_below_the_server_and_the_cap() {

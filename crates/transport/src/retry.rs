@@ -77,7 +77,7 @@ impl<B, E> tower::retry::Policy<Request<Body>, Response<B>, E> for ThrottleRetry
     }
 
     fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
-        crate::pool::clone_request(req)
+        crate::replay::clone_request(req)
     }
 }
 
