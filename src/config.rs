@@ -332,7 +332,8 @@ pub struct Cli {
     #[arg(long, value_name = "TAINTS")]
     pub register_with_taints: Option<String>,
     /// The kubelet API's port (TLS; `kubectl logs` reaches containers through it); 0 turns it
-    /// off. Default 10250 (overrides the config file's `port`).
+    /// off. Default 10250; with --manifests a free loopback port (overrides the config file's
+    /// `port`).
     #[arg(long, value_name = "PORT")]
     pub kubelet_port: Option<u16>,
     /// The kubelet API's serving certificate (PEM); with --tls-private-key-file. Default: a
@@ -604,18 +605,26 @@ impl Cli {
         }
         agent.allow_root_containers =
             self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
-        let kubelet_port = self
-            .kubelet_port
-            .or(file.port)
-            .unwrap_or(crate::kubelet_api::DEFAULT_PORT);
         let kubelet_address = match &file.address {
             Some(address) => address
                 .parse()
                 .map_err(|e| invalid("address", format!("{address:?}: {e}")))?,
             None => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         };
-        agent.kubelet_listen =
-            (kubelet_port != 0).then(|| SocketAddr::new(kubelet_address, kubelet_port));
+        agent.kubelet_listen = match self.kubelet_port.or(file.port) {
+            Some(0) => None,
+            Some(port) => Some(SocketAddr::new(kubelet_address, port)),
+            // Offline, only the in-process API server calls it: any free loopback port (the
+            // Node publishes it), never a real kubelet's 10250 on the same machine.
+            None if embedded && file.address.is_none() => Some(SocketAddr::new(
+                std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                0,
+            )),
+            None => Some(SocketAddr::new(
+                kubelet_address,
+                crate::kubelet_api::DEFAULT_PORT,
+            )),
+        };
         agent.tls_cert_file = self.tls_cert_file.clone().or(file.tls_cert_file);
         agent.tls_private_key_file = self
             .tls_private_key_file
@@ -740,6 +749,122 @@ mod tests {
         let mut all = vec!["nodelet"];
         all.extend_from_slice(args);
         Cli::try_parse_from(all).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_kubelet_api_listens_on_10250_against_a_cluster_and_port_0_turns_it_off() {
+        let s = cli(&["--node-name", "n"]).settings();
+        assert_eq!(
+            s.ok().and_then(|s| s.agent.kubelet_listen),
+            Some("0.0.0.0:10250".parse().unwrap_or_else(|e| panic!("{e}")))
+        );
+        let s = cli(&["--node-name", "n", "--kubelet-port", "0"]).settings();
+        assert_eq!(s.ok().and_then(|s| s.agent.kubelet_listen), None);
+        let s = cli(&["--node-name", "n", "--kubelet-port", "11250"]).settings();
+        assert_eq!(
+            s.ok()
+                .and_then(|s| s.agent.kubelet_listen)
+                .map(|a| a.port()),
+            Some(11250)
+        );
+    }
+
+    #[cfg(feature = "embedded")]
+    #[test]
+    fn offline_the_kubelet_api_takes_a_free_loopback_port() {
+        let s = cli(&["--manifests", "./examples"]).settings();
+        assert_eq!(
+            s.ok().and_then(|s| s.agent.kubelet_listen),
+            Some("127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
+        );
+    }
+
+    #[test]
+    fn runtime_taints_and_node_ip_flags_are_checked_and_named_when_bad() {
+        let s = cli(&[
+            "--node-name",
+            "n",
+            "--runtime",
+            "process",
+            "--allow-root-containers",
+            "--register-with-taints",
+            "a=b:NoSchedule,c:NoExecute",
+            "--node-ip",
+            "10.1.2.3",
+        ])
+        .settings()
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.runtime, RuntimeKind::Process);
+        assert!(s.agent.allow_root_containers);
+        assert_eq!(
+            s.agent.register_with_taints,
+            Some(vec![
+                NodeTaint {
+                    key: "a".into(),
+                    value: Some("b".into()),
+                    effect: "NoSchedule".into()
+                },
+                NodeTaint {
+                    key: "c".into(),
+                    value: None,
+                    effect: "NoExecute".into()
+                },
+            ])
+        );
+        assert_eq!(
+            s.agent.node_ip.map(|ip| ip.to_string()).as_deref(),
+            Some("10.1.2.3")
+        );
+        let s = cli(&["--node-name", "n", "--register-with-taints", ""]).settings();
+        assert_eq!(
+            s.ok().and_then(|s| s.agent.register_with_taints),
+            Some(vec![])
+        );
+        for (flag, value) in [
+            ("--runtime", "docker"),
+            ("--register-with-taints", "a=b:Sometimes"),
+            ("--node-ip", "not-an-ip"),
+        ] {
+            let err = cli(&["--node-name", "n", flag, value])
+                .settings()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(flag), "{flag}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_image_table_comes_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("kubelet.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             runtime: process\nimages:\n  - image: \"example.com/app:*\"\n    \
+             entrypoint: [\"/opt/app\"]\n    user: 1000\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let s = cli(&[
+            "--node-name",
+            "n",
+            "--config",
+            file.to_str().unwrap_or_default(),
+        ])
+        .settings()
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.runtime, RuntimeKind::Process);
+        let entry = s.agent.images.find("example.com/app:1");
+        assert_eq!(
+            entry.map(|e| e.entrypoint.clone()),
+            Some(vec!["/opt/app".to_owned()])
+        );
+        assert_eq!(entry.and_then(|e| e.user), Some(1000));
+        assert!(
+            s.agent.images.find("busybox").is_none(),
+            "the file's table replaces the default"
+        );
+        assert!(default_images().find("busybox:1.36").is_some());
     }
 
     #[test]

@@ -136,7 +136,7 @@ impl Metrics {
         let api_retries = Family::<Labels, Gauge>::default();
         registry.register(
             "api_requests_retried",
-            "Requests the transport sent again, by reason: refused (GOAWAY or REFUSED_STREAM, never processed; sent again on another connection, up to 8 times) or throttled (429/503/504 with Retry-After); a counter kept by the transport",
+            "Requests the transport sent again, by reason: refused (GOAWAY or REFUSED_STREAM, never processed; sent again on another connection, up to 8 times), unsent (handed back unwritten when their connection closed; sent again on another one) or throttled (429/503/504 with Retry-After); a counter kept by the transport",
             api_retries.clone(),
         );
         let api_reachable = Gauge::default();
@@ -331,6 +331,7 @@ impl Metrics {
         let retried = counters.retries();
         for (reason, n) in [
             ("refused", retried.refused),
+            ("unsent", retried.unsent),
             ("throttled", retried.throttled),
         ] {
             self.inner

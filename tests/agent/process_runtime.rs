@@ -1054,6 +1054,8 @@ impl AgentProcess {
                 "--allow-root-containers",
                 "--listen",
                 "none",
+                "--kubelet-port",
+                "0",
                 "--log-format",
                 "text",
             ])

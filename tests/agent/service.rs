@@ -68,7 +68,14 @@ async fn ready_is_sent_only_after_the_first_pod_sync_and_stopping_at_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .args(["--node-name", NODE, "--listen", "127.0.0.1:0"])
+        .args([
+            "--node-name",
+            NODE,
+            "--listen",
+            "127.0.0.1:0",
+            "--kubelet-port",
+            "0",
+        ])
         .arg("--root-dir")
         .arg(dir.path().join("root"))
         .env("NOTIFY_SOCKET", &socket_path)
