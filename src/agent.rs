@@ -225,7 +225,8 @@ impl Agent {
                         .unwrap_or_default()
                 },
                 state.processes.clone(),
-            );
+            )
+            .with_exec_command(exec_command(&config)?);
             let bound =
                 crate::kubelet_api::serve(api, client.clone(), pods, shutdown.clone(), &tracker)
                     .await
@@ -346,6 +347,18 @@ fn admit(mut pod: Pod) -> Option<AdmittedPod> {
             None
         }
     }
+}
+
+/// The agent's own program (the first element of `--container-init`'s command, else this
+/// program) with the `container-exec` subcommand: how the kubelet API runs `kubectl exec`.
+fn exec_command(config: &AgentConfig) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    let program = match config.container_init.as_ref().and_then(|c| c.first()) {
+        Some(program) => program.clone(),
+        None => std::env::current_exe()
+            .context("finding the agent's own program for container-exec")?
+            .into_os_string(),
+    };
+    Ok(vec![program, "container-exec".into()])
 }
 
 /// The process runtime of `config`, after checking that this machine can run it.

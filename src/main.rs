@@ -1,6 +1,7 @@
 //! The `nodelet` binary: parse the command line, set up logging, exit 64 on bad configuration,
 //! run the agent until SIGINT/SIGTERM; `nodelet reset`, `nodelet pods` and `nodelet logs` are
-//! subcommands (`nodelet container-init SPEC`, a container's first process, is internal).
+//! subcommands (`nodelet container-init SPEC`, a container's first process, and `nodelet
+//! container-exec PID SPEC -- CMD...`, a command in a running container, are internal).
 
 use std::process::ExitCode;
 
@@ -199,6 +200,11 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == "container-init") {
         let code = nodelet_runtime::sandbox::init_main(args.into_iter().skip(2));
         return ExitCode::from(u8::try_from(code).unwrap_or(128));
+    }
+    // A command in a running container (`kubectl exec`; the kubelet API starts it).
+    if args.get(1).is_some_and(|a| a == "container-exec") {
+        let code = nodelet_runtime::sandbox::exec_main(args.into_iter().skip(2));
+        return ExitCode::from(u8::try_from(code).unwrap_or(126));
     }
     // Before any thread exists (glibc: one arena per CPU).
     let arenas = nodelet::allocator::configure();

@@ -14,6 +14,7 @@
 //! TLS (tls.rs) ─► authn.rs: client certificate (client CA) │ bearer token (TokenReview)
 //!              ─► authz.rs: SubjectAccessReview on nodes/<node>/<subresource>
 //!              ─► /healthz │ /pods (pods.rs) │ /containerLogs/… (logs.rs → read_logs)
+//!                 │ /exec/… (exec.rs: WebSocket ─► `nodelet container-exec`)
 //! ```
 //!
 //! # Invariants
@@ -27,12 +28,14 @@
 //!
 //! # Not served (yet)
 //!
-//! `/exec`, `/attach`, `/portForward`, `/run`, `/stats`, `/metrics`, `/configz`, `/logs`,
-//! `/checkpoint`, `/runningpods`: `404` after authorization, as for any unknown path.
+//! `/attach`, `/portForward`, `/run`, `/stats`, `/metrics`, `/configz`, `/logs`,
+//! `/checkpoint`, `/runningpods`: `404` after authorization, as for any unknown path. `/exec`
+//! over SPDY and with a terminal (`tty=1`).
 
 mod authn;
 mod authz;
 mod cache;
+mod exec;
 mod logs;
 mod pods;
 mod server;

@@ -1,6 +1,8 @@
 //! [`NodePods`]: what the kubelet API reads of the agent — the pods it runs, their containers'
-//! statuses, where each container instance's log file is and when an instance has ended.
+//! statuses, where each container instance's log file is and when an instance has ended, and
+//! how to run a command in a running container.
 
+use std::ffi::OsString;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +16,16 @@ use tokio::sync::broadcast;
 type PodList = dyn Fn() -> Vec<AdmittedPod> + Send + Sync;
 type Statuses = dyn Fn(&PodUid) -> Vec<ContainerStatus> + Send + Sync;
 type Changes = dyn Fn() -> broadcast::Receiver<PodUid> + Send + Sync;
+type ExecTargets = dyn Fn(&PodUid, &str) -> Option<ExecTarget> + Send + Sync;
+
+/// Where a command for a running container is run (`ProcessRuntime::exec_target`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExecTarget {
+    /// The pid of the container's process.
+    pub(crate) pid: i32,
+    /// Its `launch.json`.
+    pub(crate) spec: PathBuf,
+}
 
 /// The agent's pods and containers as the kubelet API serves them. Cheap to clone.
 ///
@@ -26,6 +38,9 @@ pub(crate) struct NodePods {
     pods: Arc<PodList>,
     statuses: Arc<Statuses>,
     changes: Arc<Changes>,
+    exec_targets: Arc<ExecTargets>,
+    /// The program and first arguments of `container-exec` (empty: no exec).
+    exec_command: Arc<[OsString]>,
     dirs: PodDirs,
 }
 
@@ -48,12 +63,18 @@ impl NodePods {
         match runtime {
             Some(runtime) => {
                 let changes = runtime.clone();
-                Self::from_parts(
+                let exec = runtime.clone();
+                let mut this = Self::from_parts(
                     root_dir,
                     pods,
                     move |uid| runtime.statuses(uid),
                     move || changes.changes(),
-                )
+                );
+                this.exec_targets = Arc::new(move |uid, container| {
+                    exec.exec_target(uid, container)
+                        .map(|(pid, spec)| ExecTarget { pid, spec })
+                });
+                this
             }
             None => Self::from_parts(root_dir, pods, |_| Vec::new(), || broadcast::channel(1).1),
         }
@@ -72,8 +93,40 @@ impl NodePods {
             pods: Arc::new(pods),
             statuses: Arc::new(statuses),
             changes: Arc::new(changes),
+            exec_targets: Arc::new(|_, _| None),
+            exec_command: Arc::new([]),
             dirs: PodDirs::new(root_dir),
         }
+    }
+
+    /// Runs `kubectl exec` commands with `command` (the agent's program and `container-exec`,
+    /// then `PID SPEC -- CMD...`). Without it, no container can be exec'd into.
+    pub(crate) fn with_exec_command(mut self, command: Vec<OsString>) -> Self {
+        self.exec_command = command.into();
+        self
+    }
+
+    /// Finds running containers with `targets` instead of the runtime (tests).
+    #[cfg(test)]
+    pub(crate) fn with_exec_targets(
+        mut self,
+        targets: impl Fn(&PodUid, &str) -> Option<ExecTarget> + Send + Sync + 'static,
+    ) -> Self {
+        self.exec_targets = Arc::new(targets);
+        self
+    }
+
+    /// Where to run a command in `container` of pod `uid`, and the `container-exec` command
+    /// line's start; `None` when the container has no running instance or exec is not set up.
+    pub(crate) fn exec_target(
+        &self,
+        uid: &PodUid,
+        container: &str,
+    ) -> Option<(ExecTarget, Arc<[OsString]>)> {
+        if self.exec_command.is_empty() {
+            return None;
+        }
+        (self.exec_targets)(uid, container).map(|t| (t, self.exec_command.clone()))
     }
 
     /// Every pod the agent runs (`/pods`).

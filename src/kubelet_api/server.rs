@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::authn::Authenticator;
 use super::authz::{Authorizer, Decision};
+use super::exec::exec;
 use super::logs::container_logs;
 use super::pods::NodePods;
 use super::state::{ApiState, text};
@@ -77,7 +78,8 @@ impl KubeletApiConfig {
 /// Token and access reviews are made with `client`, the node's identity.
 ///
 /// Routes: `GET /healthz` (`ok`), `GET /pods` (a v1 `PodList` of `pods`), `GET
-/// /containerLogs/{namespace}/{pod}/{container}` (see `logs.rs`). Unknown paths are `404
+/// /containerLogs/{namespace}/{pod}/{container}` (see `logs.rs`), `GET|POST
+/// /exec/{namespace}/{pod}/{container}` (a WebSocket, see `exec.rs`). Unknown paths are `404
 /// 404: Page Not Found`, other methods `405 405: Method Not Allowed`, as go-restful answers.
 ///
 /// # Errors
@@ -137,6 +139,7 @@ fn router(state: Arc<ApiState>) -> Router {
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),
         )
+        .route("/exec/{namespace}/{pod}/{container}", get(exec).post(exec))
         .fallback(|| async { text(StatusCode::NOT_FOUND, "404: Page Not Found") })
         .method_not_allowed_fallback(|| async {
             text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed")

@@ -294,6 +294,11 @@ struct Served {
 
 impl Served {
     async fn start() -> Self {
+        Self::start_with(|pods| pods).await
+    }
+
+    /// Serving the pods of [`Node`] as `customize` makes them.
+    async fn start_with(customize: impl FnOnce(NodePods) -> NodePods) -> Self {
         let ca = TestCa::new("test-ca");
         let files = tempfile::tempdir().unwrap();
         let (cert, key) = ca.server();
@@ -313,7 +318,7 @@ impl Served {
         let addr = serve(
             config,
             cluster.node_client.clone(),
-            node.node_pods(),
+            customize(node.node_pods()),
             shutdown.clone(),
             &tracker,
         )
@@ -893,4 +898,76 @@ async fn without_certificate_files_the_server_presents_one_made_for_the_node_and
     tracker.close();
     tracker.wait().await;
     cluster.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn exec_refuses_before_the_upgrade_as_the_kubelet_does() {
+    let served = Served::start().await;
+    let cases = [
+        (
+            "/exec/ns/web/app?command=ls",
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ),
+        (
+            "/exec/ns/web/app?command=ls&stdout=true",
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ),
+        (
+            "/exec/ns/web/app?stdout=1",
+            StatusCode::BAD_REQUEST,
+            "you must specify a command",
+        ),
+        (
+            "/exec/ns/nope/app?command=ls&stdout=1",
+            StatusCode::NOT_FOUND,
+            "pod does not exist",
+        ),
+        // No runtime: no container has a running instance.
+        (
+            "/exec/ns/web/app?command=ls&stdout=1",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "container not found (\"app\")",
+        ),
+    ];
+    for (path, status, text) in cases {
+        assert_eq!(
+            served.admin_text(path).await,
+            (status, text.to_owned()),
+            "{path}"
+        );
+    }
+    let reviewed = served.cluster.reviewed();
+    assert!(
+        reviewed
+            .iter()
+            .any(|(user, _, verb, sub, name)| user == "kubernetes-admin"
+                && verb == "get"
+                && sub == "proxy"
+                && name == NODE),
+        "{reviewed:?}"
+    );
+    served.stop().await;
+}
+
+#[tokio::test]
+async fn exec_of_a_running_container_without_a_websocket_upgrade_is_a_bad_request() {
+    // A running container (the target is never used: no upgrade, no process started).
+    let served = Served::start_with(|pods| {
+        pods.with_exec_command(vec!["/nonexistent/nodelet".into(), "container-exec".into()])
+            .with_exec_targets(|_, _| {
+                Some(super::pods::ExecTarget {
+                    pid: 1,
+                    spec: "/nonexistent/launch.json".into(),
+                })
+            })
+    })
+    .await;
+    let (status, text) = served
+        .admin_text("/exec/ns/web/app?command=ls&stdout=1")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("WebSocket"), "{text}");
+    served.stop().await;
 }

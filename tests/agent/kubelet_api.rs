@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use futures::{AsyncBufReadExt as _, TryStreamExt as _};
+use futures::{AsyncBufReadExt as _, SinkExt as _, StreamExt as _, TryStreamExt as _};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -30,6 +30,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde_json::{Value, json};
 use tempfile::TempDir;
+use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest as _};
 
 use crate::support::{NODE, PATIENCE, World, poll_pause};
 
@@ -611,6 +612,69 @@ async fn kubectl_logs_prints_the_log_and_the_server_asks_for_a_container_of_two(
     bed.stop().await;
 }
 
+/// `kubectl exec` through the stand-in (WebSocket, v5) to the agent: output, stdin, exit codes.
+/// Regression: the API server names the streams `input`/`output`/`error` towards a kubelet, and
+/// client-go takes a close without a status code for a broken stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_runs_in_the_container_with_its_output_stdin_and_exit_code() {
+    require_kubectl();
+    let bed = Bed::start().await;
+    bed.wait_for_registration().await;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.path().join("kubeconfig");
+    fs::write(
+        &kubeconfig,
+        bed.world.server.kubeconfig_yaml(&User::admin()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    bed.create(
+        pod("sleeper", "Never")
+            .container(shell("c", "echo up; sleep 1000"))
+            .json(),
+    );
+    bed.wait_for_phase("sleeper", "Running").await;
+
+    let (ok, out, err) =
+        kubectl(&kubeconfig, &["exec", "sleeper", "--", "sh", "-c", "id -u"]).await;
+    assert!(ok, "kubectl exec: {err}");
+    assert_eq!(out, "1000\n", "{err}");
+    let (ok, _, err) = kubectl(
+        &kubeconfig,
+        &["exec", "sleeper", "--", "sh", "-c", "exit 3"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("command terminated with exit code 3"), "{err}");
+    assert!(!err.contains("close 1005"), "{err}");
+    let mut command = Command::new("kubectl");
+    command
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["exec", "-i", "sleeper", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().unwrap_or_else(|e| panic!("kubectl: {e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write as _;
+            stdin
+                .write_all(b"through stdin\n")
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "through stdin\n");
+    bed.stop().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. Direct TLS requests: who gets in
 // ---------------------------------------------------------------------------------------------
@@ -711,13 +775,11 @@ impl ServerCertVerifier for AnyServerCertificate {
     }
 }
 
-/// `GET path` on the kubelet API at `addr` over TLS (HTTP/1.1), presenting `identity`; the
-/// status, the content type and the body as text.
-async fn kubelet_get(
+/// A TLS connection to the kubelet API at `addr`, presenting `identity`.
+async fn kubelet_tls(
     addr: SocketAddr,
-    path: &str,
     identity: Option<&Identity>,
-) -> (StatusCode, String, String) {
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -733,10 +795,20 @@ async fn kubelet_get(
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .unwrap_or_else(|e| panic!("connecting to the kubelet API at {addr}: {e}"));
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
         .await
-        .unwrap_or_else(|e| panic!("the TLS handshake with {addr}: {e}"));
+        .unwrap_or_else(|e| panic!("the TLS handshake with {addr}: {e}"))
+}
+
+/// `GET path` on the kubelet API at `addr` over TLS (HTTP/1.1), presenting `identity`; the
+/// status, the content type and the body as text.
+async fn kubelet_get(
+    addr: SocketAddr,
+    path: &str,
+    identity: Option<&Identity>,
+) -> (StatusCode, String, String) {
+    let tls = kubelet_tls(addr, identity).await;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -853,5 +925,199 @@ async fn the_kubelet_api_lets_in_the_cluster_cas_admins_and_no_one_else() {
             "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
         )
     );
+    bed.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. exec over a WebSocket (v5.channel.k8s.io)
+// ---------------------------------------------------------------------------------------------
+
+/// What an exec brought back: stdout and stderr as text, the status on channel 3 as JSON, and
+/// the subprotocol the server chose.
+#[derive(Debug)]
+struct ExecOutcome {
+    stdout: String,
+    stderr: String,
+    status: Value,
+    protocol: String,
+}
+
+/// `s` with every byte but ASCII letters and digits percent-encoded.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Runs `command` in `container` of pod `pod` over the kubelet API's `/exec` as `identity`,
+/// offering `v5.channel.k8s.io` then `v4.channel.k8s.io`; `stdin` (when given) is sent, then
+/// closed with v5's `[255, 0]`. The handshake's error when the server refuses the upgrade.
+async fn kubelet_exec(
+    addr: SocketAddr,
+    identity: Option<&Identity>,
+    pod: &str,
+    container: &str,
+    command: &[&str],
+    stdin: Option<&str>,
+) -> Result<ExecOutcome, tungstenite::Error> {
+    let mut query: Vec<String> = command
+        .iter()
+        .map(|c| format!("command={}", query_escape(c)))
+        .collect();
+    query.push("stdout=1&stderr=1".to_owned());
+    if stdin.is_some() {
+        query.push("stdin=1".to_owned());
+    }
+    let url = format!(
+        "wss://{addr}/exec/{NS}/{pod}/{container}?{}",
+        query.join("&")
+    );
+    let mut request = url.into_client_request()?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v5.channel.k8s.io, v4.channel.k8s.io"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let tls = kubelet_tls(addr, identity).await;
+    let (mut socket, response) = tokio_tungstenite::client_async(request, tls).await?;
+    let protocol = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(input) = stdin {
+        let mut data = vec![0u8];
+        data.extend_from_slice(input.as_bytes());
+        socket.send(Message::binary(data)).await?;
+        socket.send(Message::binary(vec![255u8, 0])).await?;
+    }
+    let mut outcome = ExecOutcome {
+        stdout: String::new(),
+        stderr: String::new(),
+        status: Value::Null,
+        protocol,
+    };
+    let read = async {
+        while let Some(message) = socket.next().await {
+            let data = match message? {
+                Message::Binary(data) => data,
+                // The server closes the connection (without TLS close_notify) after its
+                // close frame.
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let text = String::from_utf8_lossy(&data[1..]).into_owned();
+            match data.first() {
+                Some(1) => outcome.stdout.push_str(&text),
+                Some(2) => outcome.stderr.push_str(&text),
+                Some(3) if !text.is_empty() => {
+                    outcome.status = serde_json::from_str(&text)
+                        .unwrap_or_else(|e| panic!("the status {text:?}: {e}"));
+                }
+                _ => {}
+            }
+        }
+        Ok::<_, tungstenite::Error>(())
+    };
+    tokio::time::timeout(PATIENCE, read)
+        .await
+        .unwrap_or_else(|_| panic!("the exec of {command:?} did not end"))?;
+    Ok(outcome)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_runs_a_command_in_the_container_as_its_user_with_its_env_and_reports_the_exit_code() {
+    let bed = Bed::start().await;
+    bed.world
+        .server
+        .handle()
+        .create(
+            nodelet_testutil::ConfigMapBuilder::new(NS, "cm")
+                .data("key", "value-from-configmap")
+                .json(),
+        )
+        .unwrap_or_else(|e| panic!("creating the ConfigMap: {e}"));
+    bed.create(
+        pod("target", "Always")
+            .container(json!({
+                "name": "c",
+                "image": BUSYBOX,
+                "command": ["sh", "-c", "while true; do sleep 0.1; done"],
+                "env": [{"name": "GREETING", "value": "hello from the pod"}],
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}],
+            }))
+            .config_map_volume("config", "cm")
+            .json(),
+    );
+    bed.wait_for_pod("target", "running", |p| {
+        status_of(p, "c")["state"]["running"].is_object()
+    })
+    .await;
+    let addr = bed.kubelet;
+    let admin = Identity::of_cluster(&bed, "kube-apiserver-kubelet-client", &["system:masters"]);
+    let exec = |command: &'static [&'static str], stdin: Option<&'static str>| {
+        kubelet_exec(addr, Some(&admin), "target", "c", command, stdin)
+    };
+
+    let cat = exec(&["cat", "/etc/config/key"], None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cat.protocol, "v5.channel.k8s.io");
+    assert_eq!(
+        (cat.stdout.as_str(), cat.stderr.as_str()),
+        ("value-from-configmap", "")
+    );
+    assert_eq!(cat.status, json!({"metadata": {}, "status": "Success"}));
+
+    let failed = exec(&["sh", "-c", "exit 3"], None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        failed.status,
+        json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": "command terminated with non-zero exit code: error executing command \
+                        [sh -c exit 3], exit code 3",
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": "3"}]},
+        })
+    );
+
+    let who = exec(&["sh", "-c", "echo \"$GREETING\"; id -u; pwd"], None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        who.stdout,
+        format!("hello from the pod\n{USER}\n/\n"),
+        "{who:?}"
+    );
+
+    let echoed = exec(&["cat"], Some("ping"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(echoed.stdout, "ping", "{echoed:?}");
+    assert_eq!(echoed.status["status"], "Success", "{echoed:?}");
+
+    let missing = exec(&["no-such-program"], None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        missing.stderr,
+        "exec: \"no-such-program\": executable file not found in $PATH\n"
+    );
+    assert_eq!(missing.status["details"]["causes"][0]["message"], "127");
+
+    match kubelet_exec(addr, None, "target", "c", &["true"], None).await {
+        Err(tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        }
+        other => panic!("an exec without credentials: {other:?}"),
+    }
     bed.stop().await;
 }

@@ -3,7 +3,8 @@
 //! `kube-apiserver-kubelet-client`, organization `system:masters`, as kube-apiserver's
 //! `--kubelet-client-certificate`), and not verifying the kubelet's serving certificate
 //! (kube-apiserver's behaviour without `--kubelet-certificate-authority`). HTTP/1.1, one
-//! connection per request.
+//! connection per request; `GET`s for `pods/log`, upgrade requests for `pods/exec` and
+//! `pods/attach`.
 //!
 //! # Errors
 //! Failures read as Go's `net/http` words them (kube-apiserver answers them as they are):
@@ -157,6 +158,53 @@ impl KubeletClient {
         path_and_query: &str,
         stop: CancellationToken,
     ) -> Result<(http::Response<Incoming>, DropGuard), KubeletError> {
+        let req = http::Request::get(path_and_query)
+            .header(http::header::HOST, join_host_port(host, port))
+            .header(http::header::USER_AGENT, "Go-http-client/1.1")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| KubeletError::Http(e.to_string()))?;
+        self.send(host, port, req, stop).await
+    }
+
+    /// `{method} https://{host}:{port}{path_and_query}` carrying `upgrade_headers` (an
+    /// `Upgrade`, `Connection` and `Sec-WebSocket-*` request): the kubelet's response head.
+    /// On `101 Switching Protocols`, `hyper::upgrade::on(response)` yields the kubelet's side
+    /// of the upgraded connection (hold the guard until it has: dropping it earlier closes the
+    /// connection), which stays open while it is held. Otherwise the connection closes when
+    /// the body and the guard are dropped or `stop` is cancelled.
+    ///
+    /// # Errors
+    /// As [`KubeletClient::get`].
+    pub(crate) async fn upgrade(
+        &self,
+        host: &str,
+        port: u16,
+        method: &http::Method,
+        path_and_query: &str,
+        upgrade_headers: &http::HeaderMap,
+        stop: CancellationToken,
+    ) -> Result<(http::Response<Incoming>, DropGuard), KubeletError> {
+        let mut req = http::Request::builder()
+            .method(method.clone())
+            .uri(path_and_query)
+            .header(http::header::HOST, join_host_port(host, port))
+            .header(http::header::USER_AGENT, "Go-http-client/1.1")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| KubeletError::Http(e.to_string()))?;
+        for (name, value) in upgrade_headers {
+            req.headers_mut().append(name, value.clone());
+        }
+        self.send(host, port, req, stop).await
+    }
+
+    /// Dials, shakes hands and sends `req` on a new HTTP/1.1 connection (upgrades allowed).
+    async fn send(
+        &self,
+        host: &str,
+        port: u16,
+        req: http::Request<http_body_util::Empty<bytes::Bytes>>,
+        stop: CancellationToken,
+    ) -> Result<(http::Response<Incoming>, DropGuard), KubeletError> {
         let tcp = dial(host, port).await?;
         let name = ServerName::try_from(host.to_string())
             .map_err(|e| KubeletError::Tls(format!("tls: {e}")))?;
@@ -170,18 +218,15 @@ impl KubeletClient {
         let done = CancellationToken::new();
         let ended = done.clone();
         tokio::spawn(async move {
+            // `with_upgrades`: after a 101 the connection's I/O is handed to the upgrade
+            // instead of being closed.
             tokio::select! {
-                _ = conn => {}
+                _ = conn.with_upgrades() => {}
                 () = ended.cancelled() => {}
                 () = stop.cancelled() => {}
             }
         });
         let guard = done.drop_guard();
-        let req = http::Request::get(path_and_query)
-            .header(http::header::HOST, join_host_port(host, port))
-            .header(http::header::USER_AGENT, "Go-http-client/1.1")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .map_err(|e| KubeletError::Http(e.to_string()))?;
         let resp = sender.send_request(req).await.map_err(|e| http_error(&e))?;
         Ok((resp, guard))
     }

@@ -19,7 +19,7 @@
 //!   NodeRestriction rules a kubelet meets).
 //! - What a kubelet's own API leans on: TokenReview and (Local/Self)SubjectAccessReview,
 //!   answered by the server's own token authentication and [`Authorizer`], and `pods/log`,
-//!   proxied over HTTPS to the kubelet at the pod's Node address with a client certificate of
+//!   `pods/exec` and `pods/attach` (upgrades), proxied over HTTPS to the kubelet at the pod's Node address with a client certificate of
 //!   the server's cluster CA ([`ApiServer::kubelet_client_ca_pem`]; more client certificates
 //!   from [`ApiServer::issue_client_certificate`]).
 //! - [`ManifestSync`]: offline mode's object source, a directory of YAML manifests kept in sync
@@ -98,6 +98,7 @@ mod model_tests;
 mod node_authorizer;
 mod node_restriction;
 mod openapi;
+mod pod_exec;
 mod pod_log;
 mod pod_refs;
 mod protobuf;

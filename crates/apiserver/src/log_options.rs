@@ -315,7 +315,7 @@ fn go_quote(s: &str) -> String {
 }
 
 /// Go's `url.QueryEscape`: unreserved bytes kept, space as `+`, the rest `%XX`.
-fn query_escape(s: &str) -> String {
+pub(crate) fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {

@@ -49,7 +49,7 @@ pub(crate) const PREFERRED_ADDRESS_TYPES: &[&str] = &[
 pub(crate) const DEFAULT_KUBELET_PORT: u16 = 10250;
 
 /// How much of a kubelet's error answer becomes the message (upstream's `maxReadLength`).
-const MAX_ERROR_BODY: usize = 50_000;
+pub(crate) const MAX_ERROR_BODY: usize = 50_000;
 
 /// The answer to `pods/{name}/log`: 204 for an unscheduled pod, else the kubelet's stream.
 pub(crate) enum LogAnswer {
@@ -136,7 +136,7 @@ pub(crate) async fn get(
 }
 
 /// Step 3, upstream's `validateContainer`.
-fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
+pub(crate) fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
     let names = |key: &str| -> Vec<&str> {
         pod.pointer(&format!("/spec/{key}"))
             .and_then(Value::as_array)
@@ -170,7 +170,7 @@ fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, Api
 }
 
 /// Step 5: the Node's preferred address and kubelet port.
-fn kubelet_address(registry: &Registry, node: &str) -> Result<(String, u16), ApiError> {
+pub(crate) fn kubelet_address(registry: &Registry, node: &str) -> Result<(String, u16), ApiError> {
     let node = registry.get(NODES, "", node)?;
     let addresses: Vec<(&str, &str)> = node
         .pointer("/status/addresses")
@@ -206,7 +206,7 @@ fn kubelet_address(registry: &Registry, node: &str) -> Result<(String, u16), Api
 }
 
 /// At most [`MAX_ERROR_BODY`] bytes of a kubelet's error answer, as text.
-async fn error_body(mut body: hyper::body::Incoming) -> Result<String, ApiError> {
+pub(crate) async fn error_body(mut body: hyper::body::Incoming) -> Result<String, ApiError> {
     let mut buf: Vec<u8> = Vec::new();
     while buf.len() < MAX_ERROR_BODY {
         match body.frame().await {
@@ -225,7 +225,7 @@ async fn error_body(mut body: hyper::body::Incoming) -> Result<String, ApiError>
 
 /// An error that is no `Status` upstream (a Go `error` the handler returned): code 500, no
 /// reason, the error's text.
-fn unknown(message: String) -> ApiError {
+pub(crate) fn unknown(message: String) -> ApiError {
     ApiError::new(500, "", message)
 }
 

@@ -85,6 +85,8 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
             ("status", STATUS_VERBS),
             ("binding", &["create"]),
             ("log", &["get"]),
+            ("exec", &["create", "get"]),
+            ("attach", &["create", "get"]),
         ],
         create_on_update: false,
         return_deleted_object: true,

@@ -34,7 +34,7 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,7 @@ use tracing::{info, warn};
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, StartError};
-use crate::records::{Inner, Record};
+use crate::records::{Inner, LAUNCH_FILE, Record};
 use crate::users::{format_pod, namespaced};
 
 /// What a pod sync should do now ([`ProcessRuntime::plan`]).
@@ -114,6 +114,17 @@ impl ProcessRuntime {
                 container_id: r.container_id.clone(),
             })
             .collect()
+    }
+
+    /// Where to run a command in `container` of pod `uid` (`kubectl exec`): the pid of its
+    /// running instance's process and the path of its `launch.json`, for
+    /// [`crate::sandbox::exec_main`]. `None` when the container has no running instance.
+    pub fn exec_target(&self, uid: &PodUid, container: &str) -> Option<(i32, PathBuf)> {
+        let pods = self.inner.pods.lock();
+        let record = pods.get(uid)?.get(container)?;
+        let pid = record.pgid.filter(|_| record.state_is_running())?;
+        let dir = self.inner.dirs.containers(uid).join(container);
+        Some((pid, dir.join(LAUNCH_FILE)))
     }
 
     /// Which containers of `pod` to start now (the kubelet's `computePodActions`; module docs).

@@ -1,5 +1,7 @@
 //! One accepted connection: HTTP/1.1 or HTTP/2 served until the client closes it, the
-//! listener's token is cancelled, or a drawn GOAWAY has let its open streams end.
+//! listener's token is cancelled, or a drawn GOAWAY has let its open streams end. HTTP/1.1
+//! upgrades are let through (`pods/exec`, `pods/attach`): the upgraded connection then belongs
+//! to its handler and no longer counts as open.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Weak};
@@ -59,7 +61,7 @@ where
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http2().max_concurrent_streams(max_streams);
-    let mut conn = std::pin::pin!(builder.serve_connection(TokioIo::new(io), svc));
+    let mut conn = std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), svc));
     let go_away = tokio::select! {
         _ = conn.as_mut() => false,
         () = token.cancelled() => false,

@@ -138,7 +138,8 @@ async fn review(
 }
 
 /// Subresource routing point: `status` is served here, `token` (TokenRequest) by
-/// `token_request.rs`, `log` (proxied to the kubelet) by `pod_log.rs`.
+/// `token_request.rs`, `log` (proxied to the kubelet) by `pod_log.rs`, `exec` and `attach`
+/// (upgrades proxied to the kubelet) by `pod_exec.rs`.
 async fn subresource(
     shared: &Arc<Shared>,
     info: &RequestInfo,
@@ -180,6 +181,15 @@ async fn subresource(
                 crate::pod_log::LogAnswer::NoContent => Ok(response::empty(204)),
                 crate::pod_log::LogAnswer::Stream(body) => Ok(response::stream("text/plain", body)),
             }
+        }
+        (sub @ ("exec" | "attach"), "get" | "create") => {
+            let kind = if sub == "exec" {
+                crate::pod_exec::StreamKind::Exec
+            } else {
+                crate::pod_exec::StreamKind::Attach
+            };
+            let pairs = super::request_info::query_pairs(req.uri().query().unwrap_or(""));
+            crate::pod_exec::connect(shared, kind, &ns, &name, &pairs, req, token).await
         }
         ("token", "create") => {
             let user = req.extensions().get::<crate::auth::User>().cloned();

@@ -83,12 +83,26 @@ pub(crate) async fn handle(
                         field_selector: info.query.get("fieldSelector").cloned(),
                         path: info.path.clone(),
                     };
-                    match shared.authorizer.authorize(&attrs) {
-                        Decision::Deny(reason) => {
-                            response::error(&forbidden(&info, &attrs, &reason))
+                    // A `GET` upgrade of a pod's exec/attach/portforward also needs `create`,
+                    // as kube-apiserver 1.35+ checks (`AuthorizePodWebsocketUpgradeCreatePermission`).
+                    let decision = match shared.authorizer.authorize(&attrs) {
+                        Decision::Allow if needs_create_too(&info) => {
+                            let create = Attributes {
+                                verb: "create".into(),
+                                ..attrs.clone()
+                            };
+                            match shared.authorizer.authorize(&create) {
+                                Decision::Allow => Ok(()),
+                                Decision::Deny(reason) => Err((create, reason)),
+                            }
                         }
+                        Decision::Allow => Ok(()),
+                        Decision::Deny(reason) => Err((attrs, reason)),
+                    };
+                    match decision {
+                        Err((attrs, reason)) => response::error(&forbidden(&info, &attrs, &reason)),
                         // (7)
-                        Decision::Allow => {
+                        Ok(()) => {
                             let req = crate::token_request::with_user(req, user);
                             match dispatch(&shared, &info, req, token).instrument(span).await {
                                 Ok(r) => r,
@@ -137,6 +151,17 @@ pub(crate) async fn handle(
         answered: std::time::Instant::now(),
     });
     resp
+}
+
+/// A `get` of `pods/exec`, `pods/attach` or `pods/portforward` (a WebSocket upgrade).
+fn needs_create_too(info: &RequestInfo) -> bool {
+    info.verb == "get"
+        && info.api_group.is_empty()
+        && info.resource == "pods"
+        && matches!(
+            info.subresource.as_deref(),
+            Some("exec" | "attach" | "portforward")
+        )
 }
 
 /// Health probes: exempt from the in-flight limit, as upstream's `probes` flow schema makes them.

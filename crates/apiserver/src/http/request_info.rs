@@ -20,8 +20,13 @@ pub(crate) struct RequestInfo {
     pub(crate) query: HashMap<String, String>,
 }
 
-/// Decodes `a=b&c=d` with percent- and plus-decoding.
+/// Decodes `a=b&c=d` with percent- and plus-decoding (a repeated key: the last value).
 pub(crate) fn parse_query(q: &str) -> HashMap<String, String> {
+    query_pairs(q).into_iter().collect()
+}
+
+/// Decodes `a=b&c=d` into its pairs in order, repeated keys kept (`command=sh&command=-c`).
+pub(crate) fn query_pairs(q: &str) -> Vec<(String, String)> {
     q.split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {

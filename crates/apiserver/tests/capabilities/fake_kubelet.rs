@@ -1,7 +1,9 @@
 //! A fake kubelet for the `pods/log` tests: HTTPS on a loopback port that requires a client
 //! certificate signed by the CA it is given (as a kubelet's `--client-ca-file`), records what
 //! it was asked and by which certificate subject, and answers what the test says: a fixed text
-//! or, for `follow`, the chunks a test sends while it holds the stream open.
+//! or, for `follow`, the chunks a test sends while it holds the stream open; for `pods/exec`,
+//! a WebSocket upgrade (the 101 handshake written by hand) that echoes the bytes it gets or
+//! plays a minimal `v5.channel.k8s.io` session.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -36,6 +38,41 @@ pub(crate) enum Answer {
     /// The first request: 200 and the chunks sent into the channel, ending when its sender
     /// is dropped; later requests: 503.
     Stream(mpsc::Receiver<Bytes>),
+    /// Every upgrade request: 101 with the first offered subprotocol, then this session.
+    Upgrade(Session),
+}
+
+/// What the fake kubelet does on an upgraded connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Session {
+    /// Writes back every byte it reads until the client closes.
+    Echo,
+    /// A finished command in `v5.channel.k8s.io`: this text on channel 1 (stdout), a
+    /// `Success` status on channel 3, a close frame, then hang up.
+    Stdout(&'static str),
+}
+
+/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+pub(crate) fn websocket_accept(key: &str) -> String {
+    use base64::Engine as _;
+    let mut input = key.as_bytes().to_vec();
+    input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+}
+
+/// An unmasked binary WebSocket frame (server to client) carrying `payload`.
+fn server_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(u8::try_from(n).expect("short")),
+        n => {
+            f.push(126);
+            f.extend_from_slice(&u16::try_from(n).expect("fits").to_be_bytes());
+        }
+    }
+    f.extend_from_slice(payload);
+    f
 }
 
 /// A running fake kubelet; it stops when dropped.
@@ -126,11 +163,15 @@ impl FakeKubelet {
                                 cn: cn.clone(),
                                 orgs: orgs.clone(),
                             });
-                            let resp = respond(&answer);
+                            let resp = match upgrade_session(&answer) {
+                                Some(session) => upgrade(req, session),
+                                None => respond(&answer),
+                            };
                             async move { Ok::<_, std::convert::Infallible>(resp) }
                         });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tls), service)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -156,6 +197,69 @@ impl FakeKubelet {
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
+/// The session to play when the answer is an upgrade.
+fn upgrade_session(answer: &Mutex<Option<Answer>>) -> Option<Session> {
+    match &*answer.lock().expect("lock") {
+        Some(Answer::Upgrade(session)) => Some(*session),
+        _ => None,
+    }
+}
+
+/// 101 with the accept key and the first offered subprotocol; the session runs on the
+/// upgraded connection.
+fn upgrade(req: hyper::Request<Incoming>, session: Session) -> hyper::Response<Body> {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let accept = websocket_accept(&header("sec-websocket-key"));
+    let protocols = header("sec-websocket-protocol");
+    let protocol = protocols.split(',').next().unwrap_or("").trim().to_string();
+    tokio::spawn(async move {
+        let Ok(upgraded) = hyper::upgrade::on(req).await else {
+            return;
+        };
+        let mut io = TokioIo::new(upgraded);
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        match session {
+            Session::Echo => {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = io.read(&mut buf).await {
+                    if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            Session::Stdout(text) => {
+                let mut out = Vec::new();
+                out.extend(server_frame(0x2, &[&[1u8][..], text.as_bytes()].concat()));
+                let status = br#"{"metadata":{},"status":"Success"}"#;
+                out.extend(server_frame(0x2, &[&[3u8][..], &status[..]].concat()));
+                out.extend(server_frame(0x8, &1000u16.to_be_bytes()));
+                let _ = io.write_all(&out).await;
+                let _ = io.flush().await;
+                // Let the client read the close frame and answer it before hanging up.
+                let mut buf = [0u8; 1024];
+                let _ = tokio::time::timeout(super::PATIENCE, io.read(&mut buf)).await;
+                let _ = io.shutdown().await;
+            }
+        }
+    });
+    let mut resp = hyper::Response::builder()
+        .status(101)
+        .header(http::header::UPGRADE, "websocket")
+        .header(http::header::CONNECTION, "Upgrade")
+        .header("sec-websocket-accept", accept);
+    if !protocol.is_empty() {
+        resp = resp.header("sec-websocket-protocol", protocol);
+    }
+    resp.body(http_body_util::Empty::new().boxed())
+        .expect("response")
+}
+
 fn respond(answer: &Mutex<Option<Answer>>) -> hyper::Response<Body> {
     let mut slot = answer.lock().expect("lock");
     let (status, body) = match slot.take() {
@@ -169,6 +273,13 @@ fn respond(answer: &Mutex<Option<Answer>>) -> hyper::Response<Body> {
         Some(Answer::Stream(rx)) => {
             let frames = ReceiverStream::new(rx).map(|b| Ok(Frame::data(b)));
             (200, StreamBody::new(frames).boxed())
+        }
+        Some(Answer::Upgrade(session)) => {
+            *slot = Some(Answer::Upgrade(session));
+            (
+                400,
+                http_body_util::Full::new(Bytes::from_static(b"not an upgrade")).boxed(),
+            )
         }
         None => (
             503,

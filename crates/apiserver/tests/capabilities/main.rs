@@ -5,12 +5,15 @@
 mod auth;
 // certificates.k8s.io/v1beta1: gating, ClusterTrustBundles, PodCertificateRequests, the signer.
 mod certificates;
-// A fake kubelet (HTTPS, client certificates checked against a CA) for the pods/log tests.
+// A fake kubelet (HTTPS, client certificates checked against a CA, WebSocket upgrades) for
+// the pods/log and pods/exec tests.
 mod fake_kubelet;
 // The binary driven by kubectl (skipped with a note when kubectl is absent), and its flags.
 mod kubectl;
 // Seeding from a manifest directory and following its edits.
 mod manifests;
+// pods/exec and pods/attach proxied to the node's kubelet as upgrades; kubectl exec.
+mod pod_exec;
 // pods/log proxied to the node's kubelet: options, containers, errors, follow, kubectl logs.
 mod pod_log;
 // TokenReview and (Local/Self)SubjectAccessReview: the server's own authn and authz.

@@ -16,6 +16,21 @@ pub enum SandboxError {
     /// The command line is not `SPEC.json`.
     #[error("usage: nodelet-container-init SPEC.json")]
     Usage,
+    /// The command line is not `PID SPEC.json -- COMMAND [ARG...]` ([`exec_main`]).
+    ///
+    /// [`exec_main`]: super::exec_main
+    #[error("usage: nodelet container-exec PID SPEC.json -- COMMAND [ARG...]")]
+    ExecUsage,
+    /// The environment of the container's process (its pid) could not be read.
+    #[error("cannot read the environment of the container's process {0}")]
+    ReadEnviron(i32, #[source] io::Error),
+    /// A namespace file of the container's process (`/proc/<pid>/ns/<kind>`) could not be
+    /// opened or compared with this process's.
+    #[error("cannot open the namespace {0}")]
+    OpenNamespace(PathBuf, #[source] io::Error),
+    /// `setns` into a namespace of the container's process (its file) failed.
+    #[error("cannot join the namespace {0}")]
+    JoinNamespace(PathBuf, #[source] Errno),
     /// The spec file (named) could not be read.
     #[error("cannot read the launch spec {0}")]
     ReadSpec(PathBuf, #[source] io::Error),

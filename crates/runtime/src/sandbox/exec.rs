@@ -1,8 +1,8 @@
-//! Step 11 of the init process: find the container's program as the container runtimes do and
-//! execute it, with their error texts.
+//! Step 11 of the init process (and the last step of `container-exec`): find the container's
+//! program as the container runtimes do and execute it, with their error texts.
 
 use std::convert::Infallible;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -22,6 +22,24 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// `execve` with `environ` after resetting the signal mask and `SIGPIPE` (the Rust runtime
 /// ignores it, and an ignored signal would stay ignored in the program).
 pub(super) fn exec(program: &str, args: &[String]) -> Result<Infallible, SandboxError> {
+    exec_with(program, args, None)
+}
+
+/// [`exec`] with exactly the environment `env` (`NAME=value` entries) instead of this
+/// process's, `PATH` looked up in it.
+pub(super) fn exec_in(
+    program: &str,
+    args: &[String],
+    env: &[OsString],
+) -> Result<Infallible, SandboxError> {
+    exec_with(program, args, Some(env))
+}
+
+fn exec_with(
+    program: &str,
+    args: &[String],
+    env: Option<&[OsString]>,
+) -> Result<Infallible, SandboxError> {
     let errno =
         |err: io::Error| Errno::from_raw(err.raw_os_error().unwrap_or(Errno::EINVAL as i32));
     let path = if program.contains('/') {
@@ -32,19 +50,44 @@ pub(super) fn exec(program: &str, args: &[String]) -> Result<Infallible, Sandbox
         }
         PathBuf::from(program)
     } else {
-        find_in_path(program).ok_or_else(|| SandboxError::ProgramNotFound(program.to_owned()))?
+        let search = match env {
+            Some(env) => env_value(env, "PATH"),
+            None => std::env::var_os("PATH"),
+        };
+        find_in_path(program, search)
+            .ok_or_else(|| SandboxError::ProgramNotFound(program.to_owned()))?
     };
-    let err = std::process::Command::new(&path)
-        .arg0(program)
-        .args(args)
-        .exec();
+    let mut command = std::process::Command::new(&path);
+    command.arg0(program).args(args);
+    if let Some(env) = env {
+        command.env_clear();
+        for entry in env {
+            let bytes = entry.as_bytes();
+            // An entry without `=` cannot be set through std; the kernel passes it, but no
+            // libc reads it as a variable either.
+            if let Some(eq) = bytes.iter().position(|&b| b == b'=').filter(|&i| i > 0) {
+                let (name, value) = (&bytes[..eq], &bytes[eq + 1..]);
+                command.env(OsStr::from_bytes(name), OsStr::from_bytes(value));
+            }
+        }
+    }
+    let err = command.exec();
     Err(SandboxError::Exec(path.display().to_string(), errno(err)))
 }
 
-/// The first executable regular file named `program` in the environment's `PATH` (an empty
-/// entry is the working directory).
-fn find_in_path(program: &str) -> Option<PathBuf> {
-    let search = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+/// The value of `name` in `env` (`NAME=value` entries; the first wins, as `getenv`'s).
+pub(super) fn env_value(env: &[OsString], name: &str) -> Option<OsString> {
+    env.iter().find_map(|entry| {
+        let rest = entry.as_bytes().strip_prefix(name.as_bytes())?;
+        let value = rest.strip_prefix(b"=")?;
+        Some(OsStr::from_bytes(value).to_owned())
+    })
+}
+
+/// The first executable regular file named `program` in `search` (a `PATH` value, the
+/// default when `None`; an empty entry is the working directory).
+fn find_in_path(program: &str, search: Option<OsString>) -> Option<PathBuf> {
+    let search = search.unwrap_or_else(|| DEFAULT_PATH.into());
     search
         .as_bytes()
         .split(|&b| b == b':')

@@ -1,5 +1,7 @@
 //! The container's first process: [`init_main`] builds the container's mount namespace from a
-//! [`LaunchSpec`], drops to the container's user and executes the container's program.
+//! [`LaunchSpec`], drops to the container's user and executes the container's program. And
+//! [`exec_main`] (`kubectl exec`): a command run later in a running container's namespaces,
+//! as its user, with its environment (see `enter.rs`).
 //!
 //! The init process is a freshly executed, single-threaded program running as the agent's
 //! user — root, or an ordinary user in a user namespace of its own (see [Without
@@ -104,11 +106,13 @@
 
 mod binds;
 mod dev;
+mod enter;
 mod error;
 mod exec;
 mod mirror;
 mod paths;
 mod root;
+mod spec_file;
 mod userns;
 
 use std::convert::Infallible;
@@ -117,13 +121,15 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+pub use enter::{EXEC_FAILED, EXEC_NOT_FOUND, exec_main};
 pub use error::{SandboxError, UserNamespaceGap};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
 use nix::unistd::{self, Gid, Uid};
 use root::Privilege;
+use spec_file::load_spec;
 
 use crate::spec::LaunchSpec;
 
@@ -215,11 +221,7 @@ fn read_spec<I: IntoIterator<Item = OsString>>(args: I) -> Result<LaunchSpec, Sa
     let (Some(path), None) = (args.next(), args.next()) else {
         return Err(SandboxError::Usage);
     };
-    let path = PathBuf::from(path);
-    match fs::read(&path) {
-        Ok(text) => serde_json::from_slice(&text).map_err(|e| SandboxError::ParseSpec(path, e)),
-        Err(err) => Err(SandboxError::ReadSpec(path, err)),
-    }
+    load_spec(Path::new(&path))
 }
 
 /// Steps 2 to 11; returns only on failure.
