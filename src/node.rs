@@ -107,6 +107,10 @@ pub(crate) async fn run(
     }
 }
 
+/// The node-declared feature that tells the API server this node's kubelet API serves
+/// exec/attach/port-forward WebSockets itself (NodeDeclaredFeatures).
+const DECLARED_WEBSOCKETS: &str = "ExtendWebSocketsToKubelet";
+
 /// The Kubernetes version whose kubelet nodelet follows (the Node's `kubeletVersion`).
 pub(crate) const KUBELET_VERSION: &str = "v1.36.2";
 
@@ -336,6 +340,10 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
     }});
     if let Some(port) = config.kubelet_advertised_port {
         status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": port}});
+        // The kubelet API serves exec over WebSocket itself: a v1.36 API server
+        // (ExtendWebSocketsToKubelet, on by default) then proxies kubectl's WebSocket straight
+        // here instead of translating it to SPDY, which nodelet does not speak.
+        status["status"]["declaredFeatures"] = json!([DECLARED_WEBSOCKETS]);
     }
     nodes
         .patch_status(

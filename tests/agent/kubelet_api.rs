@@ -320,6 +320,11 @@ async fn the_registered_node_names_the_kubelet_api_port_the_node_ip_and_the_vers
         .as_str()
         .unwrap_or_default();
     assert!(runtime.starts_with("nodelet-process://"), "{runtime}");
+    // A v1.36 API server proxies exec WebSockets straight to a kubelet that declares this.
+    assert_eq!(
+        status["declaredFeatures"],
+        json!(["ExtendWebSocketsToKubelet"])
+    );
     bed.stop().await;
 }
 
