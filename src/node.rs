@@ -272,18 +272,46 @@ fn changed_labels(node: &Node, wanted: &BTreeMap<String, String>) -> BTreeMap<St
         .collect()
 }
 
-/// The Ready condition to post: `lastTransitionTime` moves only when the status changes (as
-/// the kubelet's `setNodeReadyCondition`), so a steady `True` keeps the time it became `True`.
-fn ready_condition(previous: Option<&NodeCondition>, now: &str) -> Value {
+/// The Ready condition to post: `True` while the runtime can run containers (`runtime`: why
+/// not, as the kubelet's `container runtime is down` text); `lastTransitionTime` moves only
+/// when the status changes (as the kubelet's `setNodeReadyCondition`), so a steady status keeps
+/// the time it took that value.
+fn ready_condition(
+    previous: Option<&NodeCondition>,
+    now: &str,
+    runtime: Result<(), String>,
+) -> Value {
+    let (status, reason, message) = match runtime {
+        Ok(()) => (
+            "True",
+            "KubeletReady",
+            "nodelet is posting ready status".to_owned(),
+        ),
+        Err(why) => (
+            "False",
+            "KubeletNotReady",
+            format!("container runtime is down: {why}"),
+        ),
+    };
     let since = previous
-        .filter(|c| c.status == "True")
+        .filter(|c| c.status == status)
         .and_then(|c| c.last_transition_time.as_ref())
         .map_or_else(|| now.to_owned(), |t| t.0.to_string());
     json!({
-        "type": "Ready", "status": "True", "reason": "KubeletReady",
-        "message": "nodelet is posting ready status",
+        "type": "Ready", "status": status, "reason": reason, "message": message,
         "lastHeartbeatTime": now, "lastTransitionTime": since,
     })
+}
+
+/// Whether the runtime can run containers now: the process runtime needs its namespaces
+/// (`nodelet_runtime::sandbox::check_support`); the env-file runtime always can.
+fn runtime_health(config: &AgentConfig) -> Result<(), String> {
+    match config.runtime {
+        crate::config::RuntimeKind::Config => Ok(()),
+        crate::config::RuntimeKind::Process => {
+            nodelet_runtime::sandbox::check_support().map_err(|e| e.to_string())
+        }
+    }
 }
 
 async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kube::Error> {
@@ -325,7 +353,7 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let machine_id = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
     let mut status = json!({"status": {
-        "conditions": [ready_condition(previous, &now)],
+        "conditions": [ready_condition(previous, &now, runtime_health(config))],
         "addresses": addresses,
         "capacity": allocatable, "allocatable": allocatable,
         "nodeInfo": {
@@ -402,12 +430,40 @@ mod tests {
     #[test]
     fn a_ready_condition_keeps_its_transition_time_while_it_stays_true() {
         let now = "2026-01-02T03:04:05Z";
-        let kept = ready_condition(Some(&condition("True", "2020-01-01T00:00:00Z")), now);
+        let kept = ready_condition(
+            Some(&condition("True", "2020-01-01T00:00:00Z")),
+            now,
+            Ok(()),
+        );
         assert_eq!(kept["lastTransitionTime"], "2020-01-01T00:00:00Z");
         assert_eq!(kept["lastHeartbeatTime"], now);
-        let flipped = ready_condition(Some(&condition("Unknown", "2020-01-01T00:00:00Z")), now);
+        let flipped = ready_condition(
+            Some(&condition("Unknown", "2020-01-01T00:00:00Z")),
+            now,
+            Ok(()),
+        );
         assert_eq!(flipped["lastTransitionTime"], now);
-        assert_eq!(ready_condition(None, now)["lastTransitionTime"], now);
+        assert_eq!(
+            ready_condition(None, now, Ok(()))["lastTransitionTime"],
+            now
+        );
+    }
+
+    #[test]
+    fn a_runtime_that_cannot_run_containers_makes_the_node_not_ready() {
+        let now = "2026-01-02T03:04:05Z";
+        let down = ready_condition(
+            Some(&condition("True", "2020-01-01T00:00:00Z")),
+            now,
+            Err("the kernel has no overlay filesystem (/proc/filesystems)".to_owned()),
+        );
+        assert_eq!(down["status"], "False");
+        assert_eq!(down["reason"], "KubeletNotReady");
+        assert_eq!(
+            down["message"],
+            "container runtime is down: the kernel has no overlay filesystem (/proc/filesystems)"
+        );
+        assert_eq!(down["lastTransitionTime"], now, "the status changed");
     }
 
     #[test]
