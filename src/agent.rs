@@ -1,7 +1,7 @@
 //! [`Agent`]: wires the object managers, the volume manager, the pod workers, the pod source,
 //! events, status, node registration and the HTTP endpoints together.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -402,7 +402,6 @@ async fn pod_source(
     let workers = &state.workers;
     let mut configmap_changes = state.configmaps.subscribe();
     let mut secret_changes = state.secrets.subscribe();
-    let mut known: HashMap<PodUid, AdmittedPod> = HashMap::new();
     let mut listing: Option<HashSet<PodUid>> = None;
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     let mut first_list = true;
@@ -411,7 +410,7 @@ async fn pod_source(
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
             _ = housekeeping.tick() => {
-                let desired: HashSet<PodUid> = known.keys().cloned().collect();
+                let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
                 workers.sync_known_pods(&desired);
                 // Not before the first list: every pod would look deleted.
                 if let (Some(processes), false) = (&state.processes, first_list) {
@@ -426,13 +425,16 @@ async fn pod_source(
             } } => {
                 match uid {
                     Ok(uid) => {
-                        if let Some(pod) = known.get(&uid) {
-                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod.clone()));
+                        let pod = state.known_pods.read().get(&uid).cloned();
+                        if let Some(pod) = pod {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        for pod in known.values() {
-                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod.clone()));
+                        let pods: Vec<AdmittedPod> =
+                            state.known_pods.read().values().cloned().collect();
+                        for pod in pods {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => container_changes = None,
@@ -440,11 +442,11 @@ async fn pod_source(
                 continue;
             }
             change = configmap_changes.recv() => {
-                retry_failed_pods(&state, &known, change, referenced_config_map_names);
+                retry_failed_pods(&state, change, referenced_config_map_names);
                 continue;
             }
             change = secret_changes.recv() => {
-                retry_failed_pods(&state, &known, change, referenced_secret_names);
+                retry_failed_pods(&state, change, referenced_secret_names);
                 continue;
             }
             _ = probe.tick(), if state.pod_watch.is_failing() => {
@@ -469,7 +471,6 @@ async fn pod_source(
                 if let Some(l) = listing.as_mut() {
                     l.insert(pod.uid().clone());
                 }
-                known.insert(pod.uid().clone(), pod.clone());
                 state
                     .known_pods
                     .write()
@@ -479,14 +480,16 @@ async fn pod_source(
             Ok(Event::InitDone) => {
                 state.metrics.set_watches("pods", 1);
                 let listed = listing.take().unwrap_or_default();
-                let gone: Vec<(PodUid, AdmittedPod)> = known
-                    .iter()
-                    .filter(|(u, _)| !listed.contains(*u))
-                    .map(|(u, p)| (u.clone(), p.clone()))
-                    .collect();
-                for (uid, pod) in gone {
-                    known.remove(&uid);
-                    state.known_pods.write().remove(&uid);
+                let gone: Vec<AdmittedPod> = {
+                    let mut known = state.known_pods.write();
+                    let gone: Vec<PodUid> = known
+                        .keys()
+                        .filter(|u| !listed.contains(*u))
+                        .cloned()
+                        .collect();
+                    gone.iter().filter_map(|u| known.remove(u)).collect()
+                };
+                for pod in gone {
                     workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
                 }
                 if first_list {
@@ -504,7 +507,6 @@ async fn pod_source(
                 let Some(pod) = admit(pod) else {
                     continue;
                 };
-                known.insert(pod.uid().clone(), pod.clone());
                 state
                     .known_pods
                     .write()
@@ -522,7 +524,6 @@ async fn pod_source(
                 let Some(pod) = admit(pod) else {
                     continue;
                 };
-                known.remove(pod.uid());
                 state.known_pods.write().remove(pod.uid());
                 workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
             }
@@ -553,7 +554,6 @@ async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
 /// manager, and a running container's environment never changes (UP-3).
 fn retry_failed_pods(
     state: &AgentState,
-    known: &HashMap<PodUid, AdmittedPod>,
     change: Result<ObjectRef, broadcast::error::RecvError>,
     references: fn(&Pod) -> Vec<String>,
 ) {
@@ -569,10 +569,15 @@ fn retry_failed_pods(
         .filter(|w| w.phase == WorkerPhase::Syncing && w.last_error.is_some())
         .map(|w| w.uid)
         .collect();
-    for (uid, pod) in known
+    let candidates: Vec<AdmittedPod> = state
+        .known_pods
+        .read()
         .iter()
         .filter(|(uid, _)| failed.contains(uid.as_str()))
-    {
+        .map(|(_, pod)| pod.clone())
+        .collect();
+    for pod in &candidates {
+        let uid = pod.uid();
         let affected = key.as_ref().is_none_or(|key| {
             pod.metadata.namespace.as_deref() == Some(key.namespace.as_str())
                 && references(pod).contains(&key.name)

@@ -25,8 +25,8 @@ pub(crate) struct AgentState {
     pub(crate) status: crate::status::StatusWriter,
     /// The process runtime, when containers run as processes (`--runtime process`).
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
-    /// The pods bound to this node, as the pod source last saw them (the kubelet API's
-    /// `/pods` and `/containerLogs`).
+    /// The pods bound to this node, as the pod source last saw them: written only by the pod
+    /// source; read by it and by the kubelet API (`/pods`, `/containerLogs`, `/exec`).
     pub(crate) known_pods: parking_lot::RwLock<
         std::collections::HashMap<nodelet_core::PodUid, nodelet_core::AdmittedPod>,
     >,

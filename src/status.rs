@@ -265,74 +265,25 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
         .filter(|c| !c.init)
         .map(container_status)
         .collect();
-    let mut conditions = vec![
-        condition(
-            "PodReadyToStartContainers",
-            status.volumes.ready,
-            None,
-            status.volumes.message.as_deref(),
-            now,
-        ),
-        condition(
-            CONFIG_READY_CONDITION,
-            status.config.ready,
-            (!status.config.ready).then_some("ConfigNotResolved"),
-            status.config.message.as_deref(),
-            now,
-        ),
-        condition(
-            "Initialized",
-            init_done,
-            (!init_done).then_some("ContainersNotInitialized"),
-            None,
-            now,
-        ),
-        condition(
-            "ContainersReady",
-            all_created,
-            (!all_created).then_some("ContainersNotReady"),
-            None,
-            now,
-        ),
-        condition(
-            "Ready",
-            all_created,
-            (!all_created).then_some("ContainersNotReady"),
-            None,
-            now,
-        ),
-    ];
-    if let Some(scheduled) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-        .and_then(|c| serde_json::to_value(c).ok())
-    {
-        conditions.insert(0, scheduled);
-    }
-    // The generation of the spec this status was computed from (PodObservedGenerationTracking,
-    // on by default since 1.34), on the status and on the conditions the agent owns.
-    let generation = pod.metadata.generation;
-    if let Some(g) = generation {
-        for c in conditions
-            .iter_mut()
-            .filter(|c| c["type"] != "PodScheduled")
-        {
-            c["observedGeneration"] = json!(g);
-        }
-    }
-    let mut patch = json!({"status": {
-        "phase": if all_created { "Running" } else { "Pending" },
-        "startTime": now,
-        "conditions": conditions,
-        "initContainerStatuses": init,
-        "containerStatuses": regular,
-    }});
-    if let Some(g) = generation {
-        patch["status"]["observedGeneration"] = json!(g);
-    }
-    patch
+    let not_ready = (!all_created).then_some("ContainersNotReady");
+    pod_status_patch(
+        pod,
+        status,
+        Verdicts {
+            initialized: (
+                init_done,
+                (!init_done).then_some("ContainersNotInitialized"),
+                None,
+            ),
+            ready: (all_created, not_ready, None),
+        },
+        json!({
+            "phase": if all_created { "Running" } else { "Pending" },
+            "startTime": now,
+            "initContainerStatuses": init,
+            "containerStatuses": regular,
+        }),
+    )
 }
 
 fn rfc3339(t: std::time::SystemTime) -> String {
@@ -478,50 +429,84 @@ pub(crate) fn process_status_patch(
         "ContainersNotReady"
     };
     let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
+    let init_message = format!(
+        "containers with incomplete status: [{}]",
+        incomplete.join(" ")
+    );
+    let ips: Vec<Value> = host_ips.iter().map(|ip| json!({"ip": ip})).collect();
+    pod_status_patch(
+        pod,
+        status,
+        Verdicts {
+            initialized: (
+                init_done,
+                (!init_done).then_some("ContainersNotInitialized"),
+                (!init_done).then_some(init_message.as_str()),
+            ),
+            ready: (
+                all_ready,
+                (!all_ready).then_some(not_ready_reason),
+                (!all_ready && !completed).then_some(unready_message.as_str()),
+            ),
+        },
+        json!({
+            "phase": runtime.phase.as_str(),
+            "startTime": now,
+            "initContainerStatuses": init,
+            "containerStatuses": regular,
+            "hostIP": host_ips.first(),
+            "hostIPs": ips,
+            "podIP": host_ips.first(),
+            "podIPs": ips,
+        }),
+    )
+}
+
+/// `(status, reason, message)` of the `Initialized` condition and of `ContainersReady` and
+/// `Ready` (which agree: nodelet has no readiness probes).
+struct Verdicts<'a> {
+    initialized: (bool, Option<&'a str>, Option<&'a str>),
+    ready: (bool, Option<&'a str>, Option<&'a str>),
+}
+
+/// The `status` merge patch both runtimes share: `fields` (phase, container statuses, IPs)
+/// with the conditions the agent owns — `PodReadyToStartContainers`, the config condition,
+/// `Initialized`, `ContainersReady`, `Ready` — after the scheduler's `PodScheduled`, all
+/// carrying the pod's generation (PodObservedGenerationTracking, on by default since 1.34).
+fn pod_status_patch(
+    pod: &Pod,
+    status: &PodConfigStatus,
+    verdicts: Verdicts<'_>,
+    mut fields: Value,
+) -> Value {
+    let now = fields["startTime"].as_str().unwrap_or_default().to_owned();
+    let (initialized, init_reason, init_message) = verdicts.initialized;
+    let (ready, ready_reason, ready_message) = verdicts.ready;
     let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
             status.volumes.ready,
             None,
             status.volumes.message.as_deref(),
-            now,
+            &now,
         ),
         condition(
             CONFIG_READY_CONDITION,
             status.config.ready,
             (!status.config.ready).then_some("ConfigNotResolved"),
             status.config.message.as_deref(),
-            now,
+            &now,
         ),
-        condition(
-            "Initialized",
-            init_done,
-            (!init_done).then_some("ContainersNotInitialized"),
-            (!init_done)
-                .then(|| {
-                    format!(
-                        "containers with incomplete status: [{}]",
-                        incomplete.join(" ")
-                    )
-                })
-                .as_deref(),
-            now,
-        ),
-        condition(
-            "ContainersReady",
-            all_ready,
-            (!all_ready).then_some(not_ready_reason),
-            (!all_ready && !completed).then_some(unready_message.as_str()),
-            now,
-        ),
-        condition(
-            "Ready",
-            all_ready,
-            (!all_ready).then_some(not_ready_reason),
-            (!all_ready && !completed).then_some(unready_message.as_str()),
-            now,
-        ),
+        condition("Initialized", initialized, init_reason, init_message, &now),
+        condition("ContainersReady", ready, ready_reason, ready_message, &now),
+        condition("Ready", ready, ready_reason, ready_message, &now),
     ];
+    if let Some(g) = pod.metadata.generation {
+        for c in &mut conditions {
+            c["observedGeneration"] = json!(g);
+        }
+        fields["observedGeneration"] = json!(g);
+    }
     if let Some(scheduled) = pod
         .status
         .as_ref()
@@ -531,31 +516,8 @@ pub(crate) fn process_status_patch(
     {
         conditions.insert(0, scheduled);
     }
-    let generation = pod.metadata.generation;
-    if let Some(g) = generation {
-        for c in conditions
-            .iter_mut()
-            .filter(|c| c["type"] != "PodScheduled")
-        {
-            c["observedGeneration"] = json!(g);
-        }
-    }
-    let ips: Vec<Value> = host_ips.iter().map(|ip| json!({"ip": ip})).collect();
-    let mut patch = json!({"status": {
-        "phase": runtime.phase.as_str(),
-        "startTime": now,
-        "conditions": conditions,
-        "initContainerStatuses": init,
-        "containerStatuses": regular,
-        "hostIP": host_ips.first(),
-        "hostIPs": ips,
-        "podIP": host_ips.first(),
-        "podIPs": ips,
-    }});
-    if let Some(g) = generation {
-        patch["status"]["observedGeneration"] = json!(g);
-    }
-    patch
+    fields["conditions"] = json!(conditions);
+    json!({"status": fields})
 }
 
 impl StatusSink for StatusWriter {

@@ -269,36 +269,12 @@ impl ProcessRuntime {
                 })
                 .collect()
         };
-        for (_, pgid, _) in &running {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGTERM);
-        }
-        let wait_all = |deadline: Duration| {
-            let mut waits = Vec::new();
-            for (_, _, rx) in &running {
-                let mut rx = rx.clone();
-                waits.push(async move {
-                    let _ = rx.wait_for(|ended| *ended).await;
-                });
-            }
-            tokio::time::timeout(deadline, futures_join_all(waits))
-        };
-        if wait_all(grace_period).await.is_err() {
-            for (name, pgid, rx) in &running {
-                if !*rx.borrow() {
-                    info!(container = %name, "grace period over: SIGKILL");
-                    let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-                }
-            }
-            if wait_all(Duration::from_secs(10)).await.is_err() {
-                return Err(Error::NotStopped {
-                    pod: namespaced(pod),
-                    containers: running
-                        .iter()
-                        .filter(|(_, _, rx)| !*rx.borrow())
-                        .map(|(n, _, _)| n.clone())
-                        .collect(),
-                });
-            }
+        let still_running = stop(&running, grace_period, Duration::from_secs(10)).await;
+        if !still_running.is_empty() {
+            return Err(Error::NotStopped {
+                pod: namespaced(pod),
+                containers: still_running,
+            });
         }
         Ok(running.into_iter().map(|(n, _, _)| n).collect())
     }
@@ -307,36 +283,19 @@ impl ProcessRuntime {
     /// after `grace_period`, each waited for at most 5 s more. Nothing is left running behind
     /// the agent; its next start starts the pods' containers again.
     pub async fn stop_all(&self, grace_period: Duration) {
-        let running: Vec<(i32, watch::Receiver<bool>)> = {
+        let running: Vec<(String, i32, watch::Receiver<bool>)> = {
             let pods = self.inner.pods.lock();
             pods.values()
-                .flat_map(|p| p.values())
-                .filter(|r| r.state_is_running())
-                .filter_map(|r| r.pgid.map(|pgid| (pgid, r.ended.subscribe())))
+                .flat_map(|p| p.iter())
+                .filter(|(_, r)| r.state_is_running())
+                .filter_map(|(name, r)| {
+                    r.pgid.map(|pgid| (name.clone(), pgid, r.ended.subscribe()))
+                })
                 .collect()
         };
-        for (pgid, _) in &running {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGTERM);
-        }
-        let wait = |deadline: Duration| {
-            let waits: Vec<_> = running
-                .iter()
-                .map(|(_, rx)| {
-                    let mut rx = rx.clone();
-                    async move {
-                        let _ = rx.wait_for(|ended| *ended).await;
-                    }
-                })
-                .collect();
-            tokio::time::timeout(deadline, futures_join_all(waits))
-        };
-        if wait(grace_period).await.is_err() {
-            for (pgid, rx) in &running {
-                if !*rx.borrow() {
-                    let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-                }
-            }
-            let _ = wait(Duration::from_secs(5)).await;
+        let still_running = stop(&running, grace_period, Duration::from_secs(5)).await;
+        if !still_running.is_empty() {
+            warn!(containers = ?still_running, "containers outlived SIGKILL at shutdown");
         }
     }
 
@@ -388,10 +347,40 @@ impl ProcessRuntime {
     }
 }
 
-async fn futures_join_all<F: std::future::Future<Output = ()>>(futures: Vec<F>) {
-    for f in futures {
-        f.await;
+/// SIGTERM to each container's process group, SIGKILL to those still running after
+/// `grace_period`; waits at most `after_kill` more. Returns the containers still running.
+async fn stop(
+    running: &[(String, i32, watch::Receiver<bool>)],
+    grace_period: Duration,
+    after_kill: Duration,
+) -> Vec<String> {
+    for (_, pgid, _) in running {
+        let _ = killpg(Pid::from_raw(*pgid), Signal::SIGTERM);
     }
+    let all_ended = |deadline: Duration| {
+        let receivers: Vec<watch::Receiver<bool>> =
+            running.iter().map(|(_, _, rx)| rx.clone()).collect();
+        tokio::time::timeout(deadline, async move {
+            for mut rx in receivers {
+                let _ = rx.wait_for(|ended| *ended).await;
+            }
+        })
+    };
+    if all_ended(grace_period).await.is_ok() {
+        return Vec::new();
+    }
+    for (name, pgid, rx) in running {
+        if !*rx.borrow() {
+            info!(container = %name, "grace period over: SIGKILL");
+            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+        }
+    }
+    let _ = all_ended(after_kill).await;
+    running
+        .iter()
+        .filter(|(_, _, rx)| !*rx.borrow())
+        .map(|(name, _, _)| name.clone())
+        .collect()
 }
 
 /// `10s`, `5m0s`: Go's duration text, as the kubelet's back-off message prints it.
