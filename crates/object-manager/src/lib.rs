@@ -146,6 +146,7 @@ mod manager;
 mod recovery;
 mod reflector;
 mod refs;
+mod refusal;
 pub mod source;
 mod tasks;
 mod ttl;

@@ -248,6 +248,11 @@ impl<K: ManagedObject> Manager<K> {
         for name in old.names.iter().filter(|n| !new.names.contains(n)) {
             self.delete_reference(uid, &old.namespace, name);
         }
+        drop(pods);
+        // The pod watch confirmed a pod: the server's authorizer has likely linked it by now.
+        if let Backend::Watch(store) = &self.shared.backend {
+            store.pod_confirmed();
+        }
     }
 
     /// Forget the references of pod `uid`: those of the pod as last registered (OM-9). Never

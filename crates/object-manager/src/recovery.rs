@@ -58,6 +58,9 @@ pub(crate) struct Recovery {
     /// 1 + the recovery generation in which a resumed watch was answered `410 Expired` (5);
     /// 0: never.
     expired_in: AtomicU64,
+    /// Bumped whenever a pod is registered: reflectors refused for want of a relationship
+    /// retry at once (`refusal.rs`, (1)).
+    pods_confirmed: watch::Sender<u64>,
 }
 
 /// What a reflector does after a failed request.
@@ -78,6 +81,29 @@ impl Recovery {
             permits: Semaphore::new(config.concurrency.max(1)),
             in_flight: Semaphore::new(config.requests_in_flight.max(1)),
             expired_in: AtomicU64::new(0),
+            pods_confirmed: watch::channel(0).0,
+        }
+    }
+
+    /// A pod was registered (the agent's pod watch confirmed it): wakes the reflectors waiting
+    /// out a no-relationship refusal (`refusal.rs`, (1)).
+    pub(crate) fn pod_confirmed(&self) {
+        self.pods_confirmed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Waits `delay`, or less when a pod is registered meanwhile (then a random delay below
+    /// 25 ms, so the woken reflectors do not all ask at once).
+    pub(crate) async fn wait_for_relationship(&self, delay: Duration) {
+        let mut confirmed = self.pods_confirmed.subscribe();
+        confirmed.borrow_and_update();
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            changed = confirmed.changed() => {
+                if changed.is_ok() {
+                    let spread = Jitter::between(0.0, 1.0).apply(Duration::from_millis(25));
+                    tokio::time::sleep(spread.min(delay)).await;
+                }
+            }
         }
     }
 
@@ -308,6 +334,31 @@ mod tests {
         r.outage.store(true, Ordering::Release);
         r.succeeded();
         assert!(!r.history_forgotten());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registered_pod_cuts_short_the_wait_for_a_relationship() {
+        let r = std::sync::Arc::new(recovery());
+        let waiter = {
+            let r = r.clone();
+            tokio::spawn(async move {
+                r.wait_for_relationship(Duration::from_secs(1)).await;
+                Instant::now()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let confirmed = Instant::now();
+        r.pod_confirmed();
+        let woke = waiter.await.unwrap_or(confirmed + Duration::from_secs(1));
+        assert!(
+            woke - confirmed <= Duration::from_millis(26),
+            "{:?}",
+            woke - confirmed
+        );
+        // Without a registration the whole delay.
+        let started = Instant::now();
+        r.wait_for_relationship(Duration::from_millis(300)).await;
+        assert!(started.elapsed() >= Duration::from_millis(300));
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,6 +21,9 @@
 //!    the other woken reflectors go straight to (1) instead of resuming into the same 410.
 //! 7. Every write checks the cell's epoch: a stopped reflector can never overwrite what a
 //!    newer run wrote, so there is never more than one effective run per object.
+//! 8. A refusal (401, 403) is not an outage: the Node authorizer's "no relationship found"
+//!    is retried soon and often for a while, for its graph lags the API; a lasting or any other
+//!    refusal is reported once at WARN and backed off (steps in `refusal.rs`).
 //!
 //! The steps are the states of [`State`] (`Empty` (1), `Listing` (1)–(2), `WatchListing` (2),
 //! `Watching` (3), `Backoff` (5)–(6), `Stopped` (7)), moved on by one transition function,
@@ -49,6 +52,7 @@ use tracing::Instrument;
 
 use crate::driver;
 use crate::recovery::{Pause, Recovery};
+use crate::refusal::{Refusals, Verdict};
 use crate::source::{ObjectSource, SourceError, WatchEvent, WatchStream};
 use crate::tasks::Tasks;
 use crate::{ObjectKind, ObjectRef};
@@ -361,6 +365,8 @@ impl<K: Resource + Send + Sync + 'static> driver::Resume for Resume<K> {
 pub(crate) struct RunState {
     backoff: Backoff,
     recovery: RecoveryState,
+    /// Refusals (401/403) in a row, and whether they were reported (`refusal.rs`).
+    refusals: Refusals,
     /// Where the next WATCH starts.
     resource_version: String,
 }
@@ -380,6 +386,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         let run = RunState {
             backoff: self.backoff.start(),
             recovery: RecoveryState::default(),
+            refusals: Refusals::default(),
             resource_version: String::new(),
         };
         self.resume(State::Empty, run, cancel).await;
@@ -453,10 +460,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             State::Stopped => State::Stopped,
             State::Backoff { error, then } => {
                 match error {
-                    Some(error) => {
-                        self.failed(&error, &mut run.backoff, &mut run.recovery)
-                            .await
-                    }
+                    Some(error) => self.failed(&error, run).await,
                     None => tokio::time::sleep(run.backoff.next_delay()).await,
                 }
                 *then
@@ -465,7 +469,10 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             State::Empty => {
                 let opened = {
                     let _permit = self.permit(&mut run.recovery).await;
-                    self.answered(self.source.watch_list(namespace, name).await)
+                    self.answered(
+                        &mut run.refusals,
+                        self.source.watch_list(namespace, name).await,
+                    )
                 };
                 match opened {
                     Ok(Some(stream)) => State::WatchListing {
@@ -483,7 +490,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             State::Listing => {
                 let listed = {
                     let _permit = self.permit(&mut run.recovery).await;
-                    self.answered(self.source.list(namespace, name).await)
+                    self.answered(&mut run.refusals, self.source.list(namespace, name).await)
                 };
                 match listed {
                     Err(error) => {
@@ -556,6 +563,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 let opened = {
                     let _permit = self.permit(&mut run.recovery).await;
                     self.answered(
+                        &mut run.refusals,
                         self.source
                             .watch(namespace, name, &run.resource_version)
                             .await,
@@ -697,8 +705,29 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         })
     }
 
-    /// After a failed request: the back-off, or the shared recovery signal (6).
-    async fn failed(&self, error: &SourceError, backoff: &mut Backoff, rs: &mut RecoveryState) {
+    /// After a failed request: a refusal's own schedule (8), the back-off, or the shared
+    /// recovery signal (6).
+    async fn failed(&self, error: &SourceError, run: &mut RunState) {
+        match run.refusals.failed(error, Instant::now()) {
+            Verdict::Lagging(delay) => {
+                tracing::debug!(%error, ?delay, "refused for want of a relationship; retrying soon");
+                match &self.recovery {
+                    Some(recovery) => recovery.wait_for_relationship(delay).await,
+                    None => tokio::time::sleep(delay).await,
+                }
+                return;
+            }
+            Verdict::Denied { report: true } => {
+                tracing::warn!(
+                    object.ref = %format_args!("{}/{}", self.namespace, self.name),
+                    kind = self.kind,
+                    %error,
+                    "the API server refuses this node's watch of the object; retrying with back-off"
+                );
+            }
+            Verdict::Denied { report: false } | Verdict::Other => {}
+        }
+        let (backoff, rs) = (&mut run.backoff, &mut run.recovery);
         let delay = backoff.next_delay();
         let Some(recovery) = &self.recovery else {
             tokio::time::sleep(delay).await;
@@ -742,10 +771,18 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         Some((woken, in_flight))
     }
 
-    /// Reports an answered request to the recovery signal (6).
-    fn answered<T>(&self, result: Result<T, SourceError>) -> Result<T, SourceError> {
+    /// Reports an answered request to the recovery signal (6) and, when it succeeded, ends a
+    /// run of refusals (8).
+    fn answered<T>(
+        &self,
+        refusals: &mut Refusals,
+        result: Result<T, SourceError>,
+    ) -> Result<T, SourceError> {
         let reached = match &result {
-            Ok(_) => true,
+            Ok(_) => {
+                refusals.answered();
+                true
+            }
             Err(error) => !Recovery::is_outage(error),
         };
         if let (true, Some(recovery)) = (reached, &self.recovery) {
@@ -834,6 +871,7 @@ mod tests {
             }
             .start(),
             recovery: RecoveryState::default(),
+            refusals: Refusals::default(),
             resource_version: String::new(),
         }
     }
@@ -977,6 +1015,66 @@ mod tests {
             )
             .await;
         assert_eq!(state.name(), "Empty");
+    }
+
+    fn no_relationship() -> SourceError {
+        SourceError::status(
+            403,
+            "Forbidden",
+            "secrets \"s\" is forbidden: User \"system:node:n1\" cannot watch resource \"secrets\" \
+             in API group \"\" in the namespace \"ns\": no relationship found between node 'n1' \
+             and this object",
+        )
+    }
+
+    // Issue: after a restart, watches refused by the Node authorizer (its graph not rebuilt
+    // yet) stayed in back-off for 10-27 s while the server already served them.
+    #[tokio::test(start_paused = true)]
+    async fn no_relationship_refusals_are_retried_soon_without_growing_the_back_off() {
+        let fake = FakeSource::<Secret>::new();
+        fake.set_watch_list(true);
+        fake.apply("ns", secret("v1"));
+        fake.fail_next(5, no_relationship());
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let started = Instant::now();
+        let mut state = State::Empty;
+        while synced_value(&cell).is_none() {
+            state = r.step(state, &mut run).await;
+        }
+        // Retries after <50, <100, <200, <400 and <800 ms; the 800 ms back-off doubling would
+        // have taken 24.8 s at least.
+        assert!(
+            started.elapsed() < Duration::from_millis(1550),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(fake.total(crate::source::Verb::WatchList), 6);
+        assert_eq!(
+            run.backoff.last_delay(),
+            None,
+            "the back-off was never used"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_refusals_back_off_as_before() {
+        let fake = FakeSource::<Secret>::new();
+        fake.fail_next(
+            1,
+            SourceError::status(403, "Forbidden", "secrets \"s\" is forbidden"),
+        );
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        let state = r.step(State::Listing, &mut run).await;
+        assert_eq!(state.name(), "Backoff");
+        let started = Instant::now();
+        let state = r.step(state, &mut run).await;
+        assert_eq!(state.name(), "Empty");
+        assert!(started.elapsed() >= Duration::from_millis(800));
+        assert!(run.backoff.last_delay().is_some());
     }
 
     #[tokio::test(start_paused = true)]

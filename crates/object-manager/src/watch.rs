@@ -112,6 +112,12 @@ impl<K: ManagedObject> WatchStore<K> {
         *item.refs.entry(uid.clone()).or_insert(0) += 1;
     }
 
+    /// A pod was registered: reflectors refused for want of a relationship retry at once
+    /// (`refusal.rs`).
+    pub(crate) fn pod_confirmed(&self) {
+        self.inner.recovery.pod_confirmed();
+    }
+
     /// OM-17: the last reference stops the reflector and forgets the item. A UID that holds no
     /// reference is ignored (upstream records a negative count and keeps the item alive).
     pub(crate) fn delete_reference(&self, key: &ObjectRef, uid: &PodUid) {

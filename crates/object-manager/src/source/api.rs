@@ -84,6 +84,20 @@ impl SourceError {
     pub fn is_gone(&self) -> bool {
         matches!(self, SourceError::Status { code: 410, .. })
     }
+
+    /// A `403` from the Node authorizer saying it knows no pod of this node that references the
+    /// object (`... no relationship found between node '<node>' and this object`). The
+    /// authorizer answers from a graph that trails the API — right after a pod is bound, and
+    /// after a server restart until the graph is rebuilt — so for an object a registered pod
+    /// references this is usually transient; reflectors retry it on a short schedule for a
+    /// while before taking it for a denial. The server gives no other mark than its message.
+    pub fn is_no_relationship(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Status { code: 403, message, .. }
+                if message.contains("no relationship found between node")
+        )
+    }
 }
 
 impl fmt::Debug for SourceError {
