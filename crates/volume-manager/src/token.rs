@@ -12,6 +12,7 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use nodelet_core::PodUid;
+use nodelet_core::backoff::Jitter;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -74,6 +75,16 @@ pub trait TokenSource: Send + Sync + 'static {
     ) -> Result<Token, TokenError>;
 }
 
+/// Delays (before jitter) between the attempts of a token request the Node authorizer refuses
+/// with `no relationship found` (its graph lags the API).
+const LAG_RETRIES: [Duration; 5] = [
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1000),
+];
+
 /// [`TokenSource`] over the `serviceaccounts/<sa>/token` subresource.
 #[derive(Clone)]
 pub struct KubeTokenSource {
@@ -107,20 +118,37 @@ impl TokenSource for KubeTokenSource {
             .as_ref()
             .and_then(|s| s.expiration_seconds)
             .unwrap_or_default();
-        let answer = api
-            .create_token_request(service_account, &PostParams::default(), request)
-            .await
-            .map_err(|e| match e {
-                kube::Error::Api(status) => TokenError::Api {
-                    code: status.code,
-                    message: status.message,
-                },
-                other => TokenError::Request {
-                    namespace: namespace.to_owned(),
-                    service_account: service_account.to_owned(),
-                    message: other.to_string(),
-                },
-            })?;
+        // The Node authorizer links a pod's service account a moment after the pod is bound
+        // (and after a server restart, once its graph is rebuilt): a refusal for want of that
+        // link is retried five times, over 1.25-2.5 s in all, before it is reported.
+        let mut lag = LAG_RETRIES.iter();
+        let answer = loop {
+            let sent = api
+                .create_token_request(service_account, &PostParams::default(), request)
+                .await;
+            match (sent, lag.next()) {
+                (Err(kube::Error::Api(status)), Some(delay))
+                    if status.code == 403
+                        && status
+                            .message
+                            .contains("no relationship found between node") =>
+                {
+                    tokio::time::sleep(Jitter::between(0.5, 1.0).apply(*delay)).await;
+                }
+                (sent, _) => break sent,
+            }
+        };
+        let answer = answer.map_err(|e| match e {
+            kube::Error::Api(status) => TokenError::Api {
+                code: status.code,
+                message: status.message,
+            },
+            other => TokenError::Request {
+                namespace: namespace.to_owned(),
+                service_account: service_account.to_owned(),
+                message: other.to_string(),
+            },
+        })?;
         let status = answer.status.ok_or_else(|| TokenError::Request {
             namespace: namespace.to_owned(),
             service_account: service_account.to_owned(),
