@@ -73,6 +73,11 @@ pub struct ManagerConfig {
     pub initial_backoff: Duration,
     /// Reflector reconnect back-off: largest delay (default 30 s).
     pub max_backoff: Duration,
+    /// Watch: how long a reflector retries the Node authorizer's `no relationship found`
+    /// refusal soon and often (50 ms doubling to 1 s), as the lag of the authorizer's graph
+    /// behind the API it usually is, before it reports it at WARN as a denial and backs off
+    /// (default 30 s; not a kubelet setting).
+    pub relationship_grace: Duration,
     /// Watch: after an API server outage, how often one reflector probes whether the server
     /// answers again (default 250 ms, jittered); the others wait for that signal instead of
     /// their back-off.
@@ -105,6 +110,7 @@ impl Default for ManagerConfig {
             idle_check_interval: Duration::from_secs(60),
             initial_backoff: Duration::from_millis(800),
             max_backoff: Duration::from_secs(30),
+            relationship_grace: Duration::from_secs(30),
             notify_capacity: 1024,
             recovery_probe_interval: Duration::from_millis(250),
             recovery_spread: Duration::from_millis(250),

@@ -133,6 +133,7 @@ impl<K: ManagedObject> Manager<K> {
         let backoff = BackoffConfig {
             initial: config.initial_backoff,
             max: config.max_backoff,
+            relationship_grace: config.relationship_grace,
         };
         let backend = match config.strategy {
             Strategy::Get => Backend::Get,

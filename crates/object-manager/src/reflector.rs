@@ -96,6 +96,9 @@ impl<K> Cell<K> {
 pub(crate) struct BackoffConfig {
     pub(crate) initial: Duration,
     pub(crate) max: Duration,
+    /// How long "no relationship found" refusals in a row are retried as the authorizer's lag
+    /// before they count as a denial (`refusal.rs`).
+    pub(crate) relationship_grace: Duration,
 }
 
 impl BackoffConfig {
@@ -708,7 +711,8 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     /// After a failed request: a refusal's own schedule (8), the back-off, or the shared
     /// recovery signal (6).
     async fn failed(&self, error: &SourceError, run: &mut RunState) {
-        match run.refusals.failed(error, Instant::now()) {
+        let grace = self.backoff.relationship_grace;
+        match run.refusals.failed(error, Instant::now(), grace) {
             Verdict::Lagging(delay) => {
                 tracing::debug!(%error, ?delay, "refused for want of a relationship; retrying soon");
                 match &self.recovery {
@@ -856,6 +860,7 @@ mod tests {
             backoff: BackoffConfig {
                 initial: Duration::from_millis(800),
                 max: Duration::from_secs(30),
+                relationship_grace: Duration::from_secs(30),
             },
             notify: None,
             recovery: None,
@@ -868,6 +873,7 @@ mod tests {
             backoff: BackoffConfig {
                 initial: Duration::from_millis(800),
                 max: Duration::from_secs(30),
+                relationship_grace: Duration::from_secs(30),
             }
             .start(),
             recovery: RecoveryState::default(),
@@ -1122,6 +1128,7 @@ mod tests {
         let mut b = BackoffConfig {
             initial: Duration::from_millis(800),
             max: Duration::from_secs(30),
+            relationship_grace: Duration::from_secs(30),
         }
         .start();
         let first = b.next_delay();

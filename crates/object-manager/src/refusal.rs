@@ -16,8 +16,10 @@
 //!    of its own: after 25–50 ms, then doubling up to 0.5–1 s ([`lag_delay`]), and at once
 //!    when a pod is registered with the manager again (the agent's pod watch confirmed a pod, a
 //!    sign the server's informers have caught up). The reflector's back-off does not grow.
-//! 2. Such refusals for longer than [`LAG_GRACE`] in a row are a real denial: reported once at
-//!    WARN with the server's text, then retried on the ordinary back-off.
+//! 2. Such refusals for longer than the grace period in a row (`ManagerConfig::
+//!    relationship_grace`, 30 s by default: a restarted server rebuilds its graph from a full
+//!    list of the cluster's pods, seconds on a large cluster) are a real denial: reported once
+//!    at WARN with the server's text, then retried on the ordinary back-off.
 //! 3. Any other 401 or 403 is a real denial at once: reported once at WARN, ordinary back-off.
 //! 4. An answered request (a list, a watch, a watch-list) ends the run of refusals: the next
 //!    refusal starts at (1) and is reported again.
@@ -28,11 +30,6 @@ use nodelet_core::backoff::Jitter;
 use tokio::time::Instant;
 
 use crate::source::SourceError;
-
-/// How long no-relationship refusals in a row are taken for the authorizer's lag (2). A
-/// restarted server rebuilds its graph from a full list of the cluster's pods: seconds on a
-/// large cluster.
-pub(crate) const LAG_GRACE: Duration = Duration::from_secs(30);
 
 /// The first retry after a no-relationship refusal, before jitter (1).
 const LAG_FIRST: Duration = Duration::from_millis(50);
@@ -67,11 +64,11 @@ pub(crate) struct Refusals {
 }
 
 impl Refusals {
-    /// Classifies a failed request made at `now`.
-    pub(crate) fn failed(&mut self, error: &SourceError, now: Instant) -> Verdict {
+    /// Classifies a failed request made at `now`; no-relationship refusals are lag for `grace`.
+    pub(crate) fn failed(&mut self, error: &SourceError, now: Instant, grace: Duration) -> Verdict {
         if error.is_no_relationship() {
             let since = *self.lagging_since.get_or_insert(now);
-            if now.saturating_duration_since(since) < LAG_GRACE {
+            if now.saturating_duration_since(since) < grace {
                 let delay = lag_delay(self.attempts);
                 self.attempts = self.attempts.saturating_add(1);
                 return Verdict::Lagging(delay); // (1)
@@ -109,6 +106,8 @@ pub(crate) fn lag_delay(attempt: u8) -> Duration {
 mod tests {
     use super::*;
 
+    const GRACE: Duration = Duration::from_secs(30);
+
     fn no_relationship() -> SourceError {
         SourceError::status(
             403,
@@ -145,7 +144,7 @@ mod tests {
         let mut waited = Duration::ZERO;
         let mut retries = 0;
         loop {
-            match r.failed(&no_relationship(), Instant::now()) {
+            match r.failed(&no_relationship(), Instant::now(), GRACE) {
                 Verdict::Lagging(d) => {
                     assert!(d < LAG_MAX, "{d:?}");
                     retries += 1;
@@ -159,17 +158,17 @@ mod tests {
                 Verdict::Other => panic!("a 403 is a refusal"),
             }
         }
-        assert!(start.elapsed() >= LAG_GRACE);
+        assert!(start.elapsed() >= GRACE);
         // Capped at 1 s: about one retry a second after the first few.
         assert!(retries >= 30, "{retries} retries in {waited:?}");
         assert_eq!(
-            r.failed(&no_relationship(), Instant::now()),
+            r.failed(&no_relationship(), Instant::now(), GRACE),
             Verdict::Denied { report: false },
             "reported once per run of refusals"
         );
         r.answered();
         assert!(matches!(
-            r.failed(&no_relationship(), Instant::now()),
+            r.failed(&no_relationship(), Instant::now(), GRACE),
             Verdict::Lagging(d) if d < LAG_FIRST
         ));
     }
@@ -179,18 +178,24 @@ mod tests {
         let mut r = Refusals::default();
         let now = Instant::now();
         let denied = SourceError::status(403, "Forbidden", "secrets \"s\" is forbidden: nope");
-        assert_eq!(r.failed(&denied, now), Verdict::Denied { report: true });
-        assert_eq!(r.failed(&denied, now), Verdict::Denied { report: false });
+        assert_eq!(
+            r.failed(&denied, now, GRACE),
+            Verdict::Denied { report: true }
+        );
+        assert_eq!(
+            r.failed(&denied, now, GRACE),
+            Verdict::Denied { report: false }
+        );
         let unauthorized = SourceError::status(401, "Unauthorized", "Unauthorized");
         assert_eq!(
-            r.failed(&unauthorized, now),
+            r.failed(&unauthorized, now, GRACE),
             Verdict::Denied { report: false }
         );
         let mut fresh = Refusals::default();
         let internal = SourceError::status(500, "InternalError", "boom");
-        assert_eq!(fresh.failed(&internal, now), Verdict::Other);
+        assert_eq!(fresh.failed(&internal, now, GRACE), Verdict::Other);
         assert_eq!(
-            fresh.failed(&SourceError::status(410, "Expired", "too old"), now),
+            fresh.failed(&SourceError::status(410, "Expired", "too old"), now, GRACE),
             Verdict::Other
         );
     }

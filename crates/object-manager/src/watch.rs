@@ -431,6 +431,7 @@ mod tests {
             backoff: BackoffConfig {
                 initial: Duration::from_millis(800),
                 max: Duration::from_secs(30),
+                relationship_grace: Duration::from_secs(30),
             },
             recovery: crate::recovery::RecoveryConfig {
                 probe_interval: Duration::from_millis(250),
