@@ -83,13 +83,15 @@ impl OpenConnections {
 }
 
 /// What [`crate::ServerHandle::restart`] imitates: a killed kube-apiserver process and its
-/// replacement. `Restart::default()` is an instant restart (down 0, ready at once).
+/// replacement. `Restart::default()` is an instant restart (down 0, ready at once, the Node
+/// authorizer's graph rebuilt at once).
 ///
 /// ```
 /// use std::time::Duration;
 /// use nodelet_apiserver::Restart;
 /// let r = Restart::like_kube_apiserver().down(Duration::from_millis(300));
 /// assert_eq!((r.down, r.not_ready), (Duration::from_millis(300), Duration::from_secs(2)));
+/// assert_eq!(r.graph_rebuild, Duration::from_secs(1));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -99,19 +101,31 @@ pub struct Restart {
     /// How long `/readyz` answers 500 once the server listens again, while every request is
     /// served (`/livez` and `/healthz` stay 200). Default 0.
     pub not_ready: Duration,
+    /// How long after the server listens again the Node authorizer's graph stays empty (every
+    /// node request that needs a pod relationship is refused, "no relationship found") before
+    /// it is rebuilt from the stored pods, as a new process's authorizer starts empty and fills
+    /// its graph from its informers. Default 0 (rebuilt at once).
+    pub graph_rebuild: Duration,
 }
 
 impl Restart {
-    /// A restart with these two durations.
+    /// A restart with these two durations (and the graph rebuilt at once).
     pub fn new(down: Duration, not_ready: Duration) -> Self {
-        Restart { down, not_ready }
+        Restart {
+            down,
+            not_ready,
+            graph_rebuild: Duration::ZERO,
+        }
     }
 
     /// What a v1.36 kube-apiserver shows from the moment its new process listens: requests
-    /// are served at once while `/readyz` fails for about 2 s. `down` is 0 (how long the
-    /// process takes to listen depends on the machine; set it with [`Restart::down`]).
+    /// are served at once while `/readyz` fails for about 2 s, and the Node authorizer refuses
+    /// node requests that need a pod relationship for 1 s (`graph_rebuild`): the pessimistic
+    /// end of what an agent's burst of requests meets (a quiet server rebuilds its graph in
+    /// about 0.1 s). `down` is 0 (how long the process takes to listen depends on the machine;
+    /// set it with [`Restart::down`]).
     pub fn like_kube_apiserver() -> Self {
-        Restart::new(Duration::ZERO, Duration::from_secs(2))
+        Restart::new(Duration::ZERO, Duration::from_secs(2)).graph_rebuild(Duration::from_secs(1))
     }
 
     /// Sets [`Restart::down`](struct@Restart#structfield.down).
@@ -125,6 +139,13 @@ impl Restart {
     #[must_use]
     pub fn not_ready(mut self, d: Duration) -> Self {
         self.not_ready = d;
+        self
+    }
+
+    /// Sets [`Restart::graph_rebuild`](struct@Restart#structfield.graph_rebuild).
+    #[must_use]
+    pub fn graph_rebuild(mut self, d: Duration) -> Self {
+        self.graph_rebuild = d;
         self
     }
 }

@@ -186,7 +186,9 @@ impl ServerHandle {
     /// 3. refuses connections for `restart.down`;
     /// 4. listens again on the same port and serves every request at once, while `/readyz`
     ///    answers 500 (`[-]etcd failed: reason withheld` ... `readyz check failed`) for
-    ///    `restart.not_ready`; `/livez` and `/healthz` stay 200.
+    ///    `restart.not_ready`; `/livez` and `/healthz` stay 200. The Node authorizer's graph
+    ///    is empty when it listens (a node is refused everything that needs a pod
+    ///    relationship) and is rebuilt from the stored pods `restart.graph_rebuild` later.
     ///
     /// Returns once the server listens again. The store keeps every object.
     ///
@@ -227,6 +229,20 @@ impl ServerHandle {
     /// of [`ServerHandle::fail_next`]).
     pub fn throttled(&self) -> u64 {
         self.shared.controls.throttled()
+    }
+
+    /// Sets [`Config::node_authorizer_lag`](crate::Config::node_authorizer_lag): pod writes
+    /// not yet visible to the Node authorizer and later ones become visible that long after
+    /// they were made (never before an earlier write); 0 makes the graph consistent from the
+    /// next check on, unless a restart's rebuild is still pending.
+    pub fn set_node_authorizer_lag(&self, lag: Duration) {
+        self.shared
+            .registry
+            .store
+            .inner
+            .lock()
+            .node_graph
+            .set_lag(lag);
     }
 
     /// Sets [`Config::watch_list`](crate::Config::watch_list) from the next watch on.

@@ -10,9 +10,11 @@
 //! - Failures a real kube-apiserver shows by itself, all off by default and switchable at run
 //!   time through the handle: a process restart ([`ServerHandle::restart`] with a [`Restart`]:
 //!   connections refused, then `/readyz` failing while requests are served, watch history
-//!   forgotten), GOAWAY on HTTP/2 connections ([`Config::goaway_chance`]), 429 over an
-//!   in-flight limit ([`Config::max_requests_in_flight`]) and a server without streaming lists
-//!   ([`Config::watch_list`]).
+//!   forgotten, the Node authorizer's graph empty until rebuilt), GOAWAY on HTTP/2
+//!   connections ([`Config::goaway_chance`]), 429 over an in-flight limit
+//!   ([`Config::max_requests_in_flight`]) and a server without streaming lists
+//!   ([`Config::watch_list`]). One is on by default: the Node authorizer sees pod writes
+//!   [`Config::node_authorizer_lag`] late (50 ms), as upstream's informer-fed graph does.
 //! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
 //!   ([`AllowAll`]: everyone is `system:admin`); [`Config::with_auth`] installs
 //!   [`TokenAuthenticator`] (bearer tokens) and [`NodeAuthorizer`] (the Node authorizer and
@@ -91,6 +93,7 @@ mod handle;
 mod http;
 mod kubeconfig;
 mod kubelet_client;
+mod lagged_graph;
 mod log_options;
 mod manifests;
 #[cfg(test)]

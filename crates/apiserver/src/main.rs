@@ -13,7 +13,8 @@
 //! (with `--auth`, `cargo xtask e2e --embedded` runs the agent with it).
 //! `--goaway-chance P`, `--max-requests-inflight N` and `--no-watch-list` turn on the
 //! failures a real server shows by itself (GOAWAY on HTTP/2, 429 under load, no streaming
-//! lists); all are off by default. `--runtime-config certificates.k8s.io/v1beta1=true` with
+//! lists); all are off by default. `--node-authorizer-lag 50ms` (the default) is how long the
+//! Node authorizer takes to see a pod write (`0` for immediately consistent). `--runtime-config certificates.k8s.io/v1beta1=true` with
 //! `--feature-gates ClusterTrustBundle=true,PodCertificateRequest=true` serves the
 //! certificates.k8s.io kinds; an unknown gate is refused (`unrecognized feature gate: X`, 64).
 //!
@@ -23,6 +24,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use nodelet_apiserver::{ApiServer, Config, ManifestSync, User};
@@ -83,6 +85,12 @@ struct Cli {
     /// Comma-separated or repeated; an unknown name is an error.
     #[arg(long, value_name = "NAME=BOOL", value_delimiter = ',', value_parser = parse_switch)]
     feature_gates: Vec<(String, bool)>,
+    /// How long after a pod write the Node authorizer sees it (with `--auth`): a node is
+    /// refused a new pod's objects, and still allowed a deleted pod's, for that long, as a real
+    /// kube-apiserver's authorizer lags behind its store. A Go duration (`50ms`, `1s`, `1m30s`)
+    /// or milliseconds (`50`); `0` is immediately consistent. Default 50ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    node_authorizer_lag: Option<Duration>,
 }
 
 /// `config` with the `--runtime-config` and `--feature-gates` switches of `cli`.
@@ -116,6 +124,45 @@ fn parse_chance(arg: &str) -> Result<f64, String> {
         Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
         _ => Err(format!("expected a probability from 0 to 1, got {arg:?}")),
     }
+}
+
+/// Parses a Go duration (`50ms`, `1.5s`, `1m30s`; units `ns`, `us`, `µs`, `ms`, `s`, `m`,
+/// `h`) or a bare number of milliseconds (`0`, `250`).
+fn parse_duration(arg: &str) -> Result<Duration, String> {
+    let bad = || format!("expected a duration such as 50ms, 1s or 250 (milliseconds), got {arg:?}");
+    let s = arg.trim();
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
+    }
+    let mut rest = s;
+    let mut total = Duration::ZERO;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&n| n > 0)
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        let part = Duration::try_from_secs_f64(value * seconds).map_err(|_| bad())?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+    }
+    Ok(total)
 }
 
 /// Parses `NODE=PATH`.
@@ -183,6 +230,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .goaway_chance(cli.goaway_chance)
         .max_requests_in_flight(cli.max_requests_inflight)
         .watch_list(!cli.no_watch_list);
+    if let Some(lag) = cli.node_authorizer_lag {
+        config = config.node_authorizer_lag(lag);
+    }
     config = switches(config, &cli);
     if !cli.plain_http {
         config = config.with_tls();
@@ -237,5 +287,23 @@ async fn wait_for_signal() -> std::io::Result<()> {
     #[cfg(not(unix))]
     {
         tokio::signal::ctrl_c().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_is_a_go_duration_or_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("50ms"), Ok(ms(50)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_duration("1m30s"), Ok(ms(90_000)));
+        assert_eq!(parse_duration("250"), Ok(ms(250)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "soon", "5 days", "1x", "ms", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
     }
 }

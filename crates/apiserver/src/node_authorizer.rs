@@ -34,11 +34,23 @@
 //! `configmaps "x" is forbidden: User "system:node:n1" cannot get resource "configmaps" in API
 //! group "" in the namespace "ns": no relationship found between node 'n1' and this object`.
 //!
+//! # Eventual consistency
+//! The relationships "node ← pod" and "node ← pod ← object" (for pods, Secrets, ConfigMaps
+//! and service accounts) are answered from the store's lagged view of the pod graph
+//! (`lagged_graph.rs`), as upstream answers from a graph its informers fill: a pod write
+//! becomes visible [`Config::node_authorizer_lag`](crate::Config::node_authorizer_lag) after
+//! it is made (default 50 ms; 0 is immediately consistent). Until then a node is refused the
+//! objects of a pod just bound to it, with the usual "no relationship found" denial, and
+//! still allowed those of a pod just deleted. After a simulated restart
+//! ([`ServerHandle::restart`](crate::ServerHandle::restart)) the graph is empty, so every such
+//! request is refused, until it is rebuilt from the stored pods
+//! [`Restart::graph_rebuild`](struct@crate::Restart#structfield.graph_rebuild) later. Checks
+//! that read one stored object (PodCertificateRequests, and NodeRestriction's own-pod checks
+//! on pod status and deletion) read the store as it is.
+//!
 //! # Differences from upstream
-//! - The relationship "node ← pod ← object" is an index the store updates under its lock as
-//!   pods are written (`pod_refs.rs`), so it is immediately consistent; the real authorizer
-//!   keeps an eventually consistent graph fed by informers, so a kubelet may briefly be denied
-//!   just after a pod is bound.
+//! - The lag is one fixed delay per write rather than the time informers and the graph's
+//!   own queue take on a busy server, and the rebuild after a restart one fixed delay.
 //! - The NodeRestriction checks that need only the stored object (deleting and updating the
 //!   status of other nodes' pods) are made here and answered in the authorizer's message
 //!   shape; those on Node objects are made at admission with upstream's texts
@@ -340,7 +352,8 @@ fn node_name(pod: &Value) -> Option<&str> {
     pod.pointer("/spec/nodeName").and_then(Value::as_str)
 }
 
-/// Whether a pod in `ns` bound to `node` is (for [`Vertex::Pod`]) or references the object.
+/// Whether a pod in `ns` bound to `node` is (for [`Vertex::Pod`]) or references the object:
+/// PodCertificateRequests as stored, the rest as the lagged pod graph sees it now.
 fn pods_on_node_reference(
     registry: &Registry,
     node: &str,
@@ -348,7 +361,7 @@ fn pods_on_node_reference(
     v: Vertex,
     name: &str,
 ) -> bool {
-    let s = registry.store.inner.lock();
+    let mut s = registry.store.inner.lock();
     let kind = match v {
         Vertex::PodCertificateRequest => {
             return s
@@ -357,16 +370,12 @@ fn pods_on_node_reference(
                 .and_then(Value::as_str)
                 == Some(node);
         }
-        Vertex::Pod => {
-            return s
-                .get(&Key::new(PODS, ns, name))
-                .is_some_and(|p| node_name(p) == Some(node));
-        }
+        Vertex::Pod => RefKind::Pod,
         Vertex::Secret => RefKind::Secret,
         Vertex::ConfigMap => RefKind::ConfigMap,
         Vertex::ServiceAccount => RefKind::ServiceAccount,
     };
-    s.pod_graph.related(kind, ns, name, node)
+    s.node_graph.related(kind, ns, name, node)
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
-//! The objects each stored pod references, and the index the Node authorizer answers from.
+//! The objects each stored pod references, and the graph the Node authorizer answers from.
 //!
-//! A node may read a Secret, ConfigMap or service account only when a pod bound to it
-//! references the object (`node_authorizer.rs`). Walking every pod of the namespace on every
-//! request made a node's cold start quadratic: at 1,000 watched objects the server spent half
-//! its time there. The store now keeps [`PodGraph`] up to date as pods are written (the edge
-//! "object ← pod → node", counted per node), so a check is two hash lookups and the answer is
-//! still immediately consistent with the store.
+//! A node may read a pod bound to it, and a Secret, ConfigMap or service account only when a
+//! pod bound to it references the object (`node_authorizer.rs`). [`PodGraph`] holds those
+//! edges ("pod → node" and "object ← pod → node", counted per node), so a check is two hash
+//! lookups instead of a walk over the namespace's pods (a walk made a node's cold start
+//! quadratic: at 1,000 watched objects the server spent half its time there). The graph is
+//! fed pod changes in write order; the authorizer reads it through the lagged view of
+//! `lagged_graph.rs`, which applies them some time after the store did.
 
 use std::collections::HashMap;
 
@@ -14,6 +15,8 @@ use serde_json::Value;
 /// What a pod can reference that a node may then read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum RefKind {
+    /// The pod itself: a node may read the pods bound to it.
+    Pod,
     Secret,
     ConfigMap,
     ServiceAccount,
@@ -68,7 +71,8 @@ impl PodGraph {
     }
 }
 
-/// The node a pod is bound to and what it references (each object once); `None` when unbound.
+/// The node a pod is bound to, the pod itself and what it references (each object once);
+/// `None` when unbound.
 fn bound(pod: &Value) -> Option<(&str, Vec<Target>)> {
     let node = pod
         .pointer("/spec/nodeName")
@@ -78,8 +82,13 @@ fn bound(pod: &Value) -> Option<(&str, Vec<Target>)> {
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let mut targets: Vec<Target> = references(pod)
+    let own = pod
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(|name| (RefKind::Pod, name));
+    let mut targets: Vec<Target> = own
         .into_iter()
+        .chain(references(pod))
         .map(|(kind, name)| (kind, namespace.to_owned(), name.to_owned()))
         .collect();
     targets.sort_by(|a, b| (a.0 as u8, &a.2).cmp(&(b.0 as u8, &b.2)));
@@ -196,6 +205,8 @@ mod tests {
         assert!(g.related(RefKind::ConfigMap, "ns", "cm", "n1"));
         assert!(g.related(RefKind::ConfigMap, "ns", "env-cm", "n1"));
         assert!(g.related(RefKind::ServiceAccount, "ns", "robot", "n1"));
+        assert!(g.related(RefKind::Pod, "ns", "p", "n1"));
+        assert!(!g.related(RefKind::Pod, "ns", "p", "n2"));
         assert!(!g.related(RefKind::Secret, "ns", "s1", "n2"));
         assert!(!g.related(RefKind::Secret, "other", "s1", "n1"));
         assert!(!g.related(RefKind::ConfigMap, "ns", "s1", "n1"));

@@ -49,10 +49,15 @@ impl ApiServer {
             addr: config.listen,
             source,
         })?;
-        let store = Store::new(
+        let mut store = Store::new(
             config.history_limit,
             config.history_limit.clamp(1024, 65_536),
         );
+        store
+            .inner
+            .get_mut()
+            .node_graph
+            .set_lag(config.node_authorizer_lag);
         let mut registry = Registry::new(store);
         registry.served = served;
         registry.auto_service_accounts = config.auto_service_accounts;

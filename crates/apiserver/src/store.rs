@@ -7,16 +7,19 @@
 //!    read from `X < history_start` is answered `410 Expired`.
 //! 3. Writes and broadcasts happen under one lock, so a watch that subscribes under the lock and
 //!    replays history sees every event exactly once.
-//! 4. `pod_graph` reflects the stored pods after every write.
+//! 4. `node_graph` is handed every pod write, in write order, under the lock: the Node
+//!    authorizer's view of the stored pods, which trails them by the configured lag
+//!    (`lagged_graph.rs`); [`Inner::restart_node_graph`] empties it until it is rebuilt.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::pod_refs::PodGraph;
+use crate::lagged_graph::LaggedPodGraph;
 use crate::resources::{PODS, ResourceId};
 
 /// Identifies one stored object: resource, namespace (`""` for cluster-scoped) and name.
@@ -93,8 +96,9 @@ pub(crate) struct Inner {
     pub(crate) objects: BTreeMap<Key, Arc<Value>>,
     pub(crate) history: VecDeque<Arc<Event>>,
     pub(crate) history_start: u64,
-    /// What the stored pods reference, kept as pods are written (the Node authorizer's graph).
-    pub(crate) pod_graph: PodGraph,
+    /// What the stored pods reference, as the Node authorizer sees it: fed every pod write,
+    /// visible after the lag (`lagged_graph.rs`).
+    pub(crate) node_graph: LaggedPodGraph,
     history_limit: usize,
     tx: broadcast::Sender<Notice>,
 }
@@ -113,7 +117,7 @@ impl Store {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 history_start: 0,
-                pod_graph: PodGraph::default(),
+                node_graph: LaggedPodGraph::default(),
                 history_limit: history_limit.max(1),
                 tx,
             }),
@@ -143,7 +147,7 @@ impl Inner {
         let obj = Arc::new(obj);
         let prev = self.objects.insert(key.clone(), obj.clone());
         if key.resource == PODS {
-            self.pod_graph.pod_changed(prev.as_deref(), Some(&obj));
+            self.node_graph.pod_written(prev.clone(), Some(obj.clone()));
         }
         let kind = if prev.is_some() {
             WatchEventType::Modified
@@ -165,7 +169,7 @@ impl Inner {
     pub(crate) fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
         let prev = self.objects.remove(key)?;
         if key.resource == PODS {
-            self.pod_graph.pod_changed(Some(&prev), None);
+            self.node_graph.pod_written(Some(prev.clone()), None);
         }
         self.rv += 1;
         let mut last = (*prev).clone();
@@ -200,6 +204,19 @@ impl Inner {
         self.rv += 1;
         self.history.clear();
         self.history_start = self.rv;
+    }
+
+    /// A simulated restart of the Node authorizer: its graph is empty from now until
+    /// `rebuild` has passed, then rebuilt from the pods stored now (and the writes since).
+    pub(crate) fn restart_node_graph(&mut self, rebuild: Duration) {
+        let start = Key::new(PODS, "", "");
+        let pods = self
+            .objects
+            .range(start..)
+            .take_while(|(k, _)| k.resource == PODS)
+            .map(|(_, v)| v.clone())
+            .collect();
+        self.node_graph.restarted(pods, rebuild);
     }
 
     pub(crate) fn notify(&self, notice: Notice) {

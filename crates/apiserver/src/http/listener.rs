@@ -70,8 +70,9 @@ pub(crate) async fn restart_listener(shared: &Arc<Shared>) -> Result<(), Error> 
 /// 2. forget the watch history, so every resourceVersion handed out so far is too old to
 ///    watch from (the new process's watch cache starts at the current revision);
 /// 3. stay down (connections refused) for `r.down`;
-/// 4. start the not-ready window (`/readyz` fails for `r.not_ready`) and listen again on the
-///    same port, serving every request at once.
+/// 4. start the not-ready window (`/readyz` fails for `r.not_ready`), empty the Node
+///    authorizer's graph (rebuilt from the stored pods `r.graph_rebuild` later) and listen
+///    again on the same port, serving every request at once.
 pub(crate) async fn restart(shared: &Arc<Shared>, r: Restart) -> Result<(), Error> {
     // (1)
     stop_listener(shared).await;
@@ -81,8 +82,15 @@ pub(crate) async fn restart(shared: &Arc<Shared>, r: Restart) -> Result<(), Erro
     if !r.down.is_zero() {
         tokio::time::sleep(r.down).await;
     }
-    // (4) The window opens just before the socket listens: no request sees "ready" early.
+    // (4) The window opens and the graph empties just before the socket listens: no request
+    // sees "ready" or the old graph.
     shared.controls.not_ready_for(r.not_ready);
+    shared
+        .registry
+        .store
+        .inner
+        .lock()
+        .restart_node_graph(r.graph_rebuild);
     restart_listener(shared).await?;
     shared.controls.restarted();
     Ok(())

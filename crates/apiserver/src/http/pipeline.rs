@@ -252,7 +252,7 @@ async fn admin(
                 ok()
             }
             None => response::error(&ApiError::bad_request(
-                "use POST /nodelet/restart?down={milliseconds}&notReady={milliseconds}",
+                "use POST /nodelet/restart?down={milliseconds}&notReady={milliseconds}&graphRebuild={milliseconds}",
             )),
         },
         ("POST", "close-watches") => {
@@ -314,13 +314,13 @@ async fn admin(
     }
 }
 
-/// `down` and `notReady` (milliseconds, each default 0) of `POST /nodelet/restart`; `None` when
-/// one is not a number.
+/// `down`, `notReady` and `graphRebuild` (milliseconds, each default 0) of
+/// `POST /nodelet/restart`; `None` when one is not a number.
 fn restart_options(query: Option<&str>) -> Option<Restart> {
     let q = query.map(parse_query).unwrap_or_default();
     let ms = |key: &str| match q.get(key).filter(|v| !v.is_empty()) {
         None => Some(std::time::Duration::ZERO),
         Some(v) => v.parse().ok().map(std::time::Duration::from_millis),
     };
-    Some(Restart::new(ms("down")?, ms("notReady")?))
+    Some(Restart::new(ms("down")?, ms("notReady")?).graph_rebuild(ms("graphRebuild")?))
 }

@@ -4,11 +4,13 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAccount};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodelet_apiserver::{ApiServer, Config, ServerHandle, User};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
+use std::time::Duration;
+
+use nodelet_apiserver::{ApiServer, Config, Restart, ServerHandle, User};
 use serde_json::json;
 
-use super::{client_for, client_with_token, cm_json, pod_json, start, status};
+use super::{PATIENCE, client_for, client_with_token, cm_json, pod_json, start, status};
 
 /// Namespace `ns` with configmaps a, b, c and secrets s, t; pod p1 on n1 uses a (volume),
 /// s (env) and service account `runner`; pod p2 on n2 uses c.
@@ -43,8 +45,15 @@ fn seed(h: &ServerHandle) {
     .expect("p2");
 }
 
+/// A server with auth, seeded, and a client for node n1. The Node authorizer's lag is 0, so
+/// the seeded pods count at once (the tests of the lag set it themselves).
 async fn setup() -> (ApiServer, kube::Client) {
-    let server = start(Config::default().with_auth()).await;
+    let server = start(
+        Config::default()
+            .with_auth()
+            .node_authorizer_lag(Duration::ZERO),
+    )
+    .await;
     seed(&server.handle());
     let node = client_for(&server, &User::node("n1")).await;
     (server, node)
@@ -134,7 +143,7 @@ async fn a_node_is_denied_objects_no_pod_of_its_own_references_with_the_upstream
 }
 
 #[tokio::test]
-async fn the_relationship_follows_the_store_immediately() {
+async fn with_no_lag_the_relationship_follows_the_store_immediately() {
     let (server, node) = setup().await;
     let h = server.handle();
     let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
@@ -148,6 +157,156 @@ async fn the_relationship_follows_the_store_immediately() {
     assert!(cms.get("b").await.is_ok());
     h.delete_now("v1", "Pod", Some("ns"), "p3").expect("delete");
     assert_eq!(status(cms.get("b").await.unwrap_err()).code, 403);
+}
+
+/// Pod p3 on n1, referencing configmap b (which no other pod of n1 references).
+fn create_p3(h: &ServerHandle) {
+    h.create(pod_json(
+        "ns",
+        "p3",
+        json!({"nodeName": "n1", "volumes": [{"name": "v", "configMap": {"name": "b"}}]}),
+    ))
+    .expect("p3");
+}
+
+/// The denial of `verb` on `resource` `name` in `ns` for node n1, as upstream words it.
+fn no_relationship(verb: &str, resource: &str, name: &str) -> String {
+    format!(
+        "{resource} \"{name}\" is forbidden: User \"system:node:n1\" cannot {verb} resource \"{resource}\" \
+         in API group \"\" in the namespace \"ns\": no relationship found between node 'n1' and this object"
+    )
+}
+
+/// Asks for configmap `name` as node n1 until it is served (within [`PATIENCE`]).
+async fn eventually_allowed(cms: &Api<ConfigMap>, name: &str) {
+    let allowed = tokio::time::timeout(PATIENCE, async {
+        while cms.get(name).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        allowed.is_ok(),
+        "configmap {name} still refused after {PATIENCE:?}"
+    );
+}
+
+/// As upstream's authorizer, whose graph its informers fill, the stand-in's sees a pod write
+/// only after `Config::node_authorizer_lag`: a long lag makes the refusal certain, shortening
+/// it re-times the queued write.
+#[tokio::test]
+async fn a_node_is_refused_a_new_pods_objects_until_the_authorizer_sees_the_pod() {
+    let (server, node) = setup().await;
+    let h = server.handle();
+    h.set_node_authorizer_lag(Duration::from_secs(600));
+    create_p3(&h);
+    let cms: Api<ConfigMap> = Api::namespaced(node.clone(), "ns");
+    let s = status(cms.get("b").await.unwrap_err());
+    assert_eq!(
+        (s.code, s.reason.as_str(), s.message),
+        (403, "Forbidden", no_relationship("get", "configmaps", "b"))
+    );
+    // A single-object watch (the kubelet's) and the pod itself are refused alike.
+    let s = status(
+        cms.watch(&WatchParams::default().fields("metadata.name=b"), "0")
+            .await
+            .err()
+            .expect("watch refused"),
+    );
+    assert_eq!(s.message, no_relationship("watch", "configmaps", "b"));
+    let pods: Api<Pod> = Api::namespaced(node.clone(), "ns");
+    let s = status(pods.get("p3").await.unwrap_err());
+    assert_eq!(s.message, no_relationship("get", "pods", "p3"));
+    // A pod list by spec.nodeName is allowed by its selector, not the graph: p3 is in it.
+    let mine = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("list by node");
+    assert_eq!(mine.items.len(), 2);
+
+    h.set_node_authorizer_lag(Duration::ZERO);
+    assert!(cms.get("b").await.is_ok());
+    assert!(pods.get("p3").await.is_ok());
+
+    // The default lag, 50 ms: allowed soon, however loaded the machine.
+    h.set_node_authorizer_lag(Duration::from_millis(50));
+    h.create(pod_json(
+        "ns",
+        "p4",
+        json!({"nodeName": "n1", "containers": [{"name": "c", "image": "busybox", "envFrom": [{"configMapRef": {"name": "c"}}]}]}),
+    ))
+    .expect("p4");
+    eventually_allowed(&cms, "c").await;
+}
+
+#[tokio::test]
+async fn a_node_keeps_a_deleted_pods_objects_until_the_authorizer_sees_the_delete() {
+    let (server, node) = setup().await;
+    let h = server.handle();
+    let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
+    assert!(cms.get("a").await.is_ok());
+    h.set_node_authorizer_lag(Duration::from_secs(600));
+    h.delete_now("v1", "Pod", Some("ns"), "p1").expect("delete");
+    assert!(cms.get("a").await.is_ok(), "allowed within the lag");
+    h.set_node_authorizer_lag(Duration::ZERO);
+    let s = status(cms.get("a").await.unwrap_err());
+    assert_eq!(s.message, no_relationship("get", "configmaps", "a"));
+}
+
+/// A restarted kube-apiserver answers from an empty graph until its informers have listed
+/// the pods: `Restart::graph_rebuild`.
+#[tokio::test]
+async fn after_a_restart_a_node_is_refused_until_the_graph_is_rebuilt() {
+    let (server, node) = setup().await;
+    let h = server.handle();
+    let cms: Api<ConfigMap> = Api::namespaced(node.clone(), "ns");
+    let pods: Api<Pod> = Api::namespaced(node, "ns");
+    h.restart(Restart::default().graph_rebuild(Duration::from_secs(3600)))
+        .await
+        .expect("restart");
+    let s = status(cms.get("a").await.unwrap_err());
+    assert_eq!(
+        (s.code, s.message),
+        (403, no_relationship("get", "configmaps", "a"))
+    );
+    let s = status(pods.get("p1").await.unwrap_err());
+    assert_eq!(s.message, no_relationship("get", "pods", "p1"));
+    // A pod written meanwhile waits for the rebuild too.
+    create_p3(&h);
+    assert_eq!(status(cms.get("b").await.unwrap_err()).code, 403);
+
+    // Rebuilt from the pods stored when it listened again.
+    h.restart(Restart::default().graph_rebuild(Duration::from_millis(100)))
+        .await
+        .expect("restart");
+    eventually_allowed(&cms, "a").await;
+    assert!(cms.get("b").await.is_ok());
+    assert!(pods.get("p1").await.is_ok());
+
+    // `Restart::default()` rebuilds it at once.
+    h.restart(Restart::default()).await.expect("restart");
+    assert!(cms.get("a").await.is_ok());
+}
+
+#[tokio::test]
+async fn a_restart_asked_over_http_takes_the_graph_rebuild_time() {
+    let (server, node) = setup().await;
+    let h = server.handle();
+    let admin = client_for(&server, &User::admin()).await;
+    let req = http::Request::post("/nodelet/restart?graphRebuild=3600000")
+        .body(Vec::new())
+        .expect("request");
+    admin.request_text(req).await.expect("restart asked");
+    let restarted = tokio::time::timeout(PATIENCE, async {
+        while h.restarts() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(restarted.is_ok(), "no restart within {PATIENCE:?}");
+    let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
+    let s = status(cms.get("a").await.unwrap_err());
+    assert_eq!(s.message, no_relationship("get", "configmaps", "a"));
 }
 
 #[tokio::test]
@@ -592,7 +751,7 @@ async fn a_service_account_token_authenticates_until_its_pod_is_gone() {
 #[tokio::test]
 async fn a_node_watches_a_referenced_object_by_name_and_no_other() {
     use futures::{StreamExt as _, TryStreamExt as _};
-    use kube::api::{WatchEvent, WatchParams};
+    use kube::api::WatchEvent;
     let (_server, node) = setup().await;
     let cms: Api<ConfigMap> = Api::namespaced(node, "ns");
     let mut events = cms

@@ -745,7 +745,11 @@ async fn the_spec_is_immutable_and_the_status_changes_only_through_its_subresour
 
 #[tokio::test]
 async fn a_node_creates_requests_and_reads_only_its_own() {
-    let (server, admin_pcrs, f) = pcr_setup(Config::default().with_auth()).await;
+    // No authorizer lag: the node reads its pod's service account right after seeding.
+    let config = Config::default()
+        .with_auth()
+        .node_authorizer_lag(std::time::Duration::ZERO);
+    let (server, admin_pcrs, f) = pcr_setup(config).await;
     let node = client_for(&server, &User::node("n1")).await;
     let pcrs: Api<PodCertificateRequest> = Api::namespaced(node.clone(), "ns");
     let key = rcgen::KeyPair::generate().expect("key");

@@ -394,7 +394,8 @@ fn kubectl_creates_namespaces_configmaps_and_secrets_and_describes_pods_with_eve
     assert!(!ok && out.contains("not found in OpenAPI schema"), "{out}");
 }
 
-/// The failure flags (no kubectl needed): bad values exit 64; good ones start the server, and
+/// The failure flags (no kubectl needed; `--node-authorizer-lag` too): bad values exit 64;
+/// good ones start the server, and
 /// `--no-watch-list` refuses a streaming list as a server without the WatchList feature does.
 #[test]
 fn the_failure_flags_are_checked_and_turn_the_failures_on() {
@@ -403,6 +404,8 @@ fn the_failure_flags_are_checked_and_turn_the_failures_on() {
         ["--goaway-chance", "1.5"],
         ["--goaway-chance", "often"],
         ["--max-requests-inflight", "-1"],
+        ["--node-authorizer-lag", "soon"],
+        ["--node-authorizer-lag", "5 days"],
     ] {
         let status = Command::new(bin)
             .args(bad)
@@ -416,6 +419,7 @@ fn the_failure_flags_are_checked_and_turn_the_failures_on() {
     let mut child = Command::new(bin)
         .args(["--listen", "127.0.0.1:0", "--plain-http", "--no-watch-list"])
         .args(["--goaway-chance", "0.02", "--max-requests-inflight", "400"])
+        .args(["--node-authorizer-lag", "10ms"])
         .arg("--kubeconfig-out")
         .arg(dir.path().join("kubeconfig"))
         .stdout(Stdio::piped())

@@ -229,8 +229,12 @@ async fn readyz_fails_during_the_not_ready_window_while_requests_are_served() {
 fn like_kube_apiserver_is_ready_two_seconds_after_it_listens() {
     let r = Restart::like_kube_apiserver();
     assert_eq!(
-        (r.down, r.not_ready),
-        (Duration::ZERO, Duration::from_secs(2))
+        (r.down, r.not_ready, r.graph_rebuild),
+        (
+            Duration::ZERO,
+            Duration::from_secs(2),
+            Duration::from_secs(1)
+        )
     );
     assert_eq!(
         Restart::default(),
