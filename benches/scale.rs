@@ -1,11 +1,11 @@
-//! Scale figures for the README's table of targets: the real `nodelet` binary (a child process, so
-//! its
-//! connections, RSS and CPU are its own) on a node identity against `nodelet-apiserver` (in
-//! this process) over TLS, once with `--api-protocol auto` (HTTP/2) and once with
+//! Scale figures for the README's table of targets: the real `nodelet` binary (a child process,
+//! so its connections, RSS and CPU are its own) on a node identity against `nodelet-apiserver`
+//! (in this process) over TLS, once with `--api-protocol auto` (HTTP/2) and once with
 //! `--api-protocol http1`, same workload:
 //!
-//! 1. Start the API server (TLS, auth, 100 streams per connection); create 1,000 distinct
-//!    objects (500 ConfigMaps, 500 Secrets); start the agent.
+//! 1. Start the API server (TLS, auth with the Node authorizer's default 50 ms lag, 100
+//!    streams per connection); create 1,000 distinct objects (500 ConfigMaps, 500 Secrets);
+//!    start the agent.
 //! 2. Create 110 pods mounting them all (10 pods × 10 volumes, 100 pods × 9); time from the
 //!    first pod created until every volume's file is on disk.
 //! 3. Settle 2 s, then: TCP connections the agent holds to the server (its sockets in
@@ -13,35 +13,44 @@
 //!    and the agent's RSS.
 //! 4. 50 updates/s for 20 s, each to a different object: API write → new content visible,
 //!    p50 / p99 / max; the agent's CPU time over the window (`/proc/<pid>/stat`).
-//! 5. A restart as kube-apiserver restarts (`ServerHandle::restart`): listener and every
+//! 5. A restart as kube-apiserver restarts (`ServerHandle::restart` with
+//!    `Restart::like_kube_apiserver().down(OUTAGE)`, in every run): listener and every
 //!    connection closed for 10 s, the watch history forgotten (every resourceVersion the agent
-//!    holds answers 410 Expired), `/readyz` 500 for 2 s after it listens again; then update
-//!    objects at once (50 at 150 objects, 200 at 1,000): time from each write until it is on
-//!    disk, p50 / p99 / max; the agent's requests after the restart (watch-lists, LISTs,
-//!    watches), its retried requests and failed writes (its `/metrics`), connections before
-//!    and after.
+//!    holds answers 410 Expired), `/readyz` 500 for 2 s and the Node authorizer's graph empty
+//!    (every node request for a pod's object refused, "no relationship found") for 1 s after it
+//!    listens again; then update objects at once (50 at 150 objects, 200 at 1,000): time from
+//!    each write until it is on disk, p50 / p99 / max; the agent's requests for ConfigMaps and
+//!    Secrets after the restart (watch-lists, LISTs, watches), its retried requests and failed
+//!    writes (its `/metrics`), connections before and after; then every LIST, watch-list and
+//!    watch the agent made in the 20 s after the restart, by resource, refused ones counted.
 //!
 //! Runs (each on a fresh server and agent): HTTP/2 at 150 and 1,000 objects; the same with
 //! `--goaway-chance 0.02` and 10 streams per connection (as the issue's real-server run);
-//! HTTP/1.1 at 1,000 objects. `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,h1-1000`
-//! picks some; `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start);
+//! `goaway-30x5`, the issue's real-server restart (150 objects on 30 pods, 5 each, GOAWAY as
+//! above); HTTP/1.1 at 1,000 objects.
+//! `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,goaway-30x5,h1-1000,h2-100` picks some;
+//! `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start);
 //! `SCALE_CPU_HOG=SECS` adds a CPU competitor during step 4 (see [`cpu_competitor`]).
 //!
-//! `cargo bench -p nodelet --bench scale` (about 6 minutes). Prints one line per figure.
+//! `cargo bench -p nodelet --bench scale` (about 8 minutes). Prints one line per figure.
 //! `h2-100` (HTTP/2, 100 objects on 20 pods) gives, beside h2-1000, the cost of one more
 //! watched object. `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built
 //! with the bench (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at
 //! the end of a run, so a heap profile is written).
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nodelet_apiserver::{ApiServer, RequestRecord, Restart, ServerHandle, User};
 use nodelet_core::{PodDirs, PodUid};
-use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
-use serde_json::json;
+
+use support::{
+    NODE, check, cpu_time, free_port, heap_bytes, list_watch_counts, metric_sum, object,
+    percentile, pod, rss_kib, rss_parts, scrape, spawn_agent, summary, tcp_connections, volume_dir,
+    wait_all,
+};
 
 const PODS: usize = 110;
 const RATE: u32 = 50;
@@ -49,7 +58,9 @@ const UPDATE_WINDOW: Duration = Duration::from_secs(20);
 /// Without an API server: the issue's trace had 13 s (killed, started 10 s later, listening
 /// ≈ 0.2 s after that, plus its start-up).
 const OUTAGE: Duration = Duration::from_secs(10);
-const NODE: &str = "bench-node";
+/// After a restart, the agent's LISTs and watches are counted over this long from the moment
+/// the server listens again (every loop's retries after the graph rebuild included).
+const REQUEST_WINDOW: Duration = Duration::from_secs(20);
 
 /// One run's workload.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +74,7 @@ struct Run {
     goaway: Option<(f64, u32)>,
 }
 
-const RUNS: [Run; 6] = [
+const RUNS: [Run; 7] = [
     Run {
         name: "h2-150",
         protocol: "auto",
@@ -99,6 +110,14 @@ const RUNS: [Run; 6] = [
         pods: PODS,
         goaway: None,
     },
+    // The issue's real-server restart: 30 pods x 5 objects, GOAWAY 0.02 with 10 streams.
+    Run {
+        name: "goaway-30x5",
+        protocol: "auto",
+        objects: 150,
+        pods: 30,
+        goaway: Some((0.02, 10)),
+    },
     // The marginal cost per watched object, beside h2-1000 (a heap profile's slope).
     Run {
         name: "h2-100",
@@ -132,187 +151,6 @@ fn main() {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
-/// `RssAnon` (heap, stacks) and `RssFile` (the mapped binary and libraries) of `pid`, from
-/// `/proc/<pid>/status`.
-fn rss_parts(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
-    };
-    format!(
-        "anonymous {:.1} MiB, file-backed {:.1} MiB, threads {}",
-        field("RssAnon:"),
-        field("RssFile:"),
-        field("Threads:") * 1024.0
-    )
-}
-
-/// CPU time `pid` used so far (user + system), from `/proc/<pid>/stat` (in USER_HZ = 100
-/// ticks per second, fixed by the kernel's ABI).
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at its closing parenthesis:
-    // state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
-}
-
-/// Established TCP connections of `pid` whose remote port is `port`.
-fn tcp_connections(pid: u32, port: u16) -> usize {
-    let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|t| {
-            let t = t.to_string_lossy().into_owned();
-            t.strip_prefix("socket:[")
-                .and_then(|r| r.strip_suffix(']'))
-                .map(str::to_owned)
-        })
-        .collect();
-    let mut n = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let text = std::fs::read_to_string(table).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(remote), Some(state), Some(inode)) = (f.get(2), f.get(3), f.get(9)) else {
-                continue;
-            };
-            let rport = remote
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if *state == "01" && rport == Some(port) && inodes.contains(*inode) {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn summary(mut v: Vec<Duration>) -> String {
-    v.sort();
-    format!(
-        "n={}, p50 {:.1?}, p99 {:.1?}, max {:.1?}",
-        v.len(),
-        percentile(&v, 0.5),
-        percentile(&v, 0.99),
-        v.last().copied().unwrap_or_default()
-    )
-}
-
-/// Object `j`: even → ConfigMap `cm-j`, odd → Secret `s-j`; one key `k`.
-fn object(j: usize, value: &str) -> serde_json::Value {
-    if j.is_multiple_of(2) {
-        ConfigMapBuilder::new("default", &format!("cm-{j}"))
-            .data("k", value)
-            .json()
-    } else {
-        SecretBuilder::new("default", &format!("s-{j}"))
-            .data("k", value)
-            .json()
-    }
-}
-
-/// Pod `p-i` on the bench node mounting object `j` as volume `v<j>` at `/v<j>`, for each `j`.
-fn pod(i: usize, objs: &[usize]) -> serde_json::Value {
-    let mounts: Vec<_> = objs
-        .iter()
-        .map(|j| json!({"name": format!("v{j}"), "mountPath": format!("/v{j}")}))
-        .collect();
-    objs.iter()
-        .fold(
-            PodBuilder::new("default", &format!("p-{i}"))
-                .node(NODE)
-                .container(json!({"name": "c", "image": "x", "volumeMounts": mounts})),
-            |p, j| {
-                let volume = format!("v{j}");
-                if j.is_multiple_of(2) {
-                    p.config_map_volume(&volume, &format!("cm-{j}"))
-                } else {
-                    p.secret_volume(&volume, &format!("s-{j}"))
-                }
-            },
-        )
-        .json()
-}
-
-fn volume_dir(j: usize) -> String {
-    if j.is_multiple_of(2) {
-        format!("kubernetes.io~configmap/v{j}")
-    } else {
-        format!("kubernetes.io~secret/v{j}")
-    }
-}
-
-/// Writes each `(path, expected, since)` and waits until all are visible: the latency of each.
-async fn wait_all(mut pending: Vec<(PathBuf, String, Instant)>) -> Vec<Duration> {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let mut done = Vec::with_capacity(pending.len());
-    while !pending.is_empty() {
-        assert!(Instant::now() < deadline, "{} never updated", pending.len());
-        pending.retain(|(path, expected, since)| {
-            if std::fs::read(path).ok().as_deref() == Some(expected.as_bytes()) {
-                done.push(since.elapsed());
-                false
-            } else {
-                true
-            }
-        });
-        // Polling many files costs the agent CPU: back off with the number pending.
-        let pause = Duration::from_micros(500).max(Duration::from_micros(5) * pending.len() as u32);
-        tokio::time::sleep(pause).await;
-    }
-    done
-}
-
-fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen: &str) -> Child {
-    let bin =
-        std::env::var_os("SCALE_AGENT_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").into());
-    Command::new(bin)
-        .args(["--kubeconfig", kubeconfig.to_str().unwrap_or_default()])
-        .args(["--node-name", NODE, "--listen", listen])
-        .args(["--root-dir", root.to_str().unwrap_or_default()])
-        .args(["--api-protocol", protocol])
-        // SCALE_AGENT_LOG: the agent's RUST_LOG (its logs go to this bench's stderr).
-        .env(
-            "RUST_LOG",
-            std::env::var("SCALE_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning nodelet: {e}"))
-}
-
 async fn run(r: Run) {
     let label = r.name;
     let protocol = r.protocol;
@@ -340,13 +178,13 @@ async fn run(r: Run) {
     }
     let root = dir.path().join("root");
     let metrics_port = free_port();
-    let child = Agent(spawn_agent(
+    let child = spawn_agent(
         &kubeconfig,
         &root,
         protocol,
         &format!("127.0.0.1:{metrics_port}"),
-    ));
-    let pid = child.0.id();
+    );
+    let pid = child.pid();
 
     // (2)
     h.reset_requests();
@@ -420,19 +258,13 @@ async fn run(r: Run) {
                 .split_once('"')
         })
         .map_or("unknown", |(name, _)| name);
-    let heap = if metrics
-        .lines()
-        .any(|l| l.starts_with("nodelet_heap_allocated_bytes "))
-    {
-        let bytes = metric_sum(&metrics, "nodelet_heap_allocated_bytes ");
+    let heap = heap_bytes(&metrics).map_or("live heap not reported".to_owned(), |bytes| {
         format!(
             "live heap {:.1} MiB, {:.1} KiB per watched object",
             bytes / 1048576.0,
             bytes / 1024.0 / objects as f64
         )
-    } else {
-        "live heap not reported".to_owned()
-    };
+    });
     println!("scale/{label}/heap: allocator {allocator}, {heap}");
 
     // (4)
@@ -482,7 +314,8 @@ async fn run(r: Run) {
     let metrics_before = scrape(metrics_port).await;
     let after_restart = if objects >= 1000 { 200 } else { 50 };
     h.reset_requests();
-    h.restart(Restart::like_kube_apiserver().down(OUTAGE))
+    let restart = Restart::like_kube_apiserver().down(OUTAGE);
+    h.restart(restart)
         .await
         .unwrap_or_else(|e| panic!("restart: {e}"));
     let back = Instant::now();
@@ -499,7 +332,10 @@ async fn run(r: Run) {
     let recovered = wait_all(pending).await;
     let all = back.elapsed();
     println!(
-        "scale/{label}/recovery: down {OUTAGE:?}, watch history forgotten, /readyz 500 for 2 s; {after_restart} updates right after it listens again: all on disk {all:.2?} after the restart; per update {}",
+        "scale/{label}/recovery: down {:?}, watch history forgotten, /readyz 500 for {:?}, Node authorizer graph empty for {:?}; {after_restart} updates right after it listens again: all on disk {all:.2?} after the restart; per update {}",
+        restart.down,
+        restart.not_ready,
+        restart.graph_rebuild,
         summary(recovered)
     );
     wait_watches(&h, objects).await;
@@ -538,76 +374,13 @@ async fn run(r: Run) {
         open.http2,
         open.http1
     );
+    tokio::time::sleep_until((back + REQUEST_WINDOW).into()).await;
+    println!(
+        "scale/{label}/recovery-requests-by-resource: the agent's requests in the {REQUEST_WINDOW:?} after the restart: {}",
+        list_watch_counts(&h.requests(), &User::node(NODE).name)
+    );
     drop(child);
     server.shutdown().await;
-}
-
-/// The agent process, stopped when the run ends or panics: SIGTERM (a `dhat-heap` build
-/// writes its profile), killed if still running after [`STOP_PATIENCE`].
-struct Agent(Child);
-
-/// How long a stopped agent may take to exit: a `dhat-heap` build resolves every allocation
-/// site's symbols first.
-const STOP_PATIENCE: Duration = Duration::from_secs(120);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap_or(i32::MAX));
-        if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok() {
-            let deadline = Instant::now() + STOP_PATIENCE;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.0.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A loopback port free right now, for the agent's HTTP endpoint.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("free port: {e}"))
-}
-
-/// The agent's `/metrics` text (empty when it does not answer).
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return String::new();
-    };
-    let req =
-        format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).await.is_err() {
-        return String::new();
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out
-}
-
-/// The sum of the samples whose line starts with `prefix`.
-fn metric_sum(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |a, b| a + b)
-}
-
-fn check(pending: &mut Vec<(PathBuf, String, Instant)>, done: &mut Vec<Duration>) {
-    pending.retain(|(path, expected, since)| {
-        if std::fs::read(path).ok().as_deref() == Some(expected.as_bytes()) {
-            done.push(since.elapsed());
-            false
-        } else {
-            true
-        }
-    });
 }
 
 /// Waits until `n` ConfigMap + Secret watches are open (after a restart: all resumed).

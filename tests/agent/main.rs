@@ -22,6 +22,7 @@ mod retry;
 mod restart;
 // The binary: bad configuration exits with code 64.
 mod cli;
+mod disk_full; // A full root directory (tmpfs, needs root): events, `/pods`, one WARN.
 // Two agents on one root directory: the second exits naming the directory and the pid (the
 // binary runs with `--manifests`: needs the `embedded` feature).
 #[cfg(feature = "embedded")]

@@ -156,6 +156,37 @@ pub enum SetUpError {
     Other(Arc<dyn std::error::Error + Send + Sync>),
 }
 
+/// A node-side fault: the node could not take a volume's write, whatever the pod and its
+/// objects hold — the filesystem under the root directory is full, over quota, read-only or
+/// failing, or the kernel is out of memory or open files. Retrying the same SetUp fails the
+/// same way until someone frees space or repairs the node, so the operator must hear of it: a
+/// volume whose SetUp enters such a fault is logged at WARN, once (see [Logging](crate#logging)).
+///
+/// Everything else a SetUp fails with (an object or key missing, a payload the writer rejects,
+/// a token or certificate refused by the API, an unsupported source) is about the pod or the
+/// cluster, not the node, and is reported by `FailedMount` events only.
+///
+/// Obtained by classifying the typed error ([`SetUpError::node_fault`], [`NodeFault::of`]),
+/// never its message text. `Display` is the `errno` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NodeFault {
+    /// `ENOSPC`: no space left on the device ([`io::ErrorKind::StorageFull`]).
+    NoSpace,
+    /// `EDQUOT`: a disk quota is used up ([`io::ErrorKind::QuotaExceeded`]).
+    QuotaExceeded,
+    /// `EROFS`: the file system is read-only ([`io::ErrorKind::ReadOnlyFilesystem`]), e.g.
+    /// remounted read-only after errors.
+    ReadOnly,
+    /// `EIO`: the device or the file system failed the operation.
+    Io,
+    /// `ENOMEM`: the kernel could not allocate memory for the operation
+    /// ([`io::ErrorKind::OutOfMemory`]).
+    OutOfMemory,
+    /// `EMFILE` / `ENFILE`: the agent's or the system's open file table is full.
+    TooManyOpenFiles,
+}
+
 impl SetUpError {
     /// One error from several: none → `None`, one → itself, more → [`SetUpError::Aggregate`].
     pub fn aggregate(mut errors: Vec<SetUpError>) -> Option<SetUpError> {
@@ -164,6 +195,48 @@ impl SetUpError {
             1 => errors.pop(),
             _ => Some(SetUpError::Aggregate(errors)),
         }
+    }
+
+    /// The node-side fault this error reports, if any (see [`NodeFault`]): the I/O error of a
+    /// failed write ([`SetUpError::Write`]), of the volume directory ([`SetUpError::Wrapper`],
+    /// [`SetUpError::NestedMountpoints`], [`SetUpError::TearDown`]) or of another crate's
+    /// plugin ([`SetUpError::Other`] holding an [`io::Error`] or an atomic writer error),
+    /// classified by [`NodeFault::of`]; the first such fault of an
+    /// [`SetUpError::Aggregate`]. Every other variant is not node-side: `None`.
+    pub fn node_fault(&self) -> Option<NodeFault> {
+        match self {
+            SetUpError::Wrapper { cause, .. }
+            | SetUpError::NestedMountpoints { cause }
+            | SetUpError::TearDown { cause, .. } => NodeFault::of(cause),
+            SetUpError::Write(e) => e.io_error().and_then(NodeFault::of),
+            SetUpError::Aggregate(errors) => errors.iter().find_map(SetUpError::node_fault),
+            SetUpError::Other(e) => e
+                .downcast_ref::<io::Error>()
+                .or_else(|| {
+                    e.downcast_ref::<nodelet_atomic_writer::Error>()
+                        .and_then(nodelet_atomic_writer::Error::io_error)
+                })
+                .and_then(NodeFault::of),
+            SetUpError::NoDefaultMode
+            | SetUpError::MissingConfigMapKey { .. }
+            | SetUpError::MissingSecretKey { .. }
+            | SetUpError::Fetch(_)
+            | SetUpError::Token(_)
+            | SetUpError::PodCertificate(_)
+            | SetUpError::DownwardApi(_)
+            | SetUpError::TrustBundle(_)
+            | SetUpError::Unsupported { .. }
+            | SetUpError::TaskFailed { .. } => None,
+        }
+    }
+
+    /// Whether the node itself failed the operation ([`node_fault`](Self::node_fault) is
+    /// `Some`): a full, over-quota, read-only or failing file system, or no memory or file
+    /// descriptors left. A SetUp failing so is logged at WARN once per volume and fault (see
+    /// [Logging](crate#logging)); the other failures (objects, keys, payload validation, API
+    /// refusals) are `FailedMount` events only.
+    pub fn is_node_side(&self) -> bool {
+        self.node_fault().is_some()
     }
 
     pub(crate) fn wrapper(path: &std::path::Path, cause: io::Error) -> Self {
@@ -178,6 +251,47 @@ impl SetUpError {
             path: path.to_path_buf(),
             cause: Arc::new(cause),
         }
+    }
+}
+
+impl NodeFault {
+    /// The node-side fault an I/O error reports: by [`io::ErrorKind`] (`StorageFull`,
+    /// `QuotaExceeded`, `ReadOnlyFilesystem`, `OutOfMemory`), else by raw OS error (`EIO`,
+    /// `EMFILE`, `ENFILE`, which have no kind of their own). `None` for every other error
+    /// (not found, permission denied, invalid input, ...).
+    pub fn of(error: &io::Error) -> Option<NodeFault> {
+        match error.kind() {
+            io::ErrorKind::StorageFull => return Some(NodeFault::NoSpace),
+            io::ErrorKind::QuotaExceeded => return Some(NodeFault::QuotaExceeded),
+            io::ErrorKind::ReadOnlyFilesystem => return Some(NodeFault::ReadOnly),
+            io::ErrorKind::OutOfMemory => return Some(NodeFault::OutOfMemory),
+            _ => {}
+        }
+        match nix::errno::Errno::from_raw(error.raw_os_error()?) {
+            nix::errno::Errno::EIO => Some(NodeFault::Io),
+            nix::errno::Errno::EMFILE | nix::errno::Errno::ENFILE => {
+                Some(NodeFault::TooManyOpenFiles)
+            }
+            _ => None,
+        }
+    }
+
+    /// The `errno` name, as `Display` prints it (`ENOSPC`, `EROFS`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeFault::NoSpace => "ENOSPC",
+            NodeFault::QuotaExceeded => "EDQUOT",
+            NodeFault::ReadOnly => "EROFS",
+            NodeFault::Io => "EIO",
+            NodeFault::OutOfMemory => "ENOMEM",
+            NodeFault::TooManyOpenFiles => "EMFILE/ENFILE",
+        }
+    }
+}
+
+impl fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -237,5 +351,89 @@ mod tests {
             )
         );
         assert!(SetUpError::aggregate(vec![]).is_none());
+    }
+
+    fn write_error(cause: io::Error) -> SetUpError {
+        SetUpError::Write(Arc::new(nodelet_atomic_writer::Error::WriteFile {
+            path: PathBuf::from("/root/pods/uid/volumes/kubernetes.io~configmap/cfg/app.conf"),
+            cause,
+        }))
+    }
+
+    #[test]
+    fn node_side_io_errors_are_classified_by_kind_and_raw_os_error() {
+        let cases = [
+            (nix::errno::Errno::ENOSPC, Some(NodeFault::NoSpace)),
+            (nix::errno::Errno::EDQUOT, Some(NodeFault::QuotaExceeded)),
+            (nix::errno::Errno::EROFS, Some(NodeFault::ReadOnly)),
+            (nix::errno::Errno::EIO, Some(NodeFault::Io)),
+            (nix::errno::Errno::ENOMEM, Some(NodeFault::OutOfMemory)),
+            (nix::errno::Errno::EMFILE, Some(NodeFault::TooManyOpenFiles)),
+            (nix::errno::Errno::ENFILE, Some(NodeFault::TooManyOpenFiles)),
+            (nix::errno::Errno::ENOENT, None),
+            (nix::errno::Errno::EACCES, None),
+            (nix::errno::Errno::EPERM, None),
+            (nix::errno::Errno::EEXIST, None),
+            (nix::errno::Errno::EINVAL, None),
+        ];
+        for (errno, fault) in cases {
+            let io = io::Error::from_raw_os_error(errno as i32);
+            assert_eq!(NodeFault::of(&io), fault, "{errno}");
+            assert_eq!(write_error(io).node_fault(), fault, "{errno}");
+        }
+        // A kind without an OS error (e.g. made by a plugin) counts as well.
+        assert_eq!(
+            NodeFault::of(&io::Error::from(io::ErrorKind::StorageFull)),
+            Some(NodeFault::NoSpace)
+        );
+        assert_eq!(NodeFault::of(&io::Error::other("disk full")), None);
+        assert_eq!(NodeFault::NoSpace.to_string(), "ENOSPC");
+    }
+
+    #[test]
+    fn every_variant_with_an_io_cause_is_classified_and_the_others_are_not_node_side() {
+        let full = || {
+            Arc::new(io::Error::from_raw_os_error(
+                nix::errno::Errno::ENOSPC as i32,
+            ))
+        };
+        let node_side = [
+            SetUpError::Wrapper {
+                path: PathBuf::from("/v"),
+                cause: full(),
+            },
+            SetUpError::NestedMountpoints { cause: full() },
+            SetUpError::TearDown {
+                path: PathBuf::from("/v"),
+                cause: full(),
+            },
+            SetUpError::Other(full()),
+            SetUpError::Aggregate(vec![
+                SetUpError::MissingSecretKey { key: "k".into() },
+                write_error(io::Error::from_raw_os_error(
+                    nix::errno::Errno::EROFS as i32,
+                )),
+            ]),
+        ];
+        for e in &node_side {
+            assert!(e.is_node_side(), "{e}");
+        }
+        assert_eq!(node_side[4].node_fault(), Some(NodeFault::ReadOnly));
+        let not_node_side = [
+            SetUpError::NoDefaultMode,
+            SetUpError::MissingConfigMapKey { key: "k".into() },
+            SetUpError::Unsupported { what: "x".into() },
+            SetUpError::TaskFailed {
+                path: PathBuf::from("/v"),
+            },
+            // The writer rejected the payload: nothing on disk was touched.
+            SetUpError::Write(Arc::new(nodelet_atomic_writer::Error::from(
+                nodelet_atomic_writer::InvalidPath::Empty,
+            ))),
+            SetUpError::Other(Arc::new(io::Error::from(io::ErrorKind::NotFound))),
+        ];
+        for e in &not_node_side {
+            assert!(!e.is_node_side(), "{e}");
+        }
     }
 }

@@ -51,7 +51,10 @@
 //!   (`credential bundle is not issued yet`) until the signer issues, so the pod waits; a change
 //!   of the pod's request remounts its volume at once, and the refresh (from `beginRefreshAt`
 //!   plus jitter) keeps the old key and chain on disk until the new ones are issued.
-//! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts.
+//! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts;
+//!   [`SetUpError::node_fault`] classifies a failure as node-side ([`NodeFault`]: disk full,
+//!   quota, read-only or failing file system, no memory or file descriptors) — see
+//!   [Logging](#logging).
 //!
 //! ```text
 //!  add_pod / update_pod / remove_pod          object managers: subscribe() ──┐
@@ -107,7 +110,8 @@
 //!    another change arrived meanwhile, which triggers step 3 again); failure keeps the old
 //!    content on disk, emits `FailedMount` with `MountVolume.SetUp failed for volume "<vol>" :
 //!    <error>`, keeps the flag and retries after the backoff — at once if an object the
-//!    volume reads changed while the operation ran. Waiters are woken.
+//!    volume reads changed while the operation ran. A node-side failure is also logged, once
+//!    per volume and state change (see [Logging](#logging)). Waiters are woken.
 //!
 //! Pod updates (downward API labels and annotations), waits
 //! ([`VolumeManager::wait_for_attach_and_mount`] reprocesses the pod, as every SyncPod did in
@@ -156,6 +160,31 @@
 //! * [`VolumeManager::wait_for_attach_and_mount`] for a pod with volumes that is not desired
 //!   fails at once with [`Error::PodNotDesired`]; the kubelet's wait would time out after
 //!   2 min 3 s (VM-11). Only [`VolumeManager::add_pod`] makes a pod desired.
+//!
+//! # Logging
+//!
+//! The crate returns errors and reports failed SetUps and TearDowns as `FailedMount` /
+//! `FailedUnmount` events (and in [`VolumeManager::snapshot`]'s `last_error`), not in the log.
+//! The exception is a failure the node itself causes, which no change of the pod or its
+//! objects can cure and an operator must hear of: a SetUp whose error
+//! [is node-side](SetUpError::is_node_side) — `ENOSPC`, `EDQUOT`, `EROFS`, `EIO`, `ENOMEM`,
+//! `EMFILE`/`ENFILE` from the file system under the root directory or the kernel, classified
+//! by [`NodeFault::of`] from the typed error (never its text). Per volume:
+//!
+//! * **WARN** `volume cannot be written: node-side failure, retrying` when the volume enters
+//!   the state (first mount or remount), with `pod.namespace`, `pod.name`, `volume`, `path`
+//!   (the volume directory), `fault` (the `errno` name) and `error` (the event's text: paths and
+//!   key names, never payload bytes);
+//! * nothing more while the retries (with the backoff) fail with the same fault, nor for a
+//!   failure in between that is not node-side (a deleted ConfigMap, say: that one is an event);
+//! * **WARN** again, with `previous_fault`, if the fault changes (`ENOSPC` → `EROFS`);
+//! * **INFO** `volume written again after a node-side failure` when a SetUp succeeds again,
+//!   with `failures` (the failed attempts) and `failing_for` (since the first).
+//!
+//! A volume whose pod is removed is forgotten without a line. The crate's other WARN lines are
+//! about the node as well: memory volumes on node disk ([`MemoryMedium::Auto`], once), fsGroup
+//! not applied to every entry, a directory left after a failed first SetUp, a pod directory
+//! that is not a pod UID, the ClusterTrustBundle watch failing. Each SetUp is a DEBUG line.
 //!
 //! # Invariants
 //!
@@ -234,6 +263,7 @@ mod error;
 pub mod events;
 mod executor;
 mod manager;
+mod node_faults;
 pub mod plugins;
 pub mod pod_certificate;
 mod populator;
@@ -245,7 +275,7 @@ pub mod trust_bundle;
 mod updates;
 
 pub use config::{Config, MemoryMedium};
-pub use error::{Error, SetUpError, WaitCause};
+pub use error::{Error, NodeFault, SetUpError, WaitCause};
 pub use events::EventSink;
 pub use manager::VolumeManager;
 pub use plugins::{PluginRegistry, VolumePlugin};

@@ -17,6 +17,7 @@ use crate::asw::ActualState;
 use crate::dsw::{DesiredPod, DesiredState, UnsupportedVolume};
 use crate::events::{EventSink, reasons};
 use crate::executor::Operations;
+use crate::node_faults::NodeFaults;
 use crate::plugins::{PluginRegistry, VolumeHost, host_probe_tmpfs};
 use crate::populator::{desired_pod, expected_volumes};
 use crate::token::{TokenCache, TokenSource};
@@ -74,6 +75,8 @@ pub(crate) struct State {
     /// Per unique volume name: when the earliest object change not yet taken in by a SetUp
     /// was seen (update path step (2)); moved into the SetUp that starts next.
     pub(crate) change_seen: std::collections::HashMap<String, Instant>,
+    /// Volumes whose SetUp fails for a node-side reason (what the log has said about them).
+    pub(crate) node_faults: NodeFaults,
 }
 
 impl VolumeManager {
@@ -129,6 +132,7 @@ impl VolumeManager {
             ops: Operations::new(config.initial_backoff, config.max_backoff),
             last_errors: std::collections::HashMap::new(),
             change_seen: std::collections::HashMap::new(),
+            node_faults: NodeFaults::default(),
         };
         let inner = Inner {
             registry: config.plugins.clone(),
@@ -232,7 +236,20 @@ impl VolumeManager {
     /// VM-6 / VM-13: the pod's runtime may be removed; its volumes are torn down (call after
     /// its containers stopped). Never blocks; use [`wait_for_unmount`](Self::wait_for_unmount).
     pub fn remove_pod(&self, pod_uid: &PodUid) {
-        self.inner.state.lock().dsw.remove_pod(pod_uid);
+        {
+            let mut guard = self.inner.state.lock();
+            let st: &mut State = &mut guard;
+            // A volume never set up is never torn down: its node fault is forgotten here.
+            for v in st
+                .dsw
+                .pod(pod_uid)
+                .into_iter()
+                .flat_map(|p| p.volumes.iter())
+            {
+                st.node_faults.forget(&v.unique);
+            }
+            st.dsw.remove_pod(pod_uid);
+        }
         self.inner.bump();
     }
 

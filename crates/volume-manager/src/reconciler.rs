@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_core::{AdmittedPod, EventType, ObjectRef, PodUid};
@@ -14,11 +15,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::NodeFault;
 use crate::asw::{MountState, MountedVolume};
 use crate::dsw::{DesiredPod, DesiredVolume, PodVolume};
 use crate::events::reasons;
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
+use crate::node_faults::Transition;
 use crate::plugins::{SetUpContext, TearDownContext, VolumePlugin};
 use crate::trust_bundle::TrustBundleChange;
 use crate::updates::VolumeUpdate;
@@ -199,7 +202,7 @@ impl Inner {
         // wakes only the waiters: at a node's cold start a pass per finished mount, each over
         // every volume, was most of the reconciler's time.
         let mut pass_needed = true;
-        let failure = {
+        let (failure, transition) = {
             let mut st = self.state.lock();
             let now = Instant::now();
             let dirty = st.ops.finish(&job.unique, result.is_ok(), now);
@@ -209,6 +212,7 @@ impl Inner {
                         || outcome.refresh_at.is_some()
                         || !st.dsw.contains(&uid, &job.unique);
                     st.last_errors.remove(&job.unique);
+                    let transition = st.node_faults.succeeded(&job.unique, now);
                     if let Some(change_seen) = job.change_seen {
                         // Nobody listening is fine: the update is for observers only.
                         let _ = self.updates.send(VolumeUpdate {
@@ -227,7 +231,7 @@ impl Inner {
                             pod_uid: uid,
                             outer_name: name.clone(),
                             plugin: job.plugin.clone(),
-                            dir,
+                            dir: dir.clone(),
                             state: MountState::Mounted,
                             remount_required: dirty,
                             objects: outcome.objects,
@@ -239,10 +243,16 @@ impl Inner {
                     span.in_scope(|| {
                         tracing::debug!(written = outcome.written, "MountVolume.SetUp succeeded");
                     });
-                    None
+                    (None, transition)
                 }
                 Err(e) => {
                     let message = e.to_string();
+                    // A pod removed meanwhile is not reported: its volume is going away.
+                    let transition = if st.dsw.contains(&uid, &job.unique) {
+                        st.node_faults.failed(&job.unique, e.node_fault(), now)
+                    } else {
+                        Transition::Quiet
+                    };
                     if let Some(seen) = job.change_seen {
                         // The change is still not on disk: the retry carries its time on.
                         let earliest = st.change_seen.entry(job.unique.clone()).or_insert(seen);
@@ -252,10 +262,11 @@ impl Inner {
                     if let Some(m) = st.asw.get_mut(&job.unique) {
                         m.remount_required = true;
                     }
-                    Some(message)
+                    (Some(message), transition)
                 }
             }
         };
+        log_node_fault(&job.pod, &name, &dir, transition, failure.as_deref());
         if let Some(error) = failure {
             let message = format!("MountVolume.SetUp failed for volume {name:?} : {error}");
             self.events
@@ -293,6 +304,7 @@ impl Inner {
                     st.change_seen.remove(&job.unique);
                     st.ops.forget(&job.unique);
                     st.last_errors.remove(&job.unique);
+                    st.node_faults.forget(&job.unique);
                     if st.dsw.pod(&v.pod_uid).is_none() {
                         self.host.forget_tokens(&v.pod_uid);
                     }
@@ -407,6 +419,48 @@ impl Inner {
             }
             st.ops.mark_dirty(&unique);
         }
+    }
+}
+
+/// The operator's log for a volume's node fault (see the crate docs, "Logging"): one WARN
+/// line when the volume enters a node fault or its fault changes, one INFO line when it is set
+/// up again; nothing for the retries in between. Fields, never payloads: the pod, the volume,
+/// its directory, the fault's `errno` name and the error text (paths and key names).
+fn log_node_fault(
+    pod: &AdmittedPod,
+    volume: &str,
+    dir: &std::path::Path,
+    transition: Transition,
+    error: Option<&str>,
+) {
+    match transition {
+        Transition::Quiet => {}
+        Transition::Entered { fault, previous } => tracing::warn!(
+            pod.namespace = pod.namespace(),
+            pod.name = pod.name(),
+            volume,
+            path = %dir.display(),
+            fault = fault.as_str(),
+            previous_fault = previous.map(NodeFault::as_str),
+            error = error.unwrap_or_default(),
+            "volume cannot be written: node-side failure, retrying"
+        ),
+        Transition::Recovered {
+            fault,
+            failures,
+            failing_for,
+        } => tracing::info!(
+            pod.namespace = pod.namespace(),
+            pod.name = pod.name(),
+            volume,
+            path = %dir.display(),
+            fault = fault.as_str(),
+            failures,
+            failing_for = ?Duration::from_millis(
+                u64::try_from(failing_for.as_millis()).unwrap_or(u64::MAX)
+            ),
+            "volume written again after a node-side failure"
+        ),
     }
 }
 
