@@ -12,7 +12,15 @@ use crate::support::{NODE, PATIENCE, World};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_identity_registers_its_node_and_lease_and_is_never_denied() {
-    let world = World::start_with(|c| c.register_node = true).await;
+    // An authorizer graph without lag: a refusal here is a request the Node authorizer never
+    // allows, not one that came before the graph linked the pod (tests/agent/api_failures.rs
+    // covers those).
+    let world = World::start_on(
+        nodelet_apiserver::Config::default().node_authorizer_lag(std::time::Duration::ZERO),
+        |_| {},
+        |c| c.register_node = true,
+    )
+    .await;
     let h = world.server.handle();
     // A pod using every reference kind, so every read path is exercised.
     h.create(ConfigMapBuilder::new("default", "cm").data("k", "v").json())
