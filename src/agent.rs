@@ -390,15 +390,19 @@ async fn pod_source(
     ready: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<Pod> = Api::all(client.clone());
     let selector = format!("spec.nodeName={}", state.config.node_name);
     let mut probe = tokio::time::interval(crate::pod_watch::PROBE_INTERVAL);
     // Ticks missed while healthy (the branch is off) must not burst when the watch fails.
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let probe_api = api.clone();
-    let mut stream = watcher::watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
-        .boxed();
+    let watch_pods = || {
+        watcher::watcher(api.clone(), watcher::Config::default().fields(&selector))
+            .default_backoff()
+            .boxed()
+    };
+    let mut stream = watch_pods();
+    // The probe found the API server unreachable since the pod watch last answered.
+    let mut unreachable = false;
     let workers = &state.workers;
     let mut configmap_changes = state.configmaps.subscribe();
     let mut secret_changes = state.secrets.subscribe();
@@ -450,14 +454,23 @@ async fn pod_source(
                 continue;
             }
             _ = probe.tick(), if state.pod_watch.is_failing() => {
-                probe_pods(&state, &probe_api, &selector).await;
+                let answered = probe_api_server(&state, &client).await;
+                if answered && std::mem::take(&mut unreachable) {
+                    // Back after an outage: watch again now, not when the watch's own
+                    // back-off (grown through the outage) runs out.
+                    stream = watch_pods();
+                }
+                unreachable |= !answered;
                 continue;
             }
             e = stream.next() => e,
         };
         let Some(event) = event else { break };
         match &event {
-            Ok(_) => state.pod_watch.success(),
+            Ok(_) => {
+                state.pod_watch.success();
+                unreachable = false;
+            }
             Err(error) => state.pod_watch.failure(&error.to_string()),
         }
         match event {
@@ -536,14 +549,23 @@ async fn pod_source(
     state.metrics.set_watches("pods", 0);
 }
 
-/// While the pod watch fails: one small list of this node's pods (allowed to a node identity);
-/// an answer means the API server is reachable again (the watch itself re-watches silently).
-async fn probe_pods(state: &AgentState, api: &Api<Pod>, selector: &str) {
-    let params = kube::api::ListParams::default().fields(selector).limit(1);
-    match tokio::time::timeout(crate::pod_watch::PROBE_INTERVAL, api.list_metadata(&params)).await {
-        Ok(Ok(_)) => state.pod_watch.success(),
-        Ok(Err(error)) => state.pod_watch.failure(&error.to_string()),
-        Err(_elapsed) => state.pod_watch.failure("probe timed out"),
+/// While the pod watch fails: `GET /version` (any authenticated user may), whether the API
+/// server answers. Not a LIST: through a 13 s outage a list a second was 13 LISTs at every
+/// restart. Whether it answered.
+async fn probe_api_server(state: &AgentState, client: &kube::Client) -> bool {
+    match tokio::time::timeout(crate::pod_watch::PROBE_INTERVAL, client.apiserver_version()).await {
+        Ok(Ok(_)) => {
+            state.pod_watch.success();
+            true
+        }
+        Ok(Err(error)) => {
+            state.pod_watch.failure(&error.to_string());
+            false
+        }
+        Err(_elapsed) => {
+            state.pod_watch.failure("probe timed out");
+            false
+        }
     }
 }
 

@@ -311,7 +311,9 @@ fn refusals(h: &ServerHandle, name: &str) -> usize {
 /// reflectors took that for a denial and backed off (10-27 s on a real server while it already
 /// served them). Now each asks again within 50 ms, doubling to 1 s, so in a 3 s rebuild every
 /// object is refused at least four times (the back-off allowed three at most) and resumes right
-/// after; with GOAWAY on and 10 streams per connection, as the real run.
+/// after; with GOAWAY on and 10 streams per connection, as the real run. Down for 6 s, the
+/// agent lists at most five times in all (it probed with a LIST every second: 13-15 LISTs for
+/// 13 s down on a real server).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_watches_refused_until_the_authorizer_graph_is_rebuilt_resume_soon_after() {
     let bed =
@@ -320,10 +322,11 @@ async fn after_a_restart_watches_refused_until_the_authorizer_graph_is_rebuilt_r
     wait_all(&dir, N, "v0").await;
     bed.h.set_goaway_chance(0.02);
     bed.h.reset_requests();
+    let lists_before = bed.metric("nodelet_api_requests_total{verb=\"list\"}");
     bed.h
         .restart(
             Restart::like_kube_apiserver()
-                .down(Duration::from_millis(300))
+                .down(Duration::from_secs(6))
                 .graph_rebuild(Duration::from_secs(3)),
         )
         .await
@@ -337,6 +340,22 @@ async fn after_a_restart_watches_refused_until_the_authorizer_graph_is_rebuilt_r
         let refused = refusals(&bed.h, &name);
         assert!(refused >= 4, "{name}: {refused} refusals in a 3 s rebuild");
     }
+    // The pod watch's own relist, once it watches again.
+    let pods_listed = || {
+        bed.h
+            .requests()
+            .iter()
+            .any(|r| r.verb == "list" && r.resource == "pods" && r.status == 200)
+    };
+    tokio::time::timeout(PATIENCE, async {
+        while !pods_listed() {
+            poll_pause().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the pod watch never listed again"));
+    let lists = bed.metric("nodelet_api_requests_total{verb=\"list\"}") - lists_before;
+    assert!(lists <= 5.0, "{lists} LISTs sent through a 6 s restart");
     bed.stop().await;
 }
 
