@@ -1,6 +1,8 @@
 //! [`Metrics`]: the agent's Prometheus metrics (text exposition at `/metrics`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -290,7 +292,8 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Under the registry lock: two scrapes never both advance the request counters.
-        if let Ok(registry) = self.inner.registry.lock() {
+        {
+            let registry = self.inner.registry.lock();
             if let Some(counters) = &self.inner.transport {
                 self.refresh_from(counters);
             }

@@ -2,7 +2,7 @@
 //! (conditions, container states, phase) and deletes finished pods, in a background task.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -11,6 +11,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use nodelet_core::runtime::{ContainerState, Termination};
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_podworker::{ContainerConfigState, PodConfigStatus, PodPhase, RuntimeView, StatusSink};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -81,11 +82,7 @@ impl StatusWriter {
         tracker.spawn(async move {
             loop {
                 let Some(shared) = weak.upgrade() else { return };
-                let batch: Vec<(PodUid, Work)> = shared
-                    .pending
-                    .lock()
-                    .map(|mut p| p.drain().collect())
-                    .unwrap_or_default();
+                let batch: Vec<(PodUid, Work)> = shared.pending.lock().drain().collect();
                 let mut retry = Vec::new();
                 for (uid, work) in batch {
                     if shutdown.is_cancelled() {
@@ -98,7 +95,8 @@ impl StatusWriter {
                     }
                 }
                 let retry_later = !retry.is_empty();
-                if let Ok(mut p) = shared.pending.lock() {
+                {
+                    let mut p = shared.pending.lock();
                     for (uid, work) in retry {
                         p.entry(uid).or_insert(work);
                     }
@@ -115,7 +113,8 @@ impl StatusWriter {
     }
 
     fn enqueue(&self, uid: PodUid, mut work: Work) {
-        if let Ok(mut p) = self.shared.pending.lock() {
+        {
+            let mut p = self.shared.pending.lock();
             if let (
                 Work::Delete { last_status, .. },
                 Some(
@@ -527,9 +526,7 @@ impl StatusSink for StatusWriter {
             return;
         }
         let uid = pod.uid().clone();
-        let Ok(mut sent) = self.shared.sent.lock() else {
-            return;
-        };
+        let mut sent = self.shared.sent.lock();
         let started = sent.get(&uid).map(|(_, s)| s.clone()).unwrap_or_else(|| {
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         });
@@ -556,9 +553,7 @@ impl StatusSink for StatusWriter {
 
     fn terminated(&self, pod: &AdmittedPod) {
         let uid = pod.uid().clone();
-        if let Ok(mut sent) = self.shared.sent.lock() {
-            sent.remove(&uid);
-        }
+        self.shared.sent.lock().remove(&uid);
         // As the kubelet's status manager: only a pod being deleted is deleted; one that
         // finished on its own (Succeeded, Failed) stays, with its status and logs.
         if pod.metadata.deletion_timestamp.is_none() && pod.metadata.name.is_some() {

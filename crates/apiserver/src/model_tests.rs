@@ -1,4 +1,4 @@
-//! Model tests (STYLE 22): random write sequences against the registry, checked against a
+//! Model tests: random write sequences against the registry, checked against a
 //! `BTreeMap` model — current state, exact reads of every past resourceVersion, watch-style
 //! history replay, and pagination.
 

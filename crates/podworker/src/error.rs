@@ -289,7 +289,7 @@ mod tests {
 }
 
 /// `error` followed by each of its sources, joined with `": "` — the one-line form for logs and
-/// the agent's `/pods` document (a `Display` shows its own step only, STYLE 10).
+/// the agent's `/pods` document (a `Display` shows its own step only; the chain is walked by the caller).
 pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

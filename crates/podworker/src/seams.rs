@@ -46,8 +46,7 @@ pub trait Volumes: Send + Sync + 'static {
 
 /// The volume manager itself is the production [`Volumes`]. A wait that ends because the
 /// manager shut down is an interruption (no event); a time-out is a failure with the kubelet's
-/// text, so the `FailedMount` summary event is emitted (the older kubelets' behaviour, spec §7
-/// item 9).
+/// text, so the `FailedMount` summary event is emitted (the older kubelets' behaviour).
 #[async_trait]
 impl Volumes for VolumeManager {
     fn add_pod(&self, pod: &AdmittedPod) {

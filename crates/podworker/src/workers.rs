@@ -594,7 +594,7 @@ fn complete_work<S>(
             now
         }
         Err(e) => {
-            // The one place a failed sync is logged (STYLE 12).
+            // The one place a failed sync is logged: errors are logged once, where they are handled.
             let error = crate::error::with_causes(&e);
             warn!(phase = ?work.phase, %error, "sync failed");
             w.last_error = Some(error);

@@ -1,5 +1,5 @@
 //! The optional capabilities of nodelet-apiserver driven by the real kube client (and kubectl)
-//! over real HTTP(S) (STYLE 23). One harness; modules by topic.
+//! over real HTTP(S). One harness; modules by topic.
 
 // Bearer tokens, 401s, and what the Node authorizer allows and denies a kubelet.
 mod auth;

@@ -1,5 +1,5 @@
-//! Conformance tests: nodelet-apiserver driven by the real kube client over real HTTP
-//! (STYLE 23). One harness; modules by topic.
+//! Conformance tests: nodelet-apiserver driven by the real kube client over real HTTP.
+//! One harness; modules by topic.
 
 // Create, get, list, update, patch, delete and the exact error texts.
 mod crud;

@@ -1,5 +1,5 @@
 //! Integration tests: the managers with the real kube client against `nodelet-apiserver` over
-//! HTTP on loopback (STYLE 23). Waits are on notifications, bounded by a generous safety
+//! HTTP on loopback. Waits are on notifications, bounded by a generous safety
 //! time-out; nothing sleeps and nothing asserts a duration.
 
 // Watch strategy: request counts (OM-16), propagation, immutable objects (OM-20).

@@ -34,7 +34,7 @@ pub(crate) fn api(strategy: Strategy) -> Api {
 }
 
 impl Api {
-    /// The E2E fixtures (spec §6): ConfigMap `data-1..3 = value-1..3`, Secret values with a
+    /// The end-to-end fixtures: ConfigMap `data-1..3 = value-1..3`, Secret values with a
     /// trailing newline.
     pub(crate) fn with_fixtures(self, namespace: &str) -> Self {
         self.configmap(
