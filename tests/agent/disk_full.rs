@@ -1,4 +1,4 @@
-//! The agent's root directory on a full disk (issue 31): a ConfigMap update that cannot be
+//! The agent's root directory on a full disk: a ConfigMap update that cannot be
 //! written keeps the old content whole, is reported by a `FailedMount` event and `/pods`
 //! (`No space left on device`), is logged at WARN once for the volume however often it is
 //! retried, and is written with an INFO line once space is free. Needs root (it mounts a small
