@@ -12,19 +12,18 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
-use nodelet_core::{AdmittedPod, NodeAllocatable, ObjectRef, PodDirs, PodUid};
-use nodelet_object_manager::source::{KubeSource, ObjectSource};
-use nodelet_object_manager::{
-    ConfigMapManager, ManagerConfig, SecretManager, referenced_config_map_names,
-    referenced_secret_names,
+use nodelet_core::{
+    AdmittedPod, Feature, FeatureGates, NodeAllocatable, ObjectRef, PodDirs, PodUid,
 };
+use nodelet_object_manager::source::{KubeSource, ObjectSource};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_podworker::StatusSink as _;
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, EnvSources, PodUpdate, PodWorkers, SyncerConfig,
     SyncerParts, UpdateType, WorkerConfig, WorkerPhase,
 };
 use nodelet_runtime::{ProcessRuntime, RuntimeConfig};
-use nodelet_volume_manager::{KubeTokenSource, MemoryMedium, VolumeManager};
+use nodelet_volume_manager::{MemoryMedium, VolumeManager};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -35,9 +34,10 @@ use crate::api_client::ApiClient;
 use crate::config::{AgentConfig, RuntimeKind};
 use crate::events::EventPublisher;
 use crate::metrics::Metrics;
+use crate::pods_view::PodsView;
 use crate::state::AgentState;
 use crate::status::StatusWriter;
-use crate::views::{metrics_text, pods_json};
+use crate::views::{metrics_text, pods_view};
 
 /// How often finished workers of pods no longer known are forgotten (the kubelet's
 /// housekeeping period).
@@ -73,82 +73,28 @@ impl Agent {
         let ApiClient { client, counters } = client.into();
         std::fs::create_dir_all(PodDirs::new(&config.root_dir).pods())
             .with_context(|| format!("creating root directory {}", config.root_dir.display()))?;
-        let shutdown = CancellationToken::new();
-        let tracker = TaskTracker::new();
+        let tasks = Tasks::default();
+        let gates = Gates::read(&config.feature_gates);
         // Requests, retries and connections are counted by the transport under `client`.
-        let metrics = Metrics::for_transport(counters);
-        let manager_config = ManagerConfig::new(config.strategy)
-            .with_node_name(config.node_name.clone())
-            .with_resync_interval(config.sync_frequency);
-        let nodes: Arc<dyn ObjectSource<Node>> =
-            Arc::new(KubeSource::<Node>::cluster(client.clone()));
-        let configmaps = ConfigMapManager::with_sources(
-            Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),
-            Some(nodes.clone()),
-            manager_config.clone(),
-        )?;
-        let secrets = SecretManager::with_sources(
-            Arc::new(KubeSource::<Secret>::namespaced(client.clone())),
-            Some(nodes),
-            manager_config,
-        )?;
+        let metrics = Metrics::for_transport(counters, config.allocator);
+        let (configmaps, secrets) = object_managers(&config, &client)?;
         let events = EventPublisher::start(
             client.clone(),
             &config.node_name,
             metrics.clone(),
-            shutdown.clone(),
-            &tracker,
+            tasks.shutdown.clone(),
+            &tasks.tracker,
         );
-        let mut vm_config = nodelet_volume_manager::Config::new(config.root_dir.clone());
+        // One detection for env vars, volumes and the Node status' quantities.
         let allocatable = NodeAllocatable::detect(&config.root_dir);
-        vm_config.node_allocatable = Some(allocatable);
-        if config.volumes_on_disk {
-            vm_config.memory_medium = MemoryMedium::Disk;
-        }
-        vm_config.fsync = config.fsync;
-        vm_config.resync_interval = Some(config.sync_frequency);
-        vm_config.feature_gates = config.feature_gates.clone();
-        // PL-17: ClusterTrustBundles through the node's client (only read with both gates on,
-        // watched from the first volume that reads one).
-        vm_config.trust_bundles.source = Some(Arc::new(
-            nodelet_volume_manager::KubeTrustBundleSource::new(client.clone()),
-        ));
-        // PL-21: PodCertificateRequests are made and watched with the node's own client.
-        if config
-            .feature_gates
-            .enabled(nodelet_core::Feature::PodCertificateRequest)
-        {
-            vm_config.pod_certificates = Some(Arc::new(
-                nodelet_volume_manager::pod_certificate::KubePodCertificateSource::new(
-                    client.clone(),
-                    config.node_name.clone(),
-                ),
-            ));
-        }
-        if !config.feature_gates.ignored().is_empty() {
-            tracing::info!(
-                gates = ?config.feature_gates.ignored(),
-                "feature gates nodelet does not follow are ignored"
-            );
-        }
-        let volumes = VolumeManager::new(
-            vm_config,
-            configmaps.clone(),
-            secrets.clone(),
-            Arc::new(KubeTokenSource::new(client.clone())),
-            Arc::new(events.clone()),
+        let volumes = volume_manager(
+            &config,
+            allocatable,
+            &client,
+            (&configmaps, &secrets),
+            &events,
+            &tasks,
         )?;
-        {
-            let vm = volumes.clone();
-            let token = shutdown.clone();
-            tracker.spawn(async move { vm.run(token).await });
-        }
-        // After each burst of mounts (first start, a relist), freed memory goes back.
-        tracker.spawn(crate::memory::trim_after_bursts(
-            volumes.subscribe(),
-            shutdown.clone(),
-            crate::allocator::release_free_memory,
-        ));
         let host_ips = vec![
             config
                 .node_ip
@@ -159,23 +105,13 @@ impl Agent {
             client.clone(),
             metrics.clone(),
             host_ips.clone(),
-            shutdown.clone(),
-            &tracker,
+            tasks.shutdown.clone(),
+            &tasks.tracker,
         );
-        let (runtime, processes): (Arc<dyn nodelet_podworker::RuntimeHook>, _) =
-            match config.runtime {
-                RuntimeKind::Config => (Arc::new(EnvFileRuntime::new(&config.root_dir)), None),
-                RuntimeKind::Process => {
-                    let processes = process_runtime(&config)?;
-                    (Arc::new(processes.clone()), Some(processes))
-                }
-            };
-        let mut env = EnvOptions::default();
-        // One detection for env vars, volumes (set above) and the Node status' quantities.
-        env.node_allocatable = crate::node::quantities(&allocatable);
+        let (runtime, processes) = container_runtime(&config)?;
         let syncer = ConfigSyncer::new(
             SyncerConfig::new(&config.root_dir)
-                .with_env(env)
+                .with_env(gates.env_options(allocatable))
                 .with_host_ips(host_ips),
             SyncerParts {
                 sources: EnvSources {
@@ -209,50 +145,42 @@ impl Agent {
             known_pods: parking_lot::RwLock::default(),
         });
         // The kubelet's API (logs through the API server), before the Node publishes its port.
-        let mut node_config = config.clone();
-        let kubelet_addr = if let Some(listen) = config.kubelet_listen {
-            let mut api = crate::kubelet_api::KubeletApiConfig::new(listen, &config.node_name);
-            api.tls_cert_file = config.tls_cert_file.clone();
-            api.tls_private_key_file = config.tls_private_key_file.clone();
-            api.client_ca_file = config.client_ca_file.clone();
-            api.node_ips = config.node_ip.into_iter().collect();
-            let weak = Arc::downgrade(&state);
-            let pods = crate::kubelet_api::NodePods::new(
-                &config.root_dir,
-                move || {
-                    weak.upgrade()
-                        .map(|s| s.known_pods.read().values().cloned().collect())
-                        .unwrap_or_default()
-                },
-                state.processes.clone(),
-            )
-            .with_exec_command(exec_command(&config)?);
-            let bound =
-                crate::kubelet_api::serve(api, client.clone(), pods, shutdown.clone(), &tracker)
-                    .await
-                    .context("starting the kubelet API (--kubelet-port)")?;
-            node_config.kubelet_advertised_port = Some(bound.port());
-            Some(bound)
-        } else {
-            None
-        };
-        tracker.spawn(
-            pod_source(state.clone(), client.clone(), ready_tx, shutdown.clone())
-                .instrument(info_span!("pod source", node = %config.node_name)),
+        let kubelet_addr = kubelet_api(&state, &client, &tasks).await?;
+        tasks.spawn_in(
+            pod_source(
+                state.clone(),
+                client.clone(),
+                gates.admission,
+                ready_tx,
+                tasks.shutdown.clone(),
+            ),
+            info_span!("pod source", node = %config.node_name),
         );
-        tracker.spawn(crate::propagation::track(state.clone(), shutdown.clone()));
+        tasks.tracker.spawn(crate::propagation::track(
+            state.clone(),
+            tasks.shutdown.clone(),
+        ));
         if config.register_node {
-            tracker.spawn(
-                crate::node::run(node_config, client, state.metrics.clone(), shutdown.clone())
-                    .instrument(info_span!("node", node = %config.node_name)),
+            let mut node_config = config.clone();
+            node_config.kubelet_advertised_port = kubelet_addr.map(|a| a.port());
+            tasks.spawn_in(
+                crate::node::run(
+                    node_config,
+                    client,
+                    state.metrics.clone(),
+                    tasks.shutdown.clone(),
+                ),
+                info_span!("node", node = %config.node_name),
             );
         }
         let http_addr = match config.listen {
-            Some(addr) => {
-                Some(crate::http::serve(addr, state.clone(), shutdown.clone(), &tracker).await?)
-            }
+            Some(addr) => Some(
+                crate::http::serve(addr, state.clone(), tasks.shutdown.clone(), &tasks.tracker)
+                    .await?,
+            ),
             None => None,
         };
+        let Tasks { shutdown, tracker } = tasks;
         Ok(Agent {
             state,
             shutdown,
@@ -285,8 +213,13 @@ impl Agent {
     }
 
     /// The `/pods` document: every pod with its worker state and volumes.
+    pub fn pods_view(&self) -> PodsView {
+        pods_view(&self.state)
+    }
+
+    /// [`pods_view`](Self::pods_view) as JSON, as `/pods` serves it.
     pub fn pods_json(&self) -> Value {
-        pods_json(&self.state)
+        serde_json::to_value(self.pods_view()).unwrap_or_default()
     }
 
     /// The `/metrics` text.
@@ -322,11 +255,19 @@ impl Agent {
 /// warning naming its namespace/name. It never reaches the workers, the managers, the volume
 /// manager or `<root>/pods`; everything after this takes the [`AdmittedPod`].
 ///
+/// With the `PodLevelResources` gate off, the pod's `spec.resources` is dropped here too
+/// ([`Admission`]).
+///
 /// The pod's `managedFields` are dropped here: nothing on a node reads them (the downward API
 /// cannot name them) and they are often the largest part of a pod object, held for every pod
 /// as long as it runs.
-fn admit(mut pod: Pod) -> Option<AdmittedPod> {
+fn admit(mut pod: Pod, admission: Admission) -> Option<AdmittedPod> {
     pod.metadata.managed_fields = None;
+    if !admission.pod_level_resources
+        && let Some(spec) = pod.spec.as_mut()
+    {
+        spec.resources = None;
+    }
     // The decoder grows lists by doubling, and a k8s-openapi `Volume` is over 3 KB inline: a
     // pod's 9 volumes sat in room for 16. The pod is kept for its life; keep it tight.
     if let Some(spec) = pod.spec.as_mut() {
@@ -347,6 +288,226 @@ fn admit(mut pod: Pod) -> Option<AdmittedPod> {
             None
         }
     }
+}
+
+/// The agent's background tasks: one cancellation token and one tracker for all.
+#[derive(Default)]
+struct Tasks {
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Tasks {
+    /// Runs `task` in `span` until it ends (each task watches `shutdown` itself).
+    fn spawn_in(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+        span: tracing::Span,
+    ) {
+        self.tracker.spawn(task.instrument(span));
+    }
+}
+
+/// The feature gates, read once here: each part is built with what its gates say, and no part
+/// reads a gate again.
+#[derive(Debug, Clone, Copy)]
+struct Gates {
+    /// `EnvFiles`: `fileKeyRef` followed.
+    env_files: bool,
+    /// How the pod source admits pods (`PodLevelResources`).
+    admission: Admission,
+}
+
+impl Gates {
+    fn read(gates: &FeatureGates) -> Self {
+        if !gates.ignored().is_empty() {
+            info!(
+                gates = ?gates.ignored(),
+                "feature gates nodelet does not follow are ignored"
+            );
+        }
+        Self {
+            env_files: gates.enabled(Feature::EnvFiles),
+            admission: Admission {
+                pod_level_resources: gates.enabled(Feature::PodLevelResources),
+            },
+        }
+    }
+
+    /// Environment resolution for the pod workers.
+    fn env_options(&self, allocatable: NodeAllocatable) -> EnvOptions {
+        let mut env = EnvOptions::default();
+        env.node_allocatable = allocatable;
+        env.env_files = self.env_files;
+        env
+    }
+}
+
+/// What the pod source does to a pod object as it admits it.
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    /// `PodLevelResources` on: `spec.resources` kept. Off, it is dropped at admission, so no
+    /// part sees pod-level resources: a `resourceFieldRef` (env or downwardAPI volume) to a
+    /// limit the container does not set is the node's allocatable, as a kubelet with the gate
+    /// off resolves it.
+    pod_level_resources: bool,
+}
+
+/// The ConfigMap and Secret managers, reading through the node's client.
+fn object_managers(
+    config: &AgentConfig,
+    client: &kube::Client,
+) -> anyhow::Result<(ConfigMapManager, SecretManager)> {
+    let manager_config = ManagerConfig::new(config.strategy)
+        .with_node_name(config.node_name.clone())
+        .with_resync_interval(config.sync_frequency);
+    let nodes: Arc<dyn ObjectSource<Node>> = Arc::new(KubeSource::<Node>::cluster(client.clone()));
+    let configmaps = ConfigMapManager::with_sources(
+        Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),
+        Some(nodes.clone()),
+        manager_config.clone(),
+    )?;
+    let secrets = SecretManager::with_sources(
+        Arc::new(KubeSource::<Secret>::namespaced(client.clone())),
+        Some(nodes),
+        manager_config,
+    )?;
+    Ok((configmaps, secrets))
+}
+
+/// The volume manager with its sources, running; after each burst of its work (first start, a
+/// relist) freed memory goes back to the operating system, where the binary said how.
+fn volume_manager(
+    config: &AgentConfig,
+    allocatable: NodeAllocatable,
+    client: &kube::Client,
+    (configmaps, secrets): (&ConfigMapManager, &SecretManager),
+    events: &EventPublisher,
+    tasks: &Tasks,
+) -> anyhow::Result<VolumeManager> {
+    let mut vm_config = nodelet_volume_manager::Config::new(config.root_dir.clone());
+    vm_config.node_allocatable = Some(allocatable);
+    if config.volumes_on_disk {
+        vm_config.memory_medium = MemoryMedium::Disk;
+    }
+    vm_config.fsync = config.fsync;
+    vm_config.resync_interval = Some(config.sync_frequency);
+    // The sources volumes read besides objects, each built only when its feature gates are on
+    // (the one place they are read for volumes): tokens always; ClusterTrustBundles (PL-17,
+    // watched from the first volume that reads one) and PodCertificateRequests (PL-21, cargo
+    // feature `pod-certificates`) through the node's own client.
+    let gates = &config.feature_gates;
+    let tokens = nodelet_sources::KubeTokenSource::new(client.clone());
+    let mut sources =
+        nodelet_sources::Sources::new(nodelet_sources::TokenManager::new(Arc::new(tokens)));
+    if gates.enabled(nodelet_core::Feature::ClusterTrustBundle)
+        && gates.enabled(nodelet_core::Feature::ClusterTrustBundleProjection)
+    {
+        let mut bundles = nodelet_sources::TrustBundleConfig::default();
+        bundles.source = Some(Arc::new(nodelet_sources::KubeTrustBundleSource::new(
+            client.clone(),
+        )));
+        sources = sources.with_trust_bundles(nodelet_sources::TrustBundleManager::new(bundles));
+    }
+    if gates.enabled(nodelet_core::Feature::PodCertificateRequest) {
+        #[cfg(feature = "pod-certificates")]
+        {
+            use nodelet_sources::pod_certificate as certificates;
+            let source = certificates::KubePodCertificateSource::new(
+                client.clone(),
+                config.node_name.clone(),
+            );
+            let manager = certificates::PodCertificateManager::new(
+                Arc::new(source),
+                Arc::new(events.clone()),
+                certificates::MAX_JITTER,
+            );
+            sources = sources.with_pod_certificates(manager);
+        }
+        #[cfg(not(feature = "pod-certificates"))]
+        tracing::warn!(
+            "the PodCertificateRequest gate is on, but this agent was built without pod certificates (cargo feature pod-certificates): podCertificate volumes fail to mount"
+        );
+    }
+    #[cfg(not(feature = "pod-certificates"))]
+    {
+        sources = sources.built_without_pod_certificates();
+    }
+    let volumes = VolumeManager::new(
+        vm_config,
+        configmaps.clone(),
+        secrets.clone(),
+        sources,
+        Arc::new(events.clone()),
+    )?;
+    {
+        let vm = volumes.clone();
+        let token = tasks.shutdown.clone();
+        tasks.tracker.spawn(async move { vm.run(token).await });
+    }
+    if let Some(allocator) = config.allocator {
+        tasks.tracker.spawn(crate::memory::trim_after_bursts(
+            volumes.subscribe(),
+            tasks.shutdown.clone(),
+            allocator.release_free_memory,
+        ));
+    }
+    Ok(volumes)
+}
+
+/// What runs containers: env files, or processes (also returned, for the PLEG and the kubelet
+/// API).
+fn container_runtime(
+    config: &AgentConfig,
+) -> anyhow::Result<(
+    Arc<dyn nodelet_podworker::RuntimeHook>,
+    Option<ProcessRuntime>,
+)> {
+    Ok(match config.runtime {
+        RuntimeKind::Config => (Arc::new(EnvFileRuntime::new(&config.root_dir)), None),
+        RuntimeKind::Process => {
+            let processes = process_runtime(config)?;
+            (Arc::new(processes.clone()), Some(processes))
+        }
+    })
+}
+
+/// The kubelet API, when `--kubelet-port` asks for it: the bound address.
+async fn kubelet_api(
+    state: &Arc<AgentState>,
+    client: &kube::Client,
+    tasks: &Tasks,
+) -> anyhow::Result<Option<SocketAddr>> {
+    let config = &state.config;
+    let Some(listen) = config.kubelet_listen else {
+        return Ok(None);
+    };
+    let mut api = crate::kubelet_api::KubeletApiConfig::new(listen, &config.node_name);
+    api.tls_cert_file = config.tls_cert_file.clone();
+    api.tls_private_key_file = config.tls_private_key_file.clone();
+    api.client_ca_file = config.client_ca_file.clone();
+    api.node_ips = config.node_ip.into_iter().collect();
+    let weak = Arc::downgrade(state);
+    let pods = crate::kubelet_api::NodePods::new(
+        &config.root_dir,
+        move || {
+            weak.upgrade()
+                .map(|s| s.known_pods.read().values().cloned().collect())
+                .unwrap_or_default()
+        },
+        state.processes.clone(),
+    )
+    .with_exec_command(exec_command(config)?);
+    let bound = crate::kubelet_api::serve(
+        api,
+        client.clone(),
+        pods,
+        tasks.shutdown.clone(),
+        &tasks.tracker,
+    )
+    .await
+    .context("starting the kubelet API (--kubelet-port)")?;
+    Ok(Some(bound))
 }
 
 /// The agent's own program (the first element of `--container-init`'s command, else this
@@ -387,6 +548,7 @@ fn process_runtime(config: &AgentConfig) -> anyhow::Result<ProcessRuntime> {
 async fn pod_source(
     state: Arc<AgentState>,
     client: kube::Client,
+    admission: Admission,
     ready: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) {
@@ -446,11 +608,11 @@ async fn pod_source(
                 continue;
             }
             change = configmap_changes.recv() => {
-                retry_failed_pods(&state, change, referenced_config_map_names);
+                retry_failed_pods(&state, change, |o| state.configmaps.referencing_pods(o));
                 continue;
             }
             change = secret_changes.recv() => {
-                retry_failed_pods(&state, change, referenced_secret_names);
+                retry_failed_pods(&state, change, |o| state.secrets.referencing_pods(o));
                 continue;
             }
             _ = probe.tick(), if state.pod_watch.is_failing() => {
@@ -478,7 +640,7 @@ async fn pod_source(
                 listing = Some(HashSet::new());
             }
             Ok(Event::InitApply(pod)) => {
-                let Some(pod) = admit(pod) else {
+                let Some(pod) = admit(pod, admission) else {
                     continue;
                 };
                 if let Some(l) = listing.as_mut() {
@@ -517,7 +679,7 @@ async fn pod_source(
                 }
             }
             Ok(Event::Apply(pod)) => {
-                let Some(pod) = admit(pod) else {
+                let Some(pod) = admit(pod, admission) else {
                     continue;
                 };
                 state
@@ -534,7 +696,7 @@ async fn pod_source(
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::Delete(pod)) => {
-                let Some(pod) = admit(pod) else {
+                let Some(pod) = admit(pod, admission) else {
                     continue;
                 };
                 state.known_pods.write().remove(pod.uid());
@@ -571,45 +733,46 @@ async fn probe_api_server(state: &AgentState, client: &kube::Client) -> bool {
 
 /// Beyond the kubelet: a pod whose last sync failed (a missing object or key for its
 /// environment, an unmountable volume) is retried as soon as an object it references changes,
-/// instead of after the 10 s sync back-off. `Lagged` (notifications dropped) retries every
-/// failed pod. Successful pods are untouched: their volumes follow changes through the volume
-/// manager, and a running container's environment never changes (UP-3).
+/// instead of after the 10 s sync back-off. Which pods reference the object is asked of its
+/// manager (`referencing_pods`), which keeps that index; `Lagged` (notifications dropped)
+/// retries every failed pod. Successful pods are untouched: their volumes follow changes
+/// through the volume manager, and a running container's environment never changes (UP-3).
 fn retry_failed_pods(
     state: &AgentState,
     change: Result<ObjectRef, broadcast::error::RecvError>,
-    references: fn(&Pod) -> Vec<String>,
+    referencing: impl FnOnce(&ObjectRef) -> Vec<PodUid>,
 ) {
-    let key = match change {
-        Ok(key) => Some(key),
+    let candidates: Option<HashSet<PodUid>> = match change {
+        Ok(key) => {
+            let uids = referencing(&key);
+            if uids.is_empty() {
+                return;
+            }
+            Some(uids.into_iter().collect())
+        }
         Err(broadcast::error::RecvError::Lagged(_)) => None,
         Err(broadcast::error::RecvError::Closed) => return,
     };
-    let failed: HashSet<PodUid> = state
+    let failed: Vec<PodUid> = state
         .workers
         .snapshot()
         .into_iter()
         .filter(|w| w.phase == WorkerPhase::Syncing && w.last_error.is_some())
+        .filter(|w| candidates.as_ref().is_none_or(|c| c.contains(&w.uid)))
         .map(|w| w.uid)
         .collect();
-    let candidates: Vec<AdmittedPod> = state
-        .known_pods
-        .read()
-        .iter()
-        .filter(|(uid, _)| failed.contains(uid.as_str()))
-        .map(|(_, pod)| pod.clone())
-        .collect();
-    for pod in &candidates {
-        let uid = pod.uid();
-        let affected = key.as_ref().is_none_or(|key| {
-            pod.metadata.namespace.as_deref() == Some(key.namespace.as_str())
-                && references(pod).contains(&key.name)
-        });
-        if affected {
-            debug!(pod.uid = %uid, "retrying a failed pod after a referenced object changed");
-            state
-                .workers
-                .update_pod(PodUpdate::new(UpdateType::Sync, pod.clone()));
-        }
+    let pods: Vec<AdmittedPod> = {
+        let known = state.known_pods.read();
+        failed
+            .iter()
+            .filter_map(|uid| known.get(uid).cloned())
+            .collect()
+    };
+    for pod in pods {
+        debug!(pod.uid = %pod.uid(), "retrying a failed pod after a referenced object changed");
+        state
+            .workers
+            .update_pod(PodUpdate::new(UpdateType::Sync, pod));
     }
 }
 
@@ -644,6 +807,64 @@ mod tests {
     use nodelet_testutil::PodBuilder;
 
     use super::*;
+
+    /// Admission with every gate at its default.
+    const DEFAULTS: Admission = Admission {
+        pod_level_resources: true,
+    };
+
+    fn gates(off: Feature) -> Gates {
+        let mut gates = FeatureGates::default();
+        gates.set(off, false);
+        Gates::read(&gates)
+    }
+
+    #[test]
+    fn the_gates_on_by_default_are_followed_as_read_once() {
+        let on = Gates::read(&FeatureGates::default());
+        assert!(on.env_files && on.admission.pod_level_resources);
+        let allocatable = NodeAllocatable {
+            memory_bytes: 1 << 30,
+            ..NodeAllocatable::default()
+        };
+        let env = on.env_options(allocatable);
+        assert!(env.env_files);
+        assert_eq!(env.node_allocatable, allocatable);
+    }
+
+    // `EnvFiles` off: the pod workers resolve no `fileKeyRef` (podworker's env tests show the
+    // variable empty).
+    #[test]
+    fn with_the_env_files_gate_off_the_workers_resolve_no_file_key_ref() {
+        let off = gates(Feature::EnvFiles);
+        assert!(!off.env_options(NodeAllocatable::default()).env_files);
+        assert!(off.admission.pod_level_resources, "the other gates stay on");
+    }
+
+    // `PodLevelResources` off: no part sees a pod's `spec.resources`, so an unset container
+    // limit falls back to the node's allocatable, not to the pod-level limit.
+    #[test]
+    fn with_the_pod_level_resources_gate_off_admission_drops_pod_level_resources() {
+        let with_pod_limits = || {
+            let mut pod = pod(Some("u1"));
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.resources = Some(
+                    serde_json::from_value(serde_json::json!(
+                        {"limits": {"memory": "1Gi"}}
+                    ))
+                    .unwrap(),
+                );
+            }
+            pod
+        };
+        let on = admit(with_pod_limits(), DEFAULTS).unwrap();
+        assert!(on.spec.as_ref().unwrap().resources.is_some());
+        let off = gates(Feature::PodLevelResources);
+        assert!(off.env_files, "the other gates stay on");
+        let admitted = admit(with_pod_limits(), off.admission).unwrap();
+        assert!(admitted.spec.as_ref().unwrap().resources.is_none());
+        assert_eq!(admitted.uid().as_str(), "u1");
+    }
 
     /// Pod `default/web` with `uid` (none: `metadata.uid` unset).
     fn pod(uid: Option<&str>) -> Pod {
@@ -682,7 +903,7 @@ mod tests {
                 .capacity()
                 > 9
         );
-        let admitted = admit(pod).unwrap();
+        let admitted = admit(pod, DEFAULTS).unwrap();
         assert!(admitted.metadata.managed_fields.is_none());
         let spec = admitted.spec.as_ref().unwrap();
         assert_eq!(spec.volumes.as_ref().unwrap().capacity(), 9);
@@ -703,10 +924,10 @@ mod tests {
     #[test]
     fn the_pod_source_skips_pods_without_a_usable_uid() {
         for bad in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
-            assert!(admit(pod(bad)).is_none(), "{bad:?}");
+            assert!(admit(pod(bad), DEFAULTS).is_none(), "{bad:?}");
         }
         assert_eq!(
-            admit(pod(Some("6f1c-42"))).map(|p| p.uid().to_string()),
+            admit(pod(Some("6f1c-42")), DEFAULTS).map(|p| p.uid().to_string()),
             Some("6f1c-42".to_owned())
         );
     }

@@ -10,14 +10,21 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
-
+use crate::pods_view::{ApiView, WatchView};
 use crate::state::AgentState;
+
+/// What a watch follows.
+enum Watched {
+    /// The pod watch.
+    Pods { field_selector: String },
+    /// One ConfigMap or Secret.
+    Object { namespace: String, name: String },
+}
 
 /// One watch, whichever its kind, as `/pods` and `/metrics` show it.
 struct Row {
     resource: &'static str,
-    object: Value,
+    object: Watched,
     running: bool,
     last_success: Option<SystemTime>,
     failing_since: Option<SystemTime>,
@@ -29,7 +36,9 @@ fn rows(state: &AgentState) -> Vec<Row> {
     let pods = state.pod_watch.snapshot();
     let mut rows = vec![Row {
         resource: "pods",
-        object: json!({"fieldSelector": format!("spec.nodeName={}", state.config.node_name)}),
+        object: Watched::Pods {
+            field_selector: format!("spec.nodeName={}", state.config.node_name),
+        },
         running: true,
         last_success: pods.last_success,
         failing_since: pods.failing_since,
@@ -43,7 +52,10 @@ fn rows(state: &AgentState) -> Vec<Row> {
     for (resource, list) in objects {
         rows.extend(list.into_iter().map(|h| Row {
             resource,
-            object: json!({"namespace": h.object.namespace, "name": h.object.name}),
+            object: Watched::Object {
+                namespace: h.object.namespace,
+                name: h.object.name,
+            },
             running: h.running,
             last_success: h.last_success,
             failing_since: h.failing_since,
@@ -54,12 +66,10 @@ fn rows(state: &AgentState) -> Vec<Row> {
     rows
 }
 
-fn rfc3339(t: Option<SystemTime>) -> Value {
-    t.map_or(Value::Null, |t| {
-        json!(
-            chrono::DateTime::<chrono::Utc>::from(t)
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-        )
+fn rfc3339(t: Option<SystemTime>) -> Option<String> {
+    t.map(|t| {
+        chrono::DateTime::<chrono::Utc>::from(t)
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     })
 }
 
@@ -68,26 +78,31 @@ fn unix_seconds(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// The `api` part of `/pods`: reachability and every watch's health.
-pub(crate) fn api_json(state: &AgentState) -> Value {
+/// The `api` part of `/pods`: reachable, and every watch's health.
+pub(crate) fn api_view(state: &AgentState) -> ApiView {
     let rows = rows(state);
     let reachable = rows.iter().all(|r| r.failing_since.is_none());
-    let watches: Vec<Value> = rows
+    let watches = rows
         .into_iter()
         .map(|r| {
-            let mut w = json!({
-                "resource": r.resource, "running": r.running,
-                "lastSuccess": rfc3339(r.last_success),
-                "failingSince": rfc3339(r.failing_since),
-                "failures": r.failures, "lastError": r.last_error,
-            });
-            if let (Some(w), Some(o)) = (w.as_object_mut(), r.object.as_object()) {
-                w.extend(o.clone());
+            let (field_selector, namespace, name) = match r.object {
+                Watched::Pods { field_selector } => (Some(field_selector), None, None),
+                Watched::Object { namespace, name } => (None, Some(namespace), Some(name)),
+            };
+            WatchView {
+                resource: r.resource.to_owned(),
+                running: r.running,
+                last_success: rfc3339(r.last_success),
+                failing_since: rfc3339(r.failing_since),
+                failures: r.failures,
+                last_error: r.last_error,
+                field_selector,
+                namespace,
+                name,
             }
-            w
         })
         .collect();
-    json!({"reachable": reachable, "watches": watches})
+    ApiView { reachable, watches }
 }
 
 /// Sets `nodelet_api_reachable`, `nodelet_watches_failing` and

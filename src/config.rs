@@ -95,6 +95,10 @@ pub struct AgentConfig {
     /// The CA that signs client certificates the kubelet API accepts (`--client-ca-file`,
     /// KubeletConfiguration `authentication.x509.clientCAFile`); none: bearer tokens only.
     pub client_ca_file: Option<PathBuf>,
+    /// What the program's global allocator reports: `nodelet_build_info`'s allocator, the live
+    /// heap in `/metrics`, and the trim after each burst of volume work. The `nodelet` binary
+    /// sets it; default none.
+    pub allocator: Option<crate::AllocatorHooks>,
 }
 
 /// One taint of `--register-with-taints` (`key[=value]:Effect`).
@@ -220,6 +224,7 @@ impl AgentConfig {
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
+            allocator: None,
         }
     }
 }

@@ -431,7 +431,7 @@ impl Writer {
 }
 
 // One trait for both crates: nodelet_podworker::EventSink re-exports this one.
-impl nodelet_volume_manager::EventSink for EventPublisher {
+impl nodelet_core::EventSink for EventPublisher {
     fn event(&self, pod: &AdmittedPod, type_: EventType, reason: &str, message: String) {
         self.push(pod, type_, reason, message);
     }

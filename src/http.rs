@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::state::AgentState;
-use crate::views::{metrics_text, pods_json};
+use crate::views::{metrics_text, pods_view};
 
 /// The process listening on TCP `port` (any address), as `/proc` shows it: its pid and
 /// command name. `None` when it cannot be told (another network namespace, no permission).
@@ -129,5 +129,5 @@ async fn metrics(State(state): State<Arc<AgentState>>) -> impl IntoResponse {
 }
 
 async fn pods(State(state): State<Arc<AgentState>>) -> impl IntoResponse {
-    axum::Json(pods_json(&state))
+    axum::Json(pods_view(&state))
 }

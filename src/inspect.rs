@@ -6,16 +6,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde_json::Value;
+
+use crate::pods_view::{PodsView, VolumeView};
 
 /// How long `nodelet pods` waits for the agent.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// `GET /pods` from the agent listening on `addr`: its JSON.
+/// `GET /pods` from the agent listening on `addr`.
 ///
 /// # Errors
 /// Nothing answers on `addr`, or the answer is not the agent's JSON.
-pub fn fetch_pods(addr: SocketAddr) -> anyhow::Result<Value> {
+pub fn fetch_pods(addr: SocketAddr) -> anyhow::Result<PodsView> {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
         .with_context(|| format!("no nodelet answers on {addr} (its --listen address)"))?;
     stream.set_read_timeout(Some(TIMEOUT))?;
@@ -63,7 +64,7 @@ fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
 
 /// The `/pods` JSON as a table: pod, phase, volumes (mounted of all, failed), the objects they
 /// project with their resourceVersions, and the last error of the pod or a volume.
-pub fn render_table(pods: &Value) -> String {
+pub fn render_table(pods: &PodsView) -> String {
     let mut rows = vec![[
         "POD".to_owned(),
         "PHASE".to_owned(),
@@ -71,31 +72,32 @@ pub fn render_table(pods: &Value) -> String {
         "OBJECTS".to_owned(),
         "LAST ERROR".to_owned(),
     ]];
-    for pod in pods["pods"].as_array().into_iter().flatten() {
-        let volumes: Vec<&Value> = pod["volumes"].as_array().into_iter().flatten().collect();
-        let mounted = volumes.iter().filter(|v| v["state"] == "Mounted").count();
+    for pod in &pods.pods {
+        let volumes: &[VolumeView] = &pod.volumes;
+        let mounted = volumes.iter().filter(|v| v.state == "Mounted").count();
         let failed = volumes
             .iter()
-            .filter(|v| v["lastError"].as_str().is_some_and(|e| !e.is_empty()))
+            .filter(|v| v.last_error.as_deref().is_some_and(|e| !e.is_empty()))
             .count();
         let mut objects: Vec<String> = volumes
             .iter()
-            .flat_map(|v| v["objects"].as_array().into_iter().flatten())
+            .flat_map(|v| &v.objects)
             .map(|o| {
                 format!(
                     "{}/{}@{}",
-                    o["kind"].as_str().unwrap_or("?"),
-                    o["name"].as_str().unwrap_or("?"),
-                    o["resourceVersion"].as_str().unwrap_or("-")
+                    o.kind,
+                    o.name,
+                    o.resource_version.as_deref().unwrap_or("-")
                 )
             })
             .collect();
         objects.sort();
         objects.dedup();
-        let error = pod["lastError"]
-            .as_str()
+        let error = pod
+            .last_error
+            .as_deref()
             .filter(|e| !e.is_empty())
-            .or_else(|| volumes.iter().find_map(|v| v["lastError"].as_str()))
+            .or_else(|| volumes.iter().find_map(|v| v.last_error.as_deref()))
             .unwrap_or("")
             .replace('\n', " ");
         let mut vols = format!("{mounted}/{}", volumes.len());
@@ -103,12 +105,8 @@ pub fn render_table(pods: &Value) -> String {
             vols.push_str(&format!(" ({failed} failed)"));
         }
         rows.push([
-            format!(
-                "{}/{}",
-                pod["namespace"].as_str().unwrap_or(""),
-                pod["name"].as_str().unwrap_or("")
-            ),
-            pod["phase"].as_str().unwrap_or("").to_owned(),
+            format!("{}/{}", pod.namespace, pod.name),
+            pod.phase.clone(),
             vols,
             if objects.is_empty() {
                 "-".to_owned()
@@ -157,6 +155,7 @@ mod tests {
                  "objects": [{"kind": "Secret", "name": "s", "resourceVersion": null}]}]},
             {"namespace": "kube-system", "name": "bare", "phase": "Syncing", "volumes": []}
         ]});
+        let pods: PodsView = serde_json::from_value(pods).unwrap_or_else(|e| panic!("{e}"));
         let table = render_table(&pods);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3, "{table}");
@@ -169,6 +168,39 @@ mod tests {
             lines[2].contains("0/0") && lines[2].ends_with(" -"),
             "{table}"
         );
+    }
+
+    // What the agent serves is what `nodelet pods` reads: one set of types, both ends.
+    #[test]
+    fn the_pods_view_round_trips_through_its_json() {
+        let json = json!({"node": "n",
+            "api": {"reachable": false, "watches": [
+                {"resource": "pods", "running": true, "lastSuccess": null,
+                 "failingSince": "2026-01-01T00:00:00.000Z", "failures": 2,
+                 "lastError": "refused", "fieldSelector": "spec.nodeName=n"},
+                {"resource": "secrets", "running": true, "lastSuccess": null,
+                 "failingSince": null, "failures": 0, "lastError": null,
+                 "namespace": "default", "name": "s"}]},
+            "pods": [{"uid": "u1", "namespace": "default", "name": "web", "phase": "Syncing",
+                "syncs": 3, "lastSync": null, "lastError": null,
+                "volumes": [{"name": "cfg", "plugin": "kubernetes.io/configmap",
+                    "state": "Mounted", "path": "/p", "remountPending": false,
+                    "lastError": null,
+                    "objects": [{"kind": "ConfigMap", "name": "cfg", "resourceVersion": "7"}]}]}]});
+        let view: PodsView = serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            view.pods[0].volumes[0].objects[0]
+                .resource_version
+                .as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            view.api.watches[0].field_selector.as_deref(),
+            Some("spec.nodeName=n")
+        );
+        assert_eq!(view.api.watches[1].name.as_deref(), Some("s"));
+        let back = serde_json::to_value(&view).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, json);
     }
 
     #[test]

@@ -22,7 +22,9 @@
 //!   Built with `--no-default-features`, the agent has none of them and refuses `--manifests`.
 //! * `jemalloc`, `mimalloc`: the binary's global allocator instead of the system's (glibc);
 //!   `dhat-heap`: a heap profile written when the agent is told to stop. One wins when
-//!   several are enabled; see [`allocator`].
+//!   several are enabled. They concern the `nodelet` binary only: the library holds no
+//!   allocator code and learns what the binary's allocator reports through
+//!   [`AllocatorHooks`] ([`AgentConfig::allocator`]).
 //!
 //! ```text
 //! pods (watch spec.nodeName=N) ─► PodWorkers ─► ConfigSyncer ─► VolumeManager (files)
@@ -55,7 +57,6 @@
 //! ```
 
 mod agent;
-pub mod allocator;
 mod api_client;
 mod api_health;
 pub mod cli;
@@ -70,6 +71,7 @@ mod memory;
 mod metrics;
 mod node;
 mod pod_watch;
+pub mod pods_view;
 mod propagation;
 pub mod reset;
 pub mod service;
@@ -95,6 +97,7 @@ pub use config::{
     DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, NodeTaint, RuntimeKind,
     Settings, default_images, parse_duration, parse_taints,
 };
+pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
 pub use node::AGENT_TAINT_KEY;
 pub use status::CONFIG_READY_CONDITION;

@@ -5,15 +5,19 @@
 
 use std::process::ExitCode;
 
+// The binary's own modules (the library never compiles them): the global allocator.
+#[path = "main/allocator.rs"]
+mod allocator;
+
 use nodelet::cli::{LogsCli, PodsCli, ResetCli};
 use nodelet::reset::Deletion;
 use nodelet::{Cli, LogFormat};
 use nodelet_transport::Protocol;
 use tracing_subscriber::EnvFilter;
 
-/// The allocator the cargo features select (`nodelet::allocator`): the system's by default.
+/// The allocator the cargo features select (`allocator`): the system's by default.
 #[global_allocator]
-static GLOBAL: nodelet::allocator::Global = nodelet::allocator::GLOBAL;
+static GLOBAL: allocator::Global = allocator::GLOBAL;
 
 /// kube-client logs a whole response body when it cannot decode it (a Secret's data included)
 /// and traces bodies of Status responses: its client module is held at `error` unless
@@ -207,7 +211,7 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(126));
     }
     // Before any thread exists (glibc: one arena per CPU).
-    let arenas = nodelet::allocator::configure();
+    let arenas = allocator::configure();
     if args.get(1).is_some_and(|a| a == "reset") {
         return reset_main(args.into_iter().skip(1).collect());
     }
@@ -221,7 +225,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    let settings = match cli.settings() {
+    let mut settings = match cli.settings() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("nodelet: {e}");
@@ -239,10 +243,11 @@ fn main() -> ExitCode {
             .init(),
     }
     tracing::info!(
-        allocator = nodelet::allocator::NAME,
+        allocator = allocator::NAME,
         arenas = ?arenas,
         "memory allocator"
     );
+    settings.agent.allocator = Some(allocator::hooks());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)

@@ -14,6 +14,8 @@ use prometheus_client::registry::Registry;
 
 use nodelet_transport::Counters;
 
+use crate::memory::AllocatorHooks;
+
 type Labels = Vec<(String, String)>;
 
 /// Why a pod event was not published (`reason` of `nodelet_events_dropped_total`).
@@ -70,6 +72,8 @@ struct Inner {
     events_dropped: Family<Labels, Counter>,
     /// Refreshed from the allocator at each scrape; `None` where it gives no figure.
     heap_allocated: Option<Gauge>,
+    /// What the program's allocator reports (installed by the binary); `None`: nothing.
+    allocator: Option<AllocatorHooks>,
 }
 
 impl Default for Metrics {
@@ -82,12 +86,14 @@ impl Metrics {
     /// A fresh registry with every metric registered, without transport counters (the
     /// request, retry and connection metrics stay empty).
     pub fn new() -> Self {
-        Self::for_transport(None)
+        Self::for_transport(None, None)
     }
 
     /// A fresh registry whose request, retry and connection metrics come from `transport`, the
-    /// counters of the `nodelet-transport` under the agent's client.
-    pub fn for_transport(transport: Option<Counters>) -> Self {
+    /// counters of the `nodelet-transport` under the agent's client, and whose allocator
+    /// metrics (`nodelet_build_info`, `nodelet_heap_allocated_bytes`) come from `allocator`,
+    /// what the binary's global allocator reports (`None`: allocator `unknown`, no heap figure).
+    pub fn for_transport(transport: Option<Counters>, allocator: Option<AllocatorHooks>) -> Self {
         let mut registry = Registry::with_prefix("nodelet");
         let api_requests = Family::<Labels, Counter>::default();
         registry.register(
@@ -175,10 +181,10 @@ impl Metrics {
             "What this agent was built with: the global allocator",
             Info::new(vec![(
                 "allocator".to_owned(),
-                crate::allocator::NAME.to_owned(),
+                allocator.map_or("unknown", |a| a.name).to_owned(),
             )]),
         );
-        let heap_allocated = crate::allocator::allocated_bytes().map(|_| {
+        let heap_allocated = allocator.and_then(|a| (a.allocated_bytes)()).map(|_| {
             let gauge = Gauge::default();
             registry.register(
                 "heap_allocated_bytes",
@@ -205,6 +211,7 @@ impl Metrics {
                 transport,
                 events_dropped,
                 heap_allocated,
+                allocator,
             }),
         }
     }
@@ -299,7 +306,7 @@ impl Metrics {
             }
             if let (Some(gauge), Some(bytes)) = (
                 &self.inner.heap_allocated,
-                crate::allocator::allocated_bytes(),
+                self.inner.allocator.and_then(|a| (a.allocated_bytes)()),
             ) {
                 gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
             }
@@ -355,23 +362,38 @@ mod tests {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
     }
 
+    fn forty_two_bytes() -> Option<u64> {
+        Some(42)
+    }
+
     #[test]
-    fn the_exposition_names_the_allocator_and_its_live_heap() {
-        let text = Metrics::new().encode();
-        let info = format!(
-            "nodelet_build_info{{allocator=\"{}\"}} 1",
-            crate::allocator::NAME
-        );
+    fn the_exposition_names_the_installed_allocator_and_its_live_heap() {
+        let hooks = AllocatorHooks {
+            name: "test-allocator",
+            allocated_bytes: forty_two_bytes,
+            release_free_memory: || false,
+        };
+        let text = Metrics::for_transport(None, Some(hooks)).encode();
+        let info = "nodelet_build_info{allocator=\"test-allocator\"} 1";
         assert!(
             text.lines().any(|l| l == info),
             "{info} missing from\n{text}"
         );
-        match crate::allocator::allocated_bytes() {
-            Some(_) => {
-                let heap = sample(&text, "nodelet_heap_allocated_bytes");
-                assert!(heap.is_some_and(|b| b > 0.0), "{heap:?} in\n{text}");
-            }
-            None => assert!(!text.contains("nodelet_heap_allocated_bytes"), "{text}"),
-        }
+        assert_eq!(
+            sample(&text, "nodelet_heap_allocated_bytes"),
+            Some(42.0),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_an_installed_allocator_the_heap_is_not_reported() {
+        let text = Metrics::new().encode();
+        assert!(
+            text.lines()
+                .any(|l| l == "nodelet_build_info{allocator=\"unknown\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("nodelet_heap_allocated_bytes"), "{text}");
     }
 }

@@ -3,60 +3,62 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Value, json};
-
+use crate::pods_view::{ObjectView, PodView, PodsView, VolumeView};
 use crate::state::AgentState;
 
 /// The `/pods` document.
-pub(crate) fn pods_json(state: &AgentState) -> Value {
-    let volumes: HashMap<nodelet_core::PodUid, nodelet_volume_manager::PodVolumes> = state
+pub(crate) fn pods_view(state: &AgentState) -> PodsView {
+    let mut volumes: HashMap<nodelet_core::PodUid, nodelet_volume_manager::PodVolumes> = state
         .volumes
         .snapshot()
         .into_iter()
         .map(|p| (p.pod_uid.clone(), p))
         .collect();
-    let pods: Vec<Value> = state
+    let pods = state
         .workers
         .snapshot()
         .into_iter()
-        .map(|w| {
-            let vols: Vec<Value> = volumes
-                .get(&w.uid)
-                .map(|p| p.volumes.iter().map(volume_json).collect())
-                .unwrap_or_default();
-            json!({
-                "uid": w.uid, "namespace": w.namespace, "name": w.name,
-                "phase": w.phase, "syncs": w.syncs,
-                "lastSync": serde_json::to_value(&w).ok().and_then(|v| v.get("last_sync").cloned()),
-                "lastError": w.last_error,
-                "volumes": vols,
-            })
+        .map(|w| PodView {
+            volumes: volumes
+                .remove(&w.uid)
+                .map(|p| p.volumes.iter().map(volume_view).collect())
+                .unwrap_or_default(),
+            uid: w.uid.to_string(),
+            namespace: w.namespace,
+            name: w.name,
+            phase: format!("{:?}", w.phase),
+            syncs: w.syncs,
+            last_sync: w
+                .last_sync
+                .map(|t| chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339()),
+            last_error: w.last_error,
         })
         .collect();
-    json!({"node": state.config.node_name, "api": crate::api_health::api_json(state), "pods": pods})
+    PodsView {
+        node: state.config.node_name.clone(),
+        api: crate::api_health::api_view(state),
+        pods,
+    }
 }
 
-fn volume_json(v: &nodelet_volume_manager::VolumeSnapshot) -> Value {
-    let objects: Vec<Value> = v
-        .objects
-        .iter()
-        .map(|o| {
-            json!({
-                "kind": format!("{:?}", o.object.kind),
-                "name": o.object.name,
-                "resourceVersion": o.resource_version,
+fn volume_view(v: &nodelet_volume_manager::VolumeSnapshot) -> VolumeView {
+    VolumeView {
+        name: v.name.clone(),
+        plugin: v.plugin.clone(),
+        state: state_name(&v.state),
+        path: v.path.as_ref().map(|p| p.display().to_string()),
+        remount_pending: v.remount_pending,
+        last_error: v.last_error.clone(),
+        objects: v
+            .objects
+            .iter()
+            .map(|o| ObjectView {
+                kind: format!("{:?}", o.object.kind),
+                name: o.object.name.clone(),
+                resource_version: o.resource_version.clone(),
             })
-        })
-        .collect();
-    json!({
-        "name": v.name,
-        "plugin": v.plugin,
-        "state": state_name(&v.state),
-        "path": v.path.as_ref().map(|p| p.display().to_string()),
-        "remountPending": v.remount_pending,
-        "lastError": v.last_error,
-        "objects": objects,
-    })
+            .collect(),
+    }
 }
 
 pub(crate) fn state_name(s: &nodelet_volume_manager::VolumeState) -> String {

@@ -37,7 +37,8 @@ mod env_files;
 // One node allocatable: env vars, downwardAPI volumes and the Node status agree.
 mod allocatable;
 // The podCertificate projected source: gate from a --config file, the pod starts only once the
-// test signer issued its certificate; gate off: unsupported (PL-21, PL-22).
+// test signer issued its certificate; gate off: unsupported (PL-21, PL-22). With the
+// `pod-certificates` feature; without it the mount fails naming the volume.
 mod pod_certificates;
 // `nodelet reset`: unmount and remove what the agent left in its root directory, and with
 // `--delete-node` its Lease and Node (a node identity may delete only the Lease).

@@ -2,17 +2,21 @@
 //! `PodCertificateRequest` gate comes from a KubeletConfiguration file read as `--config`
 //! reads it; the agent (as `system:node:<node>`) requests the pod's certificate and the pod's
 //! containers only get their env once the stand-in's test signer has issued it. With the gate
-//! off the source is unsupported.
+//! off the source is unsupported. The source needs the agent's cargo feature
+//! `pod-certificates`; without it a podCertificate volume fails to mount, named in the error.
 
 use k8s_openapi::api::certificates::v1beta1::PodCertificateRequest;
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
+#[cfg(feature = "pod-certificates")]
 use nodelet_apiserver::testing::{PodCertificateSigner, SignerMode};
 use serde_json::{Value, json};
 
 use nodelet_testutil::PodBuilder;
 
-use crate::support::{NODE, PATIENCE, World, gates_from_config_file, poll_pause, wait_for_env_var};
+#[cfg(feature = "pod-certificates")]
+use crate::support::wait_for_env_var;
+use crate::support::{NODE, PATIENCE, World, gates_from_config_file, poll_pause};
 
 const SIGNER: &str = "example.com/workloads";
 
@@ -92,6 +96,7 @@ async fn requests(admin: &kube::Client) -> Vec<PodCertificateRequest> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+#[cfg(feature = "pod-certificates")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pod_starts_only_after_the_signer_issues_its_certificate() {
     let world = world(true).await;
@@ -134,6 +139,7 @@ async fn the_pod_starts_only_after_the_signer_issues_its_certificate() {
     world.stop().await;
 }
 
+#[cfg(feature = "pod-certificates")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_gate_off_the_pod_fails_as_unsupported_and_nothing_is_requested() {
     let world = world(false).await;
@@ -145,6 +151,28 @@ async fn with_the_gate_off_the_pod_fails_as_unsupported_and_nothing_is_requested
     wait_for_failed_mount(
         &world.admin,
         "a podCertificate projection is not supported by nodelet",
+    )
+    .await;
+    assert!(requests(&world.admin).await.is_empty());
+    assert!(!world.pod_dir(&pod).join("containers/c/env.json").exists());
+    world.stop().await;
+}
+
+// Built without the `pod-certificates` feature (no aws-lc linked), the gate on: the volume
+// fails to mount with an error naming it and the missing feature; nothing is requested.
+#[cfg(not(feature = "pod-certificates"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_built_without_pod_certificates_fails_the_mount_naming_the_volume() {
+    let world = world(true).await;
+    let pod = world
+        .server
+        .handle()
+        .create(pod())
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_failed_mount(
+        &world.admin,
+        "the podCertificate projection of volume \"certs\" cannot be served: this agent was \
+         built without pod certificates (cargo feature `pod-certificates`)",
     )
     .await;
     assert!(requests(&world.admin).await.is_empty());

@@ -5,8 +5,8 @@
 use std::fs;
 use std::path::Path;
 
-/// The node's allocatable resources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The node's allocatable resources (`Default`: zero of each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NodeAllocatable {
     /// CPU in millicores.
     pub cpu_millis: i64,

@@ -19,7 +19,15 @@
 //! * [`backoff::Backoff`] / [`backoff::Jitter`]: the one exponential back-off and jitter.
 //! * `kubeconfig` (feature `kubeconfig`): kubeconfig files from kube's types, written
 //!   atomically with mode 0600.
-//! * [`EventType`]: `Normal` or `Warning`, for the events the node crates emit.
+//! * [`events`]: [`EventType`] (`Normal` or `Warning`), the [`EventSink`] seam the node crates
+//!   (volume manager, sources, pod workers) report pod events through, and the
+//!   [`events::reasons`] they use.
+//! * [`downward`]: the downward API, one implementation for downwardAPI volumes (PL-13) and
+//!   environment variables (PW-10): `fieldRef` and `resourceFieldRef` values with the
+//!   kubelet's rendering and texts.
+//! * [`SourceRef`] / [`SourceChange`]: what a volume reads besides its pod (objects, trust
+//!   bundles, pod certificates) and the one change type the sources announce; the volume
+//!   manager matches the two without knowing which source is which.
 //! * [`runtime`]: what a pod worker hands a container runtime to start a container
 //!   ([`runtime::ContainerLaunch`]) and the statuses the runtime reports back.
 //! * [`FeatureGates`] / [`Feature`]: the Kubernetes feature gates nodelet follows, with a
@@ -30,7 +38,8 @@
 //! * An [`AdmittedPod`] exists only for a pod whose UID passed [`PodUid::from_pod`]; its UID is
 //!   the pod's `metadata.uid` verbatim.
 //! * [`PodDirs`] builds paths only and never leaves `<root>/pods/<uid>/` for a [`PodUid`].
-//! * No async, no API client, no disk writes.
+//! * No async (but `RecordingSink::wait_for` under the `test-util` feature), no API client,
+//!   no disk writes.
 //!
 //! # Example
 //!
@@ -63,7 +72,8 @@
 mod admitted;
 mod allocatable;
 pub mod backoff;
-mod events;
+pub mod downward;
+pub mod events;
 mod feature_gates;
 #[cfg(feature = "kubeconfig")]
 pub mod kubeconfig;
@@ -72,14 +82,16 @@ pub mod node_labels;
 mod object_ref;
 mod pod_uid;
 pub mod runtime;
+mod sources;
 
 pub use admitted::AdmittedPod;
 pub use allocatable::NodeAllocatable;
-pub use events::EventType;
+pub use events::{EventSink, EventType};
 pub use feature_gates::{Feature, FeatureGates};
 pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
 pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
+pub use sources::{SourceChange, SourceRef};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

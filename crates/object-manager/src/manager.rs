@@ -270,6 +270,26 @@ impl<K: ManagedObject> Manager<K> {
         }
     }
 
+    /// The registered pods that reference `object`, sorted by UID: whom a change of `object`
+    /// concerns, answered from the manager's own index of references (OM-7) instead of each
+    /// caller walking every pod's spec again. Empty for an object of another kind, and always
+    /// for [`Strategy::Get`] (which registers nothing). Never blocks; possibly stale by the
+    /// time the caller acts on it (a pod may register or unregister meanwhile).
+    pub fn referencing_pods(&self, object: &ObjectRef) -> Vec<PodUid> {
+        if object.kind != K::KIND {
+            return Vec::new();
+        }
+        let pods = self.shared.pods.lock();
+        let mut uids: Vec<PodUid> = pods
+            .iter()
+            .filter(|(_, r)| r.namespace == object.namespace && r.names.contains(&object.name))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        drop(pods);
+        uids.sort();
+        uids
+    }
+
     /// Change notifications: the key of every object whose content changed — a new
     /// resourceVersion seen by a watch or a TTL refresh, a deletion, or the creation of a
     /// referenced object that was missing. Not sent for an object's first load. Nothing is
@@ -352,6 +372,8 @@ mod tests {
     use proptest::prelude::{ProptestConfig, Strategy as _, prop_oneof, proptest};
     use proptest::strategy::BoxedStrategy;
 
+    use nodelet_core::ObjectKind;
+
     use super::*;
     use crate::source::{FakeSource, Verb};
     use crate::testutil::{manager, pod, secret, settle, value};
@@ -376,6 +398,46 @@ mod tests {
         assert_eq!(fake.total(Verb::Get), 3);
         assert_eq!(fake.watch_cache_gets(), 0, "default (quorum) GETs");
         assert_eq!(m.stats(), ManagerStats::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn referencing_pods_names_the_registered_pods_that_reference_an_object() {
+        for strategy in [Strategy::Watch, Strategy::Cache] {
+            let fake = FakeSource::new();
+            let m = manager(strategy, &fake, None);
+            let admitted = |ns: &str, name: &str, uid: &str, refs: &[&str]| {
+                nodelet_core::AdmittedPod::new(pod(ns, name, uid, refs)).unwrap()
+            };
+            m.register_pod(&admitted("ns", "a", "u-a", &["s1", "s2"]));
+            m.register_pod(&admitted("ns", "b", "u-b", &["s2"]));
+            m.register_pod(&admitted("other", "c", "u-c", &["s1"]));
+            let s = |ns: &str, name: &str| ObjectRef::new(ObjectKind::Secret, ns, name);
+            let uids = |object: &ObjectRef| -> Vec<String> {
+                m.referencing_pods(object)
+                    .iter()
+                    .map(|u| u.as_str().to_owned())
+                    .collect()
+            };
+            assert_eq!(uids(&s("ns", "s1")), ["u-a"], "{strategy}");
+            assert_eq!(uids(&s("ns", "s2")), ["u-a", "u-b"], "{strategy}");
+            assert_eq!(uids(&s("other", "s1")), ["u-c"], "{strategy}");
+            assert!(uids(&s("ns", "s3")).is_empty(), "{strategy}");
+            let config_map = ObjectRef::new(ObjectKind::ConfigMap, "ns", "s1");
+            assert!(uids(&config_map).is_empty(), "{strategy}: another kind");
+            // Re-registered without s2, then gone: the answer follows.
+            m.register_pod(&admitted("ns", "a", "u-a", &["s1"]));
+            assert_eq!(uids(&s("ns", "s2")), ["u-b"], "{strategy}");
+            m.unregister_pod(&PodUid::new("u-b").unwrap());
+            assert!(uids(&s("ns", "s2")).is_empty(), "{strategy}");
+            m.shutdown().await;
+        }
+        let get = manager(Strategy::Get, &FakeSource::new(), None);
+        get.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "a", "u-a", &["s1"])).unwrap());
+        let object = ObjectRef::new(ObjectKind::Secret, "ns", "s1");
+        assert!(
+            get.referencing_pods(&object).is_empty(),
+            "Get keeps no state"
+        );
     }
 
     #[tokio::test]

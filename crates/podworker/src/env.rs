@@ -10,8 +10,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, EnvVarSource, FileKeySelector, Pod, Secret,
 };
+use nodelet_core::downward::{env_field_ref_value, resource_field_ref_value};
+use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
-use nodelet_volume_manager::downward::{env_field_ref_value, resource_field_ref_value};
 
 use crate::error::EnvError;
 use crate::expand::expand;
@@ -30,22 +31,54 @@ pub enum EnvFromNameCheck {
 }
 
 /// Options of environment resolution. Start from `EnvOptions::default()`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EnvOptions {
     /// How `envFrom` keys are checked (default [`EnvFromNameCheck::None`]).
     pub name_check: EnvFromNameCheck,
-    /// Node allocatable quantities by resource name (`cpu`, `memory`, `ephemeral-storage`;
-    /// others are ignored): the value of a `resourceFieldRef` to a limit the container does not
-    /// set. Default: none (such a reference resolves to `0`). An entry that is not a quantity
-    /// fails every `resourceFieldRef` with [`EnvError::DownwardApi`].
-    pub node_allocatable: BTreeMap<String, String>,
-    /// The pod's directory (`<root>/pods/<uid>`), where a `fileKeyRef` finds the pod's emptyDir
-    /// volumes (`volumes/kubernetes.io~empty-dir/<name>`). Default `None`: every `fileKeyRef`
+    /// The node's allocatable: the value of a `resourceFieldRef` to a limit neither the
+    /// container nor the pod sets. Default: zero (such a reference resolves to `0`).
+    pub node_allocatable: NodeAllocatable,
+    /// The pod's volume directories, where a `fileKeyRef` finds the pod's emptyDir volumes
+    /// ([`PodDirs::volume`] of `kubernetes.io/empty-dir`). Default `None`: every `fileKeyRef`
     /// fails with [`EnvError::FileKeyVolumeMissing`]. [`ConfigSyncer`](crate::ConfigSyncer)
     /// sets it for each pod.
-    pub pod_dir: Option<PathBuf>,
+    pub pod_volumes: Option<PodVolumes>,
+    /// Whether `fileKeyRef` is followed: Kubernetes' `EnvFiles` gate (default on, as in
+    /// v1.36). Off, a `fileKeyRef` is not read and its variable is set to the empty string, as
+    /// a kubelet with the gate off does (its environment switch has no case for the field).
+    pub env_files: bool,
 }
+
+impl Default for EnvOptions {
+    fn default() -> Self {
+        Self {
+            name_check: EnvFromNameCheck::default(),
+            node_allocatable: NodeAllocatable::default(),
+            pod_volumes: None,
+            env_files: true,
+        }
+    }
+}
+
+/// One pod's volume directories: the node's [`PodDirs`] and the pod's UID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodVolumes {
+    /// The node's pod directories.
+    pub dirs: PodDirs,
+    /// The pod.
+    pub uid: PodUid,
+}
+
+impl PodVolumes {
+    /// The host directory of the pod's emptyDir volume `name`.
+    pub fn empty_dir(&self, name: &str) -> PathBuf {
+        self.dirs.volume(&self.uid, EMPTY_DIR_PLUGIN, name)
+    }
+}
+
+/// The emptyDir plugin's name.
+const EMPTY_DIR_PLUGIN: &str = "kubernetes.io/empty-dir";
 
 /// Where environment resolution reads ConfigMaps and Secrets: the node's shared managers
 /// (spec PW-13).
@@ -107,7 +140,8 @@ pub const INVALID_ENV_NAMES: &str = "InvalidEnvironmentVariableNames";
 /// 3. PW-10 `env` in order: `value` with `$(VAR)` expansion against the map so far; `fieldRef`;
 ///    `resourceFieldRef`; `configMapKeyRef` / `secretKeyRef` (missing optional object or key →
 ///    the variable is not set at all); `fileKeyRef` (an env file in one of the pod's emptyDir
-///    volumes; format in `env_file.rs`; see [`EnvOptions::pod_dir`]).
+///    volumes; format in `env_file.rs`; see [`EnvOptions::pod_volumes`]); ignored, the
+///    variable empty, with the `EnvFiles` gate off ([`EnvOptions::env_files`]).
 /// 4. PW-11 output, sorted by name.
 ///
 /// Each ConfigMap / Secret is read once per call (memoised by name).
@@ -216,11 +250,9 @@ async fn value_from(
         return Ok(Some(env_field_ref_value(pod, f)?.into_bytes()));
     }
     if let Some(r) = &from.resource_field_ref {
-        let allocatable = nodelet_volume_manager::downward::node_allocatable_from_quantities(
-            &options.node_allocatable,
-        )?;
         return Ok(Some(
-            resource_field_ref_value(pod, r, Some(container), &allocatable)?.into_bytes(),
+            resource_field_ref_value(pod, r, Some(container), &options.node_allocatable)?
+                .into_bytes(),
         ));
     }
     if let Some(r) = &from.config_map_key_ref {
@@ -254,6 +286,9 @@ async fn value_from(
         };
     }
     if let Some(r) = &from.file_key_ref {
+        if !options.env_files {
+            return Ok(Some(Vec::new()));
+        }
         return file_key_ref(pod, r, options);
     }
     // An empty `valueFrom` (rejected by API validation): an empty value.
@@ -278,13 +313,10 @@ fn file_key_ref(
     // The kubelet looks the volume up among the pod's mounted volumes: an emptyDir no container
     // mounts is never set up, and is not found either.
     let volume = options
-        .pod_dir
+        .pod_volumes
         .as_ref()
         .filter(|_| is_empty_dir)
-        .map(|dir| {
-            dir.join("volumes/kubernetes.io~empty-dir")
-                .join(&r.volume_name)
-        })
+        .map(|pod| pod.empty_dir(&r.volume_name))
         .filter(|v| v.is_dir());
     let volume = match volume {
         Some(volume) => volume,

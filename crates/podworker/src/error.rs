@@ -91,7 +91,7 @@ pub enum EnvError {
     /// or resource, unknown container, invalid quantity). `Display` is the kubelet's text, e.g.
     /// `unsupported container resource : limits.gpu`.
     #[error(transparent)]
-    DownwardApi(#[from] nodelet_volume_manager::downward::DownwardError),
+    DownwardApi(#[from] nodelet_core::downward::DownwardError),
 }
 
 /// An error of the volume seam ([`Volumes`](crate::Volumes)).

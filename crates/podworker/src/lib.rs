@@ -18,10 +18,10 @@
 //!   container statuses and the pod's phase ([`pod_phase`], the kubelet's `getPhase`);
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
-//!   `fieldRef` / `resourceFieldRef` values come from `nodelet_volume_manager::downward`, the
+//!   `fieldRef` / `resourceFieldRef` values come from `nodelet_core::downward`, the
 //!   same code that renders downwardAPI volumes (one implementation, as in the kubelet); its
 //!   errors surface as [`EnvError::DownwardApi`] with the kubelet's texts. `fileKeyRef` reads
-//!   an env file in one of the pod's emptyDir volumes ([`EnvOptions::pod_dir`]).
+//!   an env file in one of the pod's emptyDir volumes ([`EnvOptions::pod_volumes`]).
 //! * Seams: [`Volumes`] (implemented here for `nodelet_volume_manager::VolumeManager`, whose
 //!   typed error [`VolumeError::Failed`] carries to the `FailedMount` event), [`RuntimeHook`]
 //!   (default [`EnvFileRuntime`], which writes `<root>/pods/<uid>/containers/<name>/env`),
@@ -29,7 +29,7 @@
 //!   [`RuntimeHook`] (containers as local processes; implemented here, `process.rs`). Pods cross every seam as `nodelet_core::AdmittedPod` (the
 //!   agent's pod source validated the UID once) or as a `nodelet_core::PodUid`; directories
 //!   are spelled by `nodelet_core::PodDirs`. [`EventSink`] and [`NoEvents`] are re-exported
-//!   from `nodelet_volume_manager::events`: an agent implements one event trait for both
+//!   from `nodelet_core::events`: an agent implements one event trait for both
 //!   crates (events are typed `nodelet_core::EventType`). Fakes live behind the `test-util`
 //!   feature.
 //!
@@ -126,7 +126,7 @@ mod workers;
 
 pub use env::{
     ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSources, EnvValue, INVALID_ENV_NAMES,
-    resolve_env,
+    PodVolumes, resolve_env,
 };
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
 pub use mounts::{

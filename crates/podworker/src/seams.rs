@@ -10,7 +10,7 @@ use crate::error::VolumeError;
 
 /// The event seam is the volume manager's: one trait for the whole agent, which implements it
 /// once for both crates. Implementations must not block (queue and return).
-pub use nodelet_volume_manager::events::{EventSink, NoEvents};
+pub use nodelet_core::events::{EventSink, NoEvents};
 
 /// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13): [`VolumeManager`]
 /// in production, `FakeVolumes` (feature `test-util`) in tests.

@@ -433,7 +433,10 @@ impl PodSyncer for ConfigSyncer {
         let mut not_started = Vec::new();
         // fileKeyRef reads the pod's emptyDir volumes under its directory.
         let env_options = EnvOptions {
-            pod_dir: Some(self.pod_dir(uid)),
+            pod_volumes: Some(crate::env::PodVolumes {
+                dirs: PodDirs::new(&self.config.root_dir),
+                uid: uid.clone(),
+            }),
             ..self.config.env.clone()
         };
         for ((container, _), entry) in containers(pod).into_iter().zip(&mut status.containers) {

@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use nodelet_apiserver::{ApiServer, ServerHandle};
+use nodelet_core::EventSink;
 use nodelet_core::{AdmittedPod, EventType};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_sources::{KubeTokenSource, Sources, TokenManager};
 use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
-use nodelet_volume_manager::{Config, EventSink, KubeTokenSource, VolumeManager};
+use nodelet_volume_manager::{Config, VolumeManager};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -65,7 +67,7 @@ async fn bed() -> Bed {
         config,
         configmaps.clone(),
         secrets.clone(),
-        Arc::new(KubeTokenSource::new(client)),
+        Sources::new(TokenManager::new(Arc::new(KubeTokenSource::new(client)))),
         Arc::new(NoEvents),
     )
     .unwrap();

@@ -16,10 +16,11 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::ApiServer;
 use nodelet_core::AdmittedPod;
 
+use nodelet_core::events::RecordingSink;
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
+use nodelet_sources::{KubeTokenSource, Sources, TokenManager};
 use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
-use nodelet_volume_manager::events::RecordingSink;
-use nodelet_volume_manager::{Config, KubeTokenSource, MemoryMedium, VolumeManager};
+use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -107,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         config,
         configmaps.clone(),
         secrets.clone(),
-        Arc::new(KubeTokenSource::new(client)),
+        Sources::new(TokenManager::new(Arc::new(KubeTokenSource::new(client)))),
         Arc::new(RecordingSink::new()),
     )?;
     let shutdown = CancellationToken::new();

@@ -2,14 +2,11 @@
 //! (VM-1, VM-9).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::{FeatureGates, NodeAllocatable};
+use nodelet_core::NodeAllocatable;
 
 use crate::plugins::PluginRegistry;
-use crate::pod_certificate::PodCertificateSource;
-use crate::trust_bundle::TrustBundleConfig;
 
 /// Where memory-medium volumes (secret, projected, downwardAPI, emptyDir `Memory`) live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,26 +44,10 @@ pub struct Config {
     /// Safety net: every mounted volume is set up again this often even if no change was
     /// notified (default 60 s, the kubelet's pod sync period; `None`: never).
     pub resync_interval: Option<Duration>,
-    /// PL-10: fraction of a token's lifetime after which it is refreshed (default 0.8).
-    pub token_refresh_fraction: f64,
     /// Node allocatable resources for `resourceFieldRef` (default: detected from the machine).
     pub node_allocatable: Option<NodeAllocatable>,
     /// The volume plugins (default: configMap, secret, projected, downwardAPI, emptyDir).
     pub plugins: PluginRegistry,
-    /// Feature gates: `ClusterTrustBundle` + `ClusterTrustBundleProjection` enable the
-    /// `clusterTrustBundle` projected source, `PodCertificateRequest` the `podCertificate`
-    /// one (default: a v1.36 kubelet's, both off).
-    pub feature_gates: FeatureGates,
-    /// Where `clusterTrustBundle` sources read ClusterTrustBundles, and the cache's size and
-    /// lifetime (PL-17, PL-19; used only with both gates on; default: no source, 220 entries, 5 min).
-    pub trust_bundles: TrustBundleConfig,
-    /// PL-21: where the `podCertificate` source creates and watches PodCertificateRequests
-    /// (`KubePodCertificateSource::new(client, node_name)`). Default `None`: the source is
-    /// unsupported even with the `PodCertificateRequest` gate on.
-    pub pod_certificates: Option<Arc<dyn PodCertificateSource>>,
-    /// PL-22: the largest random delay added to a pod certificate's `beginRefreshAt` and to the
-    /// 10 min after which an unseen request is made again (default 5 min, the kubelet's).
-    pub pod_certificate_jitter: Duration,
 }
 
 impl Config {
@@ -80,13 +61,8 @@ impl Config {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(122),
             resync_interval: Some(Duration::from_secs(60)),
-            token_refresh_fraction: 0.8,
             node_allocatable: None,
             plugins: PluginRegistry::default(),
-            feature_gates: FeatureGates::default(),
-            trust_bundles: TrustBundleConfig::default(),
-            pod_certificates: None,
-            pod_certificate_jitter: Duration::from_secs(300),
         }
     }
 }

@@ -5,10 +5,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Volume;
-use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
+use nodelet_core::{AdmittedPod, PodUid, SourceRef};
 
 use crate::plugins::VolumePlugin;
-use crate::trust_bundle::TrustBundleRef;
 
 /// VM-5: at most this many distinct error strings are kept per pod.
 pub(crate) const MAX_POD_ERRORS: usize = 10;
@@ -22,10 +21,9 @@ pub(crate) struct DesiredVolume {
     pub(crate) outer_name: String,
     pub(crate) plugin: Arc<dyn VolumePlugin>,
     pub(crate) volume: PodVolume,
-    /// Objects whose changes remount this volume (live updates).
-    pub(crate) objects: Vec<ObjectRef>,
-    /// ClusterTrustBundles whose changes remount this volume (PL-20).
-    pub(crate) trust_bundles: Vec<TrustBundleRef>,
+    /// What the volume reads whose changes remount it (live updates; the plugin's
+    /// [`VolumePlugin::sources`]).
+    pub(crate) sources: Vec<SourceRef>,
 }
 
 /// One entry of a pod's `spec.volumes`, read in place: the pod object is shared (an

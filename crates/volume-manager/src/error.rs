@@ -96,25 +96,19 @@ pub enum SetUpError {
     /// PL-6 step 3: the object manager could not provide the object; its text unchanged.
     #[error(transparent)]
     Fetch(#[from] nodelet_object_manager::Error),
-    /// PL-10: a service account token could not be obtained.
-    #[error("failed to fetch token: {0}")]
-    Token(#[from] crate::token::TokenError),
-    /// PL-21 / PL-22: a `podCertificate` source has no credential (yet, or for good).
+    /// A source a projected volume reads besides objects (a service account token, PL-10; a
+    /// ClusterTrustBundle, PL-17; a pod certificate, PL-21) could not answer; `Display` is the
+    /// kubelet's text (a source whose gates are off: `<what> is not supported by nodelet`).
     #[error(transparent)]
-    PodCertificate(#[from] crate::pod_certificate::PodCertificateError),
+    Source(#[from] nodelet_sources::Error),
     /// PL-13: a downward API item could not be rendered; `Display` is the kubelet's text.
     #[error(transparent)]
-    DownwardApi(#[from] crate::downward::DownwardError),
+    DownwardApi(#[from] nodelet_core::downward::DownwardError),
     /// PL-10 / PL-13: several sources or items failed; `[err1, err2]` like the kubelet's
     /// aggregate (a single error is never wrapped).
     #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     Aggregate(Vec<SetUpError>),
-    /// PL-17: a `clusterTrustBundle` source could not be read; `Display` is the kubelet's
-    /// text where it has one.
-    #[error(transparent)]
-    TrustBundle(#[from] crate::trust_bundle::TrustBundleError),
-    /// A projection this crate does not implement, or one whose feature gates are off
-    /// (`clusterTrustBundle` without `ClusterTrustBundle` + `ClusterTrustBundleProjection`).
+    /// A volume source this crate does not implement.
     #[error("{what} is not supported by nodelet")]
     Unsupported {
         /// What was asked for.
@@ -221,10 +215,8 @@ impl SetUpError {
             | SetUpError::MissingConfigMapKey { .. }
             | SetUpError::MissingSecretKey { .. }
             | SetUpError::Fetch(_)
-            | SetUpError::Token(_)
-            | SetUpError::PodCertificate(_)
+            | SetUpError::Source(_)
             | SetUpError::DownwardApi(_)
-            | SetUpError::TrustBundle(_)
             | SetUpError::Unsupported { .. }
             | SetUpError::TaskFailed { .. } => None,
         }

@@ -24,40 +24,31 @@
 //! * [`Config`] — root directory, tmpfs policy, the kubelet's time-outs and backoff, resync.
 //! * [`VolumePlugin`] and [`PluginRegistry`] — the plugin seam, open to other crates; the
 //!   built-in [`plugins`] are configMap, secret, projected, downwardAPI and emptyDir. They
-//!   share a [`plugins::VolumeHost`]: the object managers, the token cache and the common
-//!   write path (wrapper directory, nested mountpoints, fsGroup, atomic write).
-//! * [`downward`] — the downward API, shared with the pod worker's environment variables:
-//!   `fieldRef` ([`downward::field_ref_value`] for volumes, [`downward::env_field_ref_value`]
-//!   for env vars) and `resourceFieldRef` ([`downward::resource_field_ref_value`]), with the
-//!   kubelet's rendering and texts ([`downward::DownwardError`]). One implementation, as in
-//!   the kubelet (PL-13, PW-10).
+//!   share a [`plugins::VolumeHost`]: the object managers, the one handle to the other
+//!   sources and the common write path (wrapper directory, nested mountpoints, fsGroup,
+//!   atomic write). A plugin names what a volume reads through one method,
+//!   [`VolumePlugin::sources`] (`nodelet_core::SourceRef`s: objects, trust bundles, the pod's
+//!   certificates).
+//! * Sources — `nodelet_sources::Sources`, built by the agent and handed to
+//!   [`VolumeManager::new`]: service account tokens, and ClusterTrustBundles (PL-17) and pod
+//!   certificates (PL-21) when the agent built them (their feature gates are read there, not
+//!   here). This crate knows volumes, not sources: one stream of changes (the object
+//!   managers' `ObjectRef`s and the sources' `nodelet_core::SourceChange`s) remounts the
+//!   volumes whose sources a change affects; a source the agent did not build answers a
+//!   volume with the kubelet's text for a disabled feature.
 //! * Pods arrive as `nodelet_core::AdmittedPod` (UID validated once, by the agent's pod
 //!   source) and are named by `nodelet_core::PodUid`; directories are spelled by
-//!   `nodelet_core::PodDirs`; the node's allocatable is `nodelet_core::NodeAllocatable`.
-//! * [`EventSink`] — where `FailedMount` and the other events go (the pod worker re-exports
-//!   and uses the same trait; the type is `nodelet_core::EventType`); [`TokenSource`] — where
-//!   service account tokens come from ([`KubeTokenSource`]: the TokenRequest API).
-//! * [`trust_bundle`] — `clusterTrustBundle` projected sources (PL-17 … PL-20), only with the
-//!   `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates on
-//!   ([`Config::feature_gates`]): a [`TrustBundleManager`] built from
-//!   [`Config::trust_bundles`] reads ClusterTrustBundles through one cluster-wide watch
-//!   ([`KubeTrustBundleSource`]) started by the first volume that needs one, and its change
-//!   notifications remount the volumes reading a bundle (by name or by signer).
-//! * [`pod_certificate`] — the projected `podCertificate` source (gate
-//!   `PodCertificateRequest`, off by default; PL-21, PL-22): a key made on the node, a
-//!   PodCertificateRequest created through a [`pod_certificate::PodCertificateSource`]
-//!   ([`pod_certificate::KubePodCertificateSource`]: the node's client, one watch of
-//!   `spec.nodeName=<node>`) set in [`Config::pod_certificates`]; the volume's SetUp fails
-//!   (`credential bundle is not issued yet`) until the signer issues, so the pod waits; a change
-//!   of the pod's request remounts its volume at once, and the refresh (from `beginRefreshAt`
-//!   plus jitter) keeps the old key and chain on disk until the new ones are issued.
+//!   `nodelet_core::PodDirs`; the node's allocatable is `nodelet_core::NodeAllocatable`; the
+//!   downward API is `nodelet_core::downward` (one implementation for volumes and env).
+//! * Events go to a `nodelet_core::EventSink` (`FailedMount`, `FailedUnmount`,
+//!   `UnsupportedVolume`: `nodelet_core::events::reasons`).
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts;
 //!   [`SetUpError::node_fault`] classifies a failure as node-side ([`NodeFault`]: disk full,
 //!   quota, read-only or failing file system, no memory or file descriptors) — see
 //!   [Logging](#logging).
 //!
 //! ```text
-//!  add_pod / update_pod / remove_pod          object managers: subscribe() ──┐
+//!  add_pod / update_pod / remove_pod   object managers + sources: one change stream ──┐
 //!        │  (populator, VM-4)                                                 │
 //!        ▼                                                                    ▼
 //!  desired state (DSW) ──┐                         ┌── mark remount-required (live updates)
@@ -94,9 +85,10 @@
 //! `reconciler.rs` carries the same `// (n)` markers.
 //!
 //! 1. **The object manager sees new content** — a watch event (Watch strategy) or a refreshed
-//!    TTL entry (Cache) — and sends the object's key to its subscribers.
-//! 2. **The reconciler marks** every mounted volume of a desired pod in that namespace that
-//!    reads the object `remount_required` (and any operation in flight on it as stale), ends
+//!    TTL entry (Cache) — and sends the object's key to its subscribers (a source sends a
+//!    `SourceChange`: a trust bundle changed, a pod's certificate request moved on).
+//! 2. **The reconciler marks** every mounted volume of a desired pod that reads what changed
+//!    (one of its plugin's `sources`) `remount_required` (and any operation in flight on it as stale), ends
 //!    the backoff of every such volume whose last operation failed (the object may have been
 //!    what was missing), records when it saw the change, and runs a pass at once.
 //! 3. **The pass starts a remount** for each marked volume that has no operation in flight
@@ -196,7 +188,7 @@
 //!   cancel-safe; [`VolumeManager::run`] stops when its token is cancelled and then waits for
 //!   running operations.
 //! * Payload bytes and tokens never reach logs, events or `Debug` output: events carry error
-//!   texts (object names, keys, paths); [`Token`] and [`pod_certificate::PrivateKeyPem`] redact
+//!   texts (object names, keys, paths); `nodelet_sources::Token` and `PrivateKeyPem` redact
 //!   themselves.
 //!
 //! # Example
@@ -208,12 +200,14 @@
 //! use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 //! use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, source::FakeSource};
 //! use nodelet_core::AdmittedPod;
+//! use nodelet_core::events::NoEvents;
+//! use nodelet_sources::{Sources, TokenManager, token::FakeTokenSource};
 //! use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
-//! use nodelet_volume_manager::{events::NoEvents, token::FakeTokenSource};
 //! use serde_json::json;
 //! use tokio_util::sync::CancellationToken;
 //!
-//! // In production: `ConfigMapManager::new(client, ..)` and `KubeTokenSource::new(client)`.
+//! // In production: `ConfigMapManager::new(client, ..)` and `KubeTokenSource::new(client)`
+//! // (with the trust bundle and pod certificate managers the feature gates ask for).
 //! let api = FakeSource::<ConfigMap>::new();
 //! api.apply("default", serde_json::from_value(json!({
 //!     "metadata": {"name": "settings"}, "data": {"port": "8080"}}))?);
@@ -221,11 +215,12 @@
 //! let secrets = SecretManager::with_sources(
 //!     Arc::new(FakeSource::<Secret>::new()), None, ManagerConfig::default())?;
 //!
+//! let sources = Sources::new(TokenManager::new(Arc::new(FakeTokenSource::new())));
 //! let root = tempfile::tempdir()?;
 //! let mut config = Config::new(root.path());
 //! config.memory_medium = MemoryMedium::Disk;
 //! let volumes = VolumeManager::new(
-//!     config, configmaps.clone(), secrets, Arc::new(FakeTokenSource::new()), Arc::new(NoEvents))?;
+//!     config, configmaps.clone(), secrets, sources, Arc::new(NoEvents))?;
 //! let shutdown = CancellationToken::new();
 //! tokio::spawn({
 //!     let (volumes, shutdown) = (volumes.clone(), shutdown.clone());
@@ -256,32 +251,26 @@
 )]
 
 mod asw;
+mod changes;
 mod config;
-pub mod downward;
 mod dsw;
 mod error;
-pub mod events;
 mod executor;
 mod manager;
 mod node_faults;
+mod operation;
 pub mod plugins;
-pub mod pod_certificate;
 mod populator;
 mod reconciler;
 mod reconstruct;
 mod snapshot;
-pub mod token;
-pub mod trust_bundle;
 mod updates;
 
 pub use config::{Config, MemoryMedium};
 pub use error::{Error, NodeFault, SetUpError, WaitCause};
-pub use events::EventSink;
 pub use manager::VolumeManager;
 pub use plugins::{PluginRegistry, VolumePlugin};
 pub use snapshot::{PodVolumes, VolumeSnapshot, VolumeState};
-pub use token::{KubeTokenSource, Token, TokenError, TokenSource};
-pub use trust_bundle::{KubeTrustBundleSource, TrustBundleConfig, TrustBundleManager};
 pub use updates::VolumeUpdate;
 
 /// The README's examples, compiled as doctests.

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use nodelet_core::EventType;
-use nodelet_core::{AdmittedPod, Feature, NodeAllocatable, PodUid};
+use nodelet_core::events::{EventSink, reasons};
+use nodelet_core::{AdmittedPod, EventType, NodeAllocatable, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use nodelet_sources::Sources;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -15,13 +16,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::asw::ActualState;
 use crate::dsw::{DesiredPod, DesiredState, UnsupportedVolume};
-use crate::events::{EventSink, reasons};
 use crate::executor::Operations;
 use crate::node_faults::NodeFaults;
 use crate::plugins::{PluginRegistry, VolumeHost, host_probe_tmpfs};
 use crate::populator::{desired_pod, expected_volumes};
-use crate::token::{TokenCache, TokenSource};
-use crate::trust_bundle::TrustBundleManager;
 use crate::{Config, Error, MemoryMedium, WaitCause};
 
 /// The volume manager: keeps the volumes of the desired pods set up on disk and current.
@@ -81,8 +79,9 @@ pub(crate) struct State {
 
 impl VolumeManager {
     /// A manager writing under `config.root_dir`, reading objects through the shared
-    /// managers, tokens through `tokens`, reporting to `events`. Nothing happens until
-    /// [`run`](Self::run) is polled.
+    /// managers and everything else through the `sources` the agent built (a source it did not
+    /// build answers with the kubelet's text for a disabled feature), reporting to `events`.
+    /// Nothing happens until [`run`](Self::run) is polled.
     ///
     /// Probes tmpfs support when `config.memory_medium` is [`MemoryMedium::Auto`] and logs one
     /// warning if memory-medium volumes will live on node disk.
@@ -93,7 +92,7 @@ impl VolumeManager {
         config: Config,
         configmaps: ConfigMapManager,
         secrets: SecretManager,
-        tokens: Arc<dyn TokenSource>,
+        sources: Sources,
         events: Arc<dyn EventSink>,
     ) -> Result<Self, Error> {
         std::fs::create_dir_all(&config.root_dir).map_err(|e| Error::RootDir {
@@ -119,13 +118,11 @@ impl VolumeManager {
             config.root_dir.clone(),
             configmaps.clone(),
             secrets.clone(),
-            TokenCache::new(tokens, config.token_refresh_fraction),
+            sources,
             tmpfs,
             config.fsync,
             allocatable,
-        )
-        .with_trust_bundles(trust_bundle_manager(&config))
-        .with_pod_certificates(pod_certificates(&config, &events));
+        );
         let state = State {
             dsw: DesiredState::default(),
             asw: ActualState::default(),
@@ -159,9 +156,9 @@ impl VolumeManager {
     ///
     /// First reconstructs the actual state from the volume directories on disk (adopting
     /// them, see the crate docs), then reconciles whenever something changes: a pod added,
-    /// updated or removed, an object change notified by the object managers, a finished
-    /// operation, a backoff or token-refresh deadline, the periodic resync. It sleeps
-    /// otherwise.
+    /// updated or removed, a change notified by the object managers or the sources, a
+    /// finished operation, a backoff or refresh deadline, the periodic resync. It sleeps
+    /// otherwise; when it stops, it stops the sources' watches.
     ///
     /// # Cancel safety
     /// Dropping the future stops reconciling; operations already started still finish.
@@ -386,7 +383,7 @@ impl VolumeManager {
         self.inner.host.uses_tmpfs()
     }
 
-    /// The shared services plugins use (root directory, managers, tokens).
+    /// The shared services plugins use (root directory, managers, sources).
     pub fn host(&self) -> &VolumeHost {
         &self.inner.host
     }
@@ -444,15 +441,6 @@ fn reads_pod_object(volume: &k8s_openapi::api::core::v1::Volume) -> bool {
             .is_some_and(|p| p.sources.iter().flatten().any(|s| s.downward_api.is_some()))
 }
 
-/// PL-17: a ClusterTrustBundle manager when both gates are on (it starts nothing until a
-/// volume reads a bundle).
-fn trust_bundle_manager(config: &Config) -> Option<TrustBundleManager> {
-    let gates = &config.feature_gates;
-    (gates.enabled(Feature::ClusterTrustBundle)
-        && gates.enabled(Feature::ClusterTrustBundleProjection))
-    .then(|| TrustBundleManager::new(config.trust_bundles.clone()))
-}
-
 impl Inner {
     /// Something changed: wake the reconciler and the waiters.
     pub(crate) fn bump(&self) {
@@ -464,25 +452,6 @@ impl Inner {
     pub(crate) fn observed(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
-}
-
-/// PL-21: the pod certificate manager, with the `PodCertificateRequest` gate on and a source.
-fn pod_certificates(
-    config: &Config,
-    events: &Arc<dyn EventSink>,
-) -> Option<crate::pod_certificate::PodCertificates> {
-    if !config
-        .feature_gates
-        .enabled(nodelet_core::Feature::PodCertificateRequest)
-    {
-        return None;
-    }
-    let source = config.pod_certificates.clone()?;
-    Some(crate::pod_certificate::PodCertificates::new(
-        source,
-        events.clone(),
-        config.pod_certificate_jitter,
-    ))
 }
 
 #[cfg(test)]
@@ -497,9 +466,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::events::RecordingSink;
-    use crate::token::FakeTokenSource;
+    use crate::changes::Change;
     use k8s_openapi::api::core::v1::Pod;
+    use nodelet_core::events::RecordingSink;
+    use nodelet_sources::TokenManager;
+    use nodelet_sources::token::FakeTokenSource;
 
     struct Bed {
         vm: VolumeManager,
@@ -526,7 +497,7 @@ mod tests {
             config,
             cms,
             secrets,
-            Arc::new(FakeTokenSource::new()),
+            Sources::new(TokenManager::new(Arc::new(FakeTokenSource::new()))),
             Arc::new(events.clone()),
         )
         .unwrap();
@@ -638,14 +609,24 @@ mod tests {
             ObjectRef::secret("ns", "cm"),
             ObjectRef::config_map("other", "cm"),
         ] {
-            assert!(!bed.vm.inner.object_changed(Some(other.clone())));
+            let change = Change::Object(other.clone());
+            assert!(
+                !bed.vm
+                    .inner
+                    .state
+                    .lock()
+                    .mark_changed(&change, Instant::now())
+            );
             assert!(!pending(&bed.vm), "{other:?}");
         }
         // A pass has work: the mounted volume is to be set up again.
+        let change = Change::Object(ObjectRef::config_map("ns", "cm"));
         assert!(
             bed.vm
                 .inner
-                .object_changed(Some(ObjectRef::config_map("ns", "cm")))
+                .state
+                .lock()
+                .mark_changed(&change, Instant::now())
         );
         assert!(pending(&bed.vm));
         bed.shutdown.cancel();

@@ -70,8 +70,7 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
             (Some(plugin), Some(in_pod)) => volumes.push(DesiredVolume {
                 unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
-                objects: plugin.referenced_objects(&namespace, volume),
-                trust_bundles: plugin.referenced_trust_bundles(volume),
+                sources: plugin.sources(&namespace, volume),
                 plugin,
                 volume: in_pod,
             }),
@@ -177,8 +176,10 @@ mod tests {
         );
         assert_eq!(d.errors.len(), 1);
         assert_eq!(
-            d.volumes[0].objects,
-            [nodelet_core::ObjectRef::config_map("ns", "cm")]
+            d.volumes[0].sources,
+            [nodelet_core::SourceRef::Object(
+                nodelet_core::ObjectRef::config_map("ns", "cm")
+            )]
         );
     }
 

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use nodelet_core::events::RecordingSink;
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_sources::token::FakeTokenSource;
+use nodelet_sources::{Sources, TokenManager};
 use nodelet_testutil::{ConfigMapBuilder, PATIENCE, PodBuilder};
-use nodelet_volume_manager::events::RecordingSink;
-use nodelet_volume_manager::token::FakeTokenSource;
 use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
 use proptest::prelude::*;
 use serde_json::json;
@@ -128,7 +129,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
         config,
         configmaps.clone(),
         secrets,
-        Arc::new(FakeTokenSource::new()),
+        Sources::new(TokenManager::new(Arc::new(FakeTokenSource::new()))),
         Arc::new(RecordingSink::new()),
     )
     .unwrap();

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use nodelet_core::AdmittedPod;
+use nodelet_core::events::RecordingSink;
 use nodelet_object_manager::source::FakeSource;
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_sources::token::FakeTokenSource;
+use nodelet_sources::{Sources, TokenManager};
 use nodelet_testutil::{ConfigMapBuilder, PodBuilder};
-use nodelet_volume_manager::events::RecordingSink;
-use nodelet_volume_manager::token::FakeTokenSource;
 use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -45,7 +46,7 @@ async fn volume_modes_are_exact_under_a_restrictive_umask() {
         config,
         configmaps.clone(),
         secrets,
-        Arc::new(FakeTokenSource::new()),
+        Sources::new(TokenManager::new(Arc::new(FakeTokenSource::new()))),
         Arc::new(RecordingSink::new()),
     )
     .unwrap();

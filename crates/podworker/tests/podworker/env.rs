@@ -1,9 +1,11 @@
 //! Environment resolution (spec PW-8 … PW-11; E2E-23, E2E-24, E2E-26, E2E-27).
 
+use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::Strategy;
 use nodelet_object_manager::source::Verb;
 use nodelet_podworker::{
-    ContainerEnv, EnvError, EnvFromNameCheck, EnvOptions, INVALID_ENV_NAMES, resolve_env,
+    ContainerEnv, EnvError, EnvFromNameCheck, EnvOptions, INVALID_ENV_NAMES, PodVolumes,
+    resolve_env,
 };
 use nodelet_testutil::ConfigMapBuilder;
 use serde_json::{Value, json};
@@ -259,7 +261,7 @@ async fn pw10_field_refs_read_the_pod_and_unknown_paths_are_errors() {
 }
 
 // PW-10 / PL-13: env vars and downwardAPI volumes share one rendering
-// (nodelet_volume_manager::downward): whole maps as Go-quoted lines, validated subscripts.
+// (nodelet_core::downward): whole maps as Go-quoted lines, validated subscripts.
 #[tokio::test]
 async fn pw10_field_refs_render_maps_like_downward_api_volumes_and_validate_subscripts() {
     let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
@@ -298,7 +300,10 @@ async fn pw10_resource_field_refs_divide_and_round_up_and_unset_limits_use_node_
         json!({"name": name, "valueFrom": {"resourceFieldRef": r}})
     };
     let mut options = EnvOptions::default();
-    options.node_allocatable = [("memory".to_owned(), "8Gi".to_owned())].into();
+    options.node_allocatable = NodeAllocatable {
+        memory_bytes: 8 << 30,
+        ..NodeAllocatable::default()
+    };
     let env = resolve_with(
         Strategy::Watch,
         json!({
@@ -459,7 +464,10 @@ async fn resolve_in(root: &std::path::Path, env: Value) -> Result<ContainerEnv, 
     );
     api.register(&p);
     let mut options = EnvOptions::default();
-    options.pod_dir = Some(root.join("pods/u1"));
+    options.pod_volumes = Some(PodVolumes {
+        dirs: PodDirs::new(root),
+        uid: PodUid::new("u1").unwrap_or_else(|e| panic!("{e}")),
+    });
     resolve_env(&p, &first_container(&p), &api.sources, &options).await
 }
 
@@ -501,6 +509,34 @@ async fn pw10_file_key_ref_reads_the_key_from_an_env_file_in_the_pods_empty_dir(
     assert_eq!(text(&env, "DB_HOST").as_deref(), Some("db.internal"));
     assert_eq!(text(&env, "MOTD").as_deref(), Some("two\nlines"));
     assert_eq!(text(&env, "GREETING").as_deref(), Some("at db.internal"));
+}
+
+// A kubelet with the `EnvFiles` gate off has no case for `fileKeyRef`: the file is not read
+// (a missing one fails nothing) and the variable is set, empty.
+#[tokio::test]
+async fn with_the_env_files_gate_off_a_file_key_ref_is_not_read_and_its_variable_is_empty() {
+    let (tmp, _volume) = pod_dir_with(&[("vars.env", "DB='db.internal'\n")]);
+    let api = api(Strategy::Watch).with_fixtures("ns");
+    let p = pod_with(
+        json!({"volumes": [{"name": "envfiles", "emptyDir": {}}]}),
+        json!({"env": [
+            file_ref("DB_HOST", "vars.env", "DB", None),
+            file_ref("MISSING", "nope.env", "X", None),
+        ]}),
+    );
+    api.register(&p);
+    let mut options = EnvOptions::default();
+    assert!(options.env_files, "on by default, as in v1.36");
+    options.env_files = false;
+    options.pod_volumes = Some(PodVolumes {
+        dirs: PodDirs::new(tmp.path()),
+        uid: PodUid::new("u1").unwrap_or_else(|e| panic!("{e}")),
+    });
+    let env = resolve_env(&p, &first_container(&p), &api.sources, &options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(text(&env, "DB_HOST").as_deref(), Some(""));
+    assert_eq!(text(&env, "MISSING").as_deref(), Some(""));
 }
 
 #[tokio::test]

@@ -4,12 +4,11 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Volume;
-use nodelet_core::ObjectRef;
+use nodelet_core::{ObjectRef, SourceRef};
 use tokio::time::Instant;
 
 use super::host::{SetUpContext, TearDownContext};
 use crate::SetUpError;
-use crate::trust_bundle::TrustBundleRef;
 
 /// The version of an object a SetUp projected (for the agent's `/pods` endpoint).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,17 +48,12 @@ pub trait VolumePlugin: Send + Sync + 'static {
         true
     }
 
-    /// The objects (in the pod's `namespace`) whose changes should remount the volume at once
-    /// (live updates).
-    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
+    /// What the volume reads besides its pod — objects in the pod's `namespace`, trust
+    /// bundles, the pod's certificates — whose changes should set it up again at once (live
+    /// updates, PL-20, PL-21). The volume manager matches them against every change without
+    /// knowing which source is which.
+    fn sources(&self, namespace: &str, volume: &Volume) -> Vec<SourceRef> {
         let _ = (namespace, volume);
-        Vec::new()
-    }
-
-    /// The ClusterTrustBundles (by name or signer) whose changes should remount the volume at
-    /// once (PL-20).
-    fn referenced_trust_bundles(&self, volume: &Volume) -> Vec<TrustBundleRef> {
-        let _ = volume;
         Vec::new()
     }
 

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Volume};
 use nodelet_atomic_writer::WriteOutcome;
-use nodelet_core::ObjectRef;
+use nodelet_core::{ObjectRef, SourceRef};
 
 use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
 use super::host::{Medium, SetUpContext};
@@ -27,11 +27,11 @@ impl VolumePlugin for ConfigMapPlugin {
         volume.config_map.is_some()
     }
 
-    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
+    fn sources(&self, namespace: &str, volume: &Volume) -> Vec<SourceRef> {
         volume
             .config_map
             .iter()
-            .map(|s| ObjectRef::config_map(namespace, s.name.clone()))
+            .map(|s| SourceRef::Object(ObjectRef::config_map(namespace, s.name.clone())))
             .collect()
     }
 

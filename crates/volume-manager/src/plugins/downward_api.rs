@@ -9,8 +9,8 @@ use super::api::{SetUpOutcome, VolumePlugin};
 use super::host::{Medium, SetUpContext};
 use super::payload::mode_bits;
 use crate::SetUpError;
-use crate::downward::{field_ref_value, resource_field_ref_value};
 use nodelet_core::NodeAllocatable;
+use nodelet_core::downward::{field_ref_value, resource_field_ref_value};
 
 /// `kubernetes.io/downward-api`: pod fields and container resources as files (tmpfs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -201,7 +201,9 @@ mod tests {
         );
         assert!(matches!(
             err,
-            SetUpError::DownwardApi(crate::downward::DownwardError::UnsupportedResource { .. })
+            SetUpError::DownwardApi(
+                nodelet_core::downward::DownwardError::UnsupportedResource { .. }
+            )
         ));
         let ok = collect_downward_api_data(&items[..1], &pod(), &alloc, Some(0o644)).unwrap();
         assert_eq!(

@@ -1,4 +1,4 @@
-//! [`VolumeHost`]: what plugins share (object managers, tokens, disk layout) and the common
+//! [`VolumeHost`]: what plugins share (object managers, sources, disk layout) and the common
 //! SetUp tail of PL-6 steps 5–9 (wrapper directory, nested mountpoints, atomic write); the
 //! [`SetUpContext`] and [`TearDownContext`] that carry it to a plugin.
 
@@ -12,13 +12,10 @@ use k8s_openapi::api::core::v1::Volume;
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
-use tokio::time::Instant;
+use nodelet_sources::Sources;
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
-use crate::pod_certificate::PodCertificates;
-use crate::token::{Token, TokenCache};
-use crate::trust_bundle::TrustBundleManager;
 
 /// Where a volume's files live (PL-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,7 +43,7 @@ pub struct SetUpContext<'a> {
     pub fs_group: Option<u32>,
     /// The pod's effective `runAsUser` when all containers agree (VM-10).
     pub fs_user: Option<u32>,
-    /// Shared services: object managers, tokens, disk layout.
+    /// Shared services: object managers, sources, disk layout.
     pub host: &'a VolumeHost,
 }
 
@@ -63,20 +60,17 @@ pub struct TearDownContext<'a> {
     pub host: &'a VolumeHost,
 }
 
-/// Shared services for plugins: the object managers, the service account token cache, the
-/// disk layout under the root directory and the common write path.
+/// Shared services for plugins: the object managers, the other sources (tokens, trust
+/// bundles, pod certificates), the disk layout under the root directory and the common write
+/// path.
 pub struct VolumeHost {
     dirs: PodDirs,
     configmaps: ConfigMapManager,
     secrets: SecretManager,
-    tokens: TokenCache,
+    sources: Sources,
     tmpfs: bool,
     fsync: bool,
     allocatable: NodeAllocatable,
-    /// `Some` with the `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates on.
-    trust_bundles: Option<TrustBundleManager>,
-    /// `Some` with the `PodCertificateRequest` gate on and a source configured.
-    pod_certificates: Option<PodCertificates>,
 }
 
 impl std::fmt::Debug for VolumeHost {
@@ -94,7 +88,7 @@ impl VolumeHost {
         root_dir: PathBuf,
         configmaps: ConfigMapManager,
         secrets: SecretManager,
-        tokens: TokenCache,
+        sources: Sources,
         tmpfs: bool,
         fsync: bool,
         allocatable: NodeAllocatable,
@@ -103,36 +97,17 @@ impl VolumeHost {
             dirs: PodDirs::new(root_dir),
             configmaps,
             secrets,
-            tokens,
+            sources,
             tmpfs,
             fsync,
             allocatable,
-            trust_bundles: None,
-            pod_certificates: None,
         }
     }
 
-    /// The ClusterTrustBundle manager (PL-17), `None` to leave the gates off.
-    pub(crate) fn with_trust_bundles(mut self, manager: Option<TrustBundleManager>) -> Self {
-        self.trust_bundles = manager;
-        self
-    }
-
-    /// The ClusterTrustBundle manager; `None` when the `ClusterTrustBundle` and
-    /// `ClusterTrustBundleProjection` feature gates are not both on.
-    pub fn trust_bundles(&self) -> Option<&TrustBundleManager> {
-        self.trust_bundles.as_ref()
-    }
-
-    /// Enables the `podCertificate` source (PL-21).
-    pub(crate) fn with_pod_certificates(mut self, certificates: Option<PodCertificates>) -> Self {
-        self.pod_certificates = certificates;
-        self
-    }
-
-    /// The pod certificate manager, when the `podCertificate` source is enabled.
-    pub(crate) fn pod_certificates(&self) -> Option<&PodCertificates> {
-        self.pod_certificates.as_ref()
+    /// The sources the agent built: tokens (PL-10), and trust bundles (PL-17) and pod
+    /// certificates (PL-21) when their gates are on.
+    pub fn sources(&self) -> &Sources {
+        &self.sources
     }
 
     /// The agent's root directory (the kubelet's `--root-dir`).
@@ -174,37 +149,6 @@ impl VolumeHost {
     /// Node allocatable resources for `resourceFieldRef` (PL-13).
     pub fn node_allocatable(&self) -> &NodeAllocatable {
         &self.allocatable
-    }
-
-    /// PL-10: a token for the pod's service account, cached per pod and refreshed at 80 % of
-    /// its lifetime; returns the token and when to refresh it.
-    ///
-    /// # Errors
-    /// [`SetUpError::Token`].
-    pub async fn service_account_token(
-        &self,
-        ctx: &SetUpContext<'_>,
-        service_account: &str,
-        audience: Option<&str>,
-        expiration_seconds: i64,
-    ) -> Result<(Token, Instant), SetUpError> {
-        Ok(self
-            .tokens
-            .get(
-                ctx.pod.uid(),
-                ctx.pod,
-                service_account,
-                audience,
-                expiration_seconds,
-            )
-            .await?)
-    }
-
-    pub(crate) fn forget_tokens(&self, pod_uid: &PodUid) {
-        self.tokens.forget_pod(pod_uid);
-        if let Some(certificates) = &self.pod_certificates {
-            certificates.forget_pod(pod_uid);
-        }
     }
 
     /// PL-6 steps 5–9: set up the wrapper directory (0777, tmpfs for [`Medium::Memory`] when

@@ -1,6 +1,7 @@
 //! The projected volume plugin, `kubernetes.io/projected` (PL-10): configMap, secret,
-//! downwardAPI, serviceAccountToken, and behind their gates clusterTrustBundle (PL-17) and
-//! podCertificate (PL-21) sources, merged into one volume.
+//! downwardAPI, serviceAccountToken, clusterTrustBundle (PL-17) and podCertificate (PL-21)
+//! sources, merged into one volume; the last three read through the host's
+//! [`Sources`](nodelet_sources::Sources), which answers for a source the agent did not build.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
@@ -8,7 +9,8 @@ use k8s_openapi::api::core::v1::{
     VolumeProjection,
 };
 use nodelet_atomic_writer::{FileProjection, Payload, WriteOutcome};
-use nodelet_core::ObjectRef;
+use nodelet_core::{ObjectRef, SourceRef};
+use nodelet_sources::trust_bundle::source_ref;
 use tokio::time::Instant;
 
 use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
@@ -16,7 +18,6 @@ use super::downward_api::collect_downward_api_data;
 use super::host::{Medium, SetUpContext};
 use super::payload::{config_map_payload, mode_bits, secret_payload};
 use crate::SetUpError;
-use crate::trust_bundle::{TrustBundleRef, referenced_trust_bundles};
 
 /// `kubernetes.io/projected`: several sources in one volume (tmpfs). Every pod of a real
 /// cluster has one (`kube-api-access-*`: token, `kube-root-ca.crt`, namespace).
@@ -36,7 +37,7 @@ impl VolumePlugin for ProjectedPlugin {
         volume.projected.is_some()
     }
 
-    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
+    fn sources(&self, namespace: &str, volume: &Volume) -> Vec<SourceRef> {
         let sources = volume
             .projected
             .iter()
@@ -44,18 +45,20 @@ impl VolumePlugin for ProjectedPlugin {
         sources
             .filter_map(|s| {
                 if let Some(cm) = &s.config_map {
-                    Some(ObjectRef::config_map(namespace, cm.name.clone()))
+                    let object = ObjectRef::config_map(namespace, cm.name.clone());
+                    Some(SourceRef::Object(object))
+                } else if let Some(secret) = &s.secret {
+                    let object = ObjectRef::secret(namespace, secret.name.clone());
+                    Some(SourceRef::Object(object))
+                } else if let Some(ctb) = &s.cluster_trust_bundle {
+                    source_ref(ctb)
                 } else {
-                    s.secret
+                    s.pod_certificate
                         .as_ref()
-                        .map(|secret| ObjectRef::secret(namespace, secret.name.clone()))
+                        .map(|_| SourceRef::PodCertificate)
                 }
             })
             .collect()
-    }
-
-    fn referenced_trust_bundles(&self, volume: &Volume) -> Vec<TrustBundleRef> {
-        referenced_trust_bundles(volume)
     }
 
     /// PL-10: sources in spec order, later ones overwriting earlier paths; errors of all
@@ -176,11 +179,12 @@ async fn collect_source(
             .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
         let fetched = ctx
             .host
-            .service_account_token(ctx, service_account, audience, expiration)
+            .sources()
+            .token(ctx.pod, service_account, audience, expiration)
             .await;
         let (token_value, refresh_at) = match fetched {
             Ok(t) => t,
-            Err(e) => return out.errors.push(e),
+            Err(e) => return out.errors.push(e.into()),
         };
         let file = owned_file(ctx, token_value.token.into_bytes(), default_mode);
         out.payload.insert(token.path.clone(), file);
@@ -192,9 +196,9 @@ async fn collect_source(
     }
 }
 
-/// PL-21: the pod's credential for source `index` (with the gate off or no source configured:
-/// unsupported). `credentialBundlePath` gets the key then the chain, `keyPath` the key,
-/// `certificateChainPath` the chain; 0600 with fsUser or fsGroup, as tokens.
+/// PL-21: the pod's credential for source `index` (the sources answer when the agent did not
+/// build a pod certificate manager). `credentialBundlePath` gets the key then the chain,
+/// `keyPath` the key, `certificateChainPath` the chain; 0600 with fsUser or fsGroup, as tokens.
 async fn collect_pod_certificate(
     ctx: &SetUpContext<'_>,
     index: usize,
@@ -202,13 +206,10 @@ async fn collect_pod_certificate(
     default_mode: i32,
     out: &mut Collected,
 ) {
-    let Some(certificates) = ctx.host.pod_certificates() else {
-        return out.errors.push(SetUpError::Unsupported {
-            what: "a podCertificate projection".into(),
-        });
-    };
-    let bundle = match certificates
-        .credential_bundle(ctx.pod, &ctx.volume.name, index, source)
+    let bundle = match ctx
+        .host
+        .sources()
+        .pod_certificate(ctx.pod, &ctx.volume.name, index, source)
         .await
     {
         Ok(b) => b,
@@ -238,20 +239,15 @@ async fn collect_pod_certificate(
     out.refresh_at = Some(out.refresh_at.map_or(at, |r| r.min(at)));
 }
 
-/// PL-17: the trust anchors a `clusterTrustBundle` source asks for, at its `path` (with the
-/// gates off: unsupported).
+/// PL-17: the trust anchors a `clusterTrustBundle` source asks for, at its `path` (the sources
+/// answer when the agent did not build a trust bundle manager).
 async fn collect_trust_bundle(
     ctx: &SetUpContext<'_>,
     source: &ClusterTrustBundleProjection,
     default_mode: i32,
     out: &mut Collected,
 ) {
-    let Some(bundles) = ctx.host.trust_bundles() else {
-        return out.errors.push(SetUpError::Unsupported {
-            what: "a clusterTrustBundle projection".into(),
-        });
-    };
-    match bundles.trust_anchors(source).await {
+    match ctx.host.sources().trust_anchors(source).await {
         Ok(anchors) => {
             let file = owned_file(ctx, anchors.to_vec(), default_mode);
             out.payload.insert(source.path.clone(), file);
@@ -290,10 +286,18 @@ mod tests {
     use super::*;
 
     use crate::plugins::host::VolumeHost;
-    use crate::token::{FakeTokenSource, TokenCache};
     use nodelet_core::NodeAllocatable;
+    use nodelet_sources::pod_certificate::{FakePodCertificateSource, PodCertificateManager};
+    use nodelet_sources::token::FakeTokenSource;
+    use nodelet_sources::{Sources, TokenManager};
 
     fn host() -> VolumeHost {
+        host_with(Sources::new(TokenManager::new(Arc::new(
+            FakeTokenSource::new(),
+        ))))
+    }
+
+    fn host_with(sources: Sources) -> VolumeHost {
         let mut mc = ManagerConfig::default();
         mc.strategy = Strategy::Get;
         let cms = FakeSource::<ConfigMap>::new();
@@ -310,7 +314,7 @@ mod tests {
             "/nonexistent".into(),
             ConfigMapManager::with_sources(Arc::new(cms), None, mc.clone()).unwrap(),
             SecretManager::with_sources(Arc::new(secrets), None, mc).unwrap(),
-            TokenCache::new(Arc::new(FakeTokenSource::new()), 0.8),
+            sources,
             false,
             false,
             NodeAllocatable::detect(Path::new("/")),
@@ -419,13 +423,14 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&file.data), "token-1-sa-p-aud");
     }
 
-    fn certificate_host(fake: &crate::pod_certificate::FakePodCertificateSource) -> VolumeHost {
-        let certificates = crate::pod_certificate::PodCertificates::new(
+    fn certificate_host(fake: &FakePodCertificateSource) -> VolumeHost {
+        let certificates = PodCertificateManager::new(
             Arc::new(fake.clone()),
-            Arc::new(crate::events::NoEvents),
+            Arc::new(nodelet_core::events::NoEvents),
             std::time::Duration::ZERO,
         );
-        host().with_pod_certificates(Some(certificates))
+        let tokens = TokenManager::new(Arc::new(FakeTokenSource::new()));
+        host_with(Sources::new(tokens).with_pod_certificates(certificates))
     }
 
     fn certificate_pod() -> Pod {
@@ -453,7 +458,7 @@ mod tests {
     // chain, the key and the chain alone, with the default mode, or 0600 with fsGroup.
     #[tokio::test]
     async fn an_issued_pod_certificate_is_projected_as_bundle_key_and_chain() {
-        let fake = crate::pod_certificate::FakePodCertificateSource::new("n");
+        let fake = FakePodCertificateSource::new("n");
         let host = certificate_host(&fake);
         let p = certificate_pod();
         let waiting = collect(&host, &p, None, None).await;

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Secret, Volume};
 use nodelet_atomic_writer::WriteOutcome;
-use nodelet_core::ObjectRef;
+use nodelet_core::{ObjectRef, SourceRef};
 
 use super::api::{ObjectVersion, SetUpOutcome, VolumePlugin};
 use super::host::{Medium, SetUpContext};
@@ -28,11 +28,14 @@ impl VolumePlugin for SecretPlugin {
         volume.secret.is_some()
     }
 
-    fn referenced_objects(&self, namespace: &str, volume: &Volume) -> Vec<ObjectRef> {
+    fn sources(&self, namespace: &str, volume: &Volume) -> Vec<SourceRef> {
         volume
             .secret
             .iter()
-            .map(|s| ObjectRef::secret(namespace, s.secret_name.clone().unwrap_or_default()))
+            .map(|s| {
+                let name = s.secret_name.clone().unwrap_or_default();
+                SourceRef::Object(ObjectRef::secret(namespace, name))
+            })
             .collect()
     }
 

@@ -4,7 +4,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 
 use nodelet_core::PodUid;
-use nodelet_volume_manager::events::reasons;
+use nodelet_core::events::reasons;
 use nodelet_volume_manager::{Error, VolumeState, WaitCause};
 use serde_json::json;
 

@@ -5,8 +5,8 @@
 use std::fs;
 use std::time::Duration;
 
+use nodelet_core::events::reasons;
 use nodelet_object_manager::Strategy;
-use nodelet_volume_manager::events::reasons;
 use serde_json::json;
 
 use crate::support::*;

@@ -5,8 +5,6 @@
 use k8s_openapi::api::certificates::v1beta1::PodCertificateRequest;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::testing::{PodCertificateSigner, SignerMode};
-use nodelet_core::Feature;
-use nodelet_volume_manager::Config;
 use serde_json::{Value, json};
 use x509_parser::pem::Pem;
 
@@ -16,15 +14,9 @@ const NODE: &str = "node-1";
 const SIGNER: &str = "example.com/pods";
 const NOT_ISSUED: &str = "credential bundle is not issued yet";
 
-fn gate_on(config: &mut Config) {
-    config
-        .feature_gates
-        .set(Feature::PodCertificateRequest, true);
-    config.pod_certificate_jitter = std::time::Duration::ZERO;
-}
-
 /// The stand-in with authentication and the certificates group, node `node-1`, the volume
-/// manager as `system:node:node-1` (gate on unless `gate` is false), and a signer.
+/// manager as `system:node:node-1` (gate on unless `gate` is false: the agent builds a pod
+/// certificate manager, without jitter), and a signer.
 async fn env(gate: bool) -> (Env, PodCertificateSigner) {
     let server = nodelet_apiserver::Config::default()
         .with_auth()
@@ -32,7 +24,10 @@ async fn env(gate: bool) -> (Env, PodCertificateSigner) {
     let env = Env::start_with(Options {
         server: Some(server),
         node: Some(NODE),
-        configure: if gate { gate_on } else { |_| {} },
+        sources: SourceOptions {
+            pod_certificates: gate,
+            ..SourceOptions::default()
+        },
         ..Options::default()
     })
     .await;
@@ -67,7 +62,7 @@ async fn requests(env: &Env) -> Vec<PodCertificateRequest> {
     api.list(&Default::default()).await.unwrap().items
 }
 
-fn is_failed_mount(e: &nodelet_volume_manager::events::RecordedEvent, text: &str) -> bool {
+fn is_failed_mount(e: &nodelet_core::events::RecordedEvent, text: &str) -> bool {
     e.reason == "FailedMount" && e.message.contains(text)
 }
 

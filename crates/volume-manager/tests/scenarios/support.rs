@@ -8,13 +8,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_apiserver::{ApiServer, ServerHandle};
+use nodelet_core::events::{RecordedEvent, RecordingSink};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager, Strategy};
-use nodelet_volume_manager::events::{RecordedEvent, RecordingSink};
-use nodelet_volume_manager::pod_certificate::KubePodCertificateSource;
-use nodelet_volume_manager::{
-    Config, KubeTokenSource, KubeTrustBundleSource, MemoryMedium, TokenSource, VolumeManager,
+use nodelet_sources::pod_certificate::{KubePodCertificateSource, PodCertificateManager};
+use nodelet_sources::{
+    KubeTokenSource, KubeTrustBundleSource, Sources, TokenManager, TokenSource, TrustBundleConfig,
+    TrustBundleManager,
 };
+use nodelet_volume_manager::{Config, MemoryMedium, VolumeManager};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +32,8 @@ pub(crate) struct Options {
     pub(crate) root: Option<tempfile::TempDir>,
     pub(crate) tokens: Option<Arc<dyn TokenSource>>,
     pub(crate) configure: fn(&mut Config),
+    /// Which sources the agent builds besides tokens (its feature gates).
+    pub(crate) sources: SourceOptions,
     /// The API server's options (default: `Config::default()`, no authentication).
     pub(crate) server: Option<nodelet_apiserver::Config>,
     /// Talk to the server as `system:node:<name>` instead of as an administrator.
@@ -43,8 +47,31 @@ impl Default for Options {
             root: None,
             tokens: None,
             configure: |_| {},
+            sources: SourceOptions::default(),
             server: None,
             node: None,
+        }
+    }
+}
+
+/// The sources an agent builds, as its feature gates say.
+#[derive(Clone, Copy)]
+pub(crate) struct SourceOptions {
+    /// A ClusterTrustBundle manager (the `ClusterTrustBundle` gates on; default off).
+    pub(crate) trust_bundles: bool,
+    /// A pod certificate manager for node `node-1`, with no jitter (the
+    /// `PodCertificateRequest` gate on; default off).
+    pub(crate) pod_certificates: bool,
+    /// The token refresh fraction (default 0.8, PL-10).
+    pub(crate) token_refresh_fraction: f64,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        Self {
+            trust_bundles: false,
+            pod_certificates: false,
+            token_refresh_fraction: 0.8,
         }
     }
 }
@@ -61,6 +88,7 @@ pub(crate) struct Env {
     run: Option<JoinHandle<()>>,
     strategy: Strategy,
     configure: fn(&mut Config),
+    sources: SourceOptions,
     tokens: Arc<dyn TokenSource>,
     client: kube::Client,
 }
@@ -81,6 +109,7 @@ impl Parts {
         root: &Path,
         strategy: Strategy,
         configure: fn(&mut Config),
+        options: SourceOptions,
         tokens: Arc<dyn TokenSource>,
     ) -> Parts {
         let client = client.clone();
@@ -91,18 +120,29 @@ impl Parts {
         let mut config = Config::new(root);
         config.memory_medium = MemoryMedium::Disk;
         config.fsync = false;
-        // Read only when a test turns the ClusterTrustBundle gates on (PL-17).
-        config.trust_bundles.source = Some(Arc::new(KubeTrustBundleSource::new(client.clone())));
-        // Used only when a test turns the PodCertificateRequest gate on (PL-21); requests name
-        // node `node-1` (the node user of `Options::node` in those tests).
-        config.pod_certificates = Some(Arc::new(KubePodCertificateSource::new(client, "node-1")));
         configure(&mut config);
         let events = RecordingSink::new();
+        let tokens = TokenManager::with_refresh_fraction(tokens, options.token_refresh_fraction);
+        let mut sources = Sources::new(tokens);
+        if options.trust_bundles {
+            // PL-17: read as the node.
+            let mut bundles = TrustBundleConfig::default();
+            bundles.source = Some(Arc::new(KubeTrustBundleSource::new(client.clone())));
+            sources = sources.with_trust_bundles(TrustBundleManager::new(bundles));
+        }
+        if options.pod_certificates {
+            // PL-21: requests name node `node-1` (the node user of `Options::node` in those
+            // tests).
+            let source = Arc::new(KubePodCertificateSource::new(client, "node-1"));
+            let events = Arc::new(events.clone());
+            let manager = PodCertificateManager::new(source, events, std::time::Duration::ZERO);
+            sources = sources.with_pod_certificates(manager);
+        }
         let vm = VolumeManager::new(
             config,
             configmaps.clone(),
             secrets.clone(),
-            tokens,
+            sources,
             Arc::new(events.clone()),
         )
         .unwrap();
@@ -148,6 +188,7 @@ impl Env {
             root.path(),
             options.strategy,
             options.configure,
+            options.sources,
             tokens.clone(),
         );
         Env {
@@ -162,6 +203,7 @@ impl Env {
             run: Some(parts.run),
             strategy: options.strategy,
             configure: options.configure,
+            sources: options.sources,
             tokens,
             client,
         }
@@ -176,6 +218,7 @@ impl Env {
             self.root.path(),
             self.strategy,
             self.configure,
+            self.sources,
             self.tokens.clone(),
         );
         self.vm = parts.vm;

@@ -45,8 +45,6 @@ async fn a_projected_token_is_bound_to_the_pod_with_audience_and_expiry() {
 }
 
 fn fast_refresh(config: &mut nodelet_volume_manager::Config) {
-    // 0.1 % of the 600 s minimum lifetime: the mechanism runs in well under a second.
-    config.token_refresh_fraction = 0.001;
     config.resync_interval = None;
 }
 
@@ -56,6 +54,11 @@ fn fast_refresh(config: &mut nodelet_volume_manager::Config) {
 async fn tokens_are_refreshed_before_expiry_by_rewriting_the_volume() {
     let env = Env::start_with(Options {
         configure: fast_refresh,
+        // 0.1 % of the 600 s minimum lifetime: the mechanism runs in well under a second.
+        sources: SourceOptions {
+            token_refresh_fraction: 0.001,
+            ..SourceOptions::default()
+        },
         ..Options::default()
     })
     .await;

@@ -5,8 +5,6 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_core::Feature;
-use nodelet_volume_manager::Config;
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -14,15 +12,9 @@ use crate::support::*;
 const NODE: &str = "node-1";
 const SIGNER: &str = "example.com/ca";
 
-fn gates_on(config: &mut Config) {
-    config
-        .feature_gates
-        .set(Feature::ClusterTrustBundle, true)
-        .set(Feature::ClusterTrustBundleProjection, true);
-}
-
 /// The stand-in with authentication and (unless `certificates` is false) the certificates
-/// group; the volume manager as `system:node:node-1`, gates on unless `gates` is false.
+/// group; the volume manager as `system:node:node-1`, gates on (the agent builds a trust bundle
+/// manager) unless `gates` is false.
 async fn env(certificates: bool, gates: bool) -> Env {
     let mut server = nodelet_apiserver::Config::default().with_auth();
     if certificates {
@@ -31,7 +23,10 @@ async fn env(certificates: bool, gates: bool) -> Env {
     Env::start_with(Options {
         server: Some(server),
         node: Some(NODE),
-        configure: if gates { gates_on } else { |_| {} },
+        sources: SourceOptions {
+            trust_bundles: gates,
+            ..SourceOptions::default()
+        },
         ..Options::default()
     })
     .await

@@ -4,7 +4,7 @@
 use std::fs;
 
 use nodelet_core::ObjectKind;
-use nodelet_volume_manager::events::reasons;
+use nodelet_core::events::reasons;
 use serde_json::json;
 
 use crate::support::*;

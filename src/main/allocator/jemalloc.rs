@@ -5,14 +5,14 @@
 //! each burst returns them at once, as `malloc_trim` does for glibc.
 
 /// The selected allocator's type.
-pub type Global = tikv_jemallocator::Jemalloc;
+pub(crate) type Global = tikv_jemallocator::Jemalloc;
 
 /// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
-pub const GLOBAL: Global = tikv_jemallocator::Jemalloc;
+/// `#[global_allocator] static GLOBAL: Global = allocator::GLOBAL;`.
+pub(crate) const GLOBAL: Global = tikv_jemallocator::Jemalloc;
 
 /// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-pub const NAME: &str = "jemalloc";
+pub(crate) const NAME: &str = "jemalloc";
 
 use std::ptr;
 

@@ -1,6 +1,6 @@
 //! Service account tokens for projected volumes (PL-10): the [`TokenSource`] seam, its
-//! TokenRequest implementation [`KubeTokenSource`], a fake, and the per-pod token cache that
-//! decides when a token must be refreshed (at 80 % of its lifetime).
+//! TokenRequest implementation [`KubeTokenSource`], a fake, and [`TokenManager`], the per-pod
+//! token cache that decides when a token must be refreshed (at 80 % of its lifetime).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
-use nodelet_core::PodUid;
 use nodelet_core::backoff::Jitter;
+use nodelet_core::{AdmittedPod, PodUid};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -227,43 +227,77 @@ struct Cached {
     refresh_at: Instant,
 }
 
-/// Tokens per pod, refreshed at `refresh_fraction` of their lifetime. Deadlines are in tokio
-/// time (lifetime measured when the token arrives), so tests can run on paused time.
-pub(crate) struct TokenCache {
+/// The kubelet's token manager: service account tokens for the pods' projected volumes,
+/// requested through a [`TokenSource`], cached per pod and request, and reused until a
+/// fraction of their lifetime (default 0.8, PL-10) has passed. Deadlines are in tokio time
+/// (lifetime measured when the token arrives), so tests can run on paused time. Tokens never
+/// change on their own: a volume is set up again at the refresh instant [`get`](Self::get)
+/// returns, so the manager announces no changes.
+///
+/// Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct TokenManager {
+    inner: Arc<TokenInner>,
+}
+
+struct TokenInner {
     source: Arc<dyn TokenSource>,
     refresh_fraction: f64,
     tokens: Mutex<HashMap<TokenKey, Cached>>,
 }
 
-impl TokenCache {
-    pub(crate) fn new(source: Arc<dyn TokenSource>, refresh_fraction: f64) -> Self {
+impl fmt::Debug for TokenManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenManager")
+            .field("refresh_fraction", &self.inner.refresh_fraction)
+            .field("tokens", &self.inner.tokens.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenManager {
+    /// A manager requesting tokens through `source`, refreshing them at 80 % of their lifetime.
+    pub fn new(source: Arc<dyn TokenSource>) -> Self {
+        Self::with_refresh_fraction(source, 0.8)
+    }
+
+    /// A manager refreshing tokens once `refresh_fraction` (clamped to `0.0..=1.0`) of their
+    /// lifetime has passed.
+    pub fn with_refresh_fraction(source: Arc<dyn TokenSource>, refresh_fraction: f64) -> Self {
         Self {
-            source,
-            refresh_fraction: refresh_fraction.clamp(0.0, 1.0),
-            tokens: Mutex::default(),
+            inner: Arc::new(TokenInner {
+                source,
+                refresh_fraction: refresh_fraction.clamp(0.0, 1.0),
+                tokens: Mutex::default(),
+            }),
         }
     }
 
-    /// A token for the pod and the instant it should be refreshed. A token is reused until its
-    /// refresh time.
-    pub(crate) async fn get(
+    /// A token of `service_account` for `pod` (bound to the pod, for `audience`, valid
+    /// `expiration_seconds`) and the instant it should be refreshed: the cached one until
+    /// then, else a new one.
+    ///
+    /// # Errors
+    /// [`TokenError`] when the source fails; the cached token is not handed out then (the
+    /// volume keeps its old file and retries).
+    pub async fn get(
         &self,
-        pod_uid: &PodUid,
-        pod: &Pod,
+        pod: &AdmittedPod,
         service_account: &str,
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<(Token, Instant), TokenError> {
+        let inner = &self.inner;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let request = token_request(pod, audience, expiration_seconds);
-        let key = TokenKey::new(pod_uid, namespace, service_account, &request);
-        let cached = self.tokens.lock().get(&key).cloned();
+        let key = TokenKey::new(pod.uid(), namespace, service_account, &request);
+        let cached = inner.tokens.lock().get(&key).cloned();
         if let Some(c) = &cached
             && Instant::now() < c.refresh_at
         {
             return Ok((c.token.clone(), c.refresh_at));
         }
-        match self
+        match inner
             .source
             .token(namespace, service_account, &request)
             .await
@@ -274,12 +308,12 @@ impl TokenCache {
                     .expiration
                     .duration_since(SystemTime::now())
                     .unwrap_or(Duration::ZERO);
-                let refresh_at = now + lifetime.mul_f64(self.refresh_fraction);
+                let refresh_at = now + lifetime.mul_f64(inner.refresh_fraction);
                 let entry = Cached {
                     token: token.clone(),
                     refresh_at,
                 };
-                self.tokens.lock().insert(key, entry);
+                inner.tokens.lock().insert(key, entry);
                 Ok((token, refresh_at))
             }
             // Unlike the kubelet (which hands out the old token and retries on the next sync),
@@ -290,13 +324,17 @@ impl TokenCache {
     }
 
     /// Forget every token of the pod (PL-10: teardown tells the token manager).
-    pub(crate) fn forget_pod(&self, pod_uid: &PodUid) {
-        self.tokens.lock().retain(|k, _| &k.pod_uid != pod_uid);
+    /// Forgets the pod's tokens (its volumes are gone). Never blocks.
+    pub fn unregister_pod(&self, pod_uid: &PodUid) {
+        self.inner
+            .tokens
+            .lock()
+            .retain(|k, _| &k.pod_uid != pod_uid);
     }
 
     #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.tokens.lock().len()
+    fn len(&self) -> usize {
+        self.inner.tokens.lock().len()
     }
 }
 
@@ -388,10 +426,13 @@ mod tests {
     }
 
     /// Pod `ns/p` with UID `uid`.
-    fn pod(uid: &str) -> Pod {
-        nodelet_testutil::PodBuilder::new("ns", "p")
-            .uid(uid)
-            .build()
+    fn pod(uid: &str) -> AdmittedPod {
+        AdmittedPod::new(
+            nodelet_testutil::PodBuilder::new("ns", "p")
+                .uid(uid)
+                .build(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -406,24 +447,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_token_is_reused_until_eighty_percent_of_its_lifetime_then_refreshed() {
         let fake = FakeTokenSource::new();
-        let cache = TokenCache::new(Arc::new(fake.clone()), 0.8);
-        let (first, refresh_at) = cache
-            .get(&uid("u1"), &pod("u1"), "default", None, 1000)
-            .await
-            .unwrap();
+        let cache = TokenManager::new(Arc::new(fake.clone()));
+        let (first, refresh_at) = cache.get(&pod("u1"), "default", None, 1000).await.unwrap();
         let expected = Instant::now() + Duration::from_secs(800);
         assert!(refresh_at <= expected && refresh_at + Duration::from_secs(2) >= expected);
         tokio::time::advance(Duration::from_secs(700)).await;
-        let (again, _) = cache
-            .get(&uid("u1"), &pod("u1"), "default", None, 1000)
-            .await
-            .unwrap();
+        let (again, _) = cache.get(&pod("u1"), "default", None, 1000).await.unwrap();
         assert_eq!(first, again);
         tokio::time::advance(Duration::from_secs(101)).await;
-        let (fresh, _) = cache
-            .get(&uid("u1"), &pod("u1"), "default", None, 1000)
-            .await
-            .unwrap();
+        let (fresh, _) = cache.get(&pod("u1"), "default", None, 1000).await.unwrap();
         assert_ne!(first.token, fresh.token);
         assert_eq!(fake.issued(), 2);
     }
@@ -431,27 +463,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn tokens_are_per_pod_and_audience_and_forgotten_with_the_pod() {
         let fake = FakeTokenSource::new();
-        let cache = TokenCache::new(Arc::new(fake.clone()), 0.8);
+        let cache = TokenManager::new(Arc::new(fake.clone()));
+        cache.get(&pod("u1"), "sa", None, 3600).await.unwrap();
         cache
-            .get(&uid("u1"), &pod("u1"), "sa", None, 3600)
+            .get(&pod("u1"), "sa", Some("vault"), 3600)
             .await
             .unwrap();
-        cache
-            .get(&uid("u1"), &pod("u1"), "sa", Some("vault"), 3600)
-            .await
-            .unwrap();
-        cache
-            .get(&uid("u2"), &pod("u2"), "sa", None, 3600)
-            .await
-            .unwrap();
+        cache.get(&pod("u2"), "sa", None, 3600).await.unwrap();
         assert_eq!((fake.issued(), cache.len()), (3, 3));
-        cache.forget_pod(&uid("u1"));
+        cache.unregister_pod(&uid("u1"));
         assert_eq!(cache.len(), 1);
     }
 
     #[test]
     fn the_key_is_the_whole_token_request_including_its_uid_when_set() {
-        let p = pod("u1");
+        let p: Pod = (*pod("u1")).clone();
         let request = token_request(&p, Some("vault"), 600);
         let key = |r: &TokenRequest| TokenKey::new(&uid("u1"), "ns", "sa", r);
         assert_eq!(key(&request), key(&request.clone()));
@@ -473,17 +499,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_refresh_reports_the_error() {
         let fake = FakeTokenSource::new();
-        let cache = TokenCache::new(Arc::new(fake.clone()), 0.8);
-        cache
-            .get(&uid("u1"), &pod("u1"), "sa", None, 100)
-            .await
-            .unwrap();
+        let cache = TokenManager::new(Arc::new(fake.clone()));
+        cache.get(&pod("u1"), "sa", None, 100).await.unwrap();
         tokio::time::advance(Duration::from_secs(90)).await;
         fake.fail_next(1);
-        let err = cache
-            .get(&uid("u1"), &pod("u1"), "sa", None, 100)
-            .await
-            .unwrap_err();
+        let err = cache.get(&pod("u1"), "sa", None, 100).await.unwrap_err();
         assert_eq!(err.to_string(), "injected failure");
     }
 }

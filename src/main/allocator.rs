@@ -1,6 +1,8 @@
-//! The global allocator the cargo features select, and the two things the agent asks of it:
-//! the bytes held by live allocations (`nodelet_heap_allocated_bytes` in `/metrics`) and giving
-//! the memory a burst freed back to the operating system (`memory.rs`).
+//! The binary's global allocator, as the cargo features select it, and the two things the
+//! agent asks of it through [`hooks`] (`nodelet::AllocatorHooks`): the bytes held by live
+//! allocations (`nodelet_heap_allocated_bytes` in `/metrics`) and giving the memory a burst
+//! freed back to the operating system. The library holds none of this: only the binary
+//! compiles this module.
 //!
 //! | feature | allocator ([`NAME`]) | live heap | after a burst |
 //! | --- | --- | --- | --- |
@@ -12,9 +14,8 @@
 //! When several are enabled (`--all-features`), one wins by a fixed priority: `dhat-heap`,
 //! then `jemalloc`, then `mimalloc`; the others are linked and unused.
 //!
-//! The `nodelet` binary installs [`GLOBAL`] as its `#[global_allocator]`, and so do the
-//! library's own unit tests. A program that embeds the library with one of these features
-//! and keeps another allocator gets `/metrics` figures of an allocator it does not use.
+//! `main.rs` installs [`GLOBAL`] as the `#[global_allocator]` (the binary's unit tests
+//! below measure it too) and hands [`hooks`] to the agent.
 //!
 //! Each allocator's entry points live in a child module; the ones without a safe wrapper are
 //! the crate's documented `unsafe` exceptions (`system.rs`, `jemalloc.rs`, `mimalloc.rs`).
@@ -39,17 +40,21 @@ mod selected;
 #[path = "allocator/mimalloc.rs"]
 mod selected;
 
-pub use self::selected::{GLOBAL, Global, NAME};
+pub(crate) use self::selected::{GLOBAL, Global, NAME};
 
-// The library's unit tests allocate through the allocator they measure.
-#[cfg(test)]
-#[global_allocator]
-static TEST_GLOBAL: Global = GLOBAL;
+/// What the agent asks of the selected allocator.
+pub(crate) fn hooks() -> nodelet::AllocatorHooks {
+    nodelet::AllocatorHooks {
+        name: NAME,
+        allocated_bytes,
+        release_free_memory,
+    }
+}
 
 /// Settles the selected allocator's configuration; call it first in `main`, before any thread
 /// starts. glibc: at most one arena per CPU unless `MALLOC_ARENA_MAX` says otherwise (returns
 /// the cap set); the others: nothing (`None`).
-pub fn configure() -> Option<usize> {
+pub(crate) fn configure() -> Option<usize> {
     selected::configure()
 }
 

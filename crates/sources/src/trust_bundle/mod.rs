@@ -1,7 +1,9 @@
 //! The `clusterTrustBundle` projected source (PL-17 … PL-20): [`TrustBundleManager`] reads
 //! ClusterTrustBundles through a [`TrustBundleSource`] ([`KubeTrustBundleSource`] in
-//! production) and answers a projection with normalized PEM; [`TrustBundleRef`] and
-//! [`TrustBundleChange`] tie its changes to the volumes that read them.
+//! production) and answers a projection with normalized PEM; [`source_ref`] names what a
+//! projection reads and every change goes out as a
+//! [`SourceChange::TrustBundle`](nodelet_core::SourceChange), which ties it to the volumes that
+//! read it.
 //!
 //! # How a read is answered
 //!
@@ -38,7 +40,7 @@ pub use error::TrustBundleError;
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::FakeTrustBundleSource;
 pub use manager::{TrustBundleConfig, TrustBundleManager};
-pub use refs::{TrustBundleChange, TrustBundleRef, referenced_trust_bundles};
+pub use refs::source_ref;
 pub use source::{
     BundleEvent, BundleStream, KubeTrustBundleSource, TrustBundle, TrustBundleApi,
     TrustBundleSource,

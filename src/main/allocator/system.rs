@@ -16,22 +16,22 @@
 
 /// The selected allocator's type: the system's, or `dhat::Alloc` over it (`dhat-heap`).
 #[cfg(not(feature = "dhat-heap"))]
-pub type Global = std::alloc::System;
+pub(crate) type Global = std::alloc::System;
 /// The selected allocator's type: the system's, or `dhat::Alloc` over it (`dhat-heap`).
 #[cfg(feature = "dhat-heap")]
-pub type Global = dhat::Alloc;
+pub(crate) type Global = dhat::Alloc;
 
 /// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
+/// `#[global_allocator] static GLOBAL: Global = allocator::GLOBAL;`.
 #[cfg(not(feature = "dhat-heap"))]
-pub const GLOBAL: Global = std::alloc::System;
+pub(crate) const GLOBAL: Global = std::alloc::System;
 /// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
+/// `#[global_allocator] static GLOBAL: Global = allocator::GLOBAL;`.
 #[cfg(feature = "dhat-heap")]
-pub const GLOBAL: Global = dhat::Alloc;
+pub(crate) const GLOBAL: Global = dhat::Alloc;
 
 /// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-pub const NAME: &str = if cfg!(feature = "dhat-heap") {
+pub(crate) const NAME: &str = if cfg!(feature = "dhat-heap") {
     "dhat (over system glibc)"
 } else {
     "system (glibc)"

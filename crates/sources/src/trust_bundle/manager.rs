@@ -13,6 +13,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ClusterTrustBundleProjection;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use lru::LruCache;
+use nodelet_core::SourceChange;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -27,8 +28,8 @@ use super::source::{BundleEvent, BundleStream, TrustBundle, TrustBundleApi, Trus
 /// Changes kept for a slow subscriber before it lags (and misses some).
 const CHANGES_CAPACITY: usize = 1024;
 
-/// Options of the [`TrustBundleManager`] a [`VolumeManager`](crate::VolumeManager) builds
-/// when the `ClusterTrustBundle` and `ClusterTrustBundleProjection` gates are on.
+/// Options of a [`TrustBundleManager`] (the agent builds one when the `ClusterTrustBundle` and
+/// `ClusterTrustBundleProjection` gates are on).
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct TrustBundleConfig {
@@ -89,7 +90,7 @@ struct Shared {
     store: RwLock<Store>,
     synced: watch::Sender<bool>,
     cache: Mutex<LruCache<CacheKey, Cached>>,
-    changes: broadcast::Sender<TrustBundleChange>,
+    changes: broadcast::Sender<SourceChange>,
     /// The per-process order of anchors (the kubelet shuffles).
     order: RandomState,
     shutdown: CancellationToken,
@@ -247,10 +248,10 @@ impl TrustBundleManager {
         Ok(self.normalize_and_cache(key, generation, selected.iter().map(String::as_str)))
     }
 
-    /// A [`TrustBundleChange`] for every bundle created, modified or deleted (after the
-    /// cached results it affects are dropped). Only changes after this call arrive; a
+    /// A [`SourceChange::TrustBundle`] for every bundle created, modified or deleted (after
+    /// the cached results it affects are dropped). Only changes after this call arrive; a
     /// subscriber more than 1,024 behind lags.
-    pub fn subscribe(&self) -> broadcast::Receiver<TrustBundleChange> {
+    pub fn subscribe(&self) -> broadcast::Receiver<SourceChange> {
         self.shared.changes.subscribe()
     }
 
@@ -420,7 +421,7 @@ impl Shared {
         }
         for change in changes {
             // Nobody listening is fine.
-            let _ = self.changes.send(change);
+            let _ = self.changes.send(change.into());
         }
     }
 }
@@ -589,7 +590,13 @@ mod tests {
         // An unrelated bundle changes: both stay cached.
         source.apply(bundle("other", None, &[], b"o2"));
         let change = changes.recv().await.unwrap();
-        assert_eq!((change.name.as_str(), change.signer_name), ("other", None));
+        assert_eq!(
+            change,
+            SourceChange::TrustBundle {
+                name: "other".into(),
+                signer_name: None
+            }
+        );
         m.by_name("named", false).await.unwrap();
         m.by_signer("example.com/s", Some(&everything), false)
             .await
@@ -599,7 +606,13 @@ mod tests {
         // The bundle changes: its name's and its signer's results are dropped.
         source.apply(bundle("named", Some("example.com/s"), &[], b"n2"));
         let change = changes.recv().await.unwrap();
-        assert_eq!(change.signer_name.as_deref(), Some("example.com/s"));
+        assert_eq!(
+            change,
+            SourceChange::TrustBundle {
+                name: "named".into(),
+                signer_name: Some("example.com/s".into())
+            }
+        );
         assert_eq!(
             ders(&m.by_name("named", false).await.unwrap()),
             [b"n2".to_vec()]

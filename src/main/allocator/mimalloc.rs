@@ -5,14 +5,14 @@
 //! count live bytes only in builds with `MI_STAT`, so the agent exposes no heap figure.
 
 /// The selected allocator's type.
-pub type Global = ::mimalloc::MiMalloc;
+pub(crate) type Global = ::mimalloc::MiMalloc;
 
 /// The allocator the `nodelet` binary installs:
-/// `#[global_allocator] static GLOBAL: Global = nodelet::allocator::GLOBAL;`.
-pub const GLOBAL: Global = ::mimalloc::MiMalloc;
+/// `#[global_allocator] static GLOBAL: Global = allocator::GLOBAL;`.
+pub(crate) const GLOBAL: Global = ::mimalloc::MiMalloc;
 
 /// The selected allocator's name, as logged at start and in `nodelet_build_info`.
-pub const NAME: &str = "mimalloc";
+pub(crate) const NAME: &str = "mimalloc";
 
 /// Not available cheaply: `None`.
 pub(super) fn allocated_bytes() -> Option<u64> {

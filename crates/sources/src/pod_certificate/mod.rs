@@ -1,17 +1,20 @@
-//! The `podCertificate` projected source (PL-21, PL-22; gate `PodCertificateRequest`): a key
-//! pair made on the node, a PodCertificateRequest for it, and the issued chain projected into
-//! the pod's volume — kept fresh while the pod runs.
+//! The `podCertificate` projected source (PL-21, PL-22; gate `PodCertificateRequest`, cargo
+//! feature `pod-certificates`): a key pair made on the node, a PodCertificateRequest for it,
+//! and the issued chain projected into the pod's volume — kept fresh while the pod runs.
 //!
 //! # Pieces
 //!
-//! * [`keys`] — the six key types ([`KeyType`]), PKCS#8 PEM private keys ([`PrivateKeyPem`],
-//!   redacted in `Debug`) and the stub PKCS#10 request that carries the public key.
+//! * [`keys`] — the six key types ([`KeyType`]) and the stub PKCS#10 request that carries the
+//!   public key (rcgen on aws-lc-rs: the reason for the cargo feature); private keys are
+//!   PKCS#8 PEM ([`PrivateKeyPem`](crate::PrivateKeyPem), redacted in `Debug`).
 //! * [`PodCertificateSource`] — the API seam: create a request, read the node's and the service
 //!   account's UIDs, see requests through one node-wide watch. [`KubePodCertificateSource`]
 //!   is the real one (`FakePodCertificateSource` under the `test-util` feature).
-//! * `PodCertificates` (crate-private) — one state machine per (pod, volume, source index), stepped by the
-//!   projected plugin's SetUp; the volume manager remounts a pod's volumes when the watch sees
-//!   one of its requests change, and at the instant the state machine asks for.
+//! * [`PodCertificateManager`] — one state machine per (pod, volume, source index), stepped by
+//!   the projected plugin's SetUp; its [`subscribe`](PodCertificateManager::subscribe) sends a
+//!   [`SourceChange::PodCertificate`](nodelet_core::SourceChange) when the watch sees one of a
+//!   pod's requests change, and the volume manager sets that pod's certificate volumes up
+//!   again, as at the instant the state machine asks for.
 //!
 //! # Steps (`manager.rs` carries the `// (n)` markers)
 //!
@@ -45,8 +48,9 @@ mod manager;
 mod source;
 
 pub use error::{ApiError, PodCertificateError};
-pub use keys::{KeyError, KeyType, PrivateKeyPem};
-pub(crate) use manager::PodCertificates;
+pub use keys::{KeyError, KeyType};
+pub use manager::MAX_JITTER;
+pub use manager::PodCertificateManager;
 #[cfg(any(test, feature = "test-util"))]
 pub use source::FakePodCertificateSource;
 pub use source::{KubePodCertificateSource, PodCertificateSource};

@@ -1,4 +1,4 @@
-//! [`PodCertificates`]: the kubelet's pod certificate manager — one state machine per
+//! [`PodCertificateManager`]: the kubelet's pod certificate manager — one state machine per
 //! (pod, volume, source index), stepped by the projected plugin's SetUp (PL-21, PL-22).
 
 use std::collections::HashMap;
@@ -9,38 +9,33 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1beta1::{PodCertificateRequest, PodCertificateRequestSpec};
 use k8s_openapi::api::core::v1::PodCertificateProjection;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use nodelet_core::{AdmittedPod, EventType, PodUid};
+use nodelet_core::events::{EventSink, reasons};
+use nodelet_core::{AdmittedPod, EventType, PodUid, SourceChange};
 use parking_lot::Mutex;
 use rand::Rng as _;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::error::PodCertificateError;
-use super::keys::{KeyType, PrivateKeyPem, generate_key};
+use super::keys::{KeyType, generate_key};
 use super::source::PodCertificateSource;
-use crate::events::{EventSink, reasons};
+use crate::credential::{CredentialBundle, PrivateKeyPem};
 
 /// PL-22: a request not seen this long (plus jitter) after it was created is taken as deleted
 /// and made again.
 pub(crate) const ASSUME_DELETED_AFTER: Duration = Duration::from_secs(600);
+/// PL-22: the kubelet's largest random delay added to a credential's `beginRefreshAt` and to
+/// the 10 min after which an unseen request is made again (a [`PodCertificateManager::new`]
+/// argument; tests pass zero).
+pub const MAX_JITTER: Duration = Duration::from_secs(300);
 /// PL-22: a credential still not refreshed this long after its `beginRefreshAt` is overdue.
 pub(crate) const REFRESH_OVERDUE_AFTER: Duration = Duration::from_secs(600);
 
-/// An issued credential, as the projected plugin writes it.
-#[derive(Debug, Clone)]
-pub(crate) struct Bundle {
-    /// The private key (PKCS#8 PEM).
-    pub(crate) private_key: PrivateKeyPem,
-    /// The certificate chain, PEM `CERTIFICATE` blocks only.
-    pub(crate) chain: Vec<u8>,
-    /// When the volume must be set up again even if nothing changes (refresh, events).
-    pub(crate) refresh_at: Instant,
-}
-
 /// The kubelet's pod certificate manager: per `podCertificate` source of every desired pod,
 /// a state machine that creates PodCertificateRequests, waits for the signer, refreshes the
-/// credential and reports late refreshes. Built by the volume manager when the
-/// `PodCertificateRequest` gate is on and a [`PodCertificateSource`] is configured.
+/// credential and reports late refreshes. Built by the agent when the `PodCertificateRequest`
+/// gate is on, over a [`PodCertificateSource`]; cheap to share behind the
+/// [`Sources`](crate::Sources) handle.
 ///
 /// ```text
 ///                        ┌───────────────────────────┐
@@ -51,16 +46,16 @@ pub(crate) struct Bundle {
 ///               ├──► denied ◄─────────────────────────┤
 ///               └──► failed ◄─────────────────────────┘
 /// ```
-pub(crate) struct PodCertificates {
+pub struct PodCertificateManager {
     source: Arc<dyn PodCertificateSource>,
     events: Arc<dyn EventSink>,
     max_jitter: Duration,
     states: Mutex<HashMap<ProjectionKey, CredState>>,
 }
 
-impl std::fmt::Debug for PodCertificates {
+impl std::fmt::Debug for PodCertificateManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodCertificates")
+        f.debug_struct("PodCertificateManager")
             .field("source", &self.source)
             .field("projections", &self.states.lock().len())
             .finish_non_exhaustive()
@@ -120,10 +115,10 @@ enum Observed {
     },
 }
 
-impl PodCertificates {
+impl PodCertificateManager {
     /// A manager creating requests through `source`, reporting to `events`; refresh times and
     /// the re-create deadline get a random delay below `max_jitter` (the kubelet: 5 min).
-    pub(crate) fn new(
+    pub fn new(
         source: Arc<dyn PodCertificateSource>,
         events: Arc<dyn EventSink>,
         max_jitter: Duration,
@@ -136,13 +131,14 @@ impl PodCertificates {
         }
     }
 
-    /// `spec.podUID` of every request the node's watch sees change.
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<String> {
+    /// A [`SourceChange::PodCertificate`] for every request of a pod the node's watch sees
+    /// created, changed or deleted. Only changes after this call arrive.
+    pub fn subscribe(&self) -> broadcast::Receiver<SourceChange> {
         self.source.subscribe()
     }
 
-    /// Forgets every state machine of the pod (its volumes are gone).
-    pub(crate) fn forget_pod(&self, pod_uid: &PodUid) {
+    /// Forgets every state machine of the pod (its volumes are gone). Never blocks.
+    pub fn unregister_pod(&self, pod_uid: &PodUid) {
         self.states.lock().retain(|k, _| &k.pod_uid != pod_uid);
     }
 
@@ -153,13 +149,13 @@ impl PodCertificates {
     /// [`PodCertificateError::NotIssued`] while the first request waits for the signer;
     /// `Denied` / `Failed` for good once the signer refused; API and key errors as they come
     /// (the next SetUp retries).
-    pub(crate) async fn credential_bundle(
+    pub async fn credential_bundle(
         &self,
         pod: &AdmittedPod,
         volume: &str,
         source_index: usize,
         projection: &PodCertificateProjection,
-    ) -> Result<Bundle, PodCertificateError> {
+    ) -> Result<CredentialBundle, PodCertificateError> {
         let key = ProjectionKey {
             pod_uid: pod.uid().clone(),
             volume: volume.to_owned(),
@@ -183,7 +179,7 @@ impl PodCertificates {
         pod: &AdmittedPod,
         projection: &PodCertificateProjection,
         mut state: CredState,
-    ) -> (CredState, Result<Bundle, PodCertificateError>) {
+    ) -> (CredState, Result<CredentialBundle, PodCertificateError>) {
         loop {
             let now = Instant::now();
             state = match state {
@@ -382,7 +378,7 @@ impl PodCertificates {
         failed: bool,
         reason: String,
         message: String,
-    ) -> (CredState, Result<Bundle, PodCertificateError>) {
+    ) -> (CredState, Result<CredentialBundle, PodCertificateError>) {
         let (event_reason, verb) = if failed {
             (reasons::POD_CERTIFICATE_FAILED, "failed")
         } else {
@@ -434,8 +430,8 @@ impl PodCertificates {
     }
 }
 
-fn bundle(issued: &Issued, refresh_at: Instant) -> Bundle {
-    Bundle {
+fn bundle(issued: &Issued, refresh_at: Instant) -> CredentialBundle {
+    CredentialBundle {
         private_key: issued.private_key.clone(),
         chain: issued.chain.clone(),
         refresh_at,

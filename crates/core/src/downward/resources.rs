@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::error::DownwardError;
-use nodelet_core::NodeAllocatable;
+use crate::NodeAllocatable;
 
 /// The value of a `resourceFieldRef`: the named container's (or, when the selector names
 /// none, `default_container`'s) limit or request, divided by the divisor (default and `0`

@@ -17,6 +17,8 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use nodelet_core::{PodUid, SourceChange};
+
 use super::error::ApiError;
 
 /// Where PodCertificateRequests are created and seen, and the UIDs that go into them.
@@ -53,8 +55,9 @@ pub trait PodCertificateSource: Send + Sync + fmt::Debug + 'static {
     /// yet, or deleted). Never a request.
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<PodCertificateRequest>>;
 
-    /// `spec.podUID` of every request the watch sees added, changed or deleted.
-    fn subscribe(&self) -> broadcast::Receiver<String>;
+    /// A [`SourceChange::PodCertificate`] (`spec.podUID`) for every request the watch sees
+    /// added, changed or deleted.
+    fn subscribe(&self) -> broadcast::Receiver<SourceChange>;
 }
 
 /// [`PodCertificateSource`] over the API: creates requests in the pod's namespace and keeps
@@ -73,7 +76,7 @@ struct KubeInner {
     store: Store<PodCertificateRequest>,
     /// The store's writer until the watch starts.
     writer: Mutex<Option<Writer<PodCertificateRequest>>>,
-    changes: broadcast::Sender<String>,
+    changes: broadcast::Sender<SourceChange>,
     stop: CancellationToken,
 }
 
@@ -132,8 +135,11 @@ impl KubePodCertificateSource {
                     };
                     match next {
                         Some(Ok(Event::Apply(r) | Event::Delete(r) | Event::InitApply(r))) => {
-                            // Nobody listening is fine.
-                            let _ = changes.send(r.spec.pod_uid.clone());
+                            // Nobody listening is fine; a request naming no valid pod UID
+                            // concerns no pod of this node.
+                            if let Ok(pod_uid) = PodUid::new(&r.spec.pod_uid) {
+                                let _ = changes.send(SourceChange::PodCertificate { pod_uid });
+                            }
                         }
                         Some(Ok(Event::Init | Event::InitDone)) => {}
                         Some(Err(e)) => {
@@ -186,7 +192,7 @@ impl PodCertificateSource for KubePodCertificateSource {
             .get(&ObjectRef::new(name).within(namespace))
     }
 
-    fn subscribe(&self) -> broadcast::Receiver<String> {
+    fn subscribe(&self) -> broadcast::Receiver<SourceChange> {
         self.inner.changes.subscribe()
     }
 }
@@ -205,6 +211,7 @@ mod fake {
         PodCertificateRequest, PodCertificateRequestStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use nodelet_core::{PodUid, SourceChange};
     use parking_lot::Mutex;
     use tokio::sync::broadcast;
 
@@ -223,7 +230,7 @@ mod fake {
         node_name: String,
         visible: Mutex<BTreeMap<(String, String), Arc<PodCertificateRequest>>>,
         created: Mutex<Vec<PodCertificateRequest>>,
-        changes: broadcast::Sender<String>,
+        changes: broadcast::Sender<SourceChange>,
     }
 
     impl FakePodCertificateSource {
@@ -306,7 +313,12 @@ mod fake {
         }
 
         fn notify(&self, r: &PodCertificateRequest) {
-            let _ = self.inner.changes.send(r.spec.pod_uid.clone());
+            if let Ok(pod_uid) = PodUid::new(&r.spec.pod_uid) {
+                let _ = self
+                    .inner
+                    .changes
+                    .send(SourceChange::PodCertificate { pod_uid });
+            }
         }
     }
 
@@ -377,7 +389,7 @@ mod fake {
                 .cloned()
         }
 
-        fn subscribe(&self) -> broadcast::Receiver<String> {
+        fn subscribe(&self) -> broadcast::Receiver<SourceChange> {
             self.inner.changes.subscribe()
         }
     }

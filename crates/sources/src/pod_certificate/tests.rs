@@ -7,15 +7,15 @@ use serde_json::json;
 use x509_parser::prelude::{FromDer, X509CertificationRequest};
 
 use super::*;
-use crate::events::RecordingSink;
 use crate::pod_certificate::FakePodCertificateSource;
+use nodelet_core::events::RecordingSink;
 
 const CHAIN: &str = "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n";
 
 struct Fixture {
     fake: FakePodCertificateSource,
     events: RecordingSink,
-    manager: PodCertificates,
+    manager: PodCertificateManager,
     pod: AdmittedPod,
     projection: PodCertificateProjection,
 }
@@ -24,7 +24,7 @@ fn fixture(max_jitter: Duration) -> Fixture {
     let fake = FakePodCertificateSource::new("node-1");
     let events = RecordingSink::new();
     let manager =
-        PodCertificates::new(Arc::new(fake.clone()), Arc::new(events.clone()), max_jitter);
+        PodCertificateManager::new(Arc::new(fake.clone()), Arc::new(events.clone()), max_jitter);
     let pod = PodBuilder::new("ns", "web")
         .uid("pod-uid")
         .service_account("sa")
@@ -44,7 +44,7 @@ fn fixture(max_jitter: Duration) -> Fixture {
 }
 
 impl Fixture {
-    async fn bundle(&self) -> Result<Bundle, PodCertificateError> {
+    async fn bundle(&self) -> Result<CredentialBundle, PodCertificateError> {
         self.manager
             .credential_bundle(&self.pod, "certs", 0, &self.projection)
             .await
@@ -269,7 +269,7 @@ async fn an_unknown_key_type_fails_before_any_request() {
 async fn forgetting_a_pod_starts_its_sources_over() {
     let f = fixture(Duration::ZERO);
     f.bundle().await.unwrap_err();
-    f.manager.forget_pod(f.pod.uid());
+    f.manager.unregister_pod(f.pod.uid());
     f.bundle().await.unwrap_err();
     assert_eq!(f.fake.created().len(), 2);
 }
@@ -284,127 +284,4 @@ fn a_chain_keeps_only_certificate_blocks_without_headers_or_text_between() {
         "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n\
          -----BEGIN CERTIFICATE-----\nBAUG\n-----END CERTIFICATE-----\n"
     );
-}
-
-mod through_the_volume_manager {
-    //! The whole path on fakes and paused time: reconciler, projected plugin, atomic writer.
-    //! (Against the stand-in a refresh cannot be reached in a test: its validation puts
-    //! `beginRefreshAt` at least 5 minutes ahead.)
-    use std::path::Path;
-    use std::time::{Duration, SystemTime};
-
-    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    use nodelet_object_manager::source::FakeSource;
-    use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
-    use nodelet_testutil::PodBuilder;
-    use serde_json::json;
-    use tokio_util::sync::CancellationToken;
-
-    use crate::events::RecordingSink;
-    use crate::pod_certificate::FakePodCertificateSource;
-    use crate::token::FakeTokenSource;
-    use crate::{Config, MemoryMedium, VolumeManager};
-    use nodelet_core::{AdmittedPod, Feature};
-
-    const CHAIN_1: &str = "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n";
-    const CHAIN_2: &str = "-----BEGIN CERTIFICATE-----\nBAUG\n-----END CERTIFICATE-----\n";
-
-    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-        for _ in 0..10_000 {
-            if cond() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("never: {what}");
-    }
-
-    fn read(dir: &Path, name: &str) -> String {
-        std::fs::read_to_string(dir.join(name)).unwrap_or_default()
-    }
-
-    // PL-22: at beginRefreshAt a new request is made while the old key and chain stay on disk;
-    // once it is issued, the volume is rewritten with the new key and chain.
-    #[tokio::test(start_paused = true)]
-    async fn a_refresh_keeps_the_old_files_until_the_new_certificate_is_issued() {
-        let root = tempfile::tempdir().unwrap();
-        let mc = ManagerConfig::default();
-        let configmaps = ConfigMapManager::with_sources(
-            std::sync::Arc::new(FakeSource::<ConfigMap>::new()),
-            None,
-            mc.clone(),
-        )
-        .unwrap();
-        let secrets =
-            SecretManager::with_sources(std::sync::Arc::new(FakeSource::<Secret>::new()), None, mc)
-                .unwrap();
-        let fake = FakePodCertificateSource::new("node-1");
-        let mut config = Config::new(root.path());
-        config.memory_medium = MemoryMedium::Disk;
-        config.fsync = false;
-        config.resync_interval = None;
-        config
-            .feature_gates
-            .set(Feature::PodCertificateRequest, true);
-        config.pod_certificates = Some(std::sync::Arc::new(fake.clone()));
-        config.pod_certificate_jitter = Duration::ZERO;
-        let events = RecordingSink::new();
-        let vm = VolumeManager::new(
-            config,
-            configmaps,
-            secrets,
-            std::sync::Arc::new(FakeTokenSource::new()),
-            std::sync::Arc::new(events.clone()),
-        )
-        .unwrap();
-        let shutdown = CancellationToken::new();
-        tokio::spawn({
-            let (vm, shutdown) = (vm.clone(), shutdown.clone());
-            async move { vm.run(shutdown).await }
-        });
-        let pod = PodBuilder::new("ns", "p")
-            .uid("u1")
-            .container(json!({"name": "c", "volumeMounts": [{"name": "certs", "mountPath": "/c"}]}))
-            .volume(
-                json!({"name": "certs", "projected": {"defaultMode": 0o644, "sources": [
-                {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519",
-                    "keyPath": "key.pem", "certificateChainPath": "chain.pem"}}]}}),
-            )
-            .build();
-        let pod = AdmittedPod::new(pod).unwrap();
-        vm.add_pod(&pod);
-        until("the first request", || fake.created().len() == 1).await;
-        let now = SystemTime::now();
-        let hour = Duration::from_secs(3600);
-        let first = fake.last_name().unwrap();
-        fake.issue("ns", &first, CHAIN_1, now + hour, now + 2 * hour);
-        vm.wait_for_attach_and_mount(&pod).await.unwrap();
-        let dir = vm
-            .host()
-            .volume_dir(pod.uid(), "kubernetes.io/projected", "certs");
-        let old_key = read(&dir, "key.pem");
-        assert!(old_key.starts_with("-----BEGIN PRIVATE KEY-----"));
-        assert_eq!(read(&dir, "chain.pem"), CHAIN_1);
-
-        // beginRefreshAt: a refresh request; the old credential stays.
-        tokio::time::advance(hour).await;
-        until("the refresh request", || fake.created().len() == 2).await;
-        assert_eq!(read(&dir, "key.pem"), old_key);
-        assert_eq!(read(&dir, "chain.pem"), CHAIN_1);
-
-        // Issued: both files replaced.
-        let refresh = fake.last_name().unwrap();
-        fake.issue("ns", &refresh, CHAIN_2, now + 3 * hour, now + 4 * hour);
-        until("the new chain", || read(&dir, "chain.pem") == CHAIN_2).await;
-        let new_key = read(&dir, "key.pem");
-        assert!(new_key.starts_with("-----BEGIN PRIVATE KEY-----") && new_key != old_key);
-        assert_eq!(fake.created().len(), 2);
-        assert!(
-            events
-                .with_reason("FailedMount")
-                .iter()
-                .all(|e| e.message.ends_with("credential bundle is not issued yet"))
-        );
-        shutdown.cancel();
-    }
 }

@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use k8s_openapi::api::core::v1::Pod;
-//! use nodelet_volume_manager::downward::{env_field_ref_value, field_ref_value};
+//! use nodelet_core::downward::{env_field_ref_value, field_ref_value};
 //!
 //! let pod: Pod = serde_json::from_value(serde_json::json!({
 //!     "metadata": {"name": "web", "labels": {"tier": "front", "app": "web"}},

@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use rcgen::{CertificateParams, DistinguishedName, KeyPair, RsaKeySize, SignatureAlgorithm};
 
+use crate::credential::PrivateKeyPem;
+
 /// `podCertificate.keyType`: the key types a v1.36 kubelet generates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -103,23 +105,6 @@ pub enum KeyError {
     },
 }
 
-/// A private key as PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`). `Debug` never prints it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PrivateKeyPem(Vec<u8>);
-
-impl PrivateKeyPem {
-    /// The PEM text.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for PrivateKeyPem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PrivateKeyPem(<{} bytes>)", self.0.len())
-    }
-}
-
 /// A new key pair for one PodCertificateRequest.
 #[derive(Debug, Clone)]
 pub struct NewKey {
@@ -155,7 +140,7 @@ pub fn generate_key(key_type: KeyType) -> Result<NewKey, KeyError> {
             message: e.to_string(),
         })?;
     Ok(NewKey {
-        private_key: PrivateKeyPem(key_pair.serialize_pem().into_bytes()),
+        private_key: PrivateKeyPem::new(key_pair.serialize_pem().into_bytes()),
         stub_pkcs10_request: request.der().to_vec(),
     })
 }
