@@ -26,8 +26,8 @@
 //!
 //! Runs (each on a fresh server and agent): HTTP/2 at 150 and 1,000 objects; the same with
 //! `--goaway-chance 0.02` and 10 streams per connection (as the real-server run);
-//! `goaway-30x5`, the real-server restart (150 objects on 30 pods, 5 each, GOAWAY as
-//! above); HTTP/1.1 at 1,000 objects.
+//! `goaway-30x5`, the restart measured on a real kube-apiserver (150 objects on 30 pods, 5
+//! each, GOAWAY as above); HTTP/1.1 at 1,000 objects.
 //! `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,goaway-30x5,h1-1000,h2-100` picks some;
 //! `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start);
 //! `SCALE_CPU_HOG=SECS` adds a CPU competitor during step 4 (see [`cpu_competitor`]).
@@ -110,7 +110,8 @@ const RUNS: [Run; 7] = [
         pods: PODS,
         goaway: None,
     },
-    // The real-server restart: 30 pods x 5 objects, GOAWAY 0.02 with 10 streams.
+    // The restart measured on a real kube-apiserver: 30 pods x 5 objects, GOAWAY 0.02 with 10
+    // streams.
     Run {
         name: "goaway-30x5",
         protocol: "auto",

@@ -1,0 +1,465 @@
+//! Pod churn, as measured against a real v1.36 kube-apiserver: the real `nodelet` binary (a
+//! child process, so its heap and RSS are its own) on a node identity against
+//! `nodelet-apiserver` (in this process) over TLS, with auth and the Node authorizer's lag (a
+//! new pod's objects are refused, "no relationship found", until the authorizer's graph links
+//! the pod):
+//!
+//! 1. Start the API server (TLS, auth, the authorizer's default lag of 50 ms); start the agent
+//!    with its `/metrics` endpoint; once it watches its pods, settle 10 s: the idle heap
+//!    (`nodelet_heap_allocated_bytes`) and RSS, before the first pod.
+//! 2. Create 30 pods, each mounting 5 objects of its own (3 ConfigMaps, 2 Secrets, created just
+//!    before it).
+//! 3. For `CHURN_SECS`: every 5 s delete the 6 oldest pods (as `kubectl delete`: the agent
+//!    tears each down and removes it from the API, then the bench deletes its objects) and
+//!    create 6 new ones; 3 updates/s, each to a random object of a random pod whose volumes are
+//!    all on disk (a whole-object update: the agent sees the MODIFIED event a PATCH makes).
+//!    Heap and RSS sampled every 15 s.
+//! 4. Delete every pod; wait until their volume directories are gone and they are removed from
+//!    the API; delete their objects; wait 10 s: heap and RSS after the last pod.
+//!
+//! Prints: pod created → all 5 files on disk, p50 / p99 / max (the pods of the churn; the first
+//! 30, a cold start, on a line of their own); update → new content on disk; pod deleted →
+//! removed from the API by the agent; pods created and deleted, updates; the heap and RSS
+//! series; idle, min / max after warm-up (the first 20 % of the run) and the least-squares
+//! slope per minute after it; heap and RSS after the last pod against idle; the agent's LISTs,
+//! watch-lists and watches over the run, by resource.
+//!
+//! `cargo bench -p nodelet --bench churn` (about 2.5 minutes). `CHURN_SECS=N`: how long to
+//! churn (default 120; the memory run is `CHURN_SECS=1800`). `CHURN_LAG_MS=N`: the Node
+//! authorizer's lag (default the server's). `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary
+//! (a `dhat-heap` build writes its profile when the bench stops it with SIGTERM, to
+//! `$NODELET_DHAT_FILE`); `SCALE_AGENT_LOG` is its `RUST_LOG`.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nodelet_apiserver::{ApiServer, ServerHandle, User};
+use nodelet_core::{PodDirs, PodUid};
+
+use support::{
+    NODE, delete_object, free_port, heap_bytes, list_watch_counts, object, pod, rss_kib, scrape,
+    spawn_agent, summary, volume_dir,
+};
+
+/// Pods alive at any time.
+const PODS: usize = 30;
+/// Volumes per pod: objects `10 i .. 10 i + 5`, even ConfigMaps and odd Secrets (3 + 2).
+const VOLUMES: usize = 5;
+/// Every `REPLACE_EVERY`, the `REPLACED` oldest pods are deleted and as many created.
+const REPLACE_EVERY: Duration = Duration::from_secs(5);
+const REPLACED: usize = 6;
+/// Updates per second to objects of live pods.
+const UPDATES_PER_SEC: u32 = 3;
+const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+/// The first fifth of the run is warm-up: left out of min / max and the slope.
+const WARM_UP: f64 = 0.2;
+/// Settle before the idle figures and after the last pod is gone.
+const SETTLE: Duration = Duration::from_secs(10);
+/// How long a pod may take to mount, or to be torn down and removed, before the bench gives up.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn main() {
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !"churn".contains(&a))
+    {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    rt.block_on(run());
+}
+
+/// A pod of the workload: `p-<index>` mounting objects `objs`.
+struct Pod {
+    index: usize,
+    objs: [usize; VOLUMES],
+    /// Each volume's file `k`.
+    files: [PathBuf; VOLUMES],
+    /// `<root>/pods/<uid>/volumes`.
+    volumes: PathBuf,
+    created: Instant,
+    /// When all its files were on disk, from `created`.
+    mounted: Option<Duration>,
+}
+
+/// An update written and not yet seen on disk: file `path` of pod `pod` must hold `seq` or a
+/// later value.
+struct PendingUpdate {
+    pod: usize,
+    path: PathBuf,
+    seq: u64,
+    since: Instant,
+}
+
+/// One heap / RSS sample, `at` from the first pod created.
+struct Sample {
+    at: Duration,
+    heap: Option<f64>,
+    rss: f64,
+}
+
+async fn run() {
+    let secs: u64 = env_num("CHURN_SECS").unwrap_or(120);
+    let churn = Duration::from_secs(secs);
+    // (1)
+    let mut config = nodelet_apiserver::Config::default().with_auth().with_tls();
+    let lag = match env_num("CHURN_LAG_MS") {
+        Some(ms) => {
+            config = config.node_authorizer_lag(Duration::from_millis(ms));
+            format!("{ms} ms (CHURN_LAG_MS)")
+        }
+        None => format!("{:?} (the server's default)", config.node_authorizer_lag),
+    };
+    let server = ApiServer::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let h = server.handle();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.path().join("node.kubeconfig");
+    let node = User::node(NODE);
+    server
+        .write_kubeconfig(&kubeconfig, &node)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let root = dir.path().join("root");
+    let metrics_port = free_port();
+    let agent = spawn_agent(
+        &kubeconfig,
+        &root,
+        "auto",
+        &format!("127.0.0.1:{metrics_port}"),
+    );
+    let pid = agent.pid();
+    println!(
+        "churn/config: {PODS} pods alive x {VOLUMES} objects (3 ConfigMaps, 2 Secrets), {REPLACED} replaced every {REPLACE_EVERY:?}, {UPDATES_PER_SEC} updates/s, for {churn:?}; Node authorizer lag {lag}"
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while h.open_watches("pods", None, None) == 0 || scrape(metrics_port).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never watched its pods"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(SETTLE).await;
+    let idle = sample(pid, metrics_port, Duration::ZERO).await;
+    println!("churn/idle: before the first pod: {}", idle.values());
+
+    // (2)
+    h.reset_requests();
+    let dirs = PodDirs::new(&root);
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut seq: u64 = 0;
+    let mut next_index = 0;
+    let mut live: VecDeque<Pod> = VecDeque::new();
+    // Deleted, waiting for the agent to remove them from the API: the pod and when.
+    let mut deleting: Vec<(Pod, Instant)> = Vec::new();
+    let mut pending: Vec<PendingUpdate> = Vec::new();
+    let (mut cold, mut mounts, mut updates, mut removals) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut created, mut deleted, mut written, mut abandoned) = (0usize, 0usize, 0usize, 0usize);
+    let start = Instant::now();
+    for _ in 0..PODS {
+        live.push_back(create_pod(&h, &dirs, &mut next_index, &mut seq));
+        created += 1;
+    }
+    let cold_pods = PODS;
+
+    // (3)
+    let mut samples = vec![sample(pid, metrics_port, start.elapsed()).await];
+    println!("churn/sample: {}", samples[0].show());
+    let end = start + churn;
+    let mut next_replace = start + REPLACE_EVERY;
+    let mut next_update = start;
+    let mut next_sample = start + SAMPLE_EVERY;
+    let mut next_gone_check = start;
+    let update_every = Duration::from_secs(1) / UPDATES_PER_SEC;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        if now >= next_sample {
+            let s = sample(pid, metrics_port, start.elapsed()).await;
+            println!("churn/sample: {}, pods created {created}", s.show());
+            samples.push(s);
+            next_sample += SAMPLE_EVERY;
+        }
+        if now >= next_replace {
+            for _ in 0..REPLACED {
+                let Some(old) = live.pop_front() else { break };
+                h.delete("v1", "Pod", Some("default"), &format!("p-{}", old.index))
+                    .unwrap_or_else(|e| panic!("deleting p-{}: {e}", old.index));
+                let before = pending.len();
+                pending.retain(|u| u.pod != old.index);
+                abandoned += before - pending.len();
+                deleting.push((old, Instant::now()));
+                deleted += 1;
+            }
+            for _ in 0..REPLACED {
+                live.push_back(create_pod(&h, &dirs, &mut next_index, &mut seq));
+                created += 1;
+            }
+            next_replace += REPLACE_EVERY;
+        }
+        if now >= next_update {
+            let ready: Vec<&Pod> = live.iter().filter(|p| p.mounted.is_some()).collect();
+            if !ready.is_empty() {
+                let p = ready[rng.below(ready.len())];
+                let v = rng.below(VOLUMES);
+                seq += 1;
+                let since = Instant::now();
+                h.update(object(p.objs[v], &seq.to_string()))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                pending.push(PendingUpdate {
+                    pod: p.index,
+                    path: p.files[v].clone(),
+                    seq,
+                    since,
+                });
+                written += 1;
+            }
+            next_update += update_every;
+        }
+        for p in live.iter_mut().filter(|p| p.mounted.is_none()) {
+            if p.files.iter().all(|f| f.exists()) {
+                let took = p.created.elapsed();
+                p.mounted = Some(took);
+                if p.index < cold_pods {
+                    cold.push(took);
+                } else {
+                    mounts.push(took);
+                }
+            } else {
+                assert!(
+                    p.created.elapsed() < PATIENCE,
+                    "p-{} never mounted",
+                    p.index
+                );
+            }
+        }
+        pending.retain(|u| {
+            if read_seq(&u.path).is_some_and(|s| s >= u.seq) {
+                updates.push(u.since.elapsed());
+                false
+            } else {
+                true
+            }
+        });
+        if now >= next_gone_check {
+            remove_gone(&h, &mut deleting, &mut removals);
+            next_gone_check += Duration::from_millis(50);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let churned = start.elapsed();
+    let mounts_never = live.iter().filter(|p| p.mounted.is_none()).count();
+
+    // (4)
+    while let Some(old) = live.pop_front() {
+        h.delete("v1", "Pod", Some("default"), &format!("p-{}", old.index))
+            .unwrap_or_else(|e| panic!("deleting p-{}: {e}", old.index));
+        deleting.push((old, Instant::now()));
+        deleted += 1;
+    }
+    let last_deleted = Instant::now();
+    let mut volume_dirs: Vec<PathBuf> = deleting.iter().map(|(p, _)| p.volumes.clone()).collect();
+    while !deleting.is_empty() || !volume_dirs.is_empty() {
+        assert!(
+            last_deleted.elapsed() < PATIENCE,
+            "{} pods never removed, {} volume directories left",
+            deleting.len(),
+            volume_dirs.len()
+        );
+        remove_gone(&h, &mut deleting, &mut removals);
+        volume_dirs.retain(|d| d.exists());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let all_gone = last_deleted.elapsed();
+    let requests = h.requests();
+    tokio::time::sleep(SETTLE).await;
+    let after = sample(pid, metrics_port, start.elapsed()).await;
+
+    println!(
+        "churn/pods: {created} created, {deleted} deleted over {churned:.1?} of churn; {written} updates ({abandoned} abandoned: their pod deleted before they were seen); {mounts_never} pods not mounted when the churn ended"
+    );
+    println!(
+        "churn/cold-start: the first {cold_pods} pods, created at once: created -> all {VOLUMES} files on disk: {}",
+        summary(cold)
+    );
+    println!(
+        "churn/pod-to-volumes: pods of the churn, created -> all {VOLUMES} files on disk: {}",
+        summary(mounts)
+    );
+    println!(
+        "churn/update-latency: API write -> new content on disk: {}",
+        summary(updates)
+    );
+    println!(
+        "churn/pod-removal: pod deleted -> removed from the API by the agent: {}; the last pods' volume directories gone and the pods removed {all_gone:.2?} after they were deleted",
+        summary(removals)
+    );
+    println!("churn/memory-idle: before the first pod: {}", idle.values());
+    let warm: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at.as_secs_f64() >= WARM_UP * churn.as_secs_f64())
+        .collect();
+    let heaps: Vec<(f64, f64)> = warm
+        .iter()
+        .filter_map(|s| Some((s.at.as_secs_f64() / 60.0, s.heap? / MIB)))
+        .collect();
+    let rsss: Vec<(f64, f64)> = warm
+        .iter()
+        .map(|s| (s.at.as_secs_f64() / 60.0, s.rss / MIB))
+        .collect();
+    println!(
+        "churn/memory-after-warm-up: {} samples from {:.0?}: heap {}; RSS {}",
+        warm.len(),
+        Duration::from_secs_f64(WARM_UP * churn.as_secs_f64()),
+        trend(&heaps),
+        trend(&rsss)
+    );
+    let heap_delta = match (after.heap, idle.heap) {
+        (Some(a), Some(i)) => format!(
+            "{:+.2} MiB, {:+.0} bytes per pod that came and went",
+            (a - i) / MIB,
+            (a - i) / created as f64
+        ),
+        _ => "-".to_owned(),
+    };
+    println!(
+        "churn/memory-after-last-pod: {SETTLE:?} after the last pod was gone: {} (idle {}); heap {heap_delta}; RSS {:+.2} MiB",
+        after.show(),
+        idle.values(),
+        (after.rss - idle.rss) / MIB,
+    );
+    println!(
+        "churn/requests: the agent's requests from the first pod to the last pod gone: {}",
+        list_watch_counts(&requests, &node.name)
+    );
+    drop(agent);
+    server.shutdown().await;
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+impl Sample {
+    /// `heap … MiB, RSS … MiB`.
+    fn values(&self) -> String {
+        let heap = self.heap.map_or("heap not reported".to_owned(), |b| {
+            format!("heap {:.2} MiB", b / MIB)
+        });
+        format!("{heap}, RSS {:.2} MiB", self.rss / MIB)
+    }
+
+    /// `t=…s heap … MiB, RSS … MiB`.
+    fn show(&self) -> String {
+        format!("t={:.0}s {}", self.at.as_secs_f64(), self.values())
+    }
+}
+
+/// The agent's live heap and RSS now, `at` into the run.
+async fn sample(pid: u32, metrics_port: u16, at: Duration) -> Sample {
+    Sample {
+        at,
+        heap: heap_bytes(&scrape(metrics_port).await),
+        rss: rss_kib(pid) as f64 * 1024.0,
+    }
+}
+
+/// Creates pod `p-<next_index>` after its 5 objects (values `seq`, then incremented).
+fn create_pod(h: &ServerHandle, dirs: &PodDirs, next_index: &mut usize, seq: &mut u64) -> Pod {
+    let index = *next_index;
+    *next_index += 1;
+    let objs: [usize; VOLUMES] = std::array::from_fn(|v| 10 * index + v);
+    for j in objs {
+        *seq += 1;
+        h.create(object(j, &seq.to_string()))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let created = Instant::now();
+    let pod = h
+        .create(pod(index, &objs))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the server's pod: {e}"));
+    let volumes = dirs.volumes(&uid);
+    Pod {
+        index,
+        objs,
+        files: objs.map(|j| volumes.join(volume_dir(j)).join("k")),
+        volumes,
+        created,
+        mounted: None,
+    }
+}
+
+/// For each pod in `deleting` the agent removed from the API: its removal latency into
+/// `removals`, its objects deleted, and it is dropped.
+fn remove_gone(h: &ServerHandle, deleting: &mut Vec<(Pod, Instant)>, removals: &mut Vec<Duration>) {
+    deleting.retain(|(p, since)| {
+        if h.get("v1", "Pod", Some("default"), &format!("p-{}", p.index))
+            .is_some()
+        {
+            return true;
+        }
+        removals.push(since.elapsed());
+        for j in p.objs {
+            delete_object(h, j).unwrap_or_else(|e| panic!("deleting object {j}: {e}"));
+        }
+        false
+    });
+}
+
+/// The sequence number a volume file holds (`None` while it is absent).
+fn read_seq(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.parse().ok()
+}
+
+/// Min, max and least-squares slope of `(minutes, MiB)` points.
+fn trend(points: &[(f64, f64)]) -> String {
+    if points.len() < 2 {
+        return "too few samples".to_owned();
+    }
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    let min = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let max = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    format!(
+        "min {min:.2} MiB, max {max:.2} MiB, slope {:+.1} KiB/min",
+        sxy / sxx * 1024.0
+    )
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|e| panic!("{name}={v:?}: not a whole number: {e}")),
+    )
+}
+
+/// A fixed-seed xorshift generator: the same churn every run, no dependency.
+struct XorShift(u64);
+
+impl XorShift {
+    /// A number in `0..n`.
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
