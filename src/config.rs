@@ -1,5 +1,6 @@
-//! The agent's configuration: [`AgentConfig`], the command line ([`Cli`]) and the
-//! KubeletConfiguration subset read from `--config`, with errors that name the field.
+//! The agent's configuration: [`AgentConfig`], the agent's flags ([`RunArgs`], part of the one
+//! command line in `cli.rs`) and the KubeletConfiguration subset read from `--config`, resolved
+//! into [`Settings`] with errors that name the field.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -244,7 +245,7 @@ pub enum ApiSource {
         kubeconfig: Option<PathBuf>,
     },
     /// `--manifests DIR`: an embedded API server seeded from and synced with DIR (only with the
-    /// `embedded` feature; without it [`Cli::settings`] refuses `--manifests` and `run` fails).
+    /// `embedded` feature; without it [`RunArgs::settings`] refuses `--manifests` and `run` fails).
     Embedded {
         /// The manifests directory.
         manifests: PathBuf,
@@ -266,15 +267,10 @@ pub enum LogFormat {
     Journal,
 }
 
-/// The command line.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "nodelet",
-    version,
-    about = "Materializes pods' ConfigMaps and Secrets as files and environment variables, as a kubelet does.",
-    after_help = "Also: `nodelet reset [--root-dir DIR] [--dry-run] [--delete-node --node-name NAME [--kubeconfig PATH]]` unmounts and removes what the agent left in DIR (and deletes the node's Lease and Node); `nodelet pods [--listen ADDR] [-o json]` shows what a running agent holds; `nodelet logs POD [-n NS] [-c C] [-f] [--root-dir DIR]` prints a container's log (process runtime). Under systemd (`Type=notify`) the agent sends READY=1 once its first pod list is synced."
-)]
-pub struct Cli {
+/// The agent's flags: what `nodelet` without a subcommand runs with (flattened into the
+/// command line, `nodelet::cli::Cli`).
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
     #[arg(long, value_name = "PATH", conflicts_with = "manifests")]
     pub kubeconfig: Option<PathBuf>,
@@ -444,7 +440,7 @@ pub struct Settings {
     pub cleanup_on_exit: bool,
 }
 
-impl Cli {
+impl RunArgs {
     /// Resolves flags, the config file and mode defaults into [`Settings`].
     ///
     /// # Errors
@@ -750,10 +746,12 @@ mod tests {
 
     use super::*;
 
-    fn cli(args: &[&str]) -> Cli {
+    fn cli(args: &[&str]) -> RunArgs {
         let mut all = vec!["nodelet"];
         all.extend_from_slice(args);
-        Cli::try_parse_from(all).unwrap_or_else(|e| panic!("{e}"))
+        crate::Cli::try_parse_from(all)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .run
     }
 
     #[test]

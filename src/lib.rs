@@ -4,8 +4,9 @@
 //! # Principal types
 //!
 //! * [`AgentConfig`]: node name, root directory, strategy, sync frequency, node registration,
-//!   listen address. [`Cli`] parses the command line and a KubeletConfiguration subset into
-//!   [`Settings`].
+//!   listen address. [`Cli`] parses the command line (the agent's flags, [`RunArgs`], or a
+//!   subcommand of [`cli`]); [`RunArgs::settings`] adds a KubeletConfiguration subset and
+//!   gives [`Settings`].
 //! * [`Agent`]: started with an [`ApiClient`] (a `kube::Client`, and the counters of the
 //!   `nodelet-transport` under it for `/metrics`; a plain `kube::Client` converts); runs the object managers, the volume manager,
 //!   the pod workers (`nodelet-podworker`), the pod source (a watch of pods with
@@ -70,6 +71,8 @@ pub mod logs_cmd;
 mod memory;
 mod metrics;
 mod node;
+mod parts;
+mod pod_source;
 mod pod_watch;
 pub mod pods_view;
 mod propagation;
@@ -92,10 +95,11 @@ use tracing::warn;
 
 pub use agent::Agent;
 pub use api_client::ApiClient;
+pub use cli::Cli;
 pub use config::{
-    AgentConfig, ApiSource, Cli, ConfigError, DEFAULT_EMBEDDED_NODE_NAME,
-    DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, NodeTaint, RuntimeKind,
-    Settings, default_images, parse_duration, parse_taints,
+    AgentConfig, ApiSource, ConfigError, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR,
+    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, NodeTaint, RunArgs, RuntimeKind, Settings,
+    default_images, parse_duration, parse_taints,
 };
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use nodelet_runtime::logs::{self, ReadOptions};
 
-use crate::cli::LogsCli;
+use crate::cli::LogsArgs;
 
 /// How often `--follow` looks for a newer instance of the container (a restart).
 const RESTART_POLL: Duration = Duration::from_millis(250);
@@ -16,7 +16,7 @@ const RESTART_POLL: Duration = Duration::from_millis(250);
 ///
 /// # Errors
 /// No log directory for the pod, an ambiguous or unknown container, no log file, a read error.
-pub async fn print_logs(cli: &LogsCli) -> anyhow::Result<()> {
+pub async fn print_logs(cli: &LogsArgs) -> anyhow::Result<()> {
     let pod_dir = find_pod_dir(&cli.root_dir, &cli.namespace, &cli.pod)?;
     let container = match &cli.container {
         Some(c) => c.clone(),

@@ -1,7 +1,7 @@
-//! The `nodelet` binary: parse the command line, set up logging, exit 64 on bad configuration,
-//! run the agent until SIGINT/SIGTERM; `nodelet reset`, `nodelet pods` and `nodelet logs` are
-//! subcommands (`nodelet container-init SPEC`, a container's first process, and `nodelet
-//! container-exec PID SPEC -- CMD...`, a command in a running container, are internal).
+//! The `nodelet` binary: parse the command line (`nodelet::Cli`, one clap definition), set up
+//! logging, exit 64 on bad configuration, run the agent until SIGINT/SIGTERM; or run one of its
+//! subcommands: `reset`, `pods`, `logs`, and the internal `container-init` (a container's first
+//! process) and `container-exec` (a command in a running container).
 
 use std::process::ExitCode;
 
@@ -9,9 +9,9 @@ use std::process::ExitCode;
 #[path = "main/allocator.rs"]
 mod allocator;
 
-use nodelet::cli::{LogsCli, PodsCli, ResetCli};
+use nodelet::cli::{Command, LogsArgs, PodsArgs, ResetArgs};
 use nodelet::reset::Deletion;
-use nodelet::{Cli, LogFormat};
+use nodelet::{Cli, LogFormat, RunArgs};
 use nodelet_transport::Protocol;
 use tracing_subscriber::EnvFilter;
 
@@ -47,9 +47,10 @@ const EXIT_CONFIG: u8 = 64;
 /// `EX_TEMPFAIL`: `nodelet reset` refused because an agent runs on the directory.
 const EXIT_IN_USE: u8 = 75;
 
-/// Parses `args` as `C`; `--help`/`--version` exit 0, bad usage exits 64, both after printing.
-fn parse<C: clap::Parser>(args: Vec<std::ffi::OsString>) -> Result<C, ExitCode> {
-    C::try_parse_from(args).map_err(|e| {
+/// Parses the command line; `--help`/`--version` exit 0, bad usage exits 64, both after
+/// printing.
+fn parse() -> Result<Cli, ExitCode> {
+    <Cli as clap::Parser>::try_parse().map_err(|e| {
         let _ = e.print();
         if e.use_stderr() {
             ExitCode::from(EXIT_CONFIG)
@@ -59,11 +60,7 @@ fn parse<C: clap::Parser>(args: Vec<std::ffi::OsString>) -> Result<C, ExitCode> 
     })
 }
 
-fn reset_main(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let cli: ResetCli = match parse(args) {
-        Ok(cli) => cli,
-        Err(code) => return code,
-    };
+fn reset_main(cli: ResetArgs) -> ExitCode {
     let would = if cli.dry_run { "would " } else { "" };
     let mut code = match nodelet::reset::reset(&cli.root_dir, cli.dry_run) {
         Ok(report) => {
@@ -138,11 +135,7 @@ fn delete_node(kubeconfig: Option<&std::path::Path>, node: &str, dry_run: bool) 
     !outcomes.iter().any(|o| o.outcome.is_failure())
 }
 
-fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let cli: PodsCli = match parse(args) {
-        Ok(cli) => cli,
-        Err(code) => return code,
-    };
+fn pods_main(cli: PodsArgs) -> ExitCode {
     match nodelet::inspect::fetch_pods(cli.listen) {
         Ok(pods) if cli.output == "json" => {
             println!(
@@ -162,11 +155,7 @@ fn pods_main(args: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
-fn logs_main(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let cli: LogsCli = match parse(args) {
-        Ok(cli) => cli,
-        Err(code) => return code,
-    };
+fn logs_main(cli: LogsArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -199,33 +188,33 @@ fn logs_main(args: Vec<std::ffi::OsString>) -> ExitCode {
 const BLOCKING_THREADS: usize = 32;
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    // A container's first process (the process runtime starts it): nothing else runs here.
-    if args.get(1).is_some_and(|a| a == "container-init") {
-        let code = nodelet_runtime::sandbox::init_main(args.into_iter().skip(2));
-        return ExitCode::from(u8::try_from(code).unwrap_or(128));
-    }
-    // A command in a running container (`kubectl exec`; the kubelet API starts it).
-    if args.get(1).is_some_and(|a| a == "container-exec") {
-        let code = nodelet_runtime::sandbox::exec_main(args.into_iter().skip(2));
-        return ExitCode::from(u8::try_from(code).unwrap_or(126));
-    }
-    // Before any thread exists (glibc: one arena per CPU).
-    let arenas = allocator::configure();
-    if args.get(1).is_some_and(|a| a == "reset") {
-        return reset_main(args.into_iter().skip(1).collect());
-    }
-    if args.get(1).is_some_and(|a| a == "pods") {
-        return pods_main(args.into_iter().skip(1).collect());
-    }
-    if args.get(1).is_some_and(|a| a == "logs") {
-        return logs_main(args.into_iter().skip(1).collect());
-    }
-    let cli: Cli = match parse(args) {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    let mut settings = match cli.settings() {
+    match cli.command {
+        // A container's first process (the process runtime starts it): nothing else runs here.
+        Some(Command::ContainerInit(sandbox)) => {
+            let code = nodelet_runtime::sandbox::init_main(sandbox.args);
+            ExitCode::from(u8::try_from(code).unwrap_or(128))
+        }
+        // A command in a running container (`kubectl exec`; the kubelet API starts it).
+        Some(Command::ContainerExec(sandbox)) => {
+            let code = nodelet_runtime::sandbox::exec_main(sandbox.args);
+            ExitCode::from(u8::try_from(code).unwrap_or(126))
+        }
+        Some(Command::Reset(args)) => reset_main(args),
+        Some(Command::Pods(args)) => pods_main(args),
+        Some(Command::Logs(args)) => logs_main(args),
+        None => agent_main(&cli.run),
+    }
+}
+
+/// `nodelet [FLAGS]`: the agent, until SIGINT or SIGTERM.
+fn agent_main(run: &RunArgs) -> ExitCode {
+    // Before any thread exists (glibc: one arena per CPU).
+    let arenas = allocator::configure();
+    let mut settings = match run.settings() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("nodelet: {e}");

@@ -135,7 +135,7 @@ async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_r
         "--register-node=false",
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
+    let settings = cli.run.settings().unwrap_or_else(|e| panic!("{e}"));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(nodelet::run(settings, async {
         let _ = stop_rx.await;

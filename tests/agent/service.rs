@@ -160,11 +160,11 @@ fn the_systemd_unit_is_type_notify_and_starts_the_agent_with_flags_it_accepts() 
     );
     let cli = nodelet::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        cli.config.as_deref(),
+        cli.run.config.as_deref(),
         Some(std::path::Path::new("/etc/nodelet/config.yaml"))
     );
     assert_eq!(
-        cli.root_dir, None,
+        cli.run.root_dir, None,
         "the service uses the default root directory"
     );
     // The config file it names, as shipped, is valid.
@@ -178,6 +178,7 @@ fn the_systemd_unit_is_type_notify_and_starts_the_agent_with_flags_it_accepts() 
     shipped[at] = config.display().to_string();
     let settings = nodelet::Cli::try_parse_from(&shipped)
         .unwrap_or_else(|e| panic!("{e}"))
+        .run
         .settings()
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(

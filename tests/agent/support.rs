@@ -37,7 +37,7 @@ pub(crate) fn gates_from_config_file(gates: &[(&str, bool)]) -> nodelet_core::Fe
         file.to_str().unwrap_or_default(),
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
+    let settings = cli.run.settings().unwrap_or_else(|e| panic!("{e}"));
     settings.agent.feature_gates
 }
 

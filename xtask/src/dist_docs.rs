@@ -8,7 +8,7 @@
 //! completions/nodelet.bash   /usr/share/bash-completion/completions/nodelet
 //! completions/_nodelet       /usr/share/zsh/vendor-completions/_nodelet
 //! completions/nodelet.fish   /usr/share/fish/vendor_completions.d/nodelet.fish
-//! man/man1/nodelet.1         /usr/share/man/man1/ (also nodelet-reset.1, nodelet-pods.1)
+//! man/man1/nodelet.1         /usr/share/man/man1/ (also nodelet-reset.1, nodelet-pods.1, nodelet-logs.1)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -111,6 +111,13 @@ mod tests {
         assert!(reset.contains("delete\\-node"), "{reset}");
         let pods = read("man/man1/nodelet-pods.1");
         assert!(pods.contains("listen"), "{pods}");
+        read("man/man1/nodelet-logs.1");
+        // The internal subcommands parse, but have no man page.
+        assert!(
+            !dir.path()
+                .join("man/man1/nodelet-container-init.1")
+                .exists()
+        );
         read("completions/_nodelet");
         read("completions/nodelet.fish");
     }

@@ -161,7 +161,7 @@ mod tests {
     fn desired(unsupported: &[&str]) -> DesiredPod {
         DesiredPod {
             uid: u(),
-            pod: AdmittedPod::known_by_uid(u()),
+            pod: AdmittedPod::found_on_disk(u()),
             volumes: Vec::new(),
             unsupported: unsupported
                 .iter()

@@ -184,17 +184,15 @@ impl Inner {
                 }
             }
         };
-        if let Some(error) = failure {
-            let pod = v
-                .pod
-                .clone()
-                .unwrap_or_else(|| AdmittedPod::known_by_uid(v.pod_uid.clone()));
+        // A volume reconstructed from the disk whose pod was never seen has no pod object to
+        // attach an event to: its failure is in `last_errors` (the snapshot) only.
+        if let (Some(error), Some(pod)) = (failure, v.pod.as_ref().filter(|p| p.has_object())) {
             let message = format!(
                 "UnmountVolume.TearDown failed for volume {:?} : {error}",
                 v.outer_name
             );
             self.events
-                .event(&pod, EventType::Warning, reasons::FAILED_UNMOUNT, message);
+                .event(pod, EventType::Warning, reasons::FAILED_UNMOUNT, message);
         }
         self.bump();
     }

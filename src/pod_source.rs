@@ -1,0 +1,426 @@
+//! The pod source: a watch of pods with `spec.nodeName=<node>` feeding the pod workers.
+//!
+//! 1. Every watched pod is admitted here, once ([`admit`]): its UID validated, the parts no
+//!    node reads dropped; the pod workers get the [`AdmittedPod`], the `known_pods` map keeps it.
+//! 2. The first complete list makes the agent ready; pods with a directory under `<root>/pods`
+//!    that it does not name are terminated (deleted while the agent was down).
+//! 3. While the watch fails, `GET /version` probes the API server; when it answers after an
+//!    outage the watch is rebuilt at once instead of waiting out its grown back-off.
+//! 4. A failed pod is retried as soon as an object it references changes (its manager knows
+//!    which pods reference what); a container that changed state re-syncs its pod (the
+//!    kubelet's PLEG).
+//! 5. Housekeeping forgets the finished workers of pods no longer known.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use nodelet_core::{AdmittedPod, ObjectRef, PodDirs, PodUid};
+use nodelet_podworker::StatusSink as _;
+use nodelet_podworker::{PodUpdate, UpdateType, WorkerPhase};
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::state::AgentState;
+
+/// How often finished workers of pods no longer known are forgotten (the kubelet's
+/// housekeeping period).
+const HOUSEKEEPING: Duration = Duration::from_secs(2);
+
+/// What the pod source does to a pod object as it admits it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Admission {
+    /// `PodLevelResources` on: `spec.resources` kept. Off, it is dropped at admission, so no
+    /// part sees pod-level resources: a `resourceFieldRef` (env or downwardAPI volume) to a
+    /// limit the container does not set is the node's allocatable, as a kubelet with the gate
+    /// off resolves it.
+    pub(crate) pod_level_resources: bool,
+}
+
+/// Admits a watched pod: its UID is validated here, once, where pods enter the node. A pod
+/// without a UID, or with one that is not a single path component (`../x`), is skipped with a
+/// warning naming its namespace/name. It never reaches the workers, the managers, the volume
+/// manager or `<root>/pods`; everything after this takes the [`AdmittedPod`].
+///
+/// With the `PodLevelResources` gate off, the pod's `spec.resources` is dropped here too
+/// ([`Admission`]).
+///
+/// The pod's `managedFields` are dropped here: nothing on a node reads them (the downward API
+/// cannot name them) and they are often the largest part of a pod object, held for every pod
+/// as long as it runs.
+pub(crate) fn admit(mut pod: Pod, admission: Admission) -> Option<AdmittedPod> {
+    pod.metadata.managed_fields = None;
+    if !admission.pod_level_resources
+        && let Some(spec) = pod.spec.as_mut()
+    {
+        spec.resources = None;
+    }
+    // The decoder grows lists by doubling, and a k8s-openapi `Volume` is over 3 KB inline: a
+    // pod's 9 volumes sat in room for 16. The pod is kept for its life; keep it tight.
+    if let Some(spec) = pod.spec.as_mut() {
+        if let Some(volumes) = spec.volumes.as_mut() {
+            volumes.shrink_to_fit();
+        }
+        spec.containers.shrink_to_fit();
+        for c in &mut spec.containers {
+            if let Some(mounts) = c.volume_mounts.as_mut() {
+                mounts.shrink_to_fit();
+            }
+        }
+    }
+    match AdmittedPod::new(pod) {
+        Ok(pod) => Some(pod),
+        Err(error) => {
+            warn!(%error, "pod skipped: unusable metadata.uid");
+            None
+        }
+    }
+}
+
+/// Runs the pod source until `shutdown` (module docs): `ready` turns true once the first list
+/// has been handed to the pod workers.
+pub(crate) async fn run(
+    state: Arc<AgentState>,
+    client: kube::Client,
+    admission: Admission,
+    ready: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) {
+    let api: Api<Pod> = Api::all(client.clone());
+    let selector = format!("spec.nodeName={}", state.config.node_name);
+    let mut probe = tokio::time::interval(crate::pod_watch::PROBE_INTERVAL);
+    // Ticks missed while healthy (the branch is off) must not burst when the watch fails.
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let watch_pods = || {
+        watcher::watcher(api.clone(), watcher::Config::default().fields(&selector))
+            .default_backoff()
+            .boxed()
+    };
+    let mut stream = watch_pods();
+    // The probe found the API server unreachable since the pod watch last answered.
+    let mut unreachable = false;
+    let workers = &state.workers;
+    let mut configmap_changes = state.configmaps.subscribe();
+    let mut secret_changes = state.secrets.subscribe();
+    let mut listing: Option<HashSet<PodUid>> = None;
+    let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
+    let mut first_list = true;
+    let mut container_changes = state.processes.as_ref().map(|p| p.changes());
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => break,
+            // (5)
+            _ = housekeeping.tick() => {
+                let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
+                workers.sync_known_pods(&desired);
+                // Not before the first list: every pod would look deleted.
+                if let (Some(processes), false) = (&state.processes, first_list) {
+                    processes.remove_logs_except(&desired);
+                }
+                continue;
+            }
+            // (4)
+            // The kubelet's PLEG: a container changed state (ended, back-off over): sync its pod.
+            uid = async { match container_changes.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            } } => {
+                match uid {
+                    Ok(uid) => {
+                        let pod = state.known_pods.read().get(&uid).cloned();
+                        if let Some(pod) = pod {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let pods: Vec<AdmittedPod> =
+                            state.known_pods.read().values().cloned().collect();
+                        for pod in pods {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => container_changes = None,
+                }
+                continue;
+            }
+            change = configmap_changes.recv() => {
+                retry_failed_pods(&state, change, |o| state.configmaps.referencing_pods(o));
+                continue;
+            }
+            change = secret_changes.recv() => {
+                retry_failed_pods(&state, change, |o| state.secrets.referencing_pods(o));
+                continue;
+            }
+            // (3)
+            _ = probe.tick(), if state.pod_watch.is_failing() => {
+                let answered = probe_api_server(&state, &client).await;
+                if answered && std::mem::take(&mut unreachable) {
+                    // Back after an outage: watch again now, not when the watch's own
+                    // back-off (grown through the outage) runs out.
+                    stream = watch_pods();
+                }
+                unreachable |= !answered;
+                continue;
+            }
+            e = stream.next() => e,
+        };
+        let Some(event) = event else { break };
+        match &event {
+            Ok(_) => {
+                state.pod_watch.success();
+                unreachable = false;
+            }
+            Err(error) => state.pod_watch.failure(&error.to_string()),
+        }
+        match event {
+            Ok(Event::Init) => {
+                listing = Some(HashSet::new());
+            }
+            // (1)
+            Ok(Event::InitApply(pod)) => {
+                let Some(pod) = admit(pod, admission) else {
+                    continue;
+                };
+                if let Some(l) = listing.as_mut() {
+                    l.insert(pod.uid().clone());
+                }
+                state
+                    .known_pods
+                    .write()
+                    .insert(pod.uid().clone(), pod.clone());
+                workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
+            }
+            Ok(Event::InitDone) => {
+                state.metrics.set_watches("pods", 1);
+                let listed = listing.take().unwrap_or_default();
+                let gone: Vec<AdmittedPod> = {
+                    let mut known = state.known_pods.write();
+                    let gone: Vec<PodUid> = known
+                        .keys()
+                        .filter(|u| !listed.contains(*u))
+                        .cloned()
+                        .collect();
+                    gone.iter().filter_map(|u| known.remove(u)).collect()
+                };
+                for pod in gone {
+                    workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
+                }
+                if first_list {
+                    first_list = false;
+                    // (2)
+                    terminate_orphans(&state, &listed);
+                    // Every listed live pod is desired by now: `update_pod` made it so before
+                    // returning, so reconstructed volumes of listed pods are adopted, never torn
+                    // down and set up again.
+                    state.volumes.pods_synced();
+                    let _ = ready.send(true);
+                    info!(pods = listed.len(), "initial pods synced");
+                }
+            }
+            Ok(Event::Apply(pod)) => {
+                let Some(pod) = admit(pod, admission) else {
+                    continue;
+                };
+                state
+                    .known_pods
+                    .write()
+                    .insert(pod.uid().clone(), pod.clone());
+                // A pod that finished on its own and is now being deleted: its worker is done,
+                // so the agent completes the deletion (as the kubelet's status manager does).
+                if pod.metadata.deletion_timestamp.is_some()
+                    && workers.phase(pod.uid()) == Some(WorkerPhase::Finished)
+                {
+                    state.status.terminated(&pod);
+                }
+                workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
+            }
+            Ok(Event::Delete(pod)) => {
+                let Some(pod) = admit(pod, admission) else {
+                    continue;
+                };
+                state.known_pods.write().remove(pod.uid());
+                workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
+            }
+            Err(error) => {
+                state.metrics.set_watches("pods", 0);
+                warn!(%error, "pod watch failed; retrying");
+            }
+        }
+    }
+    state.metrics.set_watches("pods", 0);
+}
+
+/// While the pod watch fails: `GET /version` (any authenticated user may), whether the API
+/// server answers. Not a LIST: through a 13 s outage a list a second was 13 LISTs at every
+/// restart. Whether it answered.
+async fn probe_api_server(state: &AgentState, client: &kube::Client) -> bool {
+    match tokio::time::timeout(crate::pod_watch::PROBE_INTERVAL, client.apiserver_version()).await {
+        Ok(Ok(_)) => {
+            state.pod_watch.success();
+            true
+        }
+        Ok(Err(error)) => {
+            state.pod_watch.failure(&error.to_string());
+            false
+        }
+        Err(_elapsed) => {
+            state.pod_watch.failure("probe timed out");
+            false
+        }
+    }
+}
+
+/// Beyond the kubelet: a pod whose last sync failed (a missing object or key for its
+/// environment, an unmountable volume) is retried as soon as an object it references changes,
+/// instead of after the 10 s sync back-off. Which pods reference the object is asked of its
+/// manager (`referencing_pods`), which keeps that index; `Lagged` (notifications dropped)
+/// retries every failed pod. Successful pods are untouched: their volumes follow changes
+/// through the volume manager, and a running container's environment never changes (UP-3).
+fn retry_failed_pods(
+    state: &AgentState,
+    change: Result<ObjectRef, broadcast::error::RecvError>,
+    referencing: impl FnOnce(&ObjectRef) -> Vec<PodUid>,
+) {
+    let candidates: Option<HashSet<PodUid>> = match change {
+        Ok(key) => {
+            let uids = referencing(&key);
+            if uids.is_empty() {
+                return;
+            }
+            Some(uids.into_iter().collect())
+        }
+        Err(broadcast::error::RecvError::Lagged(_)) => None,
+        Err(broadcast::error::RecvError::Closed) => return,
+    };
+    let failed: Vec<PodUid> = state
+        .workers
+        .snapshot()
+        .into_iter()
+        .filter(|w| w.phase == WorkerPhase::Syncing && w.last_error.is_some())
+        .filter(|w| candidates.as_ref().is_none_or(|c| c.contains(&w.uid)))
+        .map(|w| w.uid)
+        .collect();
+    let pods: Vec<AdmittedPod> = {
+        let known = state.known_pods.read();
+        failed
+            .iter()
+            .filter_map(|uid| known.get(uid).cloned())
+            .collect()
+    };
+    for pod in pods {
+        debug!(pod.uid = %pod.uid(), "retrying a failed pod after a referenced object changed");
+        state
+            .workers
+            .update_pod(PodUpdate::new(UpdateType::Sync, pod));
+    }
+}
+
+/// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the
+/// agent was down) are terminated: volumes torn down, directories removed.
+fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
+    let dir = PodDirs::new(&state.config.root_dir).pods();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        // A directory that is no pod UID (`PodUid` refuses it) was never a pod's.
+        let Ok(uid) = PodUid::new(&name) else {
+            continue;
+        };
+        if listed.contains(&uid) || state.workers.phase(&uid).is_some() {
+            continue;
+        }
+        info!(pod.uid = %name, "terminating pod found only on disk");
+        state.workers.update_pod(PodUpdate::new(
+            UpdateType::Kill,
+            AdmittedPod::found_on_disk(uid),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nodelet_testutil::PodBuilder;
+
+    use super::*;
+
+    /// Admission with every gate at its default.
+    const DEFAULTS: Admission = Admission {
+        pod_level_resources: true,
+    };
+
+    /// Pod `default/web` with `uid` (none: `metadata.uid` unset).
+    fn pod(uid: Option<&str>) -> Pod {
+        let p = PodBuilder::new("default", "web");
+        match uid {
+            Some(uid) => p.uid(uid),
+            None => p,
+        }
+        .build()
+    }
+
+    // An admitted pod is kept for its life: no managedFields, and its lists of volumes,
+    // containers and mounts without the spare room decoding left.
+    #[test]
+    fn an_admitted_pod_holds_no_managed_fields_nor_spare_list_capacity() {
+        let mounts: Vec<_> = (0..9)
+            .map(|i| serde_json::json!({"name": format!("v{i}"), "mountPath": format!("/v{i}")}))
+            .collect();
+        let mut b = PodBuilder::new("default", "web")
+            .uid("u1")
+            .container(serde_json::json!({"name": "c", "volumeMounts": mounts}));
+        for i in 0..9 {
+            b = b.config_map_volume(&format!("v{i}"), &format!("cm{i}"));
+        }
+        let mut json = b.json();
+        json["metadata"]["managedFields"] = serde_json::json!([{"manager": "kubectl"}]);
+        // Decoded as the pod watch decodes it.
+        let pod: Pod = serde_json::from_slice(&serde_json::to_vec(&json).unwrap()).unwrap();
+        assert!(
+            pod.spec
+                .as_ref()
+                .unwrap()
+                .volumes
+                .as_ref()
+                .unwrap()
+                .capacity()
+                > 9
+        );
+        let admitted = admit(pod, DEFAULTS).unwrap();
+        assert!(admitted.metadata.managed_fields.is_none());
+        let spec = admitted.spec.as_ref().unwrap();
+        assert_eq!(spec.volumes.as_ref().unwrap().capacity(), 9);
+        assert_eq!(spec.containers.capacity(), 1);
+        assert_eq!(
+            spec.containers[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .capacity(),
+            9
+        );
+    }
+
+    // A UID becomes a directory name: the pod source admits only pods whose UID is one plain path
+    // component; the
+    // others never reach the workers, the volume manager or `<root>/pods/<uid>/`.
+    #[test]
+    fn the_pod_source_skips_pods_without_a_usable_uid() {
+        for bad in [None, Some(""), Some("../x"), Some(".."), Some("a/b")] {
+            assert!(admit(pod(bad), DEFAULTS).is_none(), "{bad:?}");
+        }
+        assert_eq!(
+            admit(pod(Some("6f1c-42")), DEFAULTS).map(|p| p.uid().to_string()),
+            Some("6f1c-42".to_owned())
+        );
+    }
+}
