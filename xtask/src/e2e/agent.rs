@@ -97,6 +97,10 @@ pub(crate) struct AgentSpec {
     pub(crate) log: PathBuf,
     /// The agent's `--config` file, written by [`start_agent`].
     pub(crate) config: PathBuf,
+    /// `--kubelet-port`: against the embedded server a free port, so that nothing else on the
+    /// machine holding the kubelet's 10250 (a kubelet, a benchmark's agent) fails the run;
+    /// `None`: the agent's default (a cluster reaches the node there).
+    pub(crate) kubelet_port: Option<u16>,
 }
 
 /// The agent's KubeletConfiguration: the gates of the `clusterTrustBundle` source on (the
@@ -107,6 +111,12 @@ featureGates:
   ClusterTrustBundle: true
   ClusterTrustBundleProjection: true
 ";
+
+/// A TCP port free on every address right now.
+pub(crate) fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).context("finding a free port")?;
+    Ok(listener.local_addr().context("finding a free port")?.port())
+}
 
 /// Starts the agent; it registers its Node (a control plane garbage-collects pods bound to
 /// nodes that do not exist).
@@ -127,6 +137,12 @@ pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
         .args(["--node-name", &spec.node_name, "--register-node"])
         .arg("--root-dir")
         .arg(&spec.root_dir)
+        .args(
+            spec.kubelet_port
+                .map(|port| ["--kubelet-port".to_owned(), port.to_string()])
+                .into_iter()
+                .flatten(),
+        )
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

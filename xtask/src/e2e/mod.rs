@@ -265,6 +265,11 @@ fn run(
         root_dir: work.join("root"),
         log: work.join("agent.log"),
         config: work.join("kubelet-config.yaml"),
+        kubelet_port: if args.embedded {
+            Some(agent::free_port()?)
+        } else {
+            None
+        },
     };
     // A Node that was there before the run (a real node's, or one left on purpose) is not ours
     // to delete at teardown.
