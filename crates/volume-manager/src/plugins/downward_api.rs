@@ -1,5 +1,5 @@
 //! The downwardAPI volume plugin, `kubernetes.io/downward-api`, and `CollectData`, shared with
-//! projected volumes (PL-13); the values come from [`crate::downward`].
+//! projected volumes (PL-13); the values come from [`nodelet_core::downward`].
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, Volume};
@@ -89,7 +89,7 @@ pub fn collect_downward_api_data(
 #[cfg(test)]
 mod tests {
     //! `TestCollectDataWithDownwardAPI` through `CollectData` (PL-13); the rendering rules
-    //! themselves are tested in `crate::downward`.
+    //! themselves are tested in `nodelet_core::downward`.
     use super::*;
     use serde_json::json;
 
