@@ -8,6 +8,7 @@
 mod api;
 mod kube;
 mod lines;
+mod slim;
 pub use self::kube::KubeSource;
 
 #[cfg(any(test, feature = "test-util"))]

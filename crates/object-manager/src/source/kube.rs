@@ -119,7 +119,9 @@ where
             ReadFrom::Quorum => GetParams::default(),
             ReadFrom::WatchCache => GetParams::any(),
         };
-        api.get_with(name, &params).await.map_err(convert)
+        let mut obj = api.get_with(name, &params).await.map_err(convert)?;
+        super::slim::for_node(&mut obj);
+        Ok(obj)
     }
 
     async fn list(&self, namespace: &str, name: &str) -> Result<Listed<K>, SourceError> {
@@ -132,7 +134,11 @@ where
         let object = list
             .items
             .into_iter()
-            .find(|o| o.meta().name.as_deref() == Some(name));
+            .find(|o| o.meta().name.as_deref() == Some(name))
+            .map(|mut o| {
+                super::slim::for_node(&mut o);
+                o
+            });
         Ok(Listed {
             object,
             resource_version,

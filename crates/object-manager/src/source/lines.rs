@@ -14,8 +14,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use http_body_util::BodyExt as _;
-use kube::Client;
 use kube::core::Status;
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::api::{SourceError, WatchEvent, WatchStream};
@@ -34,7 +34,7 @@ pub(crate) async fn watch<K>(
     mut request: http::Request<Vec<u8>>,
 ) -> Result<WatchStream<K>, SourceError>
 where
-    K: DeserializeOwned + fmt::Debug + Send + 'static,
+    K: Resource + DeserializeOwned + fmt::Debug + Send + 'static,
 {
     // Watch events are small and frequent: no compression, as kube asks for watches.
     request
@@ -101,7 +101,7 @@ struct Decoder<K> {
 
 impl<K> Decoder<K>
 where
-    K: DeserializeOwned,
+    K: Resource + DeserializeOwned,
 {
     async fn next_event(&mut self) -> Option<Result<WatchEvent<K>, SourceError>> {
         loop {
@@ -178,12 +178,16 @@ fn memchr(bytes: &[u8]) -> Option<usize> {
 
 /// One watch event line as the source's event; an `ERROR` event (or a bare `Status`) as a
 /// status error.
-fn decode_line<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, SourceError> {
+fn decode_line<K: Resource + DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, SourceError> {
     match serde_json::from_slice::<kube::api::WatchEvent<K>>(line) {
-        Ok(kube::api::WatchEvent::Added(o) | kube::api::WatchEvent::Modified(o)) => {
+        Ok(kube::api::WatchEvent::Added(mut o) | kube::api::WatchEvent::Modified(mut o)) => {
+            super::slim::for_node(&mut o);
             Ok(WatchEvent::Applied(o))
         }
-        Ok(kube::api::WatchEvent::Deleted(o)) => Ok(WatchEvent::Deleted(o)),
+        Ok(kube::api::WatchEvent::Deleted(mut o)) => {
+            super::slim::for_node(&mut o);
+            Ok(WatchEvent::Deleted(o))
+        }
         Ok(kube::api::WatchEvent::Bookmark(b)) => {
             let resource_version = b.metadata.resource_version;
             let end = b
