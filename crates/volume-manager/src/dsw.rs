@@ -94,6 +94,9 @@ pub(crate) struct DesiredPod {
 #[derive(Default)]
 pub(crate) struct DesiredState {
     pods: HashMap<PodUid, DesiredPod>,
+    /// Which pod wants each unique volume name: `contains` and `volume` in one hash lookup
+    /// instead of a walk of the pod's volumes (the reconciler asks for every mounted volume).
+    owners: HashMap<String, PodUid>,
 }
 
 impl DesiredState {
@@ -110,13 +113,35 @@ impl DesiredState {
             .cloned()
             .collect();
         pod.reported.extend(fresh.iter().map(|u| u.name.clone()));
-        self.pods.insert(pod.uid.clone(), pod);
+        for v in &pod.volumes {
+            self.owners.insert(v.unique.clone(), pod.uid.clone());
+        }
+        if let Some(old) = self.pods.insert(pod.uid.clone(), pod) {
+            self.forget_volumes_of(&old);
+        }
         fresh
+    }
+
+    /// Drops the index entries of `old`'s volumes that its replacement (if any) no longer has.
+    fn forget_volumes_of(&mut self, old: &DesiredPod) {
+        let now = self.pods.get(&old.uid);
+        for v in &old.volumes {
+            let kept = now.is_some_and(|p| p.volumes.iter().any(|n| n.unique == v.unique));
+            if !kept && self.owners.get(&v.unique) == Some(&old.uid) {
+                self.owners.remove(&v.unique);
+            }
+        }
     }
 
     /// VM-6: the pod no longer wants any volume; its errors go with it.
     pub(crate) fn remove_pod(&mut self, uid: &PodUid) -> bool {
-        self.pods.remove(uid).is_some()
+        match self.pods.remove(uid) {
+            Some(old) => {
+                self.forget_volumes_of(&old);
+                true
+            }
+            None => false,
+        }
     }
 
     pub(crate) fn pod(&self, uid: &PodUid) -> Option<&DesiredPod> {
@@ -136,9 +161,14 @@ impl DesiredState {
 
     /// Whether the volume with this unique name is desired.
     pub(crate) fn contains(&self, pod_uid: &PodUid, unique: &str) -> bool {
-        self.pods
-            .get(pod_uid)
-            .is_some_and(|p| p.volumes.iter().any(|v| v.unique == unique))
+        self.owners.get(unique) == Some(pod_uid)
+    }
+
+    /// The desired volume named `unique` and its pod.
+    pub(crate) fn volume(&self, unique: &str) -> Option<(&DesiredPod, &DesiredVolume)> {
+        let pod = self.pods.get(self.owners.get(unique)?)?;
+        let volume = pod.volumes.iter().find(|v| v.unique == unique)?;
+        Some((pod, volume))
     }
 
     /// VM-5 `PopPodErrors`: sorted, and cleared.
@@ -173,6 +203,66 @@ mod tests {
             errors: BTreeSet::new(),
             reported: HashSet::new(),
         }
+    }
+
+    /// Pod `uid` wanting emptyDir volumes `names` (unique name `<uid>-<name>`).
+    fn with_volumes(uid: &str, names: &[&str]) -> DesiredPod {
+        let volumes: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "emptyDir": {}}))
+            .collect();
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+            "spec": {"containers": [], "volumes": volumes},
+        }))
+        .unwrap();
+        let pod = AdmittedPod::new(pod).unwrap();
+        let plugin: Arc<dyn VolumePlugin> = Arc::new(crate::plugins::EmptyDirPlugin);
+        DesiredPod {
+            uid: pod.uid().clone(),
+            volumes: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| DesiredVolume {
+                    unique: format!("{uid}-{n}"),
+                    outer_name: (*n).into(),
+                    plugin: plugin.clone(),
+                    volume: PodVolume::new(&pod, i).unwrap(),
+                    sources: Vec::new(),
+                })
+                .collect(),
+            pod,
+            unsupported: Vec::new(),
+            errors: BTreeSet::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn the_owner_index_follows_updates_and_removals() {
+        let (a, b) = (PodUid::new("a").unwrap(), PodUid::new("b").unwrap());
+        let mut dsw = DesiredState::default();
+        dsw.set_pod(with_volumes("a", &["x", "y"]));
+        dsw.set_pod(with_volumes("b", &["x"]));
+        assert!(dsw.contains(&a, "a-x") && dsw.contains(&a, "a-y") && dsw.contains(&b, "b-x"));
+        assert!(!dsw.contains(&b, "a-x"), "another pod's volume");
+        assert_eq!(
+            dsw.volume("a-y")
+                .map(|(p, v)| (&p.uid, v.outer_name.as_str())),
+            Some((&a, "y"))
+        );
+
+        // An update that drops a volume drops it from the index; the one kept stays.
+        dsw.set_pod(with_volumes("a", &["x"]));
+        assert!(dsw.contains(&a, "a-x"));
+        assert!(!dsw.contains(&a, "a-y"));
+        assert!(dsw.volume("a-y").is_none());
+
+        assert!(dsw.remove_pod(&a));
+        assert!(!dsw.contains(&a, "a-x"));
+        assert!(dsw.volume("a-x").is_none());
+        assert!(dsw.contains(&b, "b-x"), "the other pod is untouched");
+        assert_eq!(dsw.owners.len(), 1);
     }
 
     #[test]

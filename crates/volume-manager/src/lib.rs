@@ -78,7 +78,9 @@
 //! one per volume, and a failed one is retried after 500 ms, 1 s, 2 s, … up to 2 min 2 s
 //! (VM-9). The loop sleeps until something changes: a pod is added, updated or removed, an
 //! object changes, an operation ends, a backoff or token deadline passes, or the resync is due.
-//! With nothing to do it does nothing — no 100 ms polling.
+//! With nothing to do it does nothing — no 100 ms polling. A changed object or source starts
+//! a pass over its readers' volumes only, so the cost of an update does not grow with the
+//! node's other volumes; everything else starts a pass over all of them.
 //!
 //! # The update path, step by step
 //!

@@ -610,23 +610,30 @@ mod tests {
             ObjectRef::config_map("other", "cm"),
         ] {
             let change = Change::Object(other.clone());
-            assert!(
-                !bed.vm
-                    .inner
-                    .state
-                    .lock()
-                    .mark_changed(&change, Instant::now())
-            );
-            assert!(!pending(&bed.vm), "{other:?}");
-        }
-        // A pass has work: the mounted volume is to be set up again.
-        let change = Change::Object(ObjectRef::config_map("ns", "cm"));
-        assert!(
-            bed.vm
+            let scope = bed
+                .vm
                 .inner
                 .state
                 .lock()
-                .mark_changed(&change, Instant::now())
+                .mark_changed(&change, Instant::now());
+            assert!(scope.is_none(), "{other:?}: {scope:?}");
+            assert!(!pending(&bed.vm), "{other:?}");
+        }
+        // A pass has work: the mounted volume is to be set up again, and only it is looked at.
+        let change = Change::Object(ObjectRef::config_map("ns", "cm"));
+        let scope = bed
+            .vm
+            .inner
+            .state
+            .lock()
+            .mark_changed(&change, Instant::now());
+        let unique = bed.vm.snapshot()[0].volumes[0]
+            .unique_name
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            matches!(&scope, Some(crate::reconciler::Scope::Only(u)) if *u == [unique.clone()]),
+            "{scope:?}, want only {unique}"
         );
         assert!(pending(&bed.vm));
         bed.shutdown.cancel();
