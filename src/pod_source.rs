@@ -287,25 +287,18 @@ fn retry_failed_pods(
     change: Result<ObjectRef, broadcast::error::RecvError>,
     referencing: impl FnOnce(&ObjectRef) -> Vec<PodUid>,
 ) {
-    let candidates: Option<HashSet<PodUid>> = match change {
+    let candidates: Option<Vec<PodUid>> = match change {
         Ok(key) => {
             let uids = referencing(&key);
             if uids.is_empty() {
                 return;
             }
-            Some(uids.into_iter().collect())
+            Some(uids)
         }
         Err(broadcast::error::RecvError::Lagged(_)) => None,
         Err(broadcast::error::RecvError::Closed) => return,
     };
-    let failed: Vec<PodUid> = state
-        .workers
-        .snapshot()
-        .into_iter()
-        .filter(|w| w.phase == WorkerPhase::Syncing && w.last_error.is_some())
-        .filter(|w| candidates.as_ref().is_none_or(|c| c.contains(&w.uid)))
-        .map(|w| w.uid)
-        .collect();
+    let failed = state.workers.failed_syncing(candidates.as_deref());
     let pods: Vec<AdmittedPod> = {
         let known = state.known_pods.read();
         failed

@@ -406,6 +406,26 @@ impl<S: PodSyncer> PodWorkers<S> {
         self.phase(uid).is_some_and(|p| p != WorkerPhase::Syncing)
     }
 
+    /// Of `uids` (every worker's pod when `None`), those whose worker is syncing and whose
+    /// last sync failed: what a change of something they read may fix. Cheaper than
+    /// [`snapshot`](Self::snapshot) for a few pods of many (no copies, no sorting).
+    pub fn failed_syncing(&self, uids: Option<&[PodUid]>) -> Vec<PodUid> {
+        let workers = self.inner.workers.lock();
+        let failed = |w: &Worker| w.phase == WorkerPhase::Syncing && w.last_error.is_some();
+        match uids {
+            Some(uids) => uids
+                .iter()
+                .filter(|uid| workers.get(*uid).is_some_and(failed))
+                .cloned()
+                .collect(),
+            None => workers
+                .iter()
+                .filter(|(_, w)| failed(w))
+                .map(|(uid, _)| uid.clone())
+                .collect(),
+        }
+    }
+
     /// A snapshot of every worker, sorted by namespace and name.
     pub fn snapshot(&self) -> Vec<WorkerSnapshot> {
         let workers = self.inner.workers.lock();

@@ -269,6 +269,27 @@ async fn pw3_a_failed_sync_is_retried_after_the_back_off_period_and_recorded() {
         "{waited:?}"
     );
     assert_eq!(w.snapshot()[0].last_error, None, "success clears the error");
+    assert!(w.failed_syncing(None).is_empty(), "no longer failed");
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_syncing_names_the_pods_whose_last_sync_failed_among_those_asked() {
+    let script = Arc::new(Script::default());
+    script.fail_sync.store(true, Ordering::SeqCst);
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
+    wait_syncs(&w, "a", 1).await;
+    script.fail_sync.store(false, Ordering::SeqCst);
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("b", 1))));
+    wait_syncs(&w, "b", 1).await;
+    let (a, b) = (uid("a"), uid("b"));
+    assert_eq!(w.failed_syncing(None), vec![a.clone()]);
+    assert_eq!(
+        w.failed_syncing(Some(&[a.clone(), b.clone()])),
+        vec![a.clone()]
+    );
+    assert!(w.failed_syncing(Some(&[b])).is_empty(), "b synced");
     w.shutdown().await;
 }
 
