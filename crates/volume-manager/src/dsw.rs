@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Volume;
-use nodelet_core::{AdmittedPod, PodUid, SourceRef};
+use nodelet_core::{AdmittedPod, ObjectRef, PodUid, SourceRef};
 
 use crate::plugins::VolumePlugin;
 
@@ -97,14 +97,18 @@ pub(crate) struct DesiredState {
     /// Which pod wants each unique volume name: `contains` and `volume` in one hash lookup
     /// instead of a walk of the pod's volumes (the reconciler asks for every mounted volume).
     owners: HashMap<String, PodUid>,
+    /// The unique names of the volumes reading each ConfigMap and Secret, so a changed object
+    /// finds its readers without a walk of every desired volume.
+    readers: HashMap<ObjectRef, Vec<String>>,
 }
 
 impl DesiredState {
     /// Adds or replaces a pod (VM-5: the latest pod object wins); keeps which unsupported
     /// volumes were reported. Returns the unsupported volumes not reported yet.
     pub(crate) fn set_pod(&mut self, mut pod: DesiredPod) -> Vec<UnsupportedVolume> {
-        if let Some(old) = self.pods.get(&pod.uid) {
+        if let Some(old) = self.pods.remove(&pod.uid) {
             pod.reported.extend(old.reported.iter().cloned());
+            self.unindex(&old);
         }
         let fresh: Vec<UnsupportedVolume> = pod
             .unsupported
@@ -113,31 +117,49 @@ impl DesiredState {
             .cloned()
             .collect();
         pod.reported.extend(fresh.iter().map(|u| u.name.clone()));
-        for v in &pod.volumes {
-            self.owners.insert(v.unique.clone(), pod.uid.clone());
-        }
-        if let Some(old) = self.pods.insert(pod.uid.clone(), pod) {
-            self.forget_volumes_of(&old);
-        }
+        self.index(&pod);
+        self.pods.insert(pod.uid.clone(), pod);
         fresh
     }
 
-    /// Drops the index entries of `old`'s volumes that its replacement (if any) no longer has.
-    fn forget_volumes_of(&mut self, old: &DesiredPod) {
-        let now = self.pods.get(&old.uid);
-        for v in &old.volumes {
-            let kept = now.is_some_and(|p| p.volumes.iter().any(|n| n.unique == v.unique));
-            if !kept && self.owners.get(&v.unique) == Some(&old.uid) {
-                self.owners.remove(&v.unique);
+    /// Adds `pod`'s volumes to the owner and reader indexes.
+    fn index(&mut self, pod: &DesiredPod) {
+        for v in &pod.volumes {
+            self.owners.insert(v.unique.clone(), pod.uid.clone());
+            for source in &v.sources {
+                if let SourceRef::Object(object) = source {
+                    let readers = self.readers.entry(object.clone()).or_default();
+                    if !readers.contains(&v.unique) {
+                        readers.push(v.unique.clone());
+                    }
+                }
             }
         }
     }
 
-    /// VM-6: the pod no longer wants any volume; its errors go with it.
+    /// Drops `old`'s volumes from the owner and reader indexes.
+    fn unindex(&mut self, old: &DesiredPod) {
+        for v in &old.volumes {
+            if self.owners.get(&v.unique) == Some(&old.uid) {
+                self.owners.remove(&v.unique);
+            }
+            for source in &v.sources {
+                if let SourceRef::Object(object) = source
+                    && let Some(readers) = self.readers.get_mut(object)
+                {
+                    readers.retain(|u| *u != v.unique);
+                    if readers.is_empty() {
+                        self.readers.remove(object);
+                    }
+                }
+            }
+        }
+    }
+
     pub(crate) fn remove_pod(&mut self, uid: &PodUid) -> bool {
         match self.pods.remove(uid) {
             Some(old) => {
-                self.forget_volumes_of(&old);
+                self.unindex(&old);
                 true
             }
             None => false,
@@ -162,6 +184,11 @@ impl DesiredState {
     /// Whether the volume with this unique name is desired.
     pub(crate) fn contains(&self, pod_uid: &PodUid, unique: &str) -> bool {
         self.owners.get(unique) == Some(pod_uid)
+    }
+
+    /// The unique names of the desired volumes that read `object`.
+    pub(crate) fn readers_of(&self, object: &ObjectRef) -> &[String] {
+        self.readers.get(object).map_or(&[], Vec::as_slice)
     }
 
     /// The desired volume named `unique` and its pod.
@@ -205,7 +232,8 @@ mod tests {
         }
     }
 
-    /// Pod `uid` wanting emptyDir volumes `names` (unique name `<uid>-<name>`).
+    /// Pod `uid` wanting emptyDir volumes `names` (unique name `<uid>-<name>`), each said to
+    /// read ConfigMap `ns/<name>`.
     fn with_volumes(uid: &str, names: &[&str]) -> DesiredPod {
         let volumes: Vec<_> = names
             .iter()
@@ -228,7 +256,7 @@ mod tests {
                     outer_name: (*n).into(),
                     plugin: plugin.clone(),
                     volume: PodVolume::new(&pod, i).unwrap(),
-                    sources: Vec::new(),
+                    sources: vec![SourceRef::Object(ObjectRef::config_map("ns", *n))],
                 })
                 .collect(),
             pod,
@@ -251,18 +279,25 @@ mod tests {
                 .map(|(p, v)| (&p.uid, v.outer_name.as_str())),
             Some((&a, "y"))
         );
+        let x = ObjectRef::config_map("ns", "x");
+        assert_eq!(dsw.readers_of(&x), ["a-x", "b-x"]);
+        assert_eq!(dsw.readers_of(&ObjectRef::config_map("ns", "y")), ["a-y"]);
 
         // An update that drops a volume drops it from the index; the one kept stays.
         dsw.set_pod(with_volumes("a", &["x"]));
         assert!(dsw.contains(&a, "a-x"));
         assert!(!dsw.contains(&a, "a-y"));
         assert!(dsw.volume("a-y").is_none());
+        assert!(dsw.readers_of(&ObjectRef::config_map("ns", "y")).is_empty());
+        assert_eq!(dsw.readers_of(&x), ["b-x", "a-x"], "re-indexed on update");
 
         assert!(dsw.remove_pod(&a));
+        assert_eq!(dsw.readers_of(&x), ["b-x"]);
         assert!(!dsw.contains(&a, "a-x"));
         assert!(dsw.volume("a-x").is_none());
         assert!(dsw.contains(&b, "b-x"), "the other pod is untouched");
         assert_eq!(dsw.owners.len(), 1);
+        assert_eq!(dsw.readers.len(), 1);
     }
 
     #[test]

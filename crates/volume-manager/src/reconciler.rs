@@ -218,12 +218,15 @@ impl State {
             self.mark_all_remount_required();
             return Some(Scope::All);
         }
-        let affected: Vec<String> = self
-            .dsw
-            .volumes()
-            .filter(|(pod, v)| v.sources.iter().any(|s| change.affects(&pod.uid, s)))
-            .map(|(_, v)| v.unique.clone())
-            .collect();
+        let affected: Vec<String> = match change {
+            Change::Object(object) => self.dsw.readers_of(object).to_vec(),
+            _ => self
+                .dsw
+                .volumes()
+                .filter(|(pod, v)| v.sources.iter().any(|s| change.affects(&pod.uid, s)))
+                .map(|(_, v)| v.unique.clone())
+                .collect(),
+        };
         let mut work = false;
         for unique in &affected {
             if let Some(m) = self.asw.get_mut(unique) {
