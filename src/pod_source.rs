@@ -287,18 +287,19 @@ fn retry_failed_pods(
     change: Result<ObjectRef, broadcast::error::RecvError>,
     referencing: impl FnOnce(&ObjectRef) -> Vec<PodUid>,
 ) {
-    let candidates: Option<Vec<PodUid>> = match change {
+    // Usually no pod has failed: then the managers are not asked who references what.
+    let mut failed = state.workers.failed_syncing(None);
+    if failed.is_empty() {
+        return;
+    }
+    match change {
         Ok(key) => {
-            let uids = referencing(&key);
-            if uids.is_empty() {
-                return;
-            }
-            Some(uids)
+            let referencing = referencing(&key);
+            failed.retain(|uid| referencing.contains(uid));
         }
-        Err(broadcast::error::RecvError::Lagged(_)) => None,
+        Err(broadcast::error::RecvError::Lagged(_)) => {}
         Err(broadcast::error::RecvError::Closed) => return,
-    };
-    let failed = state.workers.failed_syncing(candidates.as_deref());
+    }
     let pods: Vec<AdmittedPod> = {
         let known = state.known_pods.read();
         failed
