@@ -20,6 +20,7 @@ use crate::executor::Operations;
 use crate::node_faults::NodeFaults;
 use crate::plugins::{PluginRegistry, VolumeHost, host_probe_tmpfs};
 use crate::populator::{desired_pod, expected_volumes};
+use crate::reconciler::Scope;
 use crate::{Config, Error, MemoryMedium, WaitCause};
 
 /// The volume manager: keeps the volumes of the desired pods set up on disk and current.
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     pub(crate) state: Mutex<State>,
     /// Wakes the reconciler (a stored permit if it is busy).
     pub(crate) wake: Notify,
+    /// The next pass is over every volume (else over `State::pass_over` only).
+    pub(crate) full_pass: AtomicBool,
     /// Bumped on every change of the actual state or pod errors; waits watch it.
     pub(crate) changed: watch::Sender<u64>,
     pub(crate) tasks: TaskTracker,
@@ -75,6 +78,9 @@ pub(crate) struct State {
     pub(crate) change_seen: std::collections::HashMap<String, Instant>,
     /// Volumes whose SetUp fails for a node-side reason (what the log has said about them).
     pub(crate) node_faults: NodeFaults,
+    /// Volumes whose operation ended with something left for a pass over them (a change that
+    /// arrived meanwhile, a failure to back off from): see [`Inner::pass_over`].
+    pub(crate) pass_over: Vec<String>,
 }
 
 impl VolumeManager {
@@ -130,6 +136,7 @@ impl VolumeManager {
             last_errors: std::collections::HashMap::new(),
             change_seen: std::collections::HashMap::new(),
             node_faults: NodeFaults::default(),
+            pass_over: Vec::new(),
         };
         let inner = Inner {
             registry: config.plugins.clone(),
@@ -142,6 +149,7 @@ impl VolumeManager {
             tasks: TaskTracker::new(),
             sources_ready: AtomicBool::new(false),
             passes: AtomicU64::new(0),
+            full_pass: AtomicBool::new(false),
             configmaps,
             secrets,
             updates: crate::updates::channel(),
@@ -442,10 +450,31 @@ fn reads_pod_object(volume: &k8s_openapi::api::core::v1::Volume) -> bool {
 }
 
 impl Inner {
-    /// Something changed: wake the reconciler and the waiters.
+    /// Something changed: wake the reconciler for a pass over every volume, and the waiters.
     pub(crate) fn bump(&self) {
+        self.full_pass.store(true, Ordering::SeqCst);
         self.wake.notify_one();
         self.observed();
+    }
+
+    /// Volume `unique`'s operation ended with work left for it alone: wake the reconciler for
+    /// a pass over the volumes so named (`st` is the locked state), and the waiters. At a
+    /// node's cold start objects arrive while their volumes' SetUps run, so most SetUps end
+    /// "dirty"; a pass over every volume for each was most of the reconciler's time.
+    pub(crate) fn pass_over(&self, st: &mut State, unique: &str) {
+        st.pass_over.push(unique.to_owned());
+        self.wake.notify_one();
+    }
+
+    /// The scope of the pass a wake-up asked for (see [`bump`](Self::bump) and
+    /// [`pass_over`](Self::pass_over)).
+    pub(crate) fn requested_scope(&self) -> Scope {
+        let volumes = std::mem::take(&mut self.state.lock().pass_over);
+        if self.full_pass.swap(false, Ordering::SeqCst) || volumes.is_empty() {
+            Scope::All
+        } else {
+            Scope::Only(volumes)
+        }
     }
 
     /// Something changed that leaves the reconciler nothing new to do: wake only the waiters.
@@ -689,6 +718,29 @@ mod tests {
             "mounted {delay:?} after the object appeared (the backoff deadline was 7 s away)"
         );
         assert_eq!(bed.events.events().len(), 5, "{:?}", bed.events.events());
+        bed.shutdown.cancel();
+    }
+
+    // A volume's own leftovers ask for a pass over it alone; anything else for a full pass,
+    // which covers them.
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_asks_for_a_pass_over_the_volumes_named_or_over_all() {
+        let bed = bed(Strategy::Get, None);
+        let inner = &bed.vm.inner;
+        inner.pass_over(&mut inner.state.lock(), "a");
+        inner.pass_over(&mut inner.state.lock(), "b");
+        let scope = inner.requested_scope();
+        assert!(
+            matches!(&scope, Scope::Only(v) if *v == ["a", "b"]),
+            "{scope:?}"
+        );
+        inner.pass_over(&mut inner.state.lock(), "c");
+        inner.bump();
+        assert!(matches!(inner.requested_scope(), Scope::All));
+        assert!(
+            inner.state.lock().pass_over.is_empty(),
+            "covered by the full pass"
+        );
         bed.shutdown.cancel();
     }
 

@@ -64,20 +64,22 @@ impl Inner {
         // (4) The plugin reads the object, builds the payload and writes it atomically.
         let result = job.plugin.set_up(&ctx).instrument(span.clone()).await;
         // (5) Record the result; a change that arrived meanwhile keeps the flag set.
-        // Whether a pass may now have work: a retry or remount to schedule, a token deadline
-        // to wait for, or an unmount a pass skipped while this operation ran. A plain success
+        // Whether a pass may now have work: a retry or remount to schedule or an unmount a
+        // pass skipped while this operation ran (a pass over this volume only), a token
+        // deadline to wait for (a pass over all, which keeps the deadlines). A plain success
         // wakes only the waiters: at a node's cold start a pass per finished mount, each over
         // every volume, was most of the reconciler's time.
-        let mut pass_needed = true;
+        let mut full_pass = false;
         let (failure, transition) = {
             let mut st = self.state.lock();
             let now = Instant::now();
             let dirty = st.ops.finish(&job.unique, result.is_ok(), now);
             match result {
                 Ok(outcome) => {
-                    pass_needed = dirty
-                        || outcome.refresh_at.is_some()
-                        || !st.dsw.contains(&uid, &job.unique);
+                    full_pass = outcome.refresh_at.is_some();
+                    if !full_pass && (dirty || !st.dsw.contains(&uid, &job.unique)) {
+                        self.pass_over(&mut st, &job.unique);
+                    }
                     st.last_errors.remove(&job.unique);
                     let transition = st.node_faults.succeeded(&job.unique, now);
                     if let Some(change_seen) = job.change_seen {
@@ -129,6 +131,8 @@ impl Inner {
                     if let Some(m) = st.asw.get_mut(&job.unique) {
                         m.remount_required = true;
                     }
+                    // The retry's backoff deadline is found by a pass over this volume.
+                    self.pass_over(&mut st, &job.unique);
                     (Some(message), transition)
                 }
             }
@@ -139,7 +143,7 @@ impl Inner {
             self.events
                 .event(&job.pod, EventType::Warning, reasons::FAILED_MOUNT, message);
         }
-        if pass_needed {
+        if full_pass {
             self.bump();
         } else {
             self.observed();

@@ -60,7 +60,7 @@ impl Reconciler {
             // or one whose volumes are mid-SetUp and report their own end) starts no pass.
             scope = tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = self.inner.wake.notified() => Some(Scope::All),
+                () = self.inner.wake.notified() => Some(self.inner.requested_scope()),
                 () = sleep_until(deadline) => Some(Scope::All),
                 // (1) An object manager or a source saw new content; (2) mark its readers.
                 change = self.changes.next() => {
@@ -187,9 +187,10 @@ impl Reconciler {
 #[derive(Debug)]
 pub(crate) enum Scope {
     /// Every desired and every mounted volume, and the token refresh deadlines: after a pod
-    /// was added, updated or removed, an operation ended, a deadline passed, the resync.
+    /// was added, updated or removed, an unmount ended, a deadline passed, the resync.
     All,
-    /// Only these unique volume names: the readers of a changed object or source. A pass
+    /// Only these unique volume names: the readers of a changed object or source, volumes
+    /// whose SetUp ended with a change to take in or a failure to back off from. A pass
     /// stays proportional to what changed, not to the node's volumes (at 50 updates per
     /// second on a node of 1,000 volumes, a pass over all of them per update was a quarter of
     /// the agent's CPU).
