@@ -120,7 +120,7 @@ pub enum RuntimeError {
         path: PathBuf,
         /// What failed underneath.
         #[source]
-        source: nodelet_atomic_writer::Error,
+        source: std::io::Error,
     },
     /// A filesystem step on a runtime directory failed.
     #[error("{step} {path}")]
