@@ -56,8 +56,9 @@ pub(crate) fn generate(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(&completions)
         .with_context(|| format!("creating {}", completions.display()))?;
     let mut written = Vec::new();
+    let shown = without_hidden_subcommands(&cmd);
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        let path = clap_complete::generate_to(shell, &mut cmd.clone(), &name, &completions)
+        let path = clap_complete::generate_to(shell, &mut shown.clone(), &name, &completions)
             .with_context(|| format!("writing the {shell} completion"))?;
         written.push(path);
     }
@@ -73,6 +74,18 @@ pub(crate) fn generate(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     pages.sort();
     written.extend(pages);
     Ok(written)
+}
+
+/// `cmd` as the completions offer it: its arguments and groups, and only the subcommands not
+/// hidden (clap_complete offers hidden subcommands too; `container-init` and `container-exec`
+/// are the agent's own, never typed).
+fn without_hidden_subcommands(cmd: &clap::Command) -> clap::Command {
+    // `Command::new` wants a `'static` name; the agent's is.
+    debug_assert_eq!(cmd.get_name(), "nodelet");
+    clap::Command::new("nodelet")
+        .args(cmd.get_arguments().cloned())
+        .groups(cmd.get_groups().cloned())
+        .subcommands(cmd.get_subcommands().filter(|c| !c.is_hide_set()).cloned())
 }
 
 #[cfg(test)]
@@ -118,7 +131,16 @@ mod tests {
                 .join("man/man1/nodelet-container-init.1")
                 .exists()
         );
-        read("completions/_nodelet");
-        read("completions/nodelet.fish");
+        for file in [
+            "completions/nodelet.bash",
+            "completions/_nodelet",
+            "completions/nodelet.fish",
+        ] {
+            let text = read(file);
+            for hidden in ["container-init", "container-exec"] {
+                assert!(!text.contains(hidden), "{file} offers {hidden}");
+            }
+            assert!(text.contains("reset"), "{file} lacks reset");
+        }
     }
 }
