@@ -1,8 +1,11 @@
 //! Benchmarks of the atomic writer: first write, update and unchanged payloads of 10 × 4 KiB,
-//! and an update of one 1 MiB file, each with fsync on and off.
+//! an update of one 1 MiB file, and a first write into 1,000 fresh volumes (a node's cold
+//! start), each with fsync on and off.
 //!
 //! Run: `cargo bench -p nodelet-atomic-writer --bench write -- --warm-up-time 1 --measurement-time 3`.
-//! Directories are created under the system temp dir (set `TMPDIR` to measure another disk).
+//! Directories are created under the system temp dir (set `TMPDIR` to measure another disk),
+//! except the 1,000 volumes: they go under the current directory (cargo runs benches in
+//! `crates/atomic-writer`), the file system a node's root directory usually shares.
 
 use std::hint::black_box;
 
@@ -116,9 +119,58 @@ fn unchanged(c: &mut Criterion) {
     group.finish();
 }
 
+/// The payload of a service-account volume: a token, the CA bundle and the namespace.
+fn api_access(seed: u8) -> Payload {
+    [
+        ("token", vec![b'a' + seed; 900]),
+        ("ca.crt", vec![b'c' + seed; 1200]),
+        ("namespace", b"default".to_vec()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, FileProjection::new(v, 0o644)))
+    .collect()
+}
+
+/// A node's cold start: 1,000 fresh volume directories (created beforehand, not measured), one
+/// three-key payload written into each, one after the other.
+fn first_write_1000_volumes(c: &mut Criterion) {
+    const VOLUMES: usize = 1000;
+    let mut group = c.benchmark_group("first-write-1000-volumes-3-keys");
+    group.sample_size(10);
+    let p = api_access(0);
+    for fsync in [true, false] {
+        group.bench_function(BenchmarkId::from_parameter(label(fsync)), |b| {
+            b.iter_batched(
+                || {
+                    let root = tempfile::tempdir_in(".").unwrap();
+                    let writers: Vec<AtomicWriter> = (0..VOLUMES)
+                        .map(|i| {
+                            let dir = root.path().join(format!("v{i}"));
+                            std::fs::create_dir(&dir).unwrap();
+                            AtomicWriter::new(&dir, config(fsync)).unwrap()
+                        })
+                        .collect();
+                    (root, writers)
+                },
+                |(root, mut writers)| {
+                    for writer in &mut writers {
+                        assert_eq!(
+                            writer.write(black_box(&p), None).unwrap(),
+                            WriteOutcome::Written
+                        );
+                    }
+                    root
+                },
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = first_write, update_small, unchanged, update_large
+    targets = first_write, update_small, unchanged, update_large, first_write_1000_volumes
 }
 criterion_main!(benches);

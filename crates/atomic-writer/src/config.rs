@@ -14,8 +14,9 @@ use std::io;
 /// ```
 #[derive(Clone)]
 pub struct WriterConfig {
-    /// `fsync` file contents, the new data directory and the target directory before and after
-    /// the `..data` swap, so a power loss never exposes empty or torn files.
+    /// `fsync` file contents and the new data directory before `..data` can name them, and the
+    /// target directory around the `..data` switch, so a power loss never exposes empty or torn
+    /// files (the crate docs list each `fsync` and why it is needed).
     ///
     /// Default: `true`. Turn it off for data that is rebuilt after a reboot anyway (tmpfs
     /// volumes, tests), where it only costs latency.
@@ -92,13 +93,14 @@ pub mod fault {
         CreateDataDir,
         /// (6) before each payload file is written.
         WriteFile,
-        /// (7) before the durability `fsync`s of the new files and directories.
+        /// (8) before the durability `fsync`s of the new files and directories.
         SyncDataDir,
-        /// (8), (9), (11) before each `fsync` of the target directory.
+        /// (8), (11) before each `fsync` of the target directory.
         SyncTarget,
-        /// (8) before creating `..data_tmp`.
+        /// (8) before creating `..data_tmp` (updates only).
         CreateDataTmp,
-        /// (9) before renaming `..data_tmp` over `..data`.
+        /// (9) before renaming `..data_tmp` over `..data`, or, on a first write, creating
+        /// `..data`.
         SwapData,
         /// (10) before each user-visible symlink is created.
         CreateVisibleLink,

@@ -1,12 +1,12 @@
 //! Step (4): change detection against the current data directory (AW-7, plus modes/owners).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::Error;
+use crate::fsops;
 use crate::layout;
 use crate::payload::FileProjection;
 
@@ -26,7 +26,7 @@ pub(crate) fn differs(
     }
     for (relative, file) in files {
         let path = old_dir.join(relative);
-        let meta = match fs::symlink_metadata(&path) {
+        let meta = match fsops::lstat(&path) {
             Ok(meta) => meta,
             // Missing, or an old file sits where the payload now has a directory.
             Err(e)
@@ -61,22 +61,30 @@ pub(crate) fn differs(
     Ok(false)
 }
 
-/// Compares a file with `expected` in chunks, stopping at the first difference.
+/// Compares a file whose size is known to be `expected.len()` with `expected`, in chunks,
+/// stopping at the first difference. The size was checked, so no read past the end is needed
+/// to see the end (and an empty file is not even opened).
 fn same_contents(path: &Path, expected: &[u8]) -> io::Result<bool> {
-    let mut file = File::open(path)?;
-    let mut buffer = vec![0u8; 64 * 1024];
+    if expected.is_empty() {
+        return Ok(true);
+    }
+    let mut file = fsops::open(path)?;
+    let mut buffer = vec![0u8; expected.len().min(64 * 1024)];
     let mut offset = 0;
-    loop {
-        let read = file.read(&mut buffer)?;
-        if read == 0 {
-            return Ok(offset == expected.len());
-        }
-        let Some(want) = expected.get(offset..offset + read) else {
+    while offset < expected.len() {
+        let want = expected.len().min(offset + buffer.len()) - offset;
+        let Some(chunk) = buffer.get_mut(..want) else {
             return Ok(false);
         };
-        if buffer.get(..read) != Some(want) {
+        let read = fsops::read(&mut file, chunk)?;
+        if read == 0 {
+            // Shrunk since the `lstat`: not the payload.
+            return Ok(false);
+        }
+        if chunk.get(..read) != expected.get(offset..offset + read) {
             return Ok(false);
         }
         offset += read;
     }
+    Ok(true)
 }

@@ -99,6 +99,14 @@ pub enum Error {
         /// The cleaned path that needs it to be a directory.
         nested: String,
     },
+    /// Step (2): the target directory could not be listed.
+    #[error("list target directory {}: {cause}", path.display())]
+    ListTarget {
+        /// The target directory.
+        path: PathBuf,
+        /// Underlying error.
+        cause: io::Error,
+    },
     /// Step (2): `..data` could not be read.
     #[error("read symlink {}: {cause}", path.display())]
     ReadDataLink {
@@ -217,6 +225,14 @@ pub enum Error {
         /// Underlying error.
         cause: io::Error,
     },
+    /// Step (9) of a first write: the `..data` symlink could not be created.
+    #[error("create symlink {}: {cause}", path.display())]
+    CreateDataLink {
+        /// Path of `..data`.
+        path: PathBuf,
+        /// Underlying error.
+        cause: io::Error,
+    },
     /// Step (9): renaming `..data_tmp` over `..data` failed.
     #[error("rename {} over ..data: {cause}", path.display())]
     SwapData {
@@ -268,6 +284,8 @@ impl Error {
             | Error::SetPerms { cause, .. }
             | Error::Sync { cause, .. }
             | Error::CreateDataTmp { cause, .. }
+            | Error::CreateDataLink { cause, .. }
+            | Error::ListTarget { cause, .. }
             | Error::SwapData { cause, .. }
             | Error::CreateVisibleLink { cause, .. }
             | Error::RemoveVisibleLink { cause, .. }

@@ -9,6 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::fsops;
 use crate::payload::FileProjection;
 
 /// Name of the symlink to the current data directory (AW-2).
@@ -30,8 +31,8 @@ const DIGEST_DIGITS: usize = 20;
 pub(crate) fn new_data_dir_name(digest: u64) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    // `RandomState` keys are random per thread and differ for every call; no `getpid`.
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u32(std::process::id());
     let random = hasher.finish() % 10_000_000_000;
     format!(
         "..{}.{random:0rw$}{digest:0dw$}",
@@ -99,13 +100,10 @@ pub(crate) fn visible_link_target(name: &str) -> String {
     format!("{DATA_DIR_NAME}/{name}")
 }
 
-/// Whether `path` is a symlink this writer would have created for `name`.
+/// Whether the symlink at `path` (known to be a symlink from a listing) is one this writer
+/// created for `name`: one `readlink`.
 pub(crate) fn is_our_visible_link(path: &Path, name: &str) -> io::Result<bool> {
-    let meta = fs::symlink_metadata(path)?;
-    if !meta.file_type().is_symlink() {
-        return Ok(false);
-    }
-    Ok(fs::read_link(path)? == Path::new(&visible_link_target(name)))
+    Ok(fsops::readlink(path)? == Path::new(&visible_link_target(name)))
 }
 
 /// A short description of what occupies `path`, for error messages.
@@ -125,45 +123,53 @@ pub(crate) fn describe(meta: &fs::Metadata, path: &Path) -> String {
     }
 }
 
-/// AW-8: every path under the data directory `dir` (files and directories, relative, reserved
-/// top-level names excluded) that is neither a payload path nor an ancestor of one. Empty if
-/// `dir` does not exist or is not a directory.
-pub(crate) fn paths_to_remove<'a>(
+/// What steps (3) and (4) learn from one walk of the current data directory.
+#[derive(Debug, Default)]
+pub(crate) struct CurrentData {
+    /// AW-8: every path under the data directory (files and directories, relative, reserved
+    /// top-level names excluded) that is neither a payload path nor an ancestor of one.
+    pub(crate) to_remove: BTreeSet<String>,
+    /// Whether it holds the manifest of an older version of this writer ([`MANIFEST_NAME`]).
+    pub(crate) legacy_manifest: bool,
+}
+
+/// Walks the current data directory `dir` once (one listing per directory): the AW-8 removal
+/// set and whether a legacy manifest is there. Empty if `dir` does not exist.
+pub(crate) fn scan_current_data<'a>(
     dir: &Path,
     payload: impl IntoIterator<Item = &'a str>,
-) -> io::Result<BTreeSet<String>> {
-    let mut existing = BTreeSet::new();
-    match fs::symlink_metadata(dir) {
-        Ok(meta) if meta.is_dir() => walk(dir, "", &mut existing)?,
-        Ok(_) => return Ok(existing),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(existing),
+) -> io::Result<CurrentData> {
+    let mut current = CurrentData::default();
+    match walk(dir, "", &mut current) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CurrentData::default()),
         Err(e) => return Err(e),
     }
     for path in payload {
-        existing.remove(path);
+        current.to_remove.remove(path);
         for (index, _) in path.match_indices('/') {
-            existing.remove(&path[..index]);
+            current.to_remove.remove(&path[..index]);
         }
     }
-    Ok(existing)
+    Ok(current)
 }
 
-fn walk(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if prefix.is_empty() && name.starts_with("..") {
-            continue;
-        }
+fn walk(dir: &Path, prefix: &str, out: &mut CurrentData) -> io::Result<()> {
+    for (raw, kind) in fsops::list(dir)? {
+        let name = raw.to_string_lossy().into_owned();
         let relative = if prefix.is_empty() {
-            name
+            name.clone()
         } else {
             format!("{prefix}/{name}")
         };
-        if entry.file_type()?.is_dir() {
-            walk(&entry.path(), &relative, out)?;
+        if kind.is_dir() {
+            walk(&dir.join(&raw), &relative, out)?;
         }
-        out.insert(relative);
+        if prefix.is_empty() && name.starts_with("..") {
+            out.legacy_manifest |= name == MANIFEST_NAME;
+            continue;
+        }
+        out.to_remove.insert(relative);
     }
     Ok(())
 }
@@ -301,8 +307,9 @@ mod tests {
             fs::create_dir_all(full.parent().unwrap()).unwrap();
             fs::write(full, b"x").unwrap();
         }
-        paths_to_remove(dir.path(), new.iter().copied())
+        scan_current_data(dir.path(), new.iter().copied())
             .unwrap()
+            .to_remove
             .into_iter()
             .collect()
     }
@@ -366,9 +373,27 @@ mod tests {
     }
 
     #[test]
+    fn the_same_walk_finds_a_legacy_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.txt"), b"x").unwrap();
+        assert!(
+            !scan_current_data(dir.path(), ["a.txt"])
+                .unwrap()
+                .legacy_manifest
+        );
+        fs::write(dir.path().join(MANIFEST_NAME), b"{}").unwrap();
+        assert!(
+            scan_current_data(dir.path(), ["a.txt"])
+                .unwrap()
+                .legacy_manifest
+        );
+    }
+
+    #[test]
     fn paths_to_remove_is_empty_when_the_old_data_dir_vanished() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("..2024_01_01_00_00_00.1");
-        assert!(paths_to_remove(&gone, ["a"]).unwrap().is_empty());
+        let current = scan_current_data(&gone, ["a"]).unwrap();
+        assert!(current.to_remove.is_empty() && !current.legacy_manifest);
     }
 }

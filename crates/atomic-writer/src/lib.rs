@@ -60,12 +60,12 @@
 //! 1. **Validate and clean** every key (AW-3, AW-4; see [`validate_path`]), in byte order of
 //!    the keys. The first failure aborts the write with the kubelet's error text; nothing on
 //!    disk has been touched.
-//! 2. **Inspect the target.** Read `..data` (absent means a first write). Fail with
-//!    [`Error::ForeignData`] if `..data` is not a symlink to a real data directory, or with
-//!    [`Error::VisibleNameOccupied`] if a visible name the payload needs holds anything but
-//!    our symlink. Remove a stale `..data_tmp` symlink left by a crash.
+//! 2. **Inspect the target**, from one listing of it. Read `..data` (absent means a first
+//!    write). Fail with [`Error::ForeignData`] if `..data` is not a symlink to a real data
+//!    directory, or with [`Error::VisibleNameOccupied`] if a visible name the payload needs
+//!    holds anything but our symlink. Remove a stale `..data_tmp` symlink left by a crash.
 //! 3. **Paths to remove** (AW-8): entries of the current data directory that are neither
-//!    payload paths nor their ancestors.
+//!    payload paths nor their ancestors (one walk, which also finds a legacy manifest).
 //! 4. **Change detection** (AW-7): the payload differs if any file is missing, is not a regular
 //!    file, or has other bytes, mode or owner, or if the data directory holds a manifest of an
 //!    older version of this crate. If nothing differs and nothing is to be removed, skip to
@@ -73,35 +73,85 @@
 //! 5. **Create the new data directory**, mode exactly 0755.
 //! 6. **Write every file**: parent directories 0755, the bytes, `chown` to `fs_user` (gid
 //!    unchanged), the mode exactly (umask-independent).
-//! 7. **Call `set_perms`** with the new data directory's path; then `fsync` every file, every
-//!    directory and the data directory (after all writes, so one journal commit covers most).
-//! 8. **Create `..data_tmp`** pointing to the new data directory; `fsync` the target.
-//! 9. **Rename `..data_tmp` over `..data`** (the atomic switch); `fsync` the target.
+//! 7. **Call `set_perms`** with the new data directory's path.
+//! 8. **Make it durable.** An update first creates `..data_tmp` pointing to the new data
+//!    directory. Then `fsync` every file, every new directory and the data directory, and, for
+//!    an update, the target.
+//! 9. **Switch**: an update renames `..data_tmp` over `..data` (one atomic `rename(2)`); a
+//!    first write creates `..data` (one atomic `symlink(2)`).
 //! 10. **Create missing visible symlinks** `name -> ..data/name` (AW-9); the link of a
 //!     top-level file with an `fs_user` is `lchown`ed to it too (Kubernetes 1.36).
 //! 11. **Remove stale visible symlinks**: our symlinks whose name the payload no longer has
-//!     (AW-10); `fsync` the target if 10 or 11 changed anything.
-//! 12. **Remove old data directories**: the previous one and orphans of crashed writes.
+//!     (AW-10), after an `fsync` of the target that makes the switch durable. Then `fsync` the
+//!     target if 9–11 changed anything.
+//! 12. **Remove old data directories**: the previous one and orphans of crashed writes (found
+//!     by the listing of step 2).
 //!
 //! A failure in steps 5–9 removes the new data directory (and `..data_tmp`) before returning;
 //! `..data` still points to the old, complete data. A failure after step 9 leaves the new data
 //! in place; the next write finishes the job.
+//!
+//! # What a write costs, and why nothing less is safe
+//!
+//! Inodes: a write allocates exactly what the layout holds, as the kubelet does: the data
+//! directory, one per file and per directory inside it, one symlink (`..data`, or `..data_tmp`
+//! renamed over it) and, on a first write, one per visible name. Nothing else is created: no
+//! manifest, no temporary file. With fsync, the `fsync`s are one per new file and directory,
+//! and one (first write) or two (update) of the target, plus one more before step 11 removes a
+//! name. Each cut below keeps the guarantees of the next section; the crate README has the
+//! counts and `tests/writer/counts.rs` pins them.
+//!
+//! * **One listing of the target instead of probing each name.** Steps 2, 10, 11 and 12 work
+//!   from it (a visible name costs one `readlink`, not two `lstat`s and a `readlink`). Only
+//!   this writer changes the directory (one writer per directory), so the listing stays true
+//!   for the whole write; names it creates itself it knows.
+//! * **A first write creates `..data` directly** and `fsync`s the target once, after the
+//!   visible names. The files and directories are durable before `..data` exists, so
+//!   `..data` never names torn files; if a power loss keeps `..data` but not the new
+//!   directory's entry, `..data` dangles and the volume is as empty as before the write (the
+//!   "old" content), and the next write rewrites it (a data directory that vanished is a
+//!   change). There was nothing to protect by a rename.
+//! * **An update creates `..data_tmp` before the `fsync`s**, so on a journaling file system
+//!   the first file `fsync` commits it with everything else and the target `fsync` that must
+//!   precede the rename (it makes the new directory's entry durable) finds nothing left to
+//!   commit. Readers never follow `..data_tmp`; a crash leaves a stale one that step 2 removes.
+//! * **One `fsync` of the target after the switch and the new names** (steps 9–10), not one
+//!   after each: a new visible name that reaches the disk before the rename dangles or names
+//!   the same file through `..data`, harmless either way. Removing a name (step 11) must wait
+//!   for the switch to be durable (else a power loss could keep the old data minus a name), so
+//!   only then the target is synced before it as well. The old data directory is removed only
+//!   after the last `fsync`.
+//! * **Change detection reads each file once** (its size is known from the `lstat`, so no read
+//!   to find the end; an empty file is not opened); the walk of step 3 also finds a legacy
+//!   manifest.
+//! * **Kept, although they cost syscalls**: the `chmod` after each `mkdir` and the `fchmod`
+//!   after each create (the umask is process-wide and can only be read by changing it; modes
+//!   must be exact), the `fsync` of each file (data of *other* files is not written by one
+//!   `fsync`; `syncfs` would flush the whole file system, other tenants' data included) and of
+//!   each new directory (POSIX makes entries durable only through their directory), and the
+//!   listing inside `remove_dir_all` when the old directory goes (step 3 listed it already,
+//!   but removing by path from that listing would follow a directory swapped for a symlink
+//!   meanwhile; `remove_dir_all` works from directory descriptors).
 //!
 //! # Where this crate goes beyond the kubelet
 //!
 //! Everything observable is the kubelet's (layout, validation order and texts, AW-1 … AW-11)
 //! except these deliberate differences:
 //!
-//! 1. **Durability.** With [`WriterConfig::fsync`] (the default), file contents, the new data
-//!    directory and the target directory are `fsync`ed before and after the `..data` swap, and
-//!    the old data directory is only deleted after the swap is durable. A power loss therefore
-//!    never exposes empty or torn files. The kubelet does not `fsync`. Turn it off for tmpfs.
-//! 2. **Recovery.** A stale `..data_tmp` (crash between steps 8 and 9) is removed instead of
+//! 1. **Durability.** With [`WriterConfig::fsync`] (the default), file contents and the new
+//!    data directory are `fsync`ed before `..data` can name them, the target directory before
+//!    (update) and after the switch, and the old data directory is only deleted after the
+//!    switch is durable. A power loss therefore never exposes empty or torn files. The kubelet
+//!    does not `fsync`. Turn it off for tmpfs.
+//! 2. **A first write creates `..data` directly** instead of renaming `..data_tmp` over it (a
+//!    watcher sees a creation rather than a rename; no container runs on a volume before its
+//!    first write).
+//! 3. **Recovery.** A stale `..data_tmp` (crash between steps 8 and 9) is removed instead of
 //!    failing every later changing write (upstream quirk); data directories not referenced by
 //!    `..data` are removed after every successful write; missing visible symlinks are recreated
 //!    even when the payload is unchanged; our visible symlinks left dangling by a crash are
 //!    removed.
-//! 3. **Mode and owner changes are applied.** The kubelet compares only contents (AW-7), so a
+//! 4. **Mode and owner changes are applied.** The kubelet compares only contents (AW-7), so a
 //!    mode-only change never reaches an existing volume. Here a change of mode or `fs_user`
 //!    produces a new data directory, atomically, like a content change. To make this immune to a
 //!    `set_perms` hook that adjusts modes afterwards (fsGroup adds group bits), the data
@@ -113,22 +163,22 @@
 //!    `..nodelet_manifest` file, [`MANIFEST_NAME`]) is adopted and rewritten, without the file,
 //!    by the next write. A path that is a directory in the old data but a file in the payload
 //!    is a change, not an error (upstream fails non-deterministically).
-//! 4. **Hostile target contents.** If a visible name the payload needs is occupied by something
+//! 5. **Hostile target contents.** If a visible name the payload needs is occupied by something
 //!    that is not our symlink, or `..data` / `..data_tmp` is not a symlink of ours, the write
 //!    fails with a clear error and changes nothing (the kubelet silently skips such names, so
 //!    the file never becomes visible). This includes a real directory created beside the data
 //!    for a nested mount point (PL-12) when a payload key uses the same top-level name.
 //!    Stale-name removal touches only our own symlinks; old-directory removal only real
 //!    directories with the data directory name shape.
-//! 5. **Stricter validation**, reported before the disk is touched where the kubelet fails
+//! 6. **Stricter validation**, reported before the disk is touched where the kubelet fails
 //!    half-way: a key that *cleans* to a reserved name (`./..data`) or to `.`, a key with a NUL
 //!    byte, a mode above `0o7777`, and a file that is also another path's parent directory
 //!    ([`Error::PathConflict`]). Two raw keys that clean to the same path are resolved
 //!    deterministically: the one greatest in byte order wins.
-//! 6. **Failed writes clean up** the new data directory immediately (the kubelet leaves it
+//! 7. **Failed writes clean up** the new data directory immediately (the kubelet leaves it
 //!    behind after step 6 or 7 failures).
-//! 7. **`set_perms` receives the full path** of the new data directory, not its base name.
-//! 8. **Error texts never contain a data directory's random name**: a path in the new data
+//! 8. **`set_perms` receives the full path** of the new data directory, not its base name.
+//! 9. **Error texts never contain a data directory's random name**: a path in the new data
 //!    directory is named as the payload path in the target (`<target>/<key>`), one in the
 //!    current data through `..data`. The same failure on every retry gives the same text, so
 //!    the caller's events aggregate (the kubelet's texts embed the timestamped name).
@@ -136,8 +186,11 @@
 //! # Guarantees
 //!
 //! * A reader that opens a visible name gets a file of the old payload or of the new one: both
-//!   resolve through `..data`, which switches in one `rename(2)`. Files are complete before the
-//!   switch (and durable, with fsync).
+//!   resolve through `..data`, which switches in one `rename(2)` (or, on a first write, appears
+//!   in one `symlink(2)`). Files are complete before the switch (and durable, with fsync).
+//! * After a power loss (with fsync) the volume holds the old or the new payload whole: nothing
+//!   can make `..data` name the new directory before its files and entries are durable, and
+//!   the old directory and removed names go only after the switch is durable.
 //! * Between the switch (9) and steps 10–11 a top-level name *added* by the update is not there
 //!   yet and a *removed* one dangles (reads fail with "not found"), as in the kubelet, which
 //!   creates new names only after the data is in place (upstream #93686). A crash in that window
@@ -175,7 +228,13 @@
 //! # Testing seam
 //!
 //! `WriterConfig::fault_hook` (hidden from the docs, not a stable API) lets crash tests fail
-//! or abort the writer at every disk mutation; see `tests/writer/crash.rs`.
+//! or abort the writer at every disk mutation; see `tests/writer/crash.rs`. `probe` (hidden
+//! too) counts every file-system call the writer makes on the current thread, by kind; see
+//! `tests/writer/counts.rs`.
+//!
+//! The `volume-ops` example writes one payload shape into many fresh directories and prints the
+//! free-inode delta, for measuring with `strace -f -c` (README, "Inodes and syscalls per
+//! volume").
 
 #![cfg_attr(
     not(test),
@@ -189,6 +248,7 @@ mod error;
 mod fsops;
 mod layout;
 mod payload;
+mod target;
 mod validate;
 mod writer;
 
@@ -196,6 +256,8 @@ pub use config::WriterConfig;
 #[doc(hidden)]
 pub use config::fault;
 pub use error::{Error, InvalidPath};
+#[doc(hidden)]
+pub use fsops::probe;
 pub use layout::{DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, read_visible};
 pub use payload::{FileProjection, Payload};
 pub use validate::{MAX_FILE_NAME_LEN, MAX_MODE, MAX_PATH_LEN, clean_path, validate_path};

@@ -1,21 +1,18 @@
 //! [`AtomicWriter`]: the write algorithm of the crate docs, steps (1)-(12).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::WriterConfig;
 use crate::config::fault::FaultPoint;
 use crate::detect::differs;
 use crate::error::Error;
-use crate::fsops::{DIR_MODE, create_dir, set_mode, sync_dir, write_file};
-use crate::layout::{
-    self, DATA_DIR_NAME, DATA_TMP_NAME, MANIFEST_NAME, describe, is_data_dir_name,
-    is_our_visible_link, visible_link_target,
-};
+use crate::fsops::{self, create_dir, write_file};
+use crate::layout::{self, CurrentData, DATA_DIR_NAME, DATA_TMP_NAME};
 use crate::payload::{FileProjection, Payload};
+use crate::target::Target;
 use crate::validate::validate_payload;
 
 /// How many written files are kept open, waiting for their `fsync`, at most.
@@ -134,10 +131,12 @@ impl AtomicWriter {
         let files = validate_payload(payload)?;
         let visible: BTreeSet<&str> = files.keys().map(|p| top_level(p)).collect();
 
-        // (2) Read `..data`, refuse foreign contents, drop a stale `..data_tmp`.
-        let old = self.current_data_dir()?;
-        self.check_visible_names(&visible)?;
-        self.remove_stale_data_tmp()?;
+        // (2) One listing of the target; read `..data`, refuse foreign contents, drop a stale
+        // `..data_tmp`.
+        let target = Target::list(&self.target, &self.config)?;
+        let old = target.current_data_dir()?;
+        let linked = target.check_visible_names(&visible)?;
+        target.remove_stale_data_tmp()?;
 
         // (3) Paths of the current data that the payload no longer has.
         // (4) Does the payload differ from the current data?
@@ -146,30 +145,32 @@ impl AtomicWriter {
             Some(name) => {
                 let old_dir = self.target.join(name);
                 let through_link = self.target.join(DATA_DIR_NAME);
-                let to_remove = layout::paths_to_remove(&old_dir, files.keys().map(String::as_str))
-                    .map_err(|cause| {
-                        Error::ListCurrentData {
-                            path: old_dir.clone(),
-                            cause,
-                        }
-                        .relocated(&old_dir, &through_link)
-                    })?;
+                let current = if target.has_dir(name) {
+                    layout::scan_current_data(&old_dir, files.keys().map(String::as_str)).map_err(
+                        |cause| {
+                            Error::ListCurrentData {
+                                path: old_dir.clone(),
+                                cause,
+                            }
+                            .relocated(&old_dir, &through_link)
+                        },
+                    )?
+                } else {
+                    // Vanished: every payload file is missing, so it differs.
+                    CurrentData::default()
+                };
                 // A manifest of an older version of this writer goes with a rewrite.
-                let legacy = fs::symlink_metadata(old_dir.join(MANIFEST_NAME)).is_ok();
-                !to_remove.is_empty()
-                    || legacy
+                !current.to_remove.is_empty()
+                    || current.legacy_manifest
                     || differs(&self.target, name, &files)
                         .map_err(|e| e.relocated(&old_dir, &through_link))?
             }
         };
 
+        // (5)-(9) Write a new data directory and switch `..data` to it. From then on a failure
+        // leaves the complete new data in place.
         let current = if changed {
-            // (5)-(9) Write a new data directory and swap it in.
-            let name = self.swap_in(&files, set_perms)?;
-            // (9) The swap is made durable before anything old is removed. From here on a
-            // failure leaves the complete new data in place.
-            self.sync_target()?;
-            name
+            self.swap_in(&files, set_perms, old.is_none())?
         } else {
             tracing::debug!("payload unchanged");
             old.unwrap_or_default()
@@ -181,15 +182,25 @@ impl AtomicWriter {
             .filter(|(path, _)| !path.contains('/'))
             .filter_map(|(path, file)| Some((path.as_str(), file.fs_user?)))
             .collect();
-        let mut touched = self.create_visible_links(&visible, &owners)?;
-        // (11) Remove user-visible symlinks the payload no longer has.
-        touched |= self.remove_stale_visible_links(&visible)?;
+        let mut touched = changed;
+        touched |= target.create_visible_links(&visible, &linked, &owners)?;
+        // (11) Remove user-visible symlinks the payload no longer has: only after the switch
+        // is durable, so a power loss cannot keep the old data without one of its names.
+        let stale = target.stale_visible_links(&visible);
+        if !stale.is_empty() {
+            if touched {
+                self.sync_target()?;
+            }
+            target.remove_visible_links(stale)?;
+            touched = true;
+        }
+        // The switch and the names are made durable before anything old is removed.
         if touched {
             self.sync_target()?;
         }
 
         // (12) Remove the old data directory and any orphan left by a crash.
-        self.remove_old_data_dirs(&current)?;
+        target.remove_old_data_dirs(&current)?;
 
         tracing::debug!(changed, "atomic write done");
         Ok(if changed {
@@ -199,101 +210,25 @@ impl AtomicWriter {
         })
     }
 
-    /// (2) The name of the data directory `..data` points to, if any.
-    fn current_data_dir(&self) -> Result<Option<String>, Error> {
-        let link = self.target.join(DATA_DIR_NAME);
-        let meta = match fs::symlink_metadata(&link) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(cause) => return Err(Error::ReadDataLink { path: link, cause }),
-        };
-        if !meta.file_type().is_symlink() {
-            let found = describe(&meta, &link);
-            return Err(Error::ForeignData { path: link, found });
-        }
-        let pointee = fs::read_link(&link).map_err(|cause| Error::ReadDataLink {
-            path: link.clone(),
-            cause,
-        })?;
-        let name = match pointee.to_str() {
-            Some(name) if is_data_dir_name(name) => name.to_owned(),
-            _ => {
-                return Err(Error::ForeignData {
-                    found: format!("a symlink to {}", pointee.display()),
-                    path: link,
-                });
-            }
-        };
-        // The data directory may have vanished (then everything is rewritten), but if it
-        // exists it must be a real directory, not a symlink leading elsewhere.
-        match fs::symlink_metadata(self.target.join(&name)) {
-            Ok(meta) if !meta.is_dir() => Err(Error::ForeignData {
-                found: format!(
-                    "a symlink to {name}, which is {}",
-                    describe(&meta, &self.target.join(&name))
-                ),
-                path: link,
-            }),
-            _ => Ok(Some(name)),
-        }
-    }
-
-    /// (2) Every visible name the payload needs is free or already our symlink.
-    fn check_visible_names(&self, visible: &BTreeSet<&str>) -> Result<(), Error> {
-        for name in visible {
-            let path = self.target.join(name);
-            match fs::symlink_metadata(&path) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(cause) => return Err(Error::CreateVisibleLink { path, cause }),
-                Ok(meta) => {
-                    if !is_our_visible_link(&path, name).unwrap_or(false) {
-                        let found = describe(&meta, &path);
-                        return Err(Error::VisibleNameOccupied { path, found });
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// (2) Removes a `..data_tmp` symlink left by a crash between steps 8 and 9.
-    fn remove_stale_data_tmp(&self) -> Result<(), Error> {
-        let path = self.target.join(DATA_TMP_NAME);
-        match fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(cause) => Err(Error::RemoveStaleDataTmp { path, cause }),
-            Ok(meta) if !meta.file_type().is_symlink() => {
-                let found = describe(&meta, &path);
-                Err(Error::ForeignData { path, found })
-            }
-            Ok(_) => {
-                tracing::debug!("removing stale ..data_tmp");
-                self.config
-                    .inject(FaultPoint::RemoveStaleDataTmp)
-                    .and_then(|()| fs::remove_file(&path))
-                    .map_err(|cause| Error::RemoveStaleDataTmp { path, cause })
-            }
-        }
-    }
-
     /// (5)-(9) Writes a new data directory and makes `..data` point to it. Returns its name.
     /// On failure, removes what it created; `..data` then still points to the old data.
     fn swap_in(
         &self,
         files: &BTreeMap<String, &FileProjection>,
         set_perms: Option<SetPerms<'_>>,
+        first_write: bool,
     ) -> Result<String, Error> {
         // (5) Create the new data directory, mode exactly 0755, its name recording the
         // requested modes and owners.
         let (name, dir) = self.create_data_dir(layout::modes_digest(files))?;
         let result = self
             .fill_data_dir(&dir, files, set_perms)
-            .and_then(|()| self.publish(&name));
+            .and_then(|unsynced| self.publish(&name, &dir, unsynced, first_write));
         match result {
             Ok(()) => Ok(name),
             Err(e) => {
                 // Best effort: a leftover is removed by step (12) of the next write.
-                let _ = fs::remove_dir_all(&dir);
+                let _ = fsops::remove_tree(&dir);
                 // The payload path, not the random data directory name, in the message.
                 Err(e.relocated(&dir, &self.target))
             }
@@ -309,12 +244,9 @@ impl AtomicWriter {
             let created = self
                 .config
                 .inject(FaultPoint::CreateDataDir)
-                .and_then(|()| DirBuilder::new().mode(DIR_MODE).create(&dir));
+                .and_then(|()| fsops::mkdir(&dir));
             match created {
-                Ok(()) => {
-                    set_mode(&dir, DIR_MODE).map_err(|e| e.relocated(&dir, &self.target))?;
-                    return Ok((name, dir));
-                }
+                Ok(()) => return Ok((name, dir)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
                 Err(cause) => {
                     return Err(Error::CreateDataDir {
@@ -331,25 +263,26 @@ impl AtomicWriter {
         })
     }
 
-    /// (6) and (7): files, `set_perms`, then the durability syncs of the new tree.
+    /// (6) and (7): files, then `set_perms`. Returns what is left to `fsync` in (8).
     fn fill_data_dir(
         &self,
         dir: &Path,
         files: &BTreeMap<String, &FileProjection>,
         set_perms: Option<SetPerms<'_>>,
-    ) -> Result<(), Error> {
-        // (6) Parent directories (0755), then each file with its exact mode and owner. The
-        // fsyncs come after all writes: one journal commit then covers most of them.
-        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut unsynced: Vec<(PathBuf, File)> = Vec::new();
+    ) -> Result<Unsynced, Error> {
+        // (6) Parent directories (0755), then each file with its exact mode and owner; the
+        // fsyncs come in step (8), after every write. Parents are created once each, in path
+        // order, so every `mkdir` finds its parent in place.
+        let mut unsynced = Unsynced::default();
         for (relative, file) in files {
             let path = dir.join(relative);
             if let Some(parent) = Path::new(relative).parent() {
                 let mut current = dir.to_path_buf();
                 for element in parent.components() {
                     current.push(element);
-                    if dirs.insert(current.clone()) {
+                    if !unsynced.dirs.contains(&current) {
                         create_dir(&current)?;
+                        unsynced.dirs.insert(current.clone());
                     }
                 }
             }
@@ -361,63 +294,90 @@ impl AtomicWriter {
                 })?;
             let handle = write_file(&path, file)?;
             if self.config.fsync {
-                unsynced.push((path, handle));
-                if unsynced.len() >= SYNC_BATCH {
-                    self.sync_files(&mut unsynced)?;
+                unsynced.files.push((path, handle));
+                if unsynced.files.len() >= SYNC_BATCH {
+                    self.sync_files(&mut unsynced.files)?;
                 }
             }
         }
 
-        // (7) The caller's permission hook, on the full path of the new data directory; then
-        // the files (with what the hook changed), the directories and the data directory
-        // itself are made durable.
+        // (7) The caller's permission hook, on the full path of the new data directory.
         if let Some(hook) = set_perms {
             hook(dir).map_err(|cause| Error::SetPerms {
                 path: dir.to_path_buf(),
                 cause,
             })?;
         }
-        if self.config.fsync {
-            self.sync_files(&mut unsynced)?;
-            for sub in dirs.iter().rev() {
-                sync_dir(sub)?;
-            }
-            sync_dir(dir)?;
-        }
-        Ok(())
+        Ok(unsynced)
     }
 
-    /// (8) and (9): `..data_tmp` → new dir, renamed over `..data`, both made durable.
-    fn publish(&self, name: &str) -> Result<(), Error> {
-        // (8) Point `..data_tmp` at the new data directory.
+    /// (8) and (9): make the new tree durable and switch `..data` to it.
+    ///
+    /// An update creates `..data_tmp` *before* the `fsync`s, so that on a journaling file
+    /// system the first `fsync` commits it with the files and the later ones find nothing new
+    /// to commit; the `fsync` of the target then makes the new directory's entry durable
+    /// before the rename can be. A first write has no old data to protect and creates `..data`
+    /// directly (no `..data_tmp`, no rename, no `fsync` of the target before it): if a power
+    /// loss keeps `..data` but not the directory it names, `..data` dangles and the volume is
+    /// as empty as before the write; the files themselves are durable before `..data` exists.
+    fn publish(
+        &self,
+        name: &str,
+        dir: &Path,
+        mut unsynced: Unsynced,
+        first_write: bool,
+    ) -> Result<(), Error> {
+        let data = self.target.join(DATA_DIR_NAME);
         let tmp = self.target.join(DATA_TMP_NAME);
-        self.config
-            .inject(FaultPoint::CreateDataTmp)
-            .and_then(|()| std::os::unix::fs::symlink(name, &tmp))
-            .map_err(|cause| Error::CreateDataTmp {
-                path: tmp.clone(),
-                cause,
-            })?;
-        let swapped = (|| {
-            self.sync_target()?;
-            // (9) Atomically replace `..data`.
+        // (8) Point `..data_tmp` at the new data directory.
+        if !first_write {
             self.config
-                .inject(FaultPoint::SwapData)
-                .and_then(|()| fs::rename(&tmp, self.target.join(DATA_DIR_NAME)))
-                .map_err(|cause| Error::SwapData {
+                .inject(FaultPoint::CreateDataTmp)
+                .and_then(|()| fsops::symlink(name, &tmp))
+                .map_err(|cause| Error::CreateDataTmp {
                     path: tmp.clone(),
                     cause,
-                })
-        })();
-        if swapped.is_err() {
-            let _ = fs::remove_file(&tmp);
+                })?;
         }
-        swapped
+        let switched = (|| {
+            // (8) Files, their directories, the data directory and, for an update, the target.
+            if self.config.fsync {
+                self.sync_files(&mut unsynced.files)?;
+                for sub in unsynced.dirs.iter().rev() {
+                    fsops::sync_dir(sub)?;
+                }
+                fsops::sync_dir(dir)?;
+                if !first_write {
+                    self.sync_target()?;
+                }
+            }
+            // (9) Atomically replace (or create) `..data`.
+            let switch = self.config.inject(FaultPoint::SwapData);
+            if first_write {
+                switch
+                    .and_then(|()| fsops::symlink(name, &data))
+                    .map_err(|cause| Error::CreateDataLink { path: data, cause })
+            } else {
+                switch
+                    .and_then(|()| fsops::rename(&tmp, &data))
+                    .map_err(|cause| Error::SwapData {
+                        path: tmp.clone(),
+                        cause,
+                    })
+            }
+        })();
+        if switched.is_err() && !first_write {
+            let _ = fsops::unlink(&tmp);
+        }
+        switched
     }
 
     /// `fsync` of written files (still open: modes like 0o000 cannot be reopened), emptying
     /// `files`.
     fn sync_files(&self, files: &mut Vec<(PathBuf, File)>) -> Result<(), Error> {
+        if files.is_empty() {
+            return Ok(());
+        }
         self.config
             .inject(FaultPoint::SyncDataDir)
             .map_err(|cause| Error::Sync {
@@ -425,9 +385,7 @@ impl AtomicWriter {
                 cause,
             })?;
         for (path, handle) in files.drain(..) {
-            handle
-                .sync_all()
-                .map_err(|cause| Error::Sync { path, cause })?;
+            fsops::sync_file(&path, &handle)?;
         }
         Ok(())
     }
@@ -443,133 +401,16 @@ impl AtomicWriter {
                 path: self.target.clone(),
                 cause,
             })?;
-        sync_dir(&self.target)
+        fsops::sync_dir(&self.target)
     }
+}
 
-    /// (10) Creates `name -> ..data/name` for every top-level payload name that lacks it, and
-    /// gives the link of a top-level file with an `fs_user` that owner (`lchown`, as kubelets
-    /// do since 1.36), when it has another.
-    fn create_visible_links(
-        &self,
-        visible: &BTreeSet<&str>,
-        owners: &BTreeMap<&str, u32>,
-    ) -> Result<bool, Error> {
-        let mut touched = false;
-        for name in visible {
-            let path = self.target.join(name);
-            let owner = match fs::symlink_metadata(&path) {
-                Ok(meta) => {
-                    if !is_our_visible_link(&path, name).unwrap_or(false) {
-                        let found = describe(&meta, &path);
-                        return Err(Error::VisibleNameOccupied { path, found });
-                    }
-                    Some(std::os::unix::fs::MetadataExt::uid(&meta))
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.config
-                        .inject(FaultPoint::CreateVisibleLink)
-                        .and_then(|()| std::os::unix::fs::symlink(visible_link_target(name), &path))
-                        .map_err(|cause| Error::CreateVisibleLink {
-                            path: path.clone(),
-                            cause,
-                        })?;
-                    touched = true;
-                    None
-                }
-                Err(cause) => return Err(Error::CreateVisibleLink { path, cause }),
-            };
-            if let Some(&uid) = owners.get(name)
-                && owner != Some(uid)
-            {
-                std::os::unix::fs::lchown(&path, Some(uid), None)
-                    .map_err(|cause| Error::Chown { path, uid, cause })?;
-                touched = true;
-            }
-        }
-        Ok(touched)
-    }
-
-    /// The entries of the target directory whose names are UTF-8 (no other name is ours).
-    fn target_entries(&self) -> io::Result<Vec<(String, fs::DirEntry)>> {
-        let mut entries = Vec::new();
-        for entry in fs::read_dir(&self.target)? {
-            let entry = entry?;
-            if let Ok(name) = entry.file_name().into_string() {
-                entries.push((name, entry));
-            }
-        }
-        Ok(entries)
-    }
-
-    /// (11) Removes every top-level symlink of ours (`x -> ..data/x`) whose name the payload no
-    /// longer has. Other entries are never touched. Continues past failures and returns the
-    /// last one (AW-10).
-    fn remove_stale_visible_links(&self, visible: &BTreeSet<&str>) -> Result<bool, Error> {
-        let mut touched = false;
-        let mut last_error = None;
-        let entries = self
-            .target_entries()
-            .map_err(|cause| Error::RemoveVisibleLink {
-                path: self.target.clone(),
-                cause,
-            })?;
-        for (name, entry) in entries {
-            if name.starts_with("..") || visible.contains(name.as_str()) {
-                continue;
-            }
-            let path = entry.path();
-            if !is_our_visible_link(&path, &name).unwrap_or(false) {
-                continue;
-            }
-            let removed = self
-                .config
-                .inject(FaultPoint::RemoveVisibleLink)
-                .and_then(|()| fs::remove_file(&path));
-            match removed {
-                Ok(()) => touched = true,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(cause) => last_error = Some(Error::RemoveVisibleLink { path, cause }),
-            }
-        }
-        last_error.map_or(Ok(touched), Err)
-    }
-
-    /// (12) Removes every data directory other than `current` (the old one and orphans of
-    /// crashed writes). Only real directories with the data directory name shape are removed.
-    fn remove_old_data_dirs(&self, current: &str) -> Result<(), Error> {
-        let mut first_error = None;
-        let entries = self
-            .target_entries()
-            .map_err(|cause| Error::RemoveOldDataDir {
-                path: self.target.clone(),
-                cause,
-            })?;
-        for (name, entry) in entries {
-            if name == current || !is_data_dir_name(&name) {
-                continue;
-            }
-            let path = entry.path();
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            tracing::debug!(dir = %name, "removing old data directory");
-            let removed = self
-                .config
-                .inject(FaultPoint::RemoveOldDataDir)
-                .and_then(|()| fs::remove_dir_all(&path));
-            match removed {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(cause) => {
-                    first_error.get_or_insert(Error::RemoveOldDataDir {
-                        path: self.target.clone(),
-                        cause,
-                    });
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
+/// Written files still open for their `fsync`, and the directories created inside the new
+/// data directory.
+#[derive(Default)]
+struct Unsynced {
+    files: Vec<(PathBuf, File)>,
+    dirs: BTreeSet<PathBuf>,
 }
 
 /// The first element of a cleaned payload path.

@@ -1,4 +1,4 @@
-//! Behaviour beyond the kubelet (crate docs, "Where this crate goes beyond the kubelet" 1-7).
+//! Behaviour beyond the kubelet (crate docs, "Where this crate goes beyond the kubelet").
 
 use std::fs;
 use std::io;

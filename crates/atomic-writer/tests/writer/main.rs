@@ -17,5 +17,8 @@ mod model;
 // Crash consistency: a failure or an abort injected at every disk mutation.
 mod crash;
 
+// Inodes and file-system calls per first write, update and unchanged write, pinned.
+mod counts;
+
 // The `atomic-write` example, as users and scripts run it.
 mod cli;

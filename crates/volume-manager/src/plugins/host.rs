@@ -306,12 +306,28 @@ fn set_up_wrapper(
     if tmpfs && !is_mountpoint(dir).map_err(|e| SetUpError::wrapper(dir, e))? {
         mount_tmpfs(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
     }
-    fs::create_dir_all(marker).map_err(|e| SetUpError::wrapper(dir, e))?;
-    fs::write(marker.join("ready"), b"").map_err(|e| SetUpError::wrapper(dir, e))?;
+    mark_ready(marker, created).map_err(|e| SetUpError::wrapper(dir, e))?;
     if created && let Some(gid) = fs_group {
         set_volume_ownership(dir, gid);
     }
     Ok(created)
+}
+
+/// PL-5: the readiness marker `<marker>/ready`. A volume directory that existed already (a
+/// remount, an adopted volume) normally has it: one `lstat` then, and no write (rewriting it
+/// would dirty its inode on every remount). A new one gets the directory and an empty file.
+fn mark_ready(marker: &Path, created: bool) -> io::Result<()> {
+    let ready = marker.join("ready");
+    if !created && fs::symlink_metadata(&ready).is_ok() {
+        return Ok(());
+    }
+    fs::create_dir_all(marker)?;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&ready)
+        .map(drop)
 }
 
 /// PL-14 on the blocking pool.
@@ -383,6 +399,8 @@ pub(crate) fn probe_tmpfs(root: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use nodelet_atomic_writer::FileProjection;
+
     use super::*;
 
     fn mode(p: &Path) -> u32 {
@@ -402,6 +420,58 @@ mod tests {
         assert!(!dir.exists() && !marker.exists());
         assert!(!tmp.path().join("volumes/kubernetes.io~configmap").exists());
         tear_down(&dir, &marker).unwrap();
+    }
+
+    /// Every entry under `root`, symlinks not followed: the inodes a set-up left there.
+    fn inodes_under(root: &Path) -> usize {
+        fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| match e.file_type().unwrap().is_dir() {
+                true => 1 + inodes_under(&e.path()),
+                false => 1,
+            })
+            .sum()
+    }
+
+    fn job(root: &Path, volume: &str, remount: bool) -> WriteJob {
+        WriteJob {
+            dir: root.join(format!("volumes/kubernetes.io~configmap/{volume}")),
+            marker: root.join(format!("plugins/kubernetes.io~empty-dir/wrapped_{volume}")),
+            tmpfs: false,
+            fsync: true,
+            fs_group: None,
+            nested: Vec::new(),
+            remount,
+        }
+    }
+
+    #[test]
+    fn a_one_key_configmap_volume_costs_seven_inodes_and_a_remount_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let payload: Payload = [("app.conf", FileProjection::new("port = 80\n", 0o644))]
+            .into_iter()
+            .collect();
+        // The pod's first volume also creates `volumes/<plugin>` and `plugins/<wrapper>`.
+        job(tmp.path(), "first", false).run(&payload).unwrap();
+        let shared = 4;
+        assert_eq!(inodes_under(tmp.path()), shared + 7);
+        // Per volume: its directory, the marker directory and `ready`, then the writer's data
+        // directory, file, `..data` and visible symlink.
+        nodelet_atomic_writer::probe::take();
+        job(tmp.path(), "second", false).run(&payload).unwrap();
+        assert_eq!(nodelet_atomic_writer::probe::take().inodes(), 4);
+        assert_eq!(inodes_under(tmp.path()), shared + 2 * 7);
+        // A remount of unchanged data allocates nothing and leaves the marker alone.
+        let ready = tmp
+            .path()
+            .join("plugins/kubernetes.io~empty-dir/wrapped_second/ready");
+        let before = fs::symlink_metadata(&ready).unwrap().ctime_nsec();
+        let outcome = job(tmp.path(), "second", true).run(&payload).unwrap();
+        assert_eq!(outcome, WriteOutcome::Unchanged);
+        assert_eq!(nodelet_atomic_writer::probe::take().inodes(), 0);
+        assert_eq!(inodes_under(tmp.path()), shared + 2 * 7);
+        assert_eq!(fs::symlink_metadata(&ready).unwrap().ctime_nsec(), before);
     }
 
     #[test]

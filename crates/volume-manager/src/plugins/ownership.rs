@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{PermissionsExt, lchown};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, lchown};
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -49,17 +49,24 @@ fn walk(path: &Path, gid: u32, failures: &mut usize) {
             Err(_) => *failures += 1,
         }
     }
-    if lchown(path, None, Some(gid)).is_err() {
+    // An entry that has the group and the bits already is left alone: no syscall, and its
+    // inode is not dirtied (an update walks the old data and the symlinks again).
+    let chowned = meta.gid() != gid;
+    if chowned && lchown(path, None, Some(gid)).is_err() {
         *failures += 1;
     }
     if meta.file_type().is_symlink() {
         return;
     }
-    let mut mode = meta.permissions().mode() & 0o7777 | READ_ONLY_BITS;
+    let current = meta.permissions().mode() & 0o7777;
+    let mut mode = current | READ_ONLY_BITS;
     if meta.is_dir() {
         mode |= DIR_BITS;
     }
-    if fs::set_permissions(path, fs::Permissions::from_mode(mode)).is_err() {
+    // After a `chown` the mode is set again: it may have cleared set-id bits.
+    if (chowned || mode != current)
+        && fs::set_permissions(path, fs::Permissions::from_mode(mode)).is_err()
+    {
         *failures += 1;
     }
 }
@@ -136,7 +143,6 @@ pub(crate) fn make_nested_mountpoints(dir: &Path, nested: &[String]) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
 
     fn mode(p: &Path) -> u32 {
         fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
@@ -164,6 +170,21 @@ mod tests {
         assert_eq!(mode(&data), 0o2755);
         assert_eq!(mode(&root), 0o2777);
         assert_eq!(fs::symlink_metadata(root.join("a")).unwrap().gid(), gid);
+
+        // Applied again, it changes nothing, not even an inode's ctime.
+        let ctimes = |paths: &[PathBuf]| -> Vec<(i64, i64)> {
+            paths
+                .iter()
+                .map(|p| fs::symlink_metadata(p).unwrap())
+                .map(|m| (m.ctime(), m.ctime_nsec()))
+                .collect()
+        };
+        let all = [root.clone(), data.clone(), data.join("b"), root.join("a")];
+        let before = ctimes(&all);
+        // Long enough for a change to show in the coarse kernel clock behind ctime.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(set_volume_ownership(&root, gid), 0);
+        assert_eq!(ctimes(&all), before);
     }
 
     /// Pod `p` whose one container `c` has the volume mounts `mounts`.
