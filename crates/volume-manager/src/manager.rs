@@ -15,12 +15,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::asw::ActualState;
+use crate::changes::Scope;
 use crate::dsw::{DesiredPod, DesiredState, UnsupportedVolume};
 use crate::executor::Operations;
 use crate::node_faults::NodeFaults;
 use crate::plugins::{PluginRegistry, VolumeHost, host_probe_tmpfs};
 use crate::populator::{desired_pod, expected_volumes};
-use crate::reconciler::Scope;
 use crate::{Config, Error, MemoryMedium, WaitCause};
 
 /// The volume manager: keeps the volumes of the desired pods set up on disk and current.
@@ -661,7 +661,7 @@ mod tests {
             .clone()
             .unwrap_or_default();
         assert!(
-            matches!(&scope, Some(crate::reconciler::Scope::Only(u)) if *u == [unique.clone()]),
+            matches!(&scope, Some(Scope::Only(u)) if *u == [unique.clone()]),
             "{scope:?}, want only {unique}"
         );
         assert!(pending(&bed.vm));

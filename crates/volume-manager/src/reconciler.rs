@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::asw::MountState;
-use crate::changes::{Change, Changes};
+use crate::changes::{Change, Changes, Scope};
 use crate::dsw::{DesiredPod, DesiredVolume};
 use crate::executor::Refusal;
 use crate::manager::{Inner, State};
@@ -181,20 +181,6 @@ impl Reconciler {
         }
         next
     }
-}
-
-/// Which volumes a pass looks at.
-#[derive(Debug)]
-pub(crate) enum Scope {
-    /// Every desired and every mounted volume, and the token refresh deadlines: after a pod
-    /// was added, updated or removed, an unmount ended, a deadline passed, the resync.
-    All,
-    /// Only these unique volume names: the readers of a changed object or source, volumes
-    /// whose SetUp ended with a change to take in or a failure to back off from. A pass
-    /// stays proportional to what changed, not to the node's volumes (at 50 updates per
-    /// second on a node of 1,000 volumes, a pass over all of them per update was a quarter of
-    /// the agent's CPU).
-    Only(Vec<String>),
 }
 
 impl Inner {
