@@ -7,6 +7,7 @@
 //! afterwards.
 
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -14,10 +15,9 @@ use k8s_openapi::api::core::v1::Pod;
 /// not `.` or `..`.
 ///
 /// `Display` and [`as_str`](Self::as_str) give the UID for paths and logs; serde (de)serializes
-/// it as a plain string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
-pub struct PodUid(String);
+/// it as a plain string. Clones share one string: a UID keys a dozen maps across the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodUid(Arc<str>);
 
 /// Why a pod UID was refused. Names the pod (`namespace/name`) when it is known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,7 +82,14 @@ impl PodUid {
         if uid == "." || uid == ".." || uid.contains('/') || uid.contains('\0') {
             return Err(PodUidError::NotAPathComponent { pod: pod(), uid });
         }
-        Ok(Self(uid))
+        Ok(Self(uid.into()))
+    }
+}
+
+/// As the plain string (what `#[serde(transparent)]` gave when it was a `String`).
+impl serde::Serialize for PodUid {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
     }
 }
 
@@ -94,19 +101,19 @@ impl fmt::Display for PodUid {
 
 impl PartialEq<str> for PodUid {
     fn eq(&self, other: &str) -> bool {
-        self.0 == other
+        &*self.0 == other
     }
 }
 
 impl PartialEq<&str> for PodUid {
     fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
+        &*self.0 == *other
     }
 }
 
 impl PartialEq<String> for PodUid {
     fn eq(&self, other: &String) -> bool {
-        &self.0 == other
+        *self.0 == **other
     }
 }
 
@@ -118,7 +125,7 @@ impl AsRef<str> for PodUid {
 
 impl AsRef<std::path::Path> for PodUid {
     fn as_ref(&self) -> &std::path::Path {
-        std::path::Path::new(&self.0)
+        std::path::Path::new(&*self.0)
     }
 }
 
