@@ -366,21 +366,72 @@ async fn stop(
             }
         })
     };
-    if all_ended(grace_period).await.is_ok() {
-        return Vec::new();
-    }
-    for (name, pgid, rx) in running {
-        if !*rx.borrow() {
-            info!(container = %name, "grace period over: SIGKILL");
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+    if all_ended(grace_period).await.is_err() {
+        for (name, pgid, rx) in running {
+            if !*rx.borrow() {
+                info!(container = %name, "grace period over: SIGKILL");
+                let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+            }
         }
+        let _ = all_ended(after_kill).await;
     }
-    let _ = all_ended(after_kill).await;
-    running
+    let mut still_running: Vec<String> = running
         .iter()
         .filter(|(_, _, rx)| !*rx.borrow())
         .map(|(name, _, _)| name.clone())
-        .collect()
+        .collect();
+    // A container is its whole process group, as a runtime's cgroup: what its first process
+    // started and left behind (a child still exiting, one that ignored SIGTERM) goes too.
+    for (name, pgid, rx) in running {
+        if *rx.borrow() && !group_emptied(*pgid, after_kill).await {
+            still_running.push(name.clone());
+        }
+    }
+    still_running
+}
+
+/// SIGKILL to what is left of process group `pgid` (its leader has ended), then waits until
+/// no live process is in it (zombies waiting for their new parent to reap them do not count),
+/// at most `within`. Whether the group is empty.
+async fn group_emptied(pgid: i32, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if !group_has_live_member(pgid) {
+            return true;
+        }
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether a process of group `pgid` that is not a zombie exists (`/proc/<pid>/stat`: state
+/// and process group after the command's closing parenthesis).
+fn group_has_live_member(pgid: i32) -> bool {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        if entry
+            .file_name()
+            .to_str()
+            .is_none_or(|n| n.parse::<u32>().is_err())
+        {
+            return false;
+        }
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        let Some((_, after)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = after.split_ascii_whitespace();
+        let state = fields.next();
+        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        group == Some(pgid) && state != Some("Z") && state != Some("X")
+    })
 }
 
 /// `10s`, `5m0s`: Go's duration text, as the kubelet's back-off message prints it.
