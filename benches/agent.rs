@@ -115,6 +115,8 @@ async fn run() {
             "--listen",
             "none",
         ])
+        // No kubelet API: a node's own kubelet (or another bench) may hold 10250.
+        .args(["--kubelet-port", "0"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()

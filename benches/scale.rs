@@ -18,7 +18,7 @@
 //!    connection closed for 10 s, the watch history forgotten (every resourceVersion the agent
 //!    holds answers 410 Expired), `/readyz` 500 for 2 s and the Node authorizer's graph empty
 //!    (every node request for a pod's object refused, "no relationship found") for 1 s after it
-//!    listens again; then update objects at once (50 at 150 objects, 200 at 1,000): time from
+//!    listens again; then update objects at once (50 at 150 objects, 200 at 990 and more): time from
 //!    each write until it is on disk, p50 / p99 / max; the agent's requests for ConfigMaps and
 //!    Secrets after the restart (watch-lists, LISTs, watches), its retried requests and failed
 //!    writes (its `/metrics`), connections before and after; then every LIST, watch-list and
@@ -28,11 +28,29 @@
 //! `--goaway-chance 0.02` and 10 streams per connection (as the real-server run);
 //! `goaway-30x5`, the restart measured on a real kube-apiserver (150 objects on 30 pods, 5
 //! each, GOAWAY as above); HTTP/1.1 at 1,000 objects.
-//! `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,goaway-30x5,h1-1000,h2-100` picks some;
+//! `SCALE_RUNS=h2-150,h2-1000,goaway-150,goaway-1000,goaway-30x5,h1-1000,h2-100,real-991,real-2500`
+//! picks some;
 //! `SCALE_MOUNT_ONLY=1` stops each run after step 2 (to profile the cold start);
 //! `SCALE_CPU_HOG=SECS` adds a CPU competitor during step 4 (see [`cpu_competitor`]).
 //!
-//! `cargo bench -p nodelet --bench scale` (about 8 minutes). Prints one line per figure.
+//! **Like a real server** (`real-991`, `real-2500`): the server as a cluster has it
+//! (`Config::like_a_cluster`: ServiceAccount admission gives every pod a `kube-api-access`
+//! volume, so the agent also requests a token per pod and watches `kube-root-ca.crt`) with
+//! `CostModel::like_kube_apiserver()` (a consistent read's wait before every GET, LIST and
+//! watch-list answer, a commit's before every write's, 12 reads waiting at once); objects, pods and
+//! updates written over HTTP as `kubectl apply` and a controller write them (labels, the
+//! last-applied annotation, real payload sizes, `managedFields` added by the server; see
+//! `support/applied.rs`), so the update latency includes the write. `real-991` is the issue's
+//! real-server run: 110 pods × 9 objects + `kube-root-ca.crt`; `real-2500` a bigger node, 250
+//! pods × 10 objects. `SCALE_READ_MS`, `SCALE_WRITE_MS`, `SCALE_CONCURRENCY` override the cost
+//! model (tuning).
+//!
+//! `SCALE_DISK=plain|tmpfs|fresh-ext4|aged-ext4` picks the file system of the agent's root
+//! directory (`support/disk.rs`: loop devices, root only; the aged image is built once under
+//! `target/`). `SCALE_RATE=N` sets the update rate of step 4 (default 50/s);
+//! `SCALE_NO_RESTART=1` stops each run after step 4.
+//!
+//! `cargo bench -p nodelet --bench scale` (about 11 minutes). Prints one line per figure.
 //! `h2-100` (HTTP/2, 100 objects on 20 pods) gives, beside h2-1000, the cost of one more
 //! watched object. `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary instead of the one built
 //! with the bench (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at
@@ -43,16 +61,20 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nodelet_apiserver::{ApiServer, RequestRecord, Restart, ServerHandle, User};
+use futures::StreamExt as _;
+use nodelet_apiserver::{ApiServer, CostModel, RequestRecord, Restart, ServerHandle, User};
 use nodelet_core::{PodDirs, PodUid};
 
+use support::applied::{self, Writer};
+use support::disk::{Disk, DiskKind};
 use support::{
-    NODE, check, cpu_time, free_port, heap_bytes, list_watch_counts, metric_sum, object,
+    NODE, check, cpu_split, cpu_time, free_port, heap_bytes, list_watch_counts, metric_sum, object,
     percentile, pod, rss_kib, rss_parts, scrape, spawn_agent, summary, tcp_connections, volume_dir,
     wait_all,
 };
 
 const PODS: usize = 110;
+/// Updates per second in step 4 (`SCALE_RATE`).
 const RATE: u32 = 50;
 const UPDATE_WINDOW: Duration = Duration::from_secs(20);
 /// Without an API server: the trace had 13 s (killed, started 10 s later, listening
@@ -72,15 +94,19 @@ struct Run {
     pods: usize,
     /// `--goaway-chance` and `--http2-max-streams-per-connection` of the server.
     goaway: Option<(f64, u32)>,
+    /// Like a real server: a cluster's admission, the cost model, objects as kubectl applies
+    /// them, written over HTTP (see the module docs).
+    real: bool,
 }
 
-const RUNS: [Run; 7] = [
+const RUNS: [Run; 9] = [
     Run {
         name: "h2-150",
         protocol: "auto",
         objects: 150,
         pods: PODS,
         goaway: None,
+        real: false,
     },
     Run {
         name: "h2-1000",
@@ -88,6 +114,7 @@ const RUNS: [Run; 7] = [
         objects: 1000,
         pods: PODS,
         goaway: None,
+        real: false,
     },
     Run {
         name: "goaway-150",
@@ -95,6 +122,7 @@ const RUNS: [Run; 7] = [
         objects: 150,
         pods: PODS,
         goaway: Some((0.02, 10)),
+        real: false,
     },
     Run {
         name: "goaway-1000",
@@ -102,6 +130,7 @@ const RUNS: [Run; 7] = [
         objects: 1000,
         pods: PODS,
         goaway: Some((0.02, 10)),
+        real: false,
     },
     Run {
         name: "h1-1000",
@@ -109,6 +138,7 @@ const RUNS: [Run; 7] = [
         objects: 1000,
         pods: PODS,
         goaway: None,
+        real: false,
     },
     // The restart measured on a real kube-apiserver: 30 pods x 5 objects, GOAWAY 0.02 with 10
     // streams.
@@ -118,6 +148,7 @@ const RUNS: [Run; 7] = [
         objects: 150,
         pods: 30,
         goaway: Some((0.02, 10)),
+        real: false,
     },
     // The marginal cost per watched object, beside h2-1000 (a heap profile's slope).
     Run {
@@ -126,6 +157,25 @@ const RUNS: [Run; 7] = [
         objects: 100,
         pods: 20,
         goaway: None,
+        real: false,
+    },
+    // The real-server run: 110 pods x 9 objects (+ kube-root-ca.crt).
+    Run {
+        name: "real-991",
+        protocol: "auto",
+        objects: 990,
+        pods: PODS,
+        goaway: None,
+        real: true,
+    },
+    // A bigger node: 250 pods x 10 objects (+ kube-root-ca.crt).
+    Run {
+        name: "real-2500",
+        protocol: "auto",
+        objects: 2500,
+        pods: 250,
+        goaway: None,
+        real: true,
     },
 ];
 
@@ -142,24 +192,89 @@ fn main() {
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"));
     let chosen = std::env::var("SCALE_RUNS").ok();
+    let kind = DiskKind::from_env();
     for r in RUNS {
         if chosen
             .as_deref()
             .is_none_or(|c| c.split(',').any(|n| n == r.name))
         {
-            rt.block_on(run(r));
+            // Mounted for this run only; unmounted when it ends or panics.
+            let disk = Disk::prepare(kind);
+            rt.block_on(run(r, &disk));
         }
     }
 }
 
-async fn run(r: Run) {
-    let label = r.name;
+/// [`CostModel::like_kube_apiserver`] with `SCALE_READ_MS`, `SCALE_WRITE_MS` and
+/// `SCALE_CONCURRENCY` over it.
+fn cost_model() -> CostModel {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
+    let mut model = CostModel::like_kube_apiserver();
+    if let Some(ms) = env("SCALE_READ_MS") {
+        model = model.read_latency(Duration::from_secs_f64(ms / 1e3));
+    }
+    if let Some(ms) = env("SCALE_WRITE_MS") {
+        model = model.write_latency(Duration::from_secs_f64(ms / 1e3));
+    }
+    if let Some(n) = env("SCALE_CONCURRENCY") {
+        model = model.concurrency(n as usize);
+    }
+    model
+}
+
+/// How the run writes objects: through the handle (bare objects) or over HTTP as kubectl and a
+/// controller do (`real` runs).
+enum Writes {
+    Handle(ServerHandle),
+    Http(Writer),
+}
+
+impl Writes {
+    /// Sets key `k` of object `j` to `value`.
+    async fn set(&self, j: usize, value: &str) {
+        match self {
+            Writes::Handle(h) => {
+                h.update(object(j, value)).unwrap_or_else(|e| panic!("{e}"));
+            }
+            Writes::Http(w) => w.set_key(j, value).await,
+        }
+    }
+
+    /// Starts setting key `k` of object `j` to `value`: a task whose result is how long after
+    /// `since` the write was answered (through the handle: done before this returns).
+    fn start(&self, j: usize, value: &str, since: Instant) -> tokio::task::JoinHandle<Duration> {
+        match self {
+            Writes::Handle(h) => {
+                h.update(object(j, value)).unwrap_or_else(|e| panic!("{e}"));
+                let answered = since.elapsed();
+                tokio::spawn(async move { answered })
+            }
+            Writes::Http(w) => {
+                let (w, value) = (w.clone(), value.to_owned());
+                tokio::spawn(async move {
+                    w.set_key(j, &value).await;
+                    since.elapsed()
+                })
+            }
+        }
+    }
+}
+
+async fn run(r: Run, disk: &Disk) {
+    let label = &*format!("{}@{}", r.name, disk.kind().name());
     let protocol = r.protocol;
     let objects = r.objects;
+    let rate = std::env::var("SCALE_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RATE);
     // (1)
     let mut config = nodelet_apiserver::Config::default().with_auth().with_tls();
     if let Some((_, streams)) = r.goaway {
         config = config.http2_max_streams_per_connection(streams);
+    }
+    if r.real {
+        config = config.like_a_cluster().cost_model(cost_model());
     }
     let server = ApiServer::start(config)
         .await
@@ -171,13 +286,37 @@ async fn run(r: Run) {
     server
         .write_kubeconfig(&kubeconfig, &User::node(NODE))
         .unwrap_or_else(|e| panic!("{e}"));
-    for j in 0..objects {
-        h.create(object(j, "v0")).unwrap_or_else(|e| panic!("{e}"));
-    }
+    let writes = if r.real {
+        let writer = Writer::new(&server);
+        // As fast as the server takes them (its cost model's places), before the agent starts.
+        futures::stream::iter(0..objects)
+            .map(|j| {
+                let w = writer.clone();
+                async move { w.create(applied::object(j, "v0")).await }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+            .await;
+        let size = |v: Option<serde_json::Value>| v.map_or(0, |v| v.to_string().len());
+        println!(
+            "scale/{label}/objects: {objects} as the server returns them: ConfigMap {} B, Secret {} B of JSON (cost model {:?})",
+            size(h.get("v1", "ConfigMap", Some("default"), "cm-0")),
+            size(h.get("v1", "Secret", Some("default"), "s-1")),
+            cost_model(),
+        );
+        Writes::Http(writer)
+    } else {
+        for j in 0..objects {
+            h.create(object(j, "v0")).unwrap_or_else(|e| panic!("{e}"));
+        }
+        Writes::Handle(h.clone())
+    };
+    // The objects every pod reads besides the bench's: kube-root-ca.crt (real runs).
+    let watched = objects + usize::from(r.real);
     if let Some((chance, _)) = r.goaway {
         h.set_goaway_chance(chance);
     }
-    let root = dir.path().join("root");
+    let root = disk.dir().join("root");
     let metrics_port = free_port();
     let child = spawn_agent(
         &kubeconfig,
@@ -189,7 +328,7 @@ async fn run(r: Run) {
 
     // (2)
     h.reset_requests();
-    let (agent_cpu0, server_cpu0) = (cpu_time(pid), cpu_time(std::process::id()));
+    let (agent_cpu0, server_cpu0) = (cpu_split(pid), cpu_time(std::process::id()));
     let started = Instant::now();
     let started_wall = std::time::SystemTime::now();
     let mut files: Vec<PathBuf> = vec![PathBuf::new(); objects];
@@ -200,7 +339,10 @@ async fn run(r: Run) {
         let n = objects / pods + usize::from(i < objects % pods);
         let objs: Vec<usize> = (next..next + n).collect();
         next += n;
-        let pod = h.create(pod(i, &objs)).unwrap_or_else(|e| panic!("{e}"));
+        let pod = match &writes {
+            Writes::Http(w) => w.create(applied::pod(i, &objs)).await,
+            Writes::Handle(h) => h.create(pod(i, &objs)).unwrap_or_else(|e| panic!("{e}")),
+        };
         let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
             .unwrap_or_else(|e| panic!("the server's pod: {e}"));
         let vols = PodDirs::new(&root).volumes(&uid);
@@ -221,10 +363,13 @@ async fn run(r: Run) {
         "scale/{label}/mount: {pods} pods x {:.1} volumes ({objects} objects) all on disk {mount_all:.2?} after the first pod was created",
         objects as f64 / pods as f64
     );
+    let agent_cpu = cpu_split(pid);
     println!(
-        "scale/{label}/cold-start: {}; CPU until then: agent {:.2?}, API server and this bench {:.2?}",
+        "scale/{label}/cold-start: {}; CPU until then: agent {:.2?} (user {:.2?}, system {:.2?}), API server and this bench {:.2?}",
         cold_start(&h.requests(), started, started_wall, &files, created),
-        cpu_time(pid) - agent_cpu0,
+        (agent_cpu.0 + agent_cpu.1) - (agent_cpu0.0 + agent_cpu0.1),
+        agent_cpu.0 - agent_cpu0.0,
+        agent_cpu.1 - agent_cpu0.1,
         cpu_time(std::process::id()) - server_cpu0,
     );
 
@@ -236,7 +381,7 @@ async fn run(r: Run) {
     }
 
     // (3)
-    wait_watches(&h, objects).await;
+    wait_watches(&h, watched).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let open = h.open_connections();
     println!(
@@ -263,16 +408,18 @@ async fn run(r: Run) {
         format!(
             "live heap {:.1} MiB, {:.1} KiB per watched object",
             bytes / 1048576.0,
-            bytes / 1024.0 / objects as f64
+            bytes / 1024.0 / watched as f64
         )
     });
     println!("scale/{label}/heap: allocator {allocator}, {heap}");
 
     // (4)
-    let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
-    let every = Duration::from_secs(1) / RATE;
+    let total = (rate as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
+    let every = Duration::from_secs(1) / rate;
     let mut pending = Vec::new();
     let mut latencies = Vec::with_capacity(total);
+    let mut answered = Vec::with_capacity(total);
+    h.reset_requests();
     let cpu_before = cpu_time(pid);
     let t0 = Instant::now();
     let hog = cpu_competitor();
@@ -285,11 +432,15 @@ async fn run(r: Run) {
         let j = (n * 7) % objects;
         let value = format!("u{n}");
         let since = Instant::now();
-        h.update(object(j, &value))
-            .unwrap_or_else(|e| panic!("{e}"));
+        // Sent on schedule, as a real client's updates are: the files are checked meanwhile.
+        answered.push(writes.start(j, &value, since));
         pending.push((files[j].clone(), value, since));
     }
     latencies.extend(wait_all(pending).await);
+    let mut answered_in = Vec::with_capacity(answered.len());
+    for a in answered {
+        answered_in.push(a.await.unwrap_or_else(|e| panic!("write: {e}")));
+    }
     let hogged = hog.map(|h| h.join().unwrap_or_default());
     let (cpu, window) = (cpu_time(pid) - cpu_before, t0.elapsed());
     if let Some(hogged) = hogged {
@@ -298,22 +449,38 @@ async fn run(r: Run) {
         );
     }
     println!(
-        "scale/{label}/update-latency: {RATE} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}",
-        summary(latencies)
+        "scale/{label}/update-latency: {rate} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}; the write answered: {}",
+        summary(latencies),
+        summary(answered_in)
     );
     println!(
         "scale/{label}/update-cpu: the agent used {cpu:.2?} of CPU in {window:.1?} of updates: {:.1} % of one core",
         100.0 * cpu.as_secs_f64() / window.as_secs_f64()
+    );
+    let node_requests = h
+        .requests()
+        .iter()
+        .filter(|r| r.user.as_deref() == Some(User::node(NODE).name.as_str()))
+        .count();
+    println!(
+        "scale/{label}/update-requests: the agent made {node_requests} requests during the updates: {}",
+        list_watch_counts(&h.requests(), &User::node(NODE).name)
     );
     println!(
         "scale/{label}/rss-after-updates: {:.1} MiB",
         rss_kib(pid) as f64 / 1024.0
     );
 
+    if std::env::var_os("SCALE_NO_RESTART").is_some() {
+        drop(child);
+        server.shutdown().await;
+        return;
+    }
+
     // (5)
     let connections_before = tcp_connections(pid, port);
     let metrics_before = scrape(metrics_port).await;
-    let after_restart = if objects >= 1000 { 200 } else { 50 };
+    let after_restart = if objects >= 990 { 200 } else { 50 };
     h.reset_requests();
     let restart = Restart::like_kube_apiserver().down(OUTAGE);
     h.restart(restart)
@@ -326,8 +493,7 @@ async fn run(r: Run) {
         let j = (k * 3 + 1) % objects;
         let value = format!("r{k}");
         let since = Instant::now();
-        h.update(object(j, &value))
-            .unwrap_or_else(|e| panic!("{e}"));
+        writes.set(j, &value).await;
         pending.push((files[j].clone(), value, since));
     }
     let recovered = wait_all(pending).await;
@@ -339,7 +505,7 @@ async fn run(r: Run) {
         restart.graph_rebuild,
         summary(recovered)
     );
-    wait_watches(&h, objects).await;
+    wait_watches(&h, watched).await;
     let after = h.requests();
     let config_objects =
         |r: &&RequestRecord| matches!(r.resource.as_str(), "configmaps" | "secrets");

@@ -1,7 +1,8 @@
 //! What the benchmarks that run the real `nodelet` binary share: starting and stopping it on the
 //! bench node, reading its RSS, CPU and connections from `/proc` and its `/metrics`, the objects
-//! and pods of the workloads, latency summaries, and the agent's LISTs and watches as the
-//! server recorded them.
+//! and pods of the workloads (bare ones, and ones as `kubectl apply` makes them: [`applied`]),
+//! latency summaries, the agent's LISTs and watches as the server recorded them, and the file
+//! system its root directory is on ([`disk`]).
 
 // Each benchmark is its own crate and uses a part of this module.
 #![allow(dead_code)]
@@ -10,6 +11,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub(crate) mod applied;
+pub(crate) mod disk;
 
 use nodelet_apiserver::RequestRecord;
 use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
@@ -62,6 +66,8 @@ pub(crate) fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen
         .args(["--node-name", NODE, "--listen", listen])
         .args(["--root-dir", root.to_str().unwrap_or_default()])
         .args(["--api-protocol", protocol])
+        // No kubelet API: a node's own kubelet (or another bench) may hold 10250.
+        .args(["--kubelet-port", "0"])
         .env(
             "RUST_LOG",
             std::env::var("SCALE_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
@@ -116,6 +122,18 @@ pub(crate) fn cpu_time(pid: u32) -> Duration {
         .collect();
     let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
     Duration::from_millis(ticks * 10)
+}
+
+/// User and system CPU time `pid` used so far (see [`cpu_time`]).
+pub(crate) fn cpu_split(pid: u32) -> (Duration, Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = |i: usize| Duration::from_millis(fields.get(i).copied().unwrap_or(0) * 10);
+    (ticks(11), ticks(12))
 }
 
 /// Established TCP connections of `pid` whose remote port is `port`.

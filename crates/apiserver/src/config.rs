@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::{AllowAll, Authenticator, Authorizer};
+use crate::cost::CostModel;
 use crate::error::Error;
 use crate::resources::{Served, ServedError};
 
@@ -101,6 +102,11 @@ pub struct Config {
     /// 30 ms). 0 is immediately consistent. Changed at run time with
     /// [`ServerHandle::set_node_authorizer_lag`](crate::ServerHandle::set_node_authorizer_lag).
     pub node_authorizer_lag: Duration,
+    /// What answers cost ([`CostModel`]): a consistent read's wait before a GET, LIST or
+    /// watch-list answers, a commit's before a write answers, and how many requests may be
+    /// paying at once. Default off (tests stay fast); [`CostModel::like_kube_apiserver`] is
+    /// the measured v1.36.2 server, for benchmarks.
+    pub cost_model: CostModel,
 }
 
 impl Default for Config {
@@ -127,6 +133,7 @@ impl Default for Config {
             runtime_config: Vec::new(),
             feature_gates: Vec::new(),
             node_authorizer_lag: Duration::from_millis(50),
+            cost_model: CostModel::default(),
         }
     }
 }
@@ -149,6 +156,7 @@ impl std::fmt::Debug for Config {
             .field("runtime_config", &self.runtime_config)
             .field("feature_gates", &self.feature_gates)
             .field("node_authorizer_lag", &self.node_authorizer_lag)
+            .field("cost_model", &self.cost_model)
             .finish_non_exhaustive()
     }
 }
@@ -239,6 +247,13 @@ impl Config {
     #[must_use]
     pub fn node_authorizer_lag(mut self, d: Duration) -> Self {
         self.node_authorizer_lag = d;
+        self
+    }
+
+    /// Sets [`Config::cost_model`].
+    #[must_use]
+    pub fn cost_model(mut self, model: CostModel) -> Self {
+        self.cost_model = model;
         self
     }
 

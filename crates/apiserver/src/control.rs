@@ -175,6 +175,8 @@ pub(crate) struct Controls {
     goaways: AtomicU64,
     throttled: AtomicU64,
     restarts: AtomicU64,
+    /// [`Config::cost_model`] and its places.
+    pub(crate) costs: crate::cost::Costs,
 }
 
 impl Controls {
@@ -196,6 +198,7 @@ impl Controls {
             goaways: AtomicU64::default(),
             throttled: AtomicU64::default(),
             restarts: AtomicU64::default(),
+            costs: crate::cost::Costs::new(config.cost_model),
         }
     }
 

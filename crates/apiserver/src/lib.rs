@@ -15,6 +15,9 @@
 //!   ([`Config::max_requests_in_flight`]) and a server without streaming lists
 //!   ([`Config::watch_list`]). One is on by default: the Node authorizer sees pod writes
 //!   [`Config::node_authorizer_lag`] late (50 ms), as upstream's informer-fed graph does.
+//! - [`CostModel`] ([`Config::cost_model`], off by default): what answers cost a real server
+//!   (a consistent read before a GET, LIST or watch-list answer, a commit before a write's,
+//!   a server-wide number paying at once), for benchmarks that should match a real one.
 //! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
 //!   ([`AllowAll`]: everyone is `system:admin`); [`Config::with_auth`] installs
 //!   [`TokenAuthenticator`] (bearer tokens) and [`NodeAuthorizer`] (the Node authorizer and
@@ -86,6 +89,7 @@ mod client;
 mod cluster_ca;
 mod config;
 mod control;
+mod cost;
 mod defaults;
 mod error;
 mod extras;
@@ -130,6 +134,7 @@ pub use auth::{
 };
 pub use config::{Authentication, Authorization, Config};
 pub use control::{OpenConnections, RequestRecord, Restart};
+pub use cost::CostModel;
 pub use error::Error;
 pub use handle::ServerHandle;
 pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};

@@ -14,7 +14,9 @@
 //! `--goaway-chance P`, `--max-requests-inflight N` and `--no-watch-list` turn on the
 //! failures a real server shows by itself (GOAWAY on HTTP/2, 429 under load, no streaming
 //! lists); all are off by default. `--node-authorizer-lag 50ms` (the default) is how long the
-//! Node authorizer takes to see a pod write (`0` for immediately consistent). `--runtime-config certificates.k8s.io/v1beta1=true` with
+//! Node authorizer takes to see a pod write (`0` for immediately consistent).
+//! `--like-kube-apiserver-costs` (with `--read-latency`, `--write-latency`,
+//! `--cost-concurrency` over it) makes answers cost what a real server's do (off by default). `--runtime-config certificates.k8s.io/v1beta1=true` with
 //! `--feature-gates ClusterTrustBundle=true,PodCertificateRequest=true` serves the
 //! certificates.k8s.io kinds; an unknown gate is refused (`unrecognized feature gate: X`, 64).
 //!
@@ -27,7 +29,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use nodelet_apiserver::{ApiServer, Config, ManifestSync, User};
+use nodelet_apiserver::{ApiServer, Config, CostModel, ManifestSync, User};
 
 /// An in-memory Kubernetes API server (core/v1 subset) seeded from YAML manifests.
 #[derive(Debug, Parser)]
@@ -91,6 +93,41 @@ struct Cli {
     /// or milliseconds (`50`); `0` is immediately consistent. Default 50ms.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     node_authorizer_lag: Option<Duration>,
+    /// Make answers cost what they cost a measured v1.36.2 kube-apiserver + etcd
+    /// (`CostModel::like_kube_apiserver`: 16 ms before a GET, LIST or watch-list answers,
+    /// 2 ms before a write's, 12 reads waiting at once). Off by default.
+    #[arg(long)]
+    like_kube_apiserver_costs: bool,
+    /// The cost model's wait before a GET, LIST or watch-list answers (a Go duration or
+    /// milliseconds); overrides the preset's.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    read_latency: Option<Duration>,
+    /// The cost model's wait before a write answers; overrides the preset's.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    write_latency: Option<Duration>,
+    /// Requests that may be paying a read or write latency at once (0: unlimited); overrides
+    /// the preset's.
+    #[arg(long, value_name = "N")]
+    cost_concurrency: Option<usize>,
+}
+
+/// The cost model of `cli`: the preset, if asked, with the single knobs over it.
+fn cost_model(cli: &Cli) -> CostModel {
+    let mut model = if cli.like_kube_apiserver_costs {
+        CostModel::like_kube_apiserver()
+    } else {
+        CostModel::default()
+    };
+    if let Some(d) = cli.read_latency {
+        model = model.read_latency(d);
+    }
+    if let Some(d) = cli.write_latency {
+        model = model.write_latency(d);
+    }
+    if let Some(n) = cli.cost_concurrency {
+        model = model.concurrency(n);
+    }
+    model
 }
 
 /// `config` with the `--runtime-config` and `--feature-gates` switches of `cli`.
@@ -229,7 +266,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .http2_max_streams_per_connection(cli.http2_max_streams_per_connection)
         .goaway_chance(cli.goaway_chance)
         .max_requests_in_flight(cli.max_requests_inflight)
-        .watch_list(!cli.no_watch_list);
+        .watch_list(!cli.no_watch_list)
+        .cost_model(cost_model(&cli));
     if let Some(lag) = cli.node_authorizer_lag {
         config = config.node_authorizer_lag(lag);
     }
@@ -293,6 +331,35 @@ async fn wait_for_signal() -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cost_flags_start_from_the_preset_and_override_it() {
+        let cli = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("nodelet-apiserver").chain(args.iter().copied()))
+                .map(|c| cost_model(&c))
+        };
+        assert_eq!(cli(&[]).ok(), Some(CostModel::default()));
+        assert_eq!(
+            cli(&["--like-kube-apiserver-costs"]).ok(),
+            Some(CostModel::like_kube_apiserver())
+        );
+        assert_eq!(
+            cli(&[
+                "--like-kube-apiserver-costs",
+                "--read-latency",
+                "30ms",
+                "--cost-concurrency",
+                "4"
+            ])
+            .ok(),
+            Some(
+                CostModel::like_kube_apiserver()
+                    .read_latency(Duration::from_millis(30))
+                    .concurrency(4)
+            )
+        );
+        assert!(cli(&["--write-latency", "soon"]).is_err());
+    }
 
     #[test]
     fn a_duration_is_a_go_duration_or_milliseconds() {

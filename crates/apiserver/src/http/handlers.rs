@@ -13,7 +13,9 @@ use super::list_options::list_options;
 use super::request_info::RequestInfo;
 use super::response::{self, Body};
 use super::watch;
-use crate::registry::{DeleteOptions, PatchKind, WriteOptions, parse_rv};
+use crate::registry::{
+    DeleteOptions, FieldManager, PatchKind, WriteOptions, manager_or_user_agent, parse_rv,
+};
 use crate::resources::ResourceId;
 use crate::state::Shared;
 use crate::status::ApiError;
@@ -230,7 +232,7 @@ async fn patch(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
-    let opts = write_options(info, &req)?;
+    let mut opts = write_options(info, &req)?;
     let bytes = read_body(req).await?;
     let body: Value = if kind == PatchKind::Apply {
         serde_json::from_slice(&bytes)
@@ -240,6 +242,11 @@ async fn patch(
         serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
     };
+    if kind == PatchKind::Apply
+        && let Some(m) = &mut opts.manager
+    {
+        m.applied = Some(body.clone());
+    }
     let ns = info.namespace.clone().unwrap_or_default();
     let name = info.name.clone().unwrap_or_default();
     let (v, created) = shared
@@ -322,9 +329,19 @@ fn write_options<B>(info: &RequestInfo, req: &http::Request<B>) -> Result<WriteO
         .get::<crate::auth::User>()
         .and_then(|u| u.node_name())
         .map(String::from);
+    let user_agent = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let field_manager = info.query.get("fieldManager").map(String::as_str);
     Ok(WriteOptions {
         dry_run: dry_run(info)?,
         node,
+        manager: Some(FieldManager {
+            name: manager_or_user_agent(field_manager, user_agent),
+            applied: None,
+        }),
     })
 }
 

@@ -1,6 +1,7 @@
 //! The request pipeline: (1) classify, (2) authenticate, (3) take a seat under the in-flight
 //! limit (429 `TooManyRequests` at once without one; health probes need none), (4) injected
-//! latency, (5) 401 for an unknown user, else an injected fault, (6) authorize, (7) dispatch (a
+//! latency, (5) 401 for an unknown user, else an injected fault, (6) authorize, (7) pay the
+//! cost model's read or write (`cost.rs`; off by default), then dispatch (a
 //! `get` or `list` answer becomes a `Table` when the client's `Accept` asks for one; a full
 //! JSON answer is re-encoded as protobuf when it prefers that), the seat is given back, (8)
 //! record.
@@ -24,6 +25,7 @@ use super::response::{self, Body};
 use super::{discovery, handlers};
 use crate::auth::{Attributes, Decision};
 use crate::control::{RequestRecord, Restart};
+use crate::cost::Cost;
 use crate::state::Shared;
 use crate::status::ApiError;
 
@@ -103,6 +105,15 @@ pub(crate) async fn handle(
                         Err((attrs, reason)) => response::error(&forbidden(&info, &attrs, &reason)),
                         // (7)
                         Ok(()) => {
+                            if info.resource_request {
+                                let watch_list = info
+                                    .query
+                                    .get("sendInitialEvents")
+                                    .is_some_and(|v| v == "true");
+                                let cost =
+                                    Cost::of(&info.verb, info.subresource.as_deref(), watch_list);
+                                shared.controls.costs.pay(cost).await;
+                            }
                             let req = crate::token_request::with_user(req, user);
                             match dispatch(&shared, &info, req, token).instrument(span).await {
                                 Ok(r) => r,

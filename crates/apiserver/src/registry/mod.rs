@@ -26,9 +26,11 @@ use crate::typed::json_type;
 
 mod delete;
 mod list;
+mod managed_fields;
 mod meta;
 mod service_account;
 
+pub(crate) use managed_fields::{FieldManager, manager_or_user_agent};
 use meta::generate_suffix;
 pub(crate) use meta::meta_str;
 
@@ -40,6 +42,10 @@ pub(crate) struct WriteOptions {
     /// The writer's node name when it is a node (`system:node:<name>` in `system:nodes`):
     /// NodeRestriction admission applies (`node_restriction.rs`).
     pub(crate) node: Option<String>,
+    /// Who writes, for `metadata.managedFields` (`managed_fields/`): every client request
+    /// has one. `None` (a `ServerHandle` write, the server's own controllers): the stored
+    /// object's managed fields are kept as they are, and a create records none.
+    pub(crate) manager: Option<FieldManager>,
 }
 
 /// `DeleteOptions` the server honours.
@@ -172,10 +178,39 @@ fn check_body(res: ResourceId, ns: &str, body: &mut Value) -> Result<(), ApiErro
         meta.remove("namespace");
     }
     meta.remove("selfLink");
-    meta.remove("managedFields");
+    // The request's managed fields are the field manager's input (`managed_fields/`), not
+    // decoded here: a malformed list is ignored there, as upstream ignores it.
+    let managed = meta.remove("managedFields");
     // Every field must fit its type, as the real server's typed decoder demands; the JSON
     // itself is what gets stored.
-    crate::typed::check(res, body)
+    crate::typed::check(res, body)?;
+    if let (Some(m @ Value::Array(_)), Some(meta)) = (managed, meta_mut(body)) {
+        meta.insert("managedFields".into(), m);
+    }
+    Ok(())
+}
+
+/// Sets `new`'s `metadata.managedFields` for this write (`old`: the stored object, `None` on
+/// create): recorded for a client's write, kept from `old` for one without a manager.
+fn manage_fields(
+    res: ResourceId,
+    sub: Option<&str>,
+    old: Option<&Value>,
+    new: &mut Value,
+    opts: &WriteOptions,
+) {
+    match &opts.manager {
+        Some(m) => managed_fields::record(res, sub, old, new, m, &now()),
+        None => {
+            managed_fields::take_managed(new);
+            if let (Some(kept), Some(meta)) = (
+                old.and_then(|o| o.pointer("/metadata/managedFields")),
+                meta_mut(new),
+            ) {
+                meta.insert("managedFields".into(), kept.clone());
+            }
+        }
+    }
 }
 
 /// The decoding checks the real server's typed decoder makes for the payload fields nodelet
@@ -361,6 +396,7 @@ impl Registry {
                 meta.insert("generation".into(), json!(1));
             }
         }
+        manage_fields(res, None, None, &mut body, &opts);
         if opts.dry_run {
             return Ok(body);
         }
@@ -502,6 +538,7 @@ impl Registry {
                 old["metadata"]["resourceVersion"].clone(),
             );
         }
+        manage_fields(res, sub, Some(old), &mut new, &opts);
         // A no-op update writes nothing and emits no event, as upstream.
         if without_rv(&new) == without_rv(old) {
             return Ok(old.clone());

@@ -3,10 +3,14 @@
 
 // Create, get, list, update, patch, delete and the exact error texts.
 mod crud;
+// The cost model: read and write latencies, server-wide concurrency.
+mod costs;
 // Discovery, /version, namespace lifecycle, leases, patch flavours, event recorders, history window.
 mod discovery;
 // Fault injection, latency, listener stop/restart, request counts, direct store access.
 mod faults;
+// metadata.managedFields: managers from the User-Agent or fieldManager, fieldsV1.
+mod managed_fields;
 // limit/continue pagination and list resourceVersion semantics.
 mod pagination;
 // Authenticator/Authorizer seams: 401, 403 texts, recorded users.
