@@ -186,8 +186,9 @@ async fn client_from_yaml(yaml: &str, protocol: Protocol) -> anyhow::Result<ApiC
 
 /// A client over `nodelet-transport` (HTTP/2; HTTP/1.1 where the server offers no h2, or with
 /// [`Protocol::Http1`]) and its counters; logs the protocol the first connection negotiated.
-async fn api_client(config: kube::Config, protocol: Protocol) -> anyhow::Result<ApiClient> {
+async fn api_client(mut config: kube::Config, protocol: Protocol) -> anyhow::Result<ApiClient> {
     let url = config.cluster_url.to_string();
+    identify(&mut config);
     let (client, transport) = nodelet_transport::connect(config, TransportConfig::new(protocol))
         .await
         .context("building the kube client")?;
@@ -203,6 +204,32 @@ async fn api_client(config: kube::Config, protocol: Protocol) -> anyhow::Result<
         None => info!(api_server = %url, "API server transport: kube's HTTP/1.1 stack (proxy)"),
     }
     Ok(ApiClient::from((client, transport)))
+}
+
+/// Names the agent in the `User-Agent` of every request made with `config`, as the kubelet
+/// names itself (`kubelet/v1.36.2 (linux/amd64) …`): `nodelet/v<version> (<os>/<arch>)`. The
+/// API server records the part before the first `/` as the field manager of what the agent
+/// writes (its Node, pod statuses, events).
+pub fn identify(config: &mut kube::Config) {
+    let agent = format!(
+        "nodelet/v{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        go_arch(std::env::consts::ARCH),
+    );
+    if let Ok(value) = ::http::HeaderValue::from_str(&agent) {
+        config.headers.push((::http::header::USER_AGENT, value));
+    }
+}
+
+/// Go's name for a CPU architecture, as Kubernetes components print it in their User-Agent.
+fn go_arch(rust: &str) -> &str {
+    match rust {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
 }
 
 /// A client for the cluster: `path`, else what kube-rs infers (`KUBECONFIG`, in-cluster,

@@ -82,6 +82,21 @@ async fn a_node_identity_registers_its_node_and_lease_and_is_never_denied() {
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
         Some(NODE)
     );
+    // The agent names itself in its User-Agent, so the server records it as the manager of
+    // what it wrote (the kubelet: `kubelet`). (The pod was created through the server's handle,
+    // without managedFields, and a server keeps none for such an object.)
+    let managers = |obj: Option<serde_json::Value>| -> Vec<String> {
+        obj.and_then(|o| o["metadata"]["managedFields"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| m["manager"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let node_managers = managers(h.get("v1", "Node", None, NODE));
+    assert!(
+        node_managers.iter().any(|m| m == "nodelet"),
+        "node written by {node_managers:?}"
+    );
 
     let user = format!("system:node:{NODE}");
     let denied: Vec<String> = h

@@ -68,9 +68,10 @@ pub(crate) async fn client_for(server: &ApiServer, user: &User) -> kube::Client 
 pub(crate) async fn api_client_for(server: &ApiServer, user: &User) -> nodelet::ApiClient {
     let yaml = server.kubeconfig_yaml(user);
     let kc = Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    nodelet::identify(&mut config);
     // The agent's own transport (HTTP/2 where the server offers it), as `nodelet::run` builds.
     let transport = nodelet_transport::TransportConfig::default();
     nodelet_transport::client(config, transport)
