@@ -13,7 +13,8 @@
 //!    tears each down and removes it from the API, then the bench deletes its objects) and
 //!    create 6 new ones; 3 updates/s, each to a random object of a random pod whose volumes are
 //!    all on disk (a whole-object update: the agent sees the MODIFIED event a PATCH makes).
-//!    Heap and RSS sampled every 15 s.
+//!    Heap and RSS sampled every 15 s; each minute a line with the minute's last sample (RSS
+//!    anonymous and file-backed, threads) and the agent's CPU over that minute.
 //! 4. Delete every pod; wait until their volume directories are gone and they are removed from
 //!    the API; delete their objects; wait 10 s: heap and RSS after the last pod.
 //!
@@ -22,7 +23,9 @@
 //! removed from the API by the agent; pods created and deleted, updates; the heap and RSS
 //! series; idle, min / max after warm-up (the first 20 % of the run) and the least-squares
 //! slope per minute after it; heap and RSS after the last pod against idle; the agent's LISTs,
-//! watch-lists and watches over the run, by resource.
+//! watch-lists and watches over the run, by resource; and a verdict line against the targets
+//! ([`FLAT`]: heap and RSS drift after warm-up within ±1 MiB over the run, heap after the last
+//! pod within 1 MiB of idle; [`POD_TO_VOLUMES_P99`]: pod → volumes p99 ≤ 200 ms).
 //!
 //! `cargo bench -p nodelet --bench churn` (about 2.5 minutes). `CHURN_SECS=N`: how long to
 //! churn (default 120; the memory run is `CHURN_SECS=1800`). `CHURN_LAG_MS=N`: the Node
@@ -40,8 +43,8 @@ use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use nodelet_core::{PodDirs, PodUid};
 
 use support::{
-    NODE, delete_object, free_port, heap_bytes, list_watch_counts, object, pod, rss_kib, scrape,
-    spawn_agent, summary, volume_dir,
+    NODE, cpu_time, delete_object, free_port, heap_bytes, list_watch_counts, object, percentile,
+    pod, rss_kib, rss_parts, scrape, spawn_agent, summary, volume_dir,
 };
 
 /// Pods alive at any time.
@@ -60,6 +63,11 @@ const WARM_UP: f64 = 0.2;
 const SETTLE: Duration = Duration::from_secs(10);
 /// How long a pod may take to mount, or to be torn down and removed, before the bench gives up.
 const PATIENCE: Duration = Duration::from_secs(120);
+/// The memory target: heap and RSS drift after warm-up (least-squares slope times the minutes
+/// after warm-up) and the heap after the last pod against idle, each within this, in MiB.
+const FLAT: f64 = 1.0;
+/// The latency target: pod created → all its files on disk, p99 under churn.
+const POD_TO_VOLUMES_P99: Duration = Duration::from_millis(200);
 
 fn main() {
     if std::env::args()
@@ -174,6 +182,9 @@ async fn run() {
     // (3)
     let mut samples = vec![sample(pid, metrics_port, start.elapsed()).await];
     println!("churn/sample: {}", samples[0].show());
+    let cpu_start = cpu_time(pid);
+    let mut minute_cpu = cpu_start;
+    let mut minute = 0u64;
     let end = start + churn;
     let mut next_replace = start + REPLACE_EVERY;
     let mut next_update = start;
@@ -187,7 +198,17 @@ async fn run() {
         }
         if now >= next_sample {
             let s = sample(pid, metrics_port, start.elapsed()).await;
-            println!("churn/sample: {}, pods created {created}", s.show());
+            if s.at.as_secs() / 60 > minute {
+                minute = s.at.as_secs() / 60;
+                let cpu = cpu_time(pid);
+                println!(
+                    "churn/minute {minute}: {} ({}), agent CPU {:.1} % of a core; pods created {created}",
+                    s.show(),
+                    rss_parts(pid),
+                    100.0 * (cpu - minute_cpu).as_secs_f64() / 60.0,
+                );
+                minute_cpu = cpu;
+            }
             samples.push(s);
             next_sample += SAMPLE_EVERY;
         }
@@ -259,6 +280,7 @@ async fn run() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let churned = start.elapsed();
+    let churn_cpu = cpu_time(pid) - cpu_start;
     let mounts_never = live.iter().filter(|p| p.mounted.is_none()).count();
 
     // (4)
@@ -293,6 +315,8 @@ async fn run() {
         "churn/cold-start: the first {cold_pods} pods, created at once: created -> all {VOLUMES} files on disk: {}",
         summary(cold)
     );
+    mounts.sort();
+    let mount_p99 = percentile(&mounts, 0.99);
     println!(
         "churn/pod-to-volumes: pods of the churn, created -> all {VOLUMES} files on disk: {}",
         summary(mounts)
@@ -304,6 +328,10 @@ async fn run() {
     println!(
         "churn/pod-removal: pod deleted -> removed from the API by the agent: {}; the last pods' volume directories gone and the pods removed {all_gone:.2?} after they were deleted",
         summary(removals)
+    );
+    println!(
+        "churn/cpu: the agent used {:.1} % of a core over the churn ({churn_cpu:.1?} in {churned:.0?})",
+        100.0 * churn_cpu.as_secs_f64() / churned.as_secs_f64()
     );
     println!("churn/memory-idle: before the first pod: {}", idle.values());
     let warm: Vec<&Sample> = samples
@@ -322,8 +350,8 @@ async fn run() {
         "churn/memory-after-warm-up: {} samples from {:.0?}: heap {}; RSS {}",
         warm.len(),
         Duration::from_secs_f64(WARM_UP * churn.as_secs_f64()),
-        trend(&heaps),
-        trend(&rsss)
+        trend(&heaps).show(),
+        trend(&rsss).show()
     );
     let heap_delta = match (after.heap, idle.heap) {
         (Some(a), Some(i)) => format!(
@@ -339,9 +367,42 @@ async fn run() {
         idle.values(),
         (after.rss - idle.rss) / MIB,
     );
+    println!("churn/memory-after-last-pod: {}", rss_parts(pid));
     println!(
         "churn/requests: the agent's requests from the first pod to the last pod gone: {}",
         list_watch_counts(&requests, &node.name)
+    );
+    // The targets: drift after warm-up = slope x the minutes after warm-up.
+    let minutes = (1.0 - WARM_UP) * churn.as_secs_f64() / 60.0;
+    let drift = |points: &[(f64, f64)], what: &str| match trend(points).slope_kib {
+        Some(slope) => {
+            let mib = slope * minutes / 1024.0;
+            let ok = if mib.abs() <= FLAT {
+                "flat"
+            } else {
+                "NOT FLAT"
+            };
+            format!("{what} {slope:+.1} KiB/min = {mib:+.2} MiB over {minutes:.0} min: {ok}")
+        }
+        None => format!("{what}: too few samples"),
+    };
+    let after_heap = match (after.heap, idle.heap) {
+        (Some(a), Some(i)) => {
+            let mib = (a - i) / MIB;
+            let ok = if mib <= FLAT { "within" } else { "OVER" };
+            format!("heap after the last pod {mib:+.2} MiB vs idle: {ok} {FLAT} MiB")
+        }
+        _ => "heap not reported".to_owned(),
+    };
+    let latency = if mount_p99 <= POD_TO_VOLUMES_P99 {
+        "met"
+    } else {
+        "MISSED"
+    };
+    println!(
+        "churn/verdict: after warm-up {}; {}; {after_heap}; pod -> volumes p99 {mount_p99:.1?}: {latency} (<= {POD_TO_VOLUMES_P99:?}, lag {lag})",
+        drift(&heaps, "heap"),
+        drift(&rsss, "RSS"),
     );
     drop(agent);
     server.shutdown().await;
@@ -423,9 +484,35 @@ fn read_seq(path: &std::path::Path) -> Option<u64> {
 }
 
 /// Min, max and least-squares slope of `(minutes, MiB)` points.
-fn trend(points: &[(f64, f64)]) -> String {
+struct Trend {
+    min: f64,
+    max: f64,
+    /// KiB per minute; `None` with fewer than two points.
+    slope_kib: Option<f64>,
+}
+
+impl Trend {
+    fn show(&self) -> String {
+        match self.slope_kib {
+            Some(slope) => format!(
+                "min {:.2} MiB, max {:.2} MiB, slope {slope:+.1} KiB/min",
+                self.min, self.max
+            ),
+            None => "too few samples".to_owned(),
+        }
+    }
+}
+
+/// The [`Trend`] of `(minutes, MiB)` points.
+fn trend(points: &[(f64, f64)]) -> Trend {
+    let min = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let max = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
     if points.len() < 2 {
-        return "too few samples".to_owned();
+        return Trend {
+            min,
+            max,
+            slope_kib: None,
+        };
     }
     let n = points.len() as f64;
     let (sx, sy) = points
@@ -435,12 +522,11 @@ fn trend(points: &[(f64, f64)]) -> String {
     let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
         (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
     });
-    let min = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
-    let max = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
-    format!(
-        "min {min:.2} MiB, max {max:.2} MiB, slope {:+.1} KiB/min",
-        sxy / sxx * 1024.0
-    )
+    Trend {
+        min,
+        max,
+        slope_kib: Some(sxy / sxx * 1024.0),
+    }
 }
 
 fn env_num(name: &str) -> Option<u64> {

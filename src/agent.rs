@@ -91,7 +91,7 @@ impl Agent {
             },
             volumes: Arc::new(volumes.clone()),
             runtime,
-            events: Arc::new(events),
+            events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
         };
         let workers = crate::parts::pod_workers(&config, gates.env_options(allocatable), parts);
@@ -116,6 +116,7 @@ impl Agent {
                 state.clone(),
                 client.clone(),
                 gates.admission,
+                events,
                 ready_tx,
                 tasks.shutdown.clone(),
             ),

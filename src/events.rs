@@ -41,6 +41,18 @@
 //! 6. on success the identity is recorded; the cache holds at most [`CACHE_CAPACITY`] identities,
 //!    dropping those older than the window first, then the least recently seen.
 //!
+//! # Forgetting a pod
+//!
+//! The three caches (identities, similar-event groups, spam buckets) are keyed by the pod's UID,
+//! and a UID never comes back: what they hold about a pod is dead weight once the pod is gone.
+//! [`EventPublisher::forget`] drops it all. The pod source calls it when the pod's worker is
+//! forgotten (the pod was removed from the API and its termination finished, so nothing will
+//! report on it again). The forget travels in the event queue: the events queued before it are
+//! published (and recorded) first. While the queue is full it is refused ([`QueueFull`]) and
+//! the pod source asks again later. [`CACHE_CAPACITY`] per cache stays as the bound for pods
+//! that live long and report much (the kubelet's own correlator is an LRU of that size and
+//! forgets nothing); under pod churn the caches hold the entries of live pods only.
+//!
 //! `source.component` and `reportingComponent` are `nodelet`, not `kubelet`: reasons and messages
 //! are the kubelet's, but the writer is named truthfully (`kubectl describe` shows "From
 //! nodelet"); `source.host` and `reportingInstance` are the node name. Publishing never blocks
@@ -56,7 +68,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use lru::LruCache;
-use nodelet_core::{AdmittedPod, EventType};
+use nodelet_core::{AdmittedPod, EventType, PodUid};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -67,7 +79,7 @@ use crate::metrics::{EventDrop, Metrics};
 mod limits;
 
 pub(crate) use limits::CACHE_CAPACITY;
-use limits::{Aggregated, Aggregator, SimilarKey, SpamFilter, truncate_message};
+use limits::{Aggregated, Aggregator, SimilarKey, SpamFilter, lru_cache, truncate_message};
 
 /// A repeat of an identical event within this time of its last occurrence updates the existing
 /// Event (count, lastTimestamp) instead of creating a new one.
@@ -84,8 +96,23 @@ pub(crate) const QUEUE_CAPACITY: usize = 1000;
 /// event seams of both `nodelet-podworker` and `nodelet-volume-manager`.
 #[derive(Debug, Clone)]
 pub(crate) struct EventPublisher {
-    tx: mpsc::Sender<PodEvent>,
+    tx: mpsc::Sender<Message>,
     metrics: Metrics,
+}
+
+/// [`EventPublisher::forget`] found the queue full: nothing was forgotten; ask again later.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the event queue is full: pod {0} not forgotten yet")]
+pub(crate) struct QueueFull(pub(crate) PodUid);
+
+/// What the queue carries, in order.
+// By value: a queue slot is an event's size either way, and forgets are rare (one per pod).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Message {
+    Event(PodEvent),
+    /// Drop the caches' entries of this pod (module docs, "Forgetting a pod").
+    Forget(PodUid),
 }
 
 /// One event about a pod, as queued.
@@ -163,7 +190,7 @@ impl EventPublisher {
         tracker: &tokio_util::task::TaskTracker,
         capacity: usize,
     ) -> Self {
-        let (tx, mut rx) = mpsc::channel::<PodEvent>(capacity.max(1));
+        let (tx, mut rx) = mpsc::channel::<Message>(capacity.max(1));
         let mut writer = Writer {
             client,
             node: node.to_owned(),
@@ -179,8 +206,13 @@ impl EventPublisher {
                     () = shutdown.cancelled() => return,
                     next = rx.recv() => next,
                 };
-                let Some(event) = next else {
-                    return;
+                let event = match next {
+                    Some(Message::Event(event)) => event,
+                    Some(Message::Forget(uid)) => {
+                        writer.forget(uid.as_str());
+                        continue;
+                    }
+                    None => return,
                 };
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -189,6 +221,21 @@ impl EventPublisher {
             }
         });
         Self { tx, metrics }
+    }
+
+    /// Forgets what the caches hold about pod `uid` once the events queued before are
+    /// published (module docs, "Forgetting a pod"): call it when the pod is gone from the API
+    /// and nothing will report on it again. Never blocks.
+    ///
+    /// # Errors
+    /// [`QueueFull`]: the queue has no room; nothing was forgotten, call again later.
+    pub(crate) fn forget(&self, uid: &PodUid) -> Result<(), QueueFull> {
+        match self.tx.try_send(Message::Forget(uid.clone())) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(QueueFull(uid.clone())),
+            // The task stopped (shutdown): its caches are gone with it.
+            Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+        }
     }
 
     fn push(&self, pod: &Pod, kind: EventType, reason: &str, message: String) {
@@ -206,9 +253,9 @@ impl EventPublisher {
             reason: reason.to_owned(),
             message: truncate_message(message),
         };
-        match self.tx.try_send(event) {
+        match self.tx.try_send(Message::Event(event)) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(event)) => {
+            Err(mpsc::error::TrySendError::Full(Message::Event(event))) => {
                 self.metrics.event_dropped(EventDrop::QueueFull);
                 debug!(
                     reason = %event.reason,
@@ -217,8 +264,9 @@ impl EventPublisher {
                     "event dropped: the queue is full"
                 );
             }
-            // The task stopped (shutdown): pending events are dropped anyway.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            // The task stopped (shutdown): pending events are dropped anyway. (A full queue
+            // hands back what was sent, the event above.)
+            Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
 }
@@ -226,7 +274,7 @@ impl EventPublisher {
 impl Correlator {
     pub(crate) fn new(window: Duration, capacity: usize) -> Self {
         Correlator {
-            entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
+            entries: lru_cache(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
             window,
         }
     }
@@ -258,6 +306,20 @@ impl Correlator {
             }
         }
         self.entries.put(key, published);
+    }
+
+    /// Drops every identity of the involved object `uid`. Walks the cache (at most
+    /// [`CACHE_CAPACITY`] entries): called once per pod removed.
+    pub(crate) fn forget(&mut self, uid: &str) {
+        let keys: Vec<EventKey> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| k.uid == uid)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            self.entries.pop(key);
+        }
     }
 
     /// Number of remembered identities.
@@ -293,6 +355,13 @@ struct Writer {
 }
 
 impl Writer {
+    /// Drops what the three caches hold about the involved object `uid`.
+    fn forget(&mut self, uid: &str) {
+        self.correlator.forget(uid);
+        self.aggregator.forget(uid);
+        self.spam.forget(uid);
+    }
+
     async fn publish(&mut self, mut event: PodEvent) {
         let (Some(namespace), Some(pod_name)) =
             (event.pod.namespace.clone(), event.pod.name.clone())
@@ -547,6 +616,104 @@ mod tests {
         assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
         assert!(b > a);
+    }
+
+    // The pod's identities go, another pod's stay.
+    #[test]
+    fn forgetting_a_pod_drops_its_identities_and_keeps_the_other_pods() {
+        let mut c = Correlator::new(AGGREGATION_WINDOW, 8);
+        let now = Instant::now();
+        let other = |message: &str| EventKey {
+            uid: "u2".into(),
+            ..key(message)
+        };
+        c.record(key("a"), published("p.1", 1, now));
+        c.record(other("a"), published("q.1", 1, now));
+        c.record(key("b"), published("p.2", 1, now));
+        c.forget("u1");
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.step(&key("a"), now), Step::Create);
+        assert_eq!(c.step(&key("b"), now), Step::Create);
+        assert!(matches!(c.step(&other("a"), now), Step::Repeat { .. }));
+    }
+
+    /// Pod churn grew the three caches until their 4,096-entry cap: a removed pod's entries must
+    /// go. Through the queue, in order, and against `nodelet-apiserver`: two events about pod
+    /// `p`, its forget, the same event again (a new Event, count 1, where a remembered pod's
+    /// would be a repeat with count 3), and one about pod `q`, untouched (its second event is a
+    /// repeat). All queued before the task runs: the forget applies after the events before it
+    /// and before those after it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn after_a_pod_is_forgotten_its_next_event_is_new_while_other_pods_still_repeat() {
+        use kube::api::ListParams;
+        use nodelet_testutil::{PATIENCE, PodBuilder};
+
+        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = server.client();
+        let shutdown = CancellationToken::new();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let publisher = EventPublisher::start(
+            client.clone(),
+            "n1",
+            Metrics::new(),
+            shutdown.clone(),
+            &tracker,
+        );
+        let p = PodBuilder::new("default", "p").uid("u1").build();
+        let q = PodBuilder::new("default", "q").uid("u2").build();
+        let uid = PodUid::new("u1").unwrap_or_else(|e| panic!("{e}"));
+        let failed = || "MountVolume.SetUp failed for volume \"v\"".to_owned();
+        // No await until the last one is queued: the task has not run yet.
+        publisher.push(&p, EventType::Warning, "FailedMount", failed());
+        publisher.push(&q, EventType::Warning, "FailedMount", failed());
+        publisher.push(&p, EventType::Warning, "FailedMount", failed());
+        assert_eq!(publisher.forget(&uid), Ok(()));
+        publisher.push(&p, EventType::Warning, "FailedMount", failed());
+        publisher.push(&q, EventType::Warning, "FailedMount", failed());
+        let api: Api<Event> = Api::namespaced(client, "default");
+        let counts = |events: &[Event], pod: &str| -> Vec<i32> {
+            let mut counts: Vec<i32> = events
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+                .filter_map(|e| e.count)
+                .collect();
+            counts.sort_unstable();
+            counts
+        };
+        let events = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(list) = api.list(&ListParams::default()).await
+                    && counts(&list.items, "q") == [2]
+                {
+                    return list.items;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("q's repeat was never published"));
+        assert_eq!(
+            counts(&events, "p"),
+            [1, 2],
+            "p's Event of two, then a new one after the forget"
+        );
+        // Queue full: the forget is refused (nothing dropped silently) and can be asked again.
+        let full = EventPublisher::with_capacity(
+            server.client(),
+            "n1",
+            Metrics::new(),
+            shutdown.clone(),
+            &tracker,
+            1,
+        );
+        full.push(&p, EventType::Warning, "FailedMount", failed());
+        assert_eq!(full.forget(&uid), Err(QueueFull(uid.clone())));
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        server.shutdown().await;
     }
 
     /// A burst larger than the queue while the publishing task cannot run: the queue keeps

@@ -9,7 +9,9 @@
 //! 4. A failed pod is retried as soon as an object it references changes (its manager knows
 //!    which pods reference what); a container that changed state re-syncs its pod (the
 //!    kubelet's PLEG).
-//! 5. Housekeeping forgets the finished workers of pods no longer known.
+//! 5. Housekeeping forgets the finished workers of pods no longer known, and with each the
+//!    event publisher's entries of that pod: it was removed from the API and its termination
+//!    is over, so nothing reports on it again (`events.rs`, "Forgetting a pod").
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::events::EventPublisher;
 use crate::state::AgentState;
 
 /// How often finished workers of pods no longer known are forgotten (the kubelet's
@@ -89,6 +92,7 @@ pub(crate) async fn run(
     state: Arc<AgentState>,
     client: kube::Client,
     admission: Admission,
+    events: EventPublisher,
     ready: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) {
@@ -112,13 +116,17 @@ pub(crate) async fn run(
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     let mut first_list = true;
     let mut container_changes = state.processes.as_ref().map(|p| p.changes());
+    // Pods whose worker was forgotten while the event queue was full: forgotten by the event
+    // publisher at a later housekeeping.
+    let mut unforgotten: Vec<PodUid> = Vec::new();
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
             // (5)
             _ = housekeeping.tick() => {
                 let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
-                workers.sync_known_pods(&desired);
+                unforgotten.extend(workers.sync_known_pods(&desired));
+                forget_events(&events, &mut unforgotten);
                 // Not before the first list: every pod would look deleted.
                 if let (Some(processes), false) = (&state.processes, first_list) {
                     processes.remove_logs_except(&desired);
@@ -254,6 +262,18 @@ pub(crate) async fn run(
         }
     }
     state.metrics.set_watches("pods", 0);
+}
+
+/// Has `events` forget each pod of `pods` (module docs, (5)); those it refuses (the event queue
+/// is full) stay in `pods` for the next housekeeping.
+fn forget_events(events: &EventPublisher, pods: &mut Vec<PodUid>) {
+    pods.retain(|uid| match events.forget(uid) {
+        Ok(()) => false,
+        Err(full) => {
+            debug!(error = %full, "event entries kept until the next housekeeping");
+            true
+        }
+    });
 }
 
 /// While the pod watch fails: `GET /version` (any authenticated user may), whether the API

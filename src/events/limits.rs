@@ -92,7 +92,7 @@ struct Bucket {
 impl Default for Aggregator {
     fn default() -> Self {
         Aggregator {
-            groups: LruCache::new(CAPACITY),
+            groups: lru_cache(CAPACITY),
         }
     }
 }
@@ -100,7 +100,7 @@ impl Default for Aggregator {
 impl Default for SpamFilter {
     fn default() -> Self {
         SpamFilter {
-            buckets: LruCache::new(CAPACITY),
+            buckets: lru_cache(CAPACITY),
         }
     }
 }
@@ -132,6 +132,25 @@ impl Aggregator {
         }
         Aggregated::Combined(format!("{COMBINED_PREFIX}{message}"))
     }
+
+    /// Drops every group of the involved object `uid` (walks the groups: once per pod removed).
+    pub(crate) fn forget(&mut self, uid: &str) {
+        let keys: Vec<SimilarKey> = self
+            .groups
+            .iter()
+            .filter(|(k, _)| k.uid == uid)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            self.groups.pop(key);
+        }
+    }
+
+    /// Number of groups remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.groups.len()
+    }
 }
 
 impl SpamFilter {
@@ -152,6 +171,26 @@ impl SpamFilter {
             false
         }
     }
+
+    /// Drops the bucket of the involved object `uid`.
+    pub(crate) fn forget(&mut self, uid: &str) {
+        self.buckets.pop(uid);
+    }
+
+    /// Number of buckets remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+/// An empty LRU cache of `capacity` that allocates as it fills: `LruCache::new` reserves the
+/// whole capacity at once (136 KiB for 4,096 entries), while forgotten pods keep these caches
+/// at the live pods' entries.
+pub(crate) fn lru_cache<K: std::hash::Hash + Eq, V>(capacity: NonZeroUsize) -> LruCache<K, V> {
+    let mut cache = LruCache::unbounded();
+    cache.resize(capacity);
+    cache
 }
 
 /// `message`, cut to [`MAX_MESSAGE_BYTES`] at a character boundary with a `" ..."` suffix.
@@ -232,6 +271,44 @@ mod tests {
         assert!(!f.allow("u1", t0 + Duration::from_secs(299)));
         assert!(f.allow("u1", t0 + Duration::from_secs(301)));
         assert!(!f.allow("u1", t0 + Duration::from_secs(302)));
+    }
+
+    // A removed pod's groups and bucket go; another pod's stay as they were.
+    #[test]
+    fn forgetting_a_pod_drops_its_groups_and_its_bucket_only() {
+        let mut a = Aggregator::default();
+        let mut f = SpamFilter::default();
+        let t0 = Instant::now();
+        let other = SimilarKey {
+            uid: "u2".into(),
+            ..similar()
+        };
+        let failed = SimilarKey {
+            reason: "Failed".into(),
+            ..similar()
+        };
+        for n in 1..AGGREGATE_MAX_EVENTS {
+            a.aggregate(&similar(), &format!("m{n}"), t0);
+            a.aggregate(&other, &format!("m{n}"), t0);
+        }
+        a.aggregate(&failed, "m", t0);
+        let _ = (0..SPAM_BURST as usize)
+            .filter(|_| f.allow("u1", t0))
+            .count();
+        assert!(f.allow("u2", t0));
+        a.forget("u1");
+        f.forget("u1");
+        assert_eq!((a.len(), f.len()), (1, 1), "u2's group and bucket only");
+        assert_eq!(
+            a.aggregate(&similar(), "m10", t0),
+            Aggregated::Single,
+            "u1's group starts again"
+        );
+        assert!(matches!(
+            a.aggregate(&other, "m10", t0),
+            Aggregated::Combined(_)
+        ));
+        assert!(f.allow("u1", t0), "a fresh bucket");
     }
 
     #[test]
