@@ -72,6 +72,7 @@
 mod admitted;
 mod allocatable;
 pub mod backoff;
+pub mod capacity;
 pub mod downward;
 pub mod events;
 mod feature_gates;

@@ -267,6 +267,7 @@ impl<K: ManagedObject> Manager<K> {
             for name in &old.names {
                 self.delete_reference(uid, &old.namespace, name);
             }
+            nodelet_core::capacity::shrink_when_sparse(&mut pods);
         }
     }
 

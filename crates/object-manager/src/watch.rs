@@ -136,6 +136,7 @@ impl<K: ManagedObject> WatchStore<K> {
             && let Some(mut item) = items.remove(key)
         {
             stop(&mut item, true);
+            nodelet_core::capacity::shrink_when_sparse(&mut items);
         }
     }
 

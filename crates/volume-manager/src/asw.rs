@@ -66,7 +66,9 @@ impl ActualState {
     }
 
     pub(crate) fn remove(&mut self, unique: &str) -> Option<MountedVolume> {
-        self.volumes.remove(unique)
+        let removed = self.volumes.remove(unique);
+        nodelet_core::capacity::shrink_when_sparse(&mut self.volumes);
+        removed
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &MountedVolume)> {

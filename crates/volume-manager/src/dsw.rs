@@ -160,6 +160,7 @@ impl DesiredState {
         match self.pods.remove(uid) {
             Some(old) => {
                 self.unindex(&old);
+                shrink_when_sparse(self);
                 true
             }
             None => false,
@@ -205,6 +206,14 @@ impl DesiredState {
             .map(|p| std::mem::take(&mut p.errors).into_iter().collect())
             .unwrap_or_default()
     }
+}
+
+/// Hands back the capacity of the desired state's maps once most pods are gone.
+fn shrink_when_sparse(dsw: &mut DesiredState) {
+    use nodelet_core::capacity::shrink_when_sparse as shrink;
+    shrink(&mut dsw.pods);
+    shrink(&mut dsw.owners);
+    shrink(&mut dsw.readers);
 }
 
 #[cfg(test)]
