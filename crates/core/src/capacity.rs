@@ -9,7 +9,7 @@ use std::hash::{BuildHasher, Hash};
 const KEEP: usize = 64;
 
 /// Shrinks `map` to twice its length once it holds fewer than a quarter of its capacity (and
-/// more than [`KEEP`] slots): call after removing. Growing back costs one rehash per
+/// more than 64 slots): call after removing. Growing back costs one rehash per
 /// doubling, as growing did; alternating removals and insertions around the threshold cannot
 /// rehash each time, since a shrunk map is half full.
 pub fn shrink_when_sparse<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
