@@ -10,6 +10,8 @@
 //!
 //! `cargo bench -p nodelet --bench agent` (about 30 s). Prints one line per figure.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 use nodelet_apiserver::{ApiServer, User};
 use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
 use serde_json::json;
+use support::{percentile, rss_kib};
 
 const PODS: usize = 110;
 const UPDATES: usize = 200;
@@ -24,33 +27,13 @@ const IDLE: Duration = Duration::from_secs(10);
 const NODE: &str = "bench-node";
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter argument that excludes "agent" skips the run.
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with("--") && !"agent".contains(&a))
-    {
+    if !support::selected("agent") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let rt = support::runtime();
     rt.block_on(run());
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
-/// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
@@ -84,11 +67,6 @@ fn config_map(i: usize, data_1: &str) -> serde_json::Value {
         .data("data-1", data_1)
         .data("data-2", "value-2")
         .json()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 async fn run() {

@@ -70,17 +70,10 @@ const FLAT: f64 = 1.0;
 const POD_TO_VOLUMES_P99: Duration = Duration::from_millis(200);
 
 fn main() {
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with("--") && !"churn".contains(&a))
-    {
+    if !support::selected("churn") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let rt = support::runtime();
     rt.block_on(run());
 }
 

@@ -180,17 +180,10 @@ const RUNS: [Run; 9] = [
 ];
 
 fn main() {
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with("--") && !"scale".contains(&a))
-    {
+    if !support::selected("scale") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let rt = support::runtime();
     let chosen = std::env::var("SCALE_RUNS").ok();
     let kind = DiskKind::from_env();
     for r in RUNS {

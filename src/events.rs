@@ -510,6 +510,47 @@ impl nodelet_core::EventSink for EventPublisher {
 mod tests {
     use super::*;
 
+    /// A `nodelet-apiserver` and what publishers on it are started with, for the tests that
+    /// publish through the real kube client.
+    struct Bed {
+        server: nodelet_apiserver::ApiServer,
+        shutdown: CancellationToken,
+        tracker: tokio_util::task::TaskTracker,
+    }
+
+    impl Bed {
+        async fn start() -> Self {
+            let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            Bed {
+                server,
+                shutdown: CancellationToken::new(),
+                tracker: tokio_util::task::TaskTracker::new(),
+            }
+        }
+
+        /// A publisher for node `n1` with a queue of `capacity`.
+        fn publisher(&self, metrics: Metrics, capacity: usize) -> EventPublisher {
+            EventPublisher::with_capacity(
+                self.server.client(),
+                "n1",
+                metrics,
+                self.shutdown.clone(),
+                &self.tracker,
+                capacity,
+            )
+        }
+
+        /// Stops the publishers' tasks, then the server.
+        async fn stop(self) {
+            self.shutdown.cancel();
+            self.tracker.close();
+            self.tracker.wait().await;
+            self.server.shutdown().await;
+        }
+    }
+
     fn key(message: &str) -> EventKey {
         EventKey {
             uid: "u1".into(),
@@ -648,19 +689,9 @@ mod tests {
         use kube::api::ListParams;
         use nodelet_testutil::{PATIENCE, PodBuilder};
 
-        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let client = server.client();
-        let shutdown = CancellationToken::new();
-        let tracker = tokio_util::task::TaskTracker::new();
-        let publisher = EventPublisher::start(
-            client.clone(),
-            "n1",
-            Metrics::new(),
-            shutdown.clone(),
-            &tracker,
-        );
+        let bed = Bed::start().await;
+        let client = bed.server.client();
+        let publisher = bed.publisher(Metrics::new(), QUEUE_CAPACITY);
         let p = PodBuilder::new("default", "p").uid("u1").build();
         let q = PodBuilder::new("default", "q").uid("u2").build();
         let uid = PodUid::new("u1").unwrap_or_else(|e| panic!("{e}"));
@@ -700,20 +731,10 @@ mod tests {
             "p's Event of two, then a new one after the forget"
         );
         // Queue full: the forget is refused (nothing dropped silently) and can be asked again.
-        let full = EventPublisher::with_capacity(
-            server.client(),
-            "n1",
-            Metrics::new(),
-            shutdown.clone(),
-            &tracker,
-            1,
-        );
+        let full = bed.publisher(Metrics::new(), 1);
         full.push(&p, EventType::Warning, "FailedMount", failed());
         assert_eq!(full.forget(&uid), Err(QueueFull(uid.clone())));
-        shutdown.cancel();
-        tracker.close();
-        tracker.wait().await;
-        server.shutdown().await;
+        bed.stop().await;
     }
 
     /// A burst larger than the queue while the publishing task cannot run: the queue keeps
@@ -727,12 +748,8 @@ mod tests {
 
         const CAPACITY: usize = 8;
         const BURST: usize = 100;
-        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let client = server.client();
-        let shutdown = CancellationToken::new();
-        let tracker = tokio_util::task::TaskTracker::new();
+        let bed = Bed::start().await;
+        let client = bed.server.client();
         let metrics = Metrics::new();
         let dropped = |metrics: &Metrics| -> Option<String> {
             metrics
@@ -746,14 +763,7 @@ mod tests {
             Some("0"),
             "the series exists from the start"
         );
-        let publisher = EventPublisher::with_capacity(
-            client.clone(),
-            "n1",
-            metrics.clone(),
-            shutdown.clone(),
-            &tracker,
-            CAPACITY,
-        );
+        let publisher = bed.publisher(metrics.clone(), CAPACITY);
         // No await in this loop: on a current-thread runtime the task cannot take any.
         for n in 0..BURST {
             let pod = PodBuilder::new("default", &format!("p{n}"))
@@ -793,10 +803,7 @@ mod tests {
         });
         let queued: Vec<String> = (0..CAPACITY).map(|n| format!("p{n}")).collect();
         assert_eq!(names, queued, "the first {CAPACITY} events, and only them");
-        shutdown.cancel();
-        tracker.close();
-        tracker.wait().await;
-        server.shutdown().await;
+        bed.stop().await;
     }
 
     /// Events must aggregate as a kubelet's do: a mount failing on every retry with a different
@@ -809,19 +816,9 @@ mod tests {
         use kube::api::ListParams;
         use nodelet_testutil::{PATIENCE, PodBuilder};
 
-        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let client = server.client();
-        let shutdown = CancellationToken::new();
-        let tracker = tokio_util::task::TaskTracker::new();
-        let publisher = EventPublisher::start(
-            client.clone(),
-            "n1",
-            Metrics::new(),
-            shutdown.clone(),
-            &tracker,
-        );
+        let bed = Bed::start().await;
+        let client = bed.server.client();
+        let publisher = bed.publisher(Metrics::new(), QUEUE_CAPACITY);
         let pod = |name: &str, uid: &str| PodBuilder::new("default", name).uid(uid).build();
         let failing = pod("p", "u1");
         for n in 1..=40 {
@@ -877,9 +874,6 @@ mod tests {
             "{}",
             message.len()
         );
-        shutdown.cancel();
-        tracker.close();
-        tracker.wait().await;
-        server.shutdown().await;
+        bed.stop().await;
     }
 }

@@ -78,6 +78,24 @@ pub(crate) fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen
     Agent(child)
 }
 
+/// Whether `cargo bench`'s arguments select the bench `name`: it always passes `--bench`; a
+/// filter argument that `name` does not contain skips the run.
+pub(crate) fn selected(name: &str) -> bool {
+    !std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !name.contains(&a))
+}
+
+/// The runtime a bench drives its API server and measurements on: two workers, as the 2-core
+/// machines the figures come from.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+}
+
 /// `VmRSS` of `pid` in KiB (0 when it cannot be read).
 pub(crate) fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 /// A pod UID that is non-empty and safe as a single path component: no `/`, no NUL byte,
 /// not `.` or `..`.
 ///
-/// `Display` and [`as_str`](Self::as_str) give the UID for paths and logs; serde (de)serializes
+/// `Display` and [`as_str`](Self::as_str) give the UID for paths and logs; serde serializes
 /// it as a plain string. Clones share one string: a UID keys a dozen maps across the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodUid(Arc<str>);
