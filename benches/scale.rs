@@ -36,13 +36,13 @@
 //! **Like a real server** (`real-991`, `real-2500`): the server as a cluster has it
 //! (`Config::like_a_cluster`: ServiceAccount admission gives every pod a `kube-api-access`
 //! volume, so the agent also requests a token per pod and watches `kube-root-ca.crt`) with
-//! `CostModel::like_kube_apiserver()` (a consistent read's wait before every GET, LIST and
-//! watch-list answer, a commit's before every write's, 12 reads waiting at once); objects, pods and
+//! `CostModel::like_kube_apiserver()` (every read's time on one of 74 places, a consistent
+//! read's wait for the watch cache to catch up, a commit's before every write's); objects, pods and
 //! updates written over HTTP as `kubectl apply` and a controller write them (labels, the
 //! last-applied annotation, real payload sizes, `managedFields` added by the server; see
 //! `support/applied.rs`), so the update latency includes the write. `real-991` is the issue's
 //! real-server run: 110 pods × 9 objects + `kube-root-ca.crt`; `real-2500` a bigger node, 250
-//! pods × 10 objects. `SCALE_READ_MS`, `SCALE_WRITE_MS`, `SCALE_CONCURRENCY` override the cost
+//! pods × 10 objects. `SCALE_READ_MS`, `SCALE_WRITE_MS`, `SCALE_CONCURRENCY`, `SCALE_PROGRESS_MS` override the cost
 //! model (tuning).
 //!
 //! `SCALE_DISK=plain|tmpfs|fresh-ext4|aged-ext4` picks the file system of the agent's root
@@ -198,8 +198,8 @@ fn main() {
     }
 }
 
-/// [`CostModel::like_kube_apiserver`] with `SCALE_READ_MS`, `SCALE_WRITE_MS` and
-/// `SCALE_CONCURRENCY` over it.
+/// [`CostModel::like_kube_apiserver`] with `SCALE_READ_MS`, `SCALE_WRITE_MS`,
+/// `SCALE_CONCURRENCY` and `SCALE_PROGRESS_MS` over it.
 fn cost_model() -> CostModel {
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
     let mut model = CostModel::like_kube_apiserver();
@@ -211,6 +211,9 @@ fn cost_model() -> CostModel {
     }
     if let Some(n) = env("SCALE_CONCURRENCY") {
         model = model.concurrency(n as usize);
+    }
+    if let Some(ms) = env("SCALE_PROGRESS_MS") {
+        model = model.progress_period(Duration::from_secs_f64(ms / 1e3));
     }
     model
 }

@@ -102,9 +102,9 @@ pub struct Config {
     /// 30 ms). 0 is immediately consistent. Changed at run time with
     /// [`ServerHandle::set_node_authorizer_lag`](crate::ServerHandle::set_node_authorizer_lag).
     pub node_authorizer_lag: Duration,
-    /// What answers cost ([`CostModel`]): a consistent read's wait before a GET, LIST or
-    /// watch-list answers, a commit's before a write answers, and how many requests may be
-    /// paying at once. Default off (tests stay fast); [`CostModel::like_kube_apiserver`] is
+    /// What answers cost ([`CostModel`]): a read's time on one of the server's places, a
+    /// consistent read's wait for the watch cache to catch up, a commit's before a write
+    /// answers. Default off (tests stay fast); [`CostModel::like_kube_apiserver`] is
     /// the measured v1.36.2 server, for benchmarks.
     pub cost_model: CostModel,
 }

@@ -16,8 +16,9 @@
 //!   ([`Config::watch_list`]). One is on by default: the Node authorizer sees pod writes
 //!   [`Config::node_authorizer_lag`] late (50 ms), as upstream's informer-fed graph does.
 //! - [`CostModel`] ([`Config::cost_model`], off by default): what answers cost a real server
-//!   (a consistent read before a GET, LIST or watch-list answer, a commit before a write's,
-//!   a server-wide number paying at once), for benchmarks that should match a real one.
+//!   (a read's time on one of a bounded number of places, a consistent read's wait for the
+//!   watch cache to catch up, a commit before a write's answer), for benchmarks that should
+//!   match a real one.
 //! - [`Authenticator`] / [`Authorizer`]: the request-pipeline seams. Auth is off by default
 //!   ([`AllowAll`]: everyone is `system:admin`); [`Config::with_auth`] installs
 //!   [`TokenAuthenticator`] (bearer tokens) and [`NodeAuthorizer`] (the Node authorizer and

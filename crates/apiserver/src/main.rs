@@ -16,7 +16,8 @@
 //! lists); all are off by default. `--node-authorizer-lag 50ms` (the default) is how long the
 //! Node authorizer takes to see a pod write (`0` for immediately consistent).
 //! `--like-kube-apiserver-costs` (with `--read-latency`, `--write-latency`,
-//! `--cost-concurrency` over it) makes answers cost what a real server's do (off by default). `--runtime-config certificates.k8s.io/v1beta1=true` with
+//! `--cost-concurrency`, `--progress-period` over it) makes answers cost what a real server's
+//! do (off by default). `--runtime-config certificates.k8s.io/v1beta1=true` with
 //! `--feature-gates ClusterTrustBundle=true,PodCertificateRequest=true` serves the
 //! certificates.k8s.io kinds; an unknown gate is refused (`unrecognized feature gate: X`, 64).
 //!
@@ -94,8 +95,9 @@ struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     node_authorizer_lag: Option<Duration>,
     /// Make answers cost what they cost a measured v1.36.2 kube-apiserver + etcd
-    /// (`CostModel::like_kube_apiserver`: 16 ms before a GET, LIST or watch-list answers,
-    /// 2 ms before a write's, 12 reads waiting at once). Off by default.
+    /// (`CostModel::like_kube_apiserver`: 16 ms on one of 74 places before a GET, LIST or
+    /// watch-list answers, a consistent read's wait for a progress notification every 100 ms
+    /// after other writes, 2 ms before a write's answer). Off by default.
     #[arg(long)]
     like_kube_apiserver_costs: bool,
     /// The cost model's wait before a GET, LIST or watch-list answers (a Go duration or
@@ -109,6 +111,10 @@ struct Cli {
     /// the preset's.
     #[arg(long, value_name = "N")]
     cost_concurrency: Option<usize>,
+    /// How often the cost model's watch caches get a progress notification while consistent
+    /// reads wait for one (`0`: they never wait); overrides the preset's.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    progress_period: Option<Duration>,
 }
 
 /// The cost model of `cli`: the preset, if asked, with the single knobs over it.
@@ -126,6 +132,9 @@ fn cost_model(cli: &Cli) -> CostModel {
     }
     if let Some(n) = cli.cost_concurrency {
         model = model.concurrency(n);
+    }
+    if let Some(d) = cli.progress_period {
+        model = model.progress_period(d);
     }
     model
 }
@@ -349,13 +358,16 @@ mod tests {
                 "--read-latency",
                 "30ms",
                 "--cost-concurrency",
-                "4"
+                "4",
+                "--progress-period",
+                "0"
             ])
             .ok(),
             Some(
                 CostModel::like_kube_apiserver()
                     .read_latency(Duration::from_millis(30))
                     .concurrency(4)
+                    .progress_period(Duration::ZERO)
             )
         );
         assert!(cli(&["--write-latency", "soon"]).is_err());

@@ -110,9 +110,13 @@ pub(crate) async fn handle(
                                     .query
                                     .get("sendInitialEvents")
                                     .is_some_and(|v| v == "true");
-                                let cost =
-                                    Cost::of(&info.verb, info.subresource.as_deref(), watch_list);
-                                shared.controls.costs.pay(cost).await;
+                                let cost = Cost::of(
+                                    &info.verb,
+                                    info.subresource.as_deref(),
+                                    watch_list,
+                                    info.query.get("resourceVersion").map(String::as_str),
+                                );
+                                shared.controls.costs.pay(cost, &info.resource).await;
                             }
                             let req = crate::token_request::with_user(req, user);
                             match dispatch(&shared, &info, req, token).instrument(span).await {
