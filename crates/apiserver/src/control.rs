@@ -36,6 +36,8 @@ pub struct RequestRecord {
     /// A watch-list: `sendInitialEvents=true` (the object's state, then its changes, on one
     /// watch).
     pub send_initial_events: bool,
+    /// The `resourceVersion` query parameter, as sent (`None`: not sent).
+    pub resource_version: Option<String>,
     /// When the request reached the pipeline (after its headers were read).
     pub received: std::time::Instant,
     /// When its answer was ready: for a watch, once it was set up (its initial events queued

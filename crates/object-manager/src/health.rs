@@ -108,8 +108,13 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Recording<K> {
         result
     }
 
-    async fn list(&self, namespace: &str, name: &str) -> Result<Listed<K>, SourceError> {
-        let result = self.inner.list(namespace, name).await;
+    async fn list(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: ReadFrom,
+    ) -> Result<Listed<K>, SourceError> {
+        let result = self.inner.list(namespace, name, read).await;
         self.record(&result);
         result
     }
@@ -129,8 +134,9 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Recording<K> {
         &self,
         namespace: &str,
         name: &str,
+        read: ReadFrom,
     ) -> Result<Option<WatchStream<K>>, SourceError> {
-        let result = self.inner.watch_list(namespace, name).await;
+        let result = self.inner.watch_list(namespace, name, read).await;
         self.record(&result);
         result.map(|stream| stream.map(|stream| self.follow(stream)))
     }

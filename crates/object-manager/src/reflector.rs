@@ -5,7 +5,13 @@
 //! 1. A watch-list (one WATCH with `sendInitialEvents=true`, as the kubelet's client-go does
 //!    since Kubernetes 1.35) where the source offers it, else LIST
 //!    `fieldSelector=metadata.name=<name>`; on error back off and start again. A watch-list
-//!    that ends before its initial events did counts as a failed list.
+//!    that ends before its initial events did counts as a failed list. Either is served from
+//!    the server's watch cache as it is (`resourceVersion=0`, as client-go's first LIST was
+//!    before watch-lists), except after a `410 Gone` (4), until a list succeeds: then a
+//!    consistent read, for the cache may be behind what this run already saw. A consistent
+//!    read from the cache waits for the cache to catch up with etcd, which after any write to
+//!    another resource takes a progress notification (requested every 100 ms while reads
+//!    wait); at a node's start, a thousand of them queue behind those notifications.
 //! 2. Replace the cell's content with the listed object (or its absence) — for a watch-list,
 //!    the state its initial events gave, at its `initial-events-end` bookmark; mark it synced.
 //! 3. Follow the watch-list's stream, or WATCH from the last seen resourceVersion; apply each
@@ -53,7 +59,7 @@ use tracing::Instrument;
 use crate::driver;
 use crate::recovery::{Pause, Recovery};
 use crate::refusal::{Refusals, Verdict};
-use crate::source::{ObjectSource, SourceError, WatchEvent, WatchStream};
+use crate::source::{ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
 use crate::tasks::Tasks;
 use crate::{ObjectKind, ObjectRef};
 
@@ -372,6 +378,8 @@ pub(crate) struct RunState {
     refusals: Refusals,
     /// Where the next WATCH starts.
     resource_version: String,
+    /// How the next list is served (1): from the watch cache, or consistent after a 410.
+    read: ReadFrom,
 }
 
 /// The permits of one request: (a recovery permit, a request in flight).
@@ -391,6 +399,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             recovery: RecoveryState::default(),
             refusals: Refusals::default(),
             resource_version: String::new(),
+            read: ReadFrom::WatchCache,
         };
         self.resume(State::Empty, run, cancel).await;
     }
@@ -474,7 +483,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                     let _permit = self.permit(&mut run.recovery).await;
                     self.answered(
                         &mut run.refusals,
-                        self.source.watch_list(namespace, name).await,
+                        self.source.watch_list(namespace, name, run.read).await,
                     )
                 };
                 match opened {
@@ -493,7 +502,10 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             State::Listing => {
                 let listed = {
                     let _permit = self.permit(&mut run.recovery).await;
-                    self.answered(&mut run.refusals, self.source.list(namespace, name).await)
+                    self.answered(
+                        &mut run.refusals,
+                        self.source.list(namespace, name, run.read).await,
+                    )
                 };
                 match listed {
                     Err(error) => {
@@ -506,6 +518,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                             return State::Stopped;
                         }
                         run.resource_version = listed.resource_version;
+                        run.read = ReadFrom::WatchCache;
                         State::Watching {
                             stream: None,
                             progressed: false,
@@ -525,6 +538,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         Ok(WatchEvent::Deleted(_)) => listed = None,
                         Ok(WatchEvent::InitialEventsEnd { resource_version }) => {
                             run.resource_version = resource_version;
+                            run.read = ReadFrom::WatchCache;
                             if !self.replace(listed.take()) {
                                 return State::Stopped;
                             }
@@ -542,6 +556,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         Ok(WatchEvent::Bookmark { .. }) => {}
                         Err(error) if error.is_gone() => {
                             tracing::debug!("watch expired, relisting"); // (4)
+                            run.read = ReadFrom::Quorum;
                             return State::relist(false);
                         }
                         Err(error) => {
@@ -584,6 +599,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                     Err(error) if error.is_gone() => {
                         tracing::debug!("watch expired, relisting"); // (4)
                         self.expired(&run.recovery);
+                        run.read = ReadFrom::Quorum;
                         State::relist(progressed)
                     }
                     Err(error) => {
@@ -656,6 +672,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             Err(error) if error.is_gone() => {
                 tracing::debug!("watch expired, relisting"); // (4)
                 self.expired(&run.recovery);
+                run.read = ReadFrom::Quorum;
                 return Some(State::relist(*progressed || open.saw_event));
             }
             Err(error) => {
@@ -879,6 +896,7 @@ mod tests {
             recovery: RecoveryState::default(),
             refusals: Refusals::default(),
             resource_version: String::new(),
+            read: ReadFrom::WatchCache,
         }
     }
 
@@ -1021,6 +1039,45 @@ mod tests {
             )
             .await;
         assert_eq!(state.name(), "Empty");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lists_read_the_watch_cache_except_after_a_410_until_one_succeeds() {
+        let fake = FakeSource::<Secret>::new();
+        fake.set_watch_list(true);
+        fake.apply("ns", secret("v1"));
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let mut run = run_state();
+        // (1) The first watch-list: the cache as it is.
+        let state = r.step(State::Empty, &mut run).await;
+        let state = r.step(state, &mut run).await;
+        assert_eq!(state.name(), "Watching");
+        assert_eq!(fake.list_reads(), [ReadFrom::WatchCache]);
+        // (4) A 410: the relist is consistent.
+        fake.apply("ns", secret("v2"));
+        fake.compact();
+        let state = r
+            .step(
+                State::Watching {
+                    stream: None,
+                    progressed: true,
+                },
+                &mut run,
+            )
+            .await;
+        assert_eq!(state.name(), "Empty");
+        let state = r.step(state, &mut run).await;
+        let state = r.step(state, &mut run).await;
+        assert_eq!(synced_value(&cell).as_deref(), Some("v2"));
+        assert_eq!(fake.list_reads(), [ReadFrom::WatchCache, ReadFrom::Quorum]);
+        // Listed again: the next relist (after any other failure) reads the cache again.
+        assert_eq!(state.name(), "Watching");
+        r.step(State::Empty, &mut run).await;
+        assert_eq!(
+            fake.list_reads(),
+            [ReadFrom::WatchCache, ReadFrom::Quorum, ReadFrom::WatchCache]
+        );
     }
 
     fn no_relationship() -> SourceError {

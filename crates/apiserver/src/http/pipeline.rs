@@ -162,6 +162,7 @@ pub(crate) async fn handle(
             .query
             .get("sendInitialEvents")
             .is_some_and(|v| v == "true"),
+        resource_version: info.query.get("resourceVersion").cloned(),
         received,
         answered: std::time::Instant::now(),
     });

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use futures::stream::BoxStream;
 
-/// How a GET may be served (spec OM-11 step 4).
+/// How a read may be served: a GET (OM-11 step 4), and the first state of a watch-list or
+/// LIST (the reflector's choice, `reflector.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadFrom {
-    /// A quorum-consistent read (the API's default).
+    /// A quorum-consistent read (the API's default: no resourceVersion).
     Quorum,
-    /// `resourceVersion=0`: the API server may answer from its watch cache.
+    /// `resourceVersion=0`: the API server may answer from its watch cache as it is.
     WatchCache,
 }
 
@@ -132,9 +133,14 @@ pub trait ObjectSource<K>: Send + Sync + 'static {
     /// GET one object.
     async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError>;
 
-    /// LIST with `fieldSelector=metadata.name=<name>`: the object if it exists, and the list's
-    /// resourceVersion.
-    async fn list(&self, namespace: &str, name: &str) -> Result<Listed<K>, SourceError>;
+    /// LIST with `fieldSelector=metadata.name=<name>`, served as `read` says: the object if it
+    /// exists, and the list's resourceVersion.
+    async fn list(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: ReadFrom,
+    ) -> Result<Listed<K>, SourceError>;
 
     /// WATCH with `fieldSelector=metadata.name=<name>` from `resource_version`. A `410 Gone`
     /// (as the request's answer or as an error item of the stream) means "relist".
@@ -146,8 +152,9 @@ pub trait ObjectSource<K>: Send + Sync + 'static {
     ) -> Result<WatchStream<K>, SourceError>;
 
     /// A watch-list (a WATCH with `sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan`,
-    /// bookmarks, and no resourceVersion: a consistent read), in place of LIST + WATCH: the
-    /// object's current state as [`WatchEvent::Applied`] (nothing when it does not exist), then
+    /// bookmarks, and the resourceVersion `read` says: none for [`ReadFrom::Quorum`], `0` for
+    /// [`ReadFrom::WatchCache`]), in place of LIST + WATCH: the object's state as
+    /// [`WatchEvent::Applied`] (nothing when it does not exist), then
     /// [`WatchEvent::InitialEventsEnd`], then its changes, all on one request.
     ///
     /// `Ok(None)` when this source does not do watch-lists, or its server refused one (a
@@ -158,5 +165,6 @@ pub trait ObjectSource<K>: Send + Sync + 'static {
         &self,
         namespace: &str,
         name: &str,
+        read: ReadFrom,
     ) -> Result<Option<WatchStream<K>>, SourceError>;
 }

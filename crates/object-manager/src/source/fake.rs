@@ -48,6 +48,8 @@ struct State<K> {
     compacted: u64,
     counts: HashMap<(Verb, String, String), usize>,
     watch_cache_gets: usize,
+    /// How each LIST and watch-list asked to be served, in order.
+    list_reads: Vec<ReadFrom>,
     /// Queued failures; `None` matches any verb.
     failures: VecDeque<(Option<Verb>, SourceError)>,
     /// While set, every request fails with it (an outage), before queued failures.
@@ -92,6 +94,7 @@ impl<K> FakeSource<K> {
                 compacted: 0,
                 counts: HashMap::new(),
                 watch_cache_gets: 0,
+                list_reads: Vec::new(),
                 failures: VecDeque::new(),
                 outage: None,
                 watchers: Vec::new(),
@@ -106,6 +109,12 @@ impl<K> FakeSource<K> {
     pub fn count(&self, verb: Verb, namespace: &str, name: &str) -> usize {
         let key = (verb, namespace.to_owned(), name.to_owned());
         self.state.lock().counts.get(&key).copied().unwrap_or(0)
+    }
+
+    /// How each LIST and watch-list so far asked to be served (failed ones included), in
+    /// order.
+    pub fn list_reads(&self) -> Vec<ReadFrom> {
+        self.state.lock().list_reads.clone()
     }
 
     /// Requests of `verb` for any object so far.
@@ -287,7 +296,13 @@ where
         })
     }
 
-    async fn list(&self, namespace: &str, name: &str) -> Result<Listed<K>, SourceError> {
+    async fn list(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: ReadFrom,
+    ) -> Result<Listed<K>, SourceError> {
+        self.state.lock().list_reads.push(read);
         self.record(Verb::List, namespace, name)?;
         let mut held = self.lists_held.subscribe();
         // The sender lives as long as `self`, so this only ends when lists are released.
@@ -329,9 +344,14 @@ where
         &self,
         namespace: &str,
         name: &str,
+        read: ReadFrom,
     ) -> Result<Option<WatchStream<K>>, SourceError> {
-        if !self.state.lock().watch_list {
-            return Ok(None);
+        {
+            let mut s = self.state.lock();
+            if !s.watch_list {
+                return Ok(None);
+            }
+            s.list_reads.push(read);
         }
         self.record(Verb::WatchList, namespace, name)?;
         let mut held = self.lists_held.subscribe();

@@ -124,12 +124,19 @@ where
         Ok(obj)
     }
 
-    async fn list(&self, namespace: &str, name: &str) -> Result<Listed<K>, SourceError> {
+    async fn list(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: ReadFrom,
+    ) -> Result<Listed<K>, SourceError> {
         let api = (self.api)(self.client.clone(), namespace);
-        let list = api
-            .list(&ListParams::default().fields(&name_selector(name)))
-            .await
-            .map_err(convert)?;
+        let params = ListParams::default().fields(&name_selector(name));
+        let params = match read {
+            ReadFrom::Quorum => params,
+            ReadFrom::WatchCache => params.match_any(),
+        };
+        let list = api.list(&params).await.map_err(convert)?;
         let resource_version = list.metadata.resource_version.clone().unwrap_or_default();
         let object = list
             .items
@@ -163,6 +170,7 @@ where
         &self,
         namespace: &str,
         name: &str,
+        read: ReadFrom,
     ) -> Result<Option<WatchStream<K>>, SourceError> {
         if !self.watch_list.load(Ordering::Acquire) {
             return Ok(None);
@@ -171,9 +179,13 @@ where
         let params = WatchParams::streaming_lists()
             .fields(&name_selector(name))
             .timeout(WATCH_TIMEOUT_SECS);
-        // resourceVersion "" (unset): a consistent read, as client-go's watch-list sends it;
-        // kube-runtime's "0" would let the server answer from a stale cache.
-        let request = watch_request(&api, &params, "")?;
+        // Unset: a consistent read, which waits for the server's watch cache to catch up;
+        // "0": the cache as it is (the reflector's choice, `reflector.rs`).
+        let resource_version = match read {
+            ReadFrom::Quorum => "",
+            ReadFrom::WatchCache => "0",
+        };
+        let request = watch_request(&api, &params, resource_version)?;
         match super::lines::watch(&self.client, request).await {
             Ok(stream) => Ok(Some(stream)),
             Err(SourceError::Status {

@@ -36,6 +36,13 @@ async fn om16_twenty_one_registrations_cost_one_watch_list() {
         0,
         "no GET per read"
     );
+    // Served from the watch cache as it is: no wait for the cache to catch up.
+    let watch_list = handle
+        .requests()
+        .into_iter()
+        .find(|r| r.verb == "watch" && r.send_initial_events)
+        .expect("the watch-list was recorded");
+    assert_eq!(watch_list.resource_version.as_deref(), Some("0"));
 
     m.unregister_pod(
         nodelet_core::AdmittedPod::new(pods[20].clone())
