@@ -574,6 +574,11 @@ fn cold_start(
     let first_request = objects.iter().map(|r| since(r.received)).min();
     let last_request = objects.iter().map(|r| since(r.received)).max();
     let last_answer = objects.iter().map(|r| since(r.answered)).max();
+    let refused = objects.iter().filter(|r| r.status == 403).count();
+    let events = requests
+        .iter()
+        .filter(|r| r.resource == "events" && matches!(r.verb.as_str(), "create" | "patch"))
+        .count();
     let mut written: Vec<Duration> = files
         .iter()
         .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
@@ -586,12 +591,14 @@ fn cold_start(
         })
     };
     format!(
-        "pods created by {}; agent's object requests: {} (first received {}, last received {}, last answered {}); files written: first {}, median {}, last {}",
+        "pods created by {}; agent's object requests: {} ({} refused by the Node authorizer's lag; first received {}, last received {}, last answered {}); events written {}; files written: first {}, median {}, last {}",
         ms(Some(created)),
         objects.len(),
+        refused,
         ms(first_request),
         ms(last_request),
         ms(last_answer),
+        events,
         ms(written.first().copied()),
         ms(Some(percentile(&written, 0.5))),
         ms(written.last().copied()),

@@ -187,6 +187,13 @@ fn logs_main(cli: LogsArgs) -> ExitCode {
 /// after the burst; tokio's default is 512.
 const BLOCKING_THREADS: usize = 32;
 
+/// How long a blocking thread waits idle for more work before it exits (tokio's default is
+/// 10 s). After a burst of volume writes, a thread that lingers keeps its stack and the chunks
+/// its allocator cache holds; on a fresh ext4 disk a node's first thousand volumes kept 35
+/// threads and 2.5 MiB more heap alive 2 s after the last write. At a steady 50 updates/s
+/// the threads stay busy; an idle node starts one per write (tens of microseconds).
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
     let cli = match parse() {
         Ok(cli) => cli,
@@ -240,6 +247,7 @@ fn agent_main(run: &RunArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
     {
         Ok(rt) => rt,

@@ -54,7 +54,8 @@ impl VolumePlugin for ConfigMapPlugin {
         };
         let empty = ConfigMap::default();
         let cm = object.as_deref().unwrap_or(&empty);
-        // (4) Payload.
+        // (4) Payload, built and written in one of the host's write slots.
+        let _slot = ctx.host.write_slot().await;
         let payload =
             config_map_payload(source.items.as_deref(), cm, source.default_mode, optional)?;
         // (5)-(9) Wrapper, nested mountpoints, atomic write.

@@ -34,6 +34,7 @@ impl VolumePlugin for DownwardApiPlugin {
                 what: "a volume without a downwardAPI source".into(),
             });
         };
+        let _slot = ctx.host.write_slot().await;
         let payload = collect_downward_api_data(
             source.items.as_deref().unwrap_or_default(),
             ctx.pod,

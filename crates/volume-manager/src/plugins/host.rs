@@ -13,6 +13,7 @@ use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs, PodUid};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use nodelet_sources::Sources;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::ownership::{make_nested_mountpoints, nested_mountpoints, set_volume_ownership};
 use crate::SetUpError;
@@ -71,6 +72,23 @@ pub struct VolumeHost {
     tmpfs: bool,
     fsync: bool,
     allocatable: NodeAllocatable,
+    /// [`WRITE_SLOTS`] places for payloads being built and written ([`VolumeHost::write_slot`]).
+    write_slots: Arc<Semaphore>,
+}
+
+/// How many volumes may have their payload built and be written at once. Beyond this they
+/// wait with their object read but no payload built: at a node's start a thousand objects
+/// arrive within a second, and on a slow disk their payloads, all built before their writes,
+/// were the heap's peak (5 MiB more RSS afterwards on a fresh ext4, the freed room scattered
+/// among live data). Sixteen writes in flight keep a disk's journal commits shared and two
+/// cores busy.
+pub const WRITE_SLOTS: usize = 16;
+
+/// A place to build and write one volume's payload ([`VolumeHost::write_slot`]), given back
+/// when dropped.
+#[derive(Debug)]
+pub struct WriteSlot {
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl std::fmt::Debug for VolumeHost {
@@ -101,6 +119,18 @@ impl VolumeHost {
             tmpfs,
             fsync,
             allocatable,
+            write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
+        }
+    }
+
+    /// Waits for one of [`WRITE_SLOTS`] places to build and write a payload. A plugin takes it
+    /// after reading its objects and before building the payload, and holds it through
+    /// [`project`](Self::project), so the payloads alive at once stay bounded however many
+    /// volumes are set up together.
+    pub async fn write_slot(&self) -> WriteSlot {
+        // The semaphore is never closed; if it were, the slot would just not bound anything.
+        WriteSlot {
+            _permit: self.write_slots.clone().acquire_owned().await.ok(),
         }
     }
 

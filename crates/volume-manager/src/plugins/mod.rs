@@ -19,7 +19,7 @@ pub use configmap::ConfigMapPlugin;
 pub use downward_api::{DownwardApiPlugin, collect_downward_api_data};
 pub use empty_dir::EmptyDirPlugin;
 pub(crate) use host::probe_tmpfs as host_probe_tmpfs;
-pub use host::{Medium, SetUpContext, TearDownContext, VolumeHost};
+pub use host::{Medium, SetUpContext, TearDownContext, VolumeHost, WRITE_SLOTS, WriteSlot};
 pub use ownership::set_volume_ownership;
 pub use payload::{config_map_payload, secret_payload};
 pub use projected::ProjectedPlugin;

@@ -77,6 +77,9 @@ impl VolumePlugin for ProjectedPlugin {
         if let Some(e) = SetUpError::aggregate(collected.errors) {
             return Err(e);
         }
+        // The payload is built while the sources are read (a token request among them): only
+        // the write waits for a slot.
+        let _slot = ctx.host.write_slot().await;
         let outcome = ctx
             .host
             .project(ctx, Medium::Memory, collected.payload)
@@ -366,6 +369,25 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_write_slots_payloads_are_built_and_written_at_once() {
+        use crate::plugins::WRITE_SLOTS;
+        let host = host();
+        let mut held = Vec::new();
+        for _ in 0..WRITE_SLOTS {
+            held.push(host.write_slot().await);
+        }
+        let wait = std::time::Duration::from_secs(1);
+        assert!(
+            tokio::time::timeout(wait, host.write_slot()).await.is_err(),
+            "one slot more waits"
+        );
+        held.pop();
+        tokio::time::timeout(wait, host.write_slot())
+            .await
+            .expect("a slot given back is taken");
     }
 
     #[tokio::test]

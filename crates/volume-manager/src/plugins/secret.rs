@@ -59,7 +59,8 @@ impl VolumePlugin for SecretPlugin {
         };
         let empty = Secret::default();
         let secret = object.as_deref().unwrap_or(&empty);
-        // (4) Payload.
+        // (4) Payload, built and written in one of the host's write slots.
+        let _slot = ctx.host.write_slot().await;
         let payload = secret_payload(
             source.items.as_deref(),
             secret,
