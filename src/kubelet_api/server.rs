@@ -166,14 +166,15 @@ async fn guard(
     }
 }
 
-/// `GET /pods`: the pods the agent runs, as a v1 `PodList`.
+/// `GET /pods`: the pods the agent runs, as a v1 `PodList` (each whole, `spec.volumes`
+/// included: `AdmittedPod::to_pod`).
 async fn pods(State(state): State<Arc<ApiState>>) -> Response {
     let list = k8s_openapi::List {
         items: state
             .pods
             .pods()
             .iter()
-            .map(|pod| pod.pod().as_ref().clone())
+            .map(nodelet_core::AdmittedPod::to_pod)
             .collect(),
         metadata: Default::default(),
     };

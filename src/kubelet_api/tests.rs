@@ -205,6 +205,12 @@ impl Node {
                         ..Container::default()
                     })
                     .to_vec(),
+                volumes: Some(vec![
+                    serde_json::from_value(
+                        serde_json::json!({"name": "cfg", "configMap": {"name": "settings"}}),
+                    )
+                    .unwrap(),
+                ]),
                 ..PodSpec::default()
             }),
             ..Pod::default()
@@ -533,6 +539,11 @@ async fn an_admin_certificate_reads_healthz_and_pods() {
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     assert_eq!(list["items"][0]["metadata"]["name"], "web");
     assert_eq!(list["items"][0]["metadata"]["uid"], UID);
+    assert_eq!(
+        list["items"][0]["spec"]["volumes"],
+        serde_json::json!([{"name": "cfg", "configMap": {"name": "settings"}}]),
+        "the whole pod, its volumes included"
+    );
     assert_eq!(
         served.admin_text("/stats/summary").await,
         (StatusCode::NOT_FOUND, "404: Page Not Found".to_owned())

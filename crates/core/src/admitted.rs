@@ -6,6 +6,12 @@
 //! after it — pod workers, object managers, volume manager, status and events — takes the
 //! proof (`&AdmittedPod`) or only the key (`&PodUid`), never a raw `Pod`, so no later step
 //! validates again or needs a policy for an invalid UID.
+//!
+//! The pod's `spec.volumes` are moved out of the pod object at admission and kept as
+//! [`PodVolume`]s ([`AdmittedPod::volumes`]): a k8s-openapi `Volume` is over 3 KB inline, and
+//! at 10 volumes a pod they were the largest part of a node's heap. The pod an `AdmittedPod`
+//! dereferences to therefore has `spec.volumes == None`; [`AdmittedPod::to_pod`] rebuilds the
+//! whole object for the few readers that need it (the kubelet API's `/pods`).
 
 use std::fmt;
 use std::ops::Deref;
@@ -13,36 +19,56 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{PodUid, PodUidError};
+use crate::{PodUid, PodUidError, PodVolume};
 
-/// A pod admitted to the node: the pod object (shared, never copied per consumer) and its
-/// validated [`PodUid`].
+/// A pod admitted to the node: the pod object (shared, never copied per consumer), its volumes
+/// and its validated [`PodUid`].
 ///
 /// Two sources admit pods: the API ([`AdmittedPod::new`], the pod object as watched) and the
 /// disk ([`AdmittedPod::found_on_disk`], a pod directory left by a previous run whose object
 /// is gone: only its UID is known, [`has_object`](Self::has_object) is false). Either way
 /// holding an `AdmittedPod` proves the UID is non-empty and a single path component. It
 /// dereferences to the [`Pod`] for reading.
+///
+/// **The pod it dereferences to has no `spec.volumes`** (always `None`): they are in
+/// [`volumes`](Self::volumes), compact. Read a pod's volumes there; [`to_pod`](Self::to_pod)
+/// is the whole pod object, volumes included, for what serializes or hands on a `Pod`.
+/// Equality compares the pod object and its volumes.
 #[derive(Clone, PartialEq)]
 pub struct AdmittedPod {
     uid: PodUid,
+    /// The pod object, its `spec.volumes` moved to `volumes`.
     pod: Arc<Pod>,
+    /// The pod's `spec.volumes` (`None`: the pod had no `spec.volumes`, or no spec).
+    volumes: Option<Arc<[PodVolume]>>,
     /// Whether `pod` is the API's object (false: a pod found on disk, `metadata.uid` only).
     has_object: bool,
 }
 
 impl AdmittedPod {
-    /// Admits `pod`: validates its `metadata.uid` once.
+    /// Admits `pod`: validates its `metadata.uid` once and moves its `spec.volumes` into
+    /// [`volumes`](Self::volumes). A pod with volumes shared by another `Arc` is copied for
+    /// that (pass it owned); one without volumes is kept as it is.
     ///
     /// # Errors
     /// [`PodUidError`] naming the pod (`namespace/name`) when it has no UID or one that is not
     /// a single path component.
     pub fn new(pod: impl Into<Arc<Pod>>) -> Result<Self, PodUidError> {
-        let pod = pod.into();
+        let mut pod = pod.into();
         let uid = PodUid::from_pod(&pod)?;
+        let volumes = if pod.spec.as_ref().is_some_and(|s| s.volumes.is_some()) {
+            Arc::make_mut(&mut pod)
+                .spec
+                .as_mut()
+                .and_then(|s| s.volumes.take())
+                .map(|volumes| volumes.into_iter().map(PodVolume::from).collect())
+        } else {
+            None
+        };
         Ok(Self {
             uid,
             pod,
+            volumes,
             has_object: true,
         })
     }
@@ -58,6 +84,7 @@ impl AdmittedPod {
         Self {
             uid,
             pod: Arc::new(pod),
+            volumes: None,
             has_object: false,
         }
     }
@@ -73,9 +100,30 @@ impl AdmittedPod {
         &self.uid
     }
 
-    /// The pod object.
+    /// The pod object **without its `spec.volumes`** (see [`volumes`](Self::volumes) and
+    /// [`to_pod`](Self::to_pod)).
     pub fn pod(&self) -> &Arc<Pod> {
         &self.pod
+    }
+
+    /// The pod's `spec.volumes`, in spec order (empty when it has none).
+    pub fn volumes(&self) -> &[PodVolume] {
+        self.volumes.as_deref().unwrap_or_default()
+    }
+
+    /// The volume named `name`, if the pod has one.
+    pub fn volume(&self, name: &str) -> Option<&PodVolume> {
+        self.volumes().iter().find(|v| v.name() == name)
+    }
+
+    /// The whole pod object as admitted, `spec.volumes` included: a copy, for a reader that
+    /// serializes the pod or needs a [`Pod`] with its volumes.
+    pub fn to_pod(&self) -> Pod {
+        let mut pod = Pod::clone(&self.pod);
+        if let (Some(spec), Some(volumes)) = (pod.spec.as_mut(), self.volumes.as_deref()) {
+            spec.volumes = Some(volumes.iter().map(PodVolume::to_volume).collect());
+        }
+        pod
     }
 
     /// The pod's namespace (`""` when unset).
@@ -89,6 +137,7 @@ impl AdmittedPod {
     }
 }
 
+/// The pod object **without its `spec.volumes`**: read them with [`AdmittedPod::volumes`].
 impl Deref for AdmittedPod {
     type Target = Pod;
 
@@ -97,6 +146,7 @@ impl Deref for AdmittedPod {
     }
 }
 
+/// The pod object **without its `spec.volumes`**, as [`Deref`].
 impl AsRef<Pod> for AdmittedPod {
     fn as_ref(&self) -> &Pod {
         &self.pod
@@ -150,6 +200,87 @@ mod tests {
             format!("{admitted:?}"),
             r#"AdmittedPod { pod: ns/web, uid: "u-1" }"#
         );
+    }
+
+    fn with_volumes(uid: &str, volumes: serde_json::Value) -> Pod {
+        let mut pod = pod(Some(uid));
+        pod.spec = Some(
+            serde_json::from_value(serde_json::json!({"containers": [], "volumes": volumes}))
+                .unwrap(),
+        );
+        pod
+    }
+
+    #[test]
+    fn the_volumes_are_moved_out_of_the_pod_and_to_pod_gives_the_whole_object_back() {
+        let original = with_volumes(
+            "u-1",
+            serde_json::json!([
+                {"name": "cfg", "configMap": {"name": "settings"}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "pvc"}},
+            ]),
+        );
+        let admitted = AdmittedPod::new(original.clone()).unwrap();
+        assert_eq!(
+            admitted.spec.as_ref().map(|s| s.volumes.is_none()),
+            Some(true),
+            "the pod it derefs to has no spec.volumes"
+        );
+        let names: Vec<_> = admitted.volumes().iter().map(PodVolume::name).collect();
+        assert_eq!(names, ["cfg", "data"]);
+        assert!(
+            admitted
+                .volume("cfg")
+                .and_then(PodVolume::config_map)
+                .is_some()
+        );
+        assert!(admitted.volume("nope").is_none());
+        assert_eq!(admitted.to_pod(), original);
+
+        // An empty list and no list stay apart; a pod without a spec has no volumes.
+        for volumes in [serde_json::json!([]), serde_json::Value::Null] {
+            let original = with_volumes("u-1", volumes);
+            assert_eq!(
+                AdmittedPod::new(original.clone()).unwrap().to_pod(),
+                original
+            );
+        }
+        let bare = pod(Some("u-1"));
+        let admitted = AdmittedPod::new(bare.clone()).unwrap();
+        assert!(admitted.volumes().is_empty());
+        assert_eq!(admitted.to_pod(), bare);
+    }
+
+    #[test]
+    fn admitted_pods_differ_when_only_their_volumes_do() {
+        let a = |name: &str| {
+            AdmittedPod::new(with_volumes(
+                "u-1",
+                serde_json::json!([{"name": "cfg", "configMap": {"name": name}}]),
+            ))
+            .unwrap()
+        };
+        assert_eq!(a("one"), a("one"));
+        assert_ne!(a("one"), a("two"));
+    }
+
+    #[test]
+    fn a_shared_pod_with_volumes_is_copied_and_the_share_keeps_its_volumes() {
+        let shared = Arc::new(with_volumes(
+            "u-1",
+            serde_json::json!([{"name": "tmp", "emptyDir": {}}]),
+        ));
+        let admitted = AdmittedPod::new(shared.clone()).unwrap();
+        assert!(!Arc::ptr_eq(admitted.pod(), &shared));
+        assert_eq!(
+            shared
+                .spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(admitted.to_pod(), *shared);
     }
 
     #[test]

@@ -7,7 +7,12 @@
 //!   validated [`PodUid`]. Made once, by the agent's pod source; every seam between crates
 //!   takes `&AdmittedPod` (or only `&PodUid`), never a raw `Pod` — volume manager, object
 //!   managers, pod workers, runtime hook, status and event sinks — so nothing after the pod
-//!   source validates a UID again.
+//!   source validates a UID again. Its pod's `spec.volumes` are moved out at admission into
+//!   [`PodVolume`]s ([`AdmittedPod::volumes`]): the pod it dereferences to has none, and
+//!   [`AdmittedPod::to_pod`] rebuilds the whole object.
+//! * [`PodVolume`] / [`VolumeSource`]: one pod volume, compact (its name and the one source
+//!   set, about 100 bytes instead of a k8s-openapi `Volume`'s 3 KB); losslessly back to a
+//!   `Volume` with [`PodVolume::to_volume`], for the plugin API and anything that serializes.
 //! * [`PodUid`] / [`PodUidError`]: a pod UID that is non-empty and one path component; the key
 //!   of pod workers, volume-manager state and the object managers' reference counts.
 //! * [`ObjectRef`] / [`ObjectKind`]: one ConfigMap or Secret (kind, namespace, name): the
@@ -36,7 +41,8 @@
 //! # Invariants
 //!
 //! * An [`AdmittedPod`] exists only for a pod whose UID passed [`PodUid::from_pod`]; its UID is
-//!   the pod's `metadata.uid` verbatim.
+//!   the pod's `metadata.uid` verbatim. Its pod object has no `spec.volumes`; they are in
+//!   [`AdmittedPod::volumes`], and [`AdmittedPod::to_pod`] equals the pod as admitted.
 //! * [`PodDirs`] builds paths only and never leaves `<root>/pods/<uid>/` for a [`PodUid`].
 //! * No async (but `RecordingSink::wait_for` under the `test-util` feature), no API client,
 //!   no disk writes.
@@ -84,6 +90,7 @@ mod object_ref;
 mod pod_uid;
 pub mod runtime;
 mod sources;
+mod volume;
 
 pub use admitted::AdmittedPod;
 pub use allocatable::NodeAllocatable;
@@ -93,6 +100,7 @@ pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
 pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
 pub use sources::{SourceChange, SourceRef};
+pub use volume::{PodVolume, VolumeSource};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -3,8 +3,9 @@
 use std::fmt;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Resource;
+use nodelet_core::AdmittedPod;
 use serde::de::DeserializeOwned;
 
 use crate::ObjectKind;
@@ -38,7 +39,7 @@ pub trait ManagedObject:
     fn is_immutable(&self) -> bool;
 
     /// Names of objects of this kind `pod` references (OM-3 / OM-4).
-    fn referenced_names(pod: &Pod) -> Vec<String>;
+    fn referenced_names(pod: &AdmittedPod) -> Vec<String>;
 }
 
 impl ManagedObject for ConfigMap {
@@ -50,7 +51,7 @@ impl ManagedObject for ConfigMap {
         self.immutable == Some(true)
     }
 
-    fn referenced_names(pod: &Pod) -> Vec<String> {
+    fn referenced_names(pod: &AdmittedPod) -> Vec<String> {
         referenced_config_map_names(pod)
     }
 }
@@ -64,7 +65,7 @@ impl ManagedObject for Secret {
         self.immutable == Some(true)
     }
 
-    fn referenced_names(pod: &Pod) -> Vec<String> {
+    fn referenced_names(pod: &AdmittedPod) -> Vec<String> {
         referenced_secret_names(pod)
     }
 }

@@ -1,6 +1,7 @@
 //! Which Secrets and ConfigMaps a pod references (spec OM-3, OM-4).
 
-use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, Pod, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSpec, ProjectedVolumeSource, Volume};
+use nodelet_core::{AdmittedPod, PodVolume, VolumeSource};
 
 /// Secret names a pod references, in the kubelet's visit order (OM-3), first occurrence kept.
 ///
@@ -10,7 +11,7 @@ use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, Pod, PodSpec, Volume};
 /// `cephfs`, `cinder`, `flexVolume`, every `projected.sources[].secret`, `rbd`, `secret`,
 /// `scaleIO`, `iscsi`, `storageos`, `csi.nodePublishSecretRef`. Empty names are skipped and
 /// references through PVCs/PVs are not followed. Duplicates collapse (the managers use a set).
-pub fn referenced_secret_names(pod: &Pod) -> Vec<String> {
+pub fn referenced_secret_names(pod: &AdmittedPod) -> Vec<String> {
     let mut names = Names::default();
     let Some(spec) = pod.spec.as_ref() else {
         return names.0;
@@ -34,8 +35,8 @@ pub fn referenced_secret_names(pod: &Pod) -> Vec<String> {
             }
         }
     });
-    for v in spec.volumes.iter().flatten() {
-        volume_secret_names(v, &mut names);
+    for v in pod.volumes() {
+        pod_volume_secret_names(v, &mut names);
     }
     names.0
 }
@@ -45,7 +46,7 @@ pub fn referenced_secret_names(pod: &Pod) -> Vec<String> {
 /// Order: for init, regular and ephemeral containers, each `envFrom[].configMapRef.name` and
 /// then each `env[].valueFrom.configMapKeyRef.name`; then per volume every
 /// `projected.sources[].configMap.name`, or `configMap.name`. Empty names are skipped.
-pub fn referenced_config_map_names(pod: &Pod) -> Vec<String> {
+pub fn referenced_config_map_names(pod: &AdmittedPod) -> Vec<String> {
     let mut names = Names::default();
     let Some(spec) = pod.spec.as_ref() else {
         return names.0;
@@ -66,15 +67,12 @@ pub fn referenced_config_map_names(pod: &Pod) -> Vec<String> {
             }
         }
     });
-    for v in spec.volumes.iter().flatten() {
-        if let Some(p) = &v.projected {
-            for source in p.sources.iter().flatten() {
-                if let Some(c) = &source.config_map {
-                    names.push(&c.name);
-                }
-            }
-        } else if let Some(c) = &v.config_map {
-            names.push(&c.name);
+    for v in pod.volumes() {
+        match v.source() {
+            VolumeSource::Projected(p) => projected_config_map_names(p, &mut names),
+            VolumeSource::ConfigMap(c) => names.push(&c.name),
+            VolumeSource::Other(v) => volume_config_map_names(v, &mut names),
+            _ => {}
         }
     }
     names.0
@@ -118,6 +116,42 @@ fn for_each_container(spec: &PodSpec, mut f: impl FnMut(&[EnvFromSource], &[EnvV
     }
 }
 
+/// [`volume_secret_names`] of a compact volume: a `projected` or `secret` one here, any other
+/// as its whole `Volume`.
+fn pod_volume_secret_names(v: &PodVolume, names: &mut Names) {
+    match v.source() {
+        VolumeSource::Projected(p) => projected_secret_names(p, names),
+        VolumeSource::Secret(s) => names.push_opt(s.secret_name.as_deref()),
+        VolumeSource::Other(v) => volume_secret_names(v, names),
+        _ => {}
+    }
+}
+
+fn projected_secret_names(p: &ProjectedVolumeSource, names: &mut Names) {
+    for source in p.sources.iter().flatten() {
+        if let Some(s) = &source.secret {
+            names.push(&s.name);
+        }
+    }
+}
+
+fn projected_config_map_names(p: &ProjectedVolumeSource, names: &mut Names) {
+    for source in p.sources.iter().flatten() {
+        if let Some(c) = &source.config_map {
+            names.push(&c.name);
+        }
+    }
+}
+
+/// OM-4 for one volume: a `projected` one's ConfigMaps, or a `configMap` one's.
+fn volume_config_map_names(v: &Volume, names: &mut Names) {
+    if let Some(p) = &v.projected {
+        projected_config_map_names(p, names);
+    } else if let Some(c) = &v.config_map {
+        names.push(&c.name);
+    }
+}
+
 /// One branch per volume, in the kubelet's order (OM-3).
 fn volume_secret_names(v: &Volume, names: &mut Names) {
     if let Some(s) = &v.azure_file {
@@ -129,11 +163,7 @@ fn volume_secret_names(v: &Volume, names: &mut Names) {
     } else if let Some(s) = &v.flex_volume {
         names.push_opt(s.secret_ref.as_ref().map(|r| r.name.as_str()));
     } else if let Some(p) = &v.projected {
-        for source in p.sources.iter().flatten() {
-            if let Some(s) = &source.secret {
-                names.push(&s.name);
-            }
-        }
+        projected_secret_names(p, names);
     } else if let Some(s) = &v.rbd {
         names.push_opt(s.secret_ref.as_ref().map(|r| r.name.as_str()));
     } else if let Some(s) = &v.secret {
@@ -165,14 +195,14 @@ mod tests {
         })
     }
 
-    fn full_pod() -> Pod {
+    fn full_pod() -> AdmittedPod {
         let mut init = env("init-s", "init-cm");
         init["name"] = "init".into();
         let mut main = env("main-s", "main-cm");
         main["name"] = "main".into();
         let mut eph = env("eph-s", "eph-cm");
         eph["name"] = "eph".into();
-        PodBuilder::new("ns", "p").uid("u1").spec(serde_json::json!({
+        let pod = PodBuilder::new("ns", "p").uid("u1").spec(serde_json::json!({
             "imagePullSecrets": [{"name": "pull"}, {"name": ""}],
             "initContainers": [init],
             "containers": [main],
@@ -195,7 +225,8 @@ mod tests {
                 {"name": "v14", "secret": {"secretName": "sec"}},
             ],
         }))
-        .build()
+        .build();
+        AdmittedPod::new(pod).unwrap()
     }
 
     #[test]
@@ -240,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_pod_without_spec_references_nothing() {
-        let p = Pod::default();
+        let p = AdmittedPod::found_on_disk(nodelet_core::PodUid::new("u").unwrap());
         assert!(referenced_secret_names(&p).is_empty());
         assert!(referenced_config_map_names(&p).is_empty());
     }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, EnvVarSource, FileKeySelector, Pod, Secret,
 };
 use nodelet_core::downward::{env_field_ref_value, resource_field_ref_value};
-use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
+use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 
 use crate::error::EnvError;
@@ -39,8 +39,9 @@ pub struct EnvOptions {
     /// The node's allocatable: the value of a `resourceFieldRef` to a limit neither the
     /// container nor the pod sets. Default: zero (such a reference resolves to `0`).
     pub node_allocatable: NodeAllocatable,
-    /// The pod's volume directories, where a `fileKeyRef` finds the pod's emptyDir volumes
-    /// ([`PodDirs::volume`] of `kubernetes.io/empty-dir`). Default `None`: every `fileKeyRef`
+    /// The pod's volumes, where a `fileKeyRef` finds the pod's emptyDir volumes (which names
+    /// are emptyDir volumes, and their [`PodDirs::volume`] of `kubernetes.io/empty-dir`; the
+    /// `pod` given to [`resolve_env`] is not read for them). Default `None`: every `fileKeyRef`
     /// fails with [`EnvError::FileKeyVolumeMissing`]. [`ConfigSyncer`](crate::ConfigSyncer)
     /// sets it for each pod.
     pub pod_volumes: Option<PodVolumes>,
@@ -61,19 +62,30 @@ impl Default for EnvOptions {
     }
 }
 
-/// One pod's volume directories: the node's [`PodDirs`] and the pod's UID.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One pod's volumes on the node: the node's [`PodDirs`] and the admitted pod (its
+/// [`volumes`](AdmittedPod::volumes) say which are emptyDir volumes).
+#[derive(Debug, Clone)]
 pub struct PodVolumes {
-    /// The node's pod directories.
-    pub dirs: PodDirs,
-    /// The pod.
-    pub uid: PodUid,
+    dirs: PodDirs,
+    pod: AdmittedPod,
 }
 
 impl PodVolumes {
-    /// The host directory of the pod's emptyDir volume `name`.
-    pub fn empty_dir(&self, name: &str) -> PathBuf {
-        self.dirs.volume(&self.uid, EMPTY_DIR_PLUGIN, name)
+    /// The volumes of `pod` under the node's pod directories `dirs`.
+    pub fn new(dirs: PodDirs, pod: &AdmittedPod) -> Self {
+        Self {
+            dirs,
+            pod: pod.clone(),
+        }
+    }
+
+    /// The host directory of the pod's emptyDir volume `name`; `None` when the pod has no
+    /// emptyDir volume of that name.
+    pub fn empty_dir(&self, name: &str) -> Option<PathBuf> {
+        self.pod
+            .volume(name)
+            .and_then(|v| v.empty_dir())
+            .map(|_| self.dirs.volume(self.pod.uid(), EMPTY_DIR_PLUGIN, name))
     }
 }
 
@@ -289,7 +301,7 @@ async fn value_from(
         if !options.env_files {
             return Ok(Some(Vec::new()));
         }
-        return file_key_ref(pod, r, options);
+        return file_key_ref(r, options);
     }
     // An empty `valueFrom` (rejected by API validation): an empty value.
     Ok(Some(Vec::new()))
@@ -298,25 +310,13 @@ async fn value_from(
 /// PW-10 `fileKeyRef`: the key's value in `<emptyDir host path>/<path>` (joined so that it
 /// stays inside the volume); the emptyDir must be set up (mounted by a container). An unreadable or malformed file fails even when optional; a key
 /// the file does not set, or sets empty, is skipped when optional (the kubelet's rules).
-fn file_key_ref(
-    pod: &Pod,
-    r: &FileKeySelector,
-    options: &EnvOptions,
-) -> Result<Option<Vec<u8>>, EnvError> {
-    let is_empty_dir = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|v| v.name == r.volume_name && v.empty_dir.is_some());
+fn file_key_ref(r: &FileKeySelector, options: &EnvOptions) -> Result<Option<Vec<u8>>, EnvError> {
     // The kubelet looks the volume up among the pod's mounted volumes: an emptyDir no container
     // mounts is never set up, and is not found either.
     let volume = options
         .pod_volumes
         .as_ref()
-        .filter(|_| is_empty_dir)
-        .map(|pod| pod.empty_dir(&r.volume_name))
+        .and_then(|pod| pod.empty_dir(&r.volume_name))
         .filter(|v| v.is_dir());
     let volume = match volume {
         Some(volume) => volume,

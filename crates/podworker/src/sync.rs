@@ -433,10 +433,10 @@ impl PodSyncer for ConfigSyncer {
         let mut not_started = Vec::new();
         // fileKeyRef reads the pod's emptyDir volumes under its directory.
         let env_options = EnvOptions {
-            pod_volumes: Some(crate::env::PodVolumes {
-                dirs: PodDirs::new(&self.config.root_dir),
-                uid: uid.clone(),
-            }),
+            pod_volumes: Some(crate::env::PodVolumes::new(
+                PodDirs::new(&self.config.root_dir),
+                pod,
+            )),
             ..self.config.env.clone()
         };
         for ((container, _), entry) in containers(pod).into_iter().zip(&mut status.containers) {

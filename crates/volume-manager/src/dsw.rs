@@ -4,8 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Volume;
-use nodelet_core::{AdmittedPod, ObjectRef, PodUid, SourceRef};
+use nodelet_core::{AdmittedPod, ObjectRef, PodUid, PodVolume, SourceRef};
 
 use crate::plugins::VolumePlugin;
 
@@ -20,50 +19,43 @@ pub(crate) struct DesiredVolume {
     /// The pod volume name (the kubelet's outer volume name).
     pub(crate) outer_name: String,
     pub(crate) plugin: Arc<dyn VolumePlugin>,
-    pub(crate) volume: PodVolume,
+    pub(crate) volume: VolumeInPod,
     /// What the volume reads whose changes remount it (live updates; the plugin's
     /// [`VolumePlugin::sources`]).
     pub(crate) sources: Vec<SourceRef>,
 }
 
-/// One entry of a pod's `spec.volumes`, read in place: the pod object is shared (an
-/// [`AdmittedPod`] is an `Arc`), not the `Volume` copied. A k8s-openapi `Volume` holds every
-/// volume source inline (over 3 KB each); a copy per desired volume was a quarter of the
-/// agent's heap at 1,000 volumes.
+/// One of a pod's volumes ([`AdmittedPod::volumes`]), read in place: the pod's compact
+/// volumes are shared (an [`AdmittedPod`] holds them in an `Arc`), not copied. A k8s-openapi
+/// `Volume` holds every volume source inline (over 3 KB each); a copy per desired volume was a
+/// quarter of the agent's heap at 1,000 volumes. A plugin gets a `Volume` built for the call
+/// ([`PodVolume::to_volume`]).
 #[derive(Clone)]
-pub(crate) struct PodVolume {
+pub(crate) struct VolumeInPod {
     pod: AdmittedPod,
     index: usize,
 }
 
-impl PodVolume {
-    /// Entry `index` of the pod's `spec.volumes`; `None` when there is no such entry.
+impl VolumeInPod {
+    /// Volume `index` of the pod's volumes; `None` when there is no such entry.
     pub(crate) fn new(pod: &AdmittedPod, index: usize) -> Option<Self> {
-        let exists = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .is_some_and(|v| index < v.len());
-        exists.then(|| PodVolume {
+        (index < pod.volumes().len()).then(|| VolumeInPod {
             pod: pod.clone(),
             index,
         })
     }
 }
 
-impl std::ops::Deref for PodVolume {
-    type Target = Volume;
+impl std::ops::Deref for VolumeInPod {
+    type Target = PodVolume;
 
-    fn deref(&self) -> &Volume {
-        // `new` checked the index and an admitted pod object never changes, so the fallback
-        // (an empty volume, which no plugin supports) is never reached.
-        static NONE: std::sync::LazyLock<Volume> = std::sync::LazyLock::new(Volume::default);
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .and_then(|v| v.get(self.index))
-            .unwrap_or(&NONE)
+    fn deref(&self) -> &PodVolume {
+        // `new` checked the index and an admitted pod never changes, so the fallback (a
+        // volume without a source, which no plugin supports) is never reached.
+        static NONE: std::sync::LazyLock<PodVolume> = std::sync::LazyLock::new(|| {
+            PodVolume::from(k8s_openapi::api::core::v1::Volume::default())
+        });
+        self.pod.volumes().get(self.index).unwrap_or(&NONE)
     }
 }
 
@@ -264,7 +256,7 @@ mod tests {
                     unique: format!("{uid}-{n}"),
                     outer_name: (*n).into(),
                     plugin: plugin.clone(),
-                    volume: PodVolume::new(&pod, i).unwrap(),
+                    volume: VolumeInPod::new(&pod, i).unwrap(),
                     sources: vec![SourceRef::Object(ObjectRef::config_map("ns", *n))],
                 })
                 .collect(),

@@ -441,11 +441,10 @@ enum Running {
 
 /// Whether the volume's files come (in part) from the pod object: a `downwardAPI` volume or a
 /// projected one with a `downwardAPI` source.
-fn reads_pod_object(volume: &k8s_openapi::api::core::v1::Volume) -> bool {
-    volume.downward_api.is_some()
+fn reads_pod_object(volume: &nodelet_core::PodVolume) -> bool {
+    volume.downward_api().is_some()
         || volume
-            .projected
-            .as_ref()
+            .projected()
             .is_some_and(|p| p.sources.iter().flatten().any(|s| s.downward_api.is_some()))
 }
 

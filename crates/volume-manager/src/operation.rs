@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use crate::NodeFault;
 use crate::asw::{MountState, MountedVolume};
-use crate::dsw::PodVolume;
+use crate::dsw::VolumeInPod;
 use crate::manager::Inner;
 use crate::node_faults::Transition;
 use crate::plugins::{SetUpContext, TearDownContext, VolumePlugin};
@@ -25,7 +25,7 @@ pub(crate) struct MountJob {
     /// The desired pod's UID (validated when the pod was added).
     pub(crate) pod_uid: PodUid,
     pub(crate) pod: AdmittedPod,
-    pub(crate) volume: PodVolume,
+    pub(crate) volume: VolumeInPod,
     pub(crate) plugin: Arc<dyn VolumePlugin>,
     pub(crate) remount: bool,
     /// When the earliest object change this SetUp takes in was seen, if any.
@@ -43,7 +43,7 @@ impl Inner {
     /// its old content and `remount_required` set; it is retried after the backoff.
     pub(crate) async fn mount(self: Arc<Self>, job: MountJob) {
         let uid = job.pod_uid.clone();
-        let name = job.volume.name.clone();
+        let name = job.volume.name().to_owned();
         let dir = self.host.volume_dir(&uid, job.plugin.name(), &name);
         let span = tracing::debug_span!(
             "reconcile volume",
@@ -52,9 +52,12 @@ impl Inner {
             pod.uid = %uid,
             remount = job.remount,
         );
+        // The plugin API takes a k8s `Volume`: one built for this SetUp (boxed: over 3 KB,
+        // kept out of the operation's future), dropped with it.
+        let volume = Box::new(job.volume.to_volume());
         let ctx = SetUpContext {
             pod: &job.pod,
-            volume: &job.volume,
+            volume: &volume,
             dir: &dir,
             remount: job.remount,
             fs_group: fs_group(&job.pod),

@@ -4,9 +4,9 @@
 use std::collections::{BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
-use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_core::{AdmittedPod, PodUid, PodVolume};
 
-use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, PodVolume, UnsupportedVolume};
+use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume, VolumeInPod};
 use crate::plugins::PluginRegistry;
 
 /// VM-2: `<plugin name>/<pod UID>-<pod volume name>`.
@@ -37,13 +37,13 @@ pub(crate) fn used_volume_names(pod: &Pod) -> HashSet<String> {
     used
 }
 
-/// The used pod volumes with their index in `spec.volumes`, in spec order.
-fn used_volumes(pod: &Pod) -> Vec<(usize, &Volume)> {
+/// The used pod volumes with their index in [`AdmittedPod::volumes`], in spec order.
+fn used_volumes(pod: &AdmittedPod) -> Vec<(usize, &PodVolume)> {
     let used = used_volume_names(pod);
-    pod.spec
+    pod.volumes()
         .iter()
-        .flat_map(|s| s.volumes.iter().flatten().enumerate())
-        .filter(|(_, v)| used.contains(&v.name))
+        .enumerate()
+        .filter(|(_, v)| used.contains(v.name()))
         .collect()
 }
 
@@ -56,28 +56,30 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
     let mut volumes = Vec::new();
     let mut unsupported = Vec::new();
     let mut errors = BTreeSet::new();
-    for (index, volume) in used_volumes(pod) {
-        if !is_directory_name(&volume.name) {
+    for (index, compact) in used_volumes(pod) {
+        if !is_directory_name(compact.name()) {
             if errors.len() < MAX_POD_ERRORS {
                 errors.insert(format!(
                     "volume name {:?} cannot be used as a directory name",
-                    volume.name
+                    compact.name()
                 ));
             }
             continue;
         }
-        match (registry.find(volume), PodVolume::new(pod, index)) {
+        // The plugin API takes a k8s `Volume`: one built for these calls, not kept.
+        let volume = compact.to_volume();
+        match (registry.find(&volume), VolumeInPod::new(pod, index)) {
             (Some(plugin), Some(in_pod)) => volumes.push(DesiredVolume {
                 unique: unique_volume_name(plugin.name(), uid, &volume.name),
                 outer_name: volume.name.clone(),
-                sources: plugin.sources(&namespace, volume),
+                sources: plugin.sources(&namespace, &volume),
                 plugin,
                 volume: in_pod,
             }),
-            // (`PodVolume::new` is `Some`: the index came from this pod's own list.)
+            // (`VolumeInPod::new` is `Some`: the index came from this pod's own list.)
             _ => unsupported.push(UnsupportedVolume {
                 name: volume.name.clone(),
-                volume_type: volume_type(volume),
+                volume_type: volume_type(&volume),
             }),
         }
     }
@@ -94,15 +96,16 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
 /// `(outer name, unique name)` of every volume `wait_for_attach_and_mount` waits for.
 pub(crate) fn expected_volumes(
     uid: &PodUid,
-    pod: &Pod,
+    pod: &AdmittedPod,
     registry: &PluginRegistry,
 ) -> Vec<(String, String)> {
     used_volumes(pod)
         .into_iter()
         .filter_map(|(_, v)| {
+            let name = v.name();
             registry
-                .find(v)
-                .map(|p| (v.name.clone(), unique_volume_name(p.name(), uid, &v.name)))
+                .find(&v.to_volume())
+                .map(|p| (name.to_owned(), unique_volume_name(p.name(), uid, name)))
         })
         .collect()
 }

@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Volume, VolumeMount};
 use nodelet_core::runtime::ContainerMount;
-use nodelet_core::{AdmittedPod, PodDirs};
+use nodelet_core::{AdmittedPod, PodDirs, PodVolume};
 use nodelet_volume_manager::PluginRegistry;
 
 use crate::env::ContainerEnv;
@@ -90,11 +90,6 @@ pub fn make_mounts(
         return Err(invalid);
     }
     let registry = PluginRegistry::default();
-    let volumes = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default();
     let mut mount_hosts_file = hosts_file.is_some();
     let mut mounts = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
@@ -104,20 +99,22 @@ pub fn make_mounts(
         };
         mount_hosts_file &= m.mount_path != ETC_HOSTS;
         // (1)
-        let volume = volumes.iter().find(|v| v.name == m.name).ok_or_else(|| {
-            MountError::VolumeNotFound {
+        let volume = pod
+            .volume(&m.name)
+            .ok_or_else(|| MountError::VolumeNotFound {
                 container: at.container.to_owned(),
                 volume: at.volume.to_owned(),
-            }
-        })?;
+            })?;
+        // The plugin API takes a k8s `Volume`: one built for the lookup, not kept.
+        let full = volume.to_volume();
         let plugin = registry
-            .find(volume)
+            .find(&full)
             .ok_or_else(|| MountError::UnsupportedVolume {
                 container: at.container.to_owned(),
                 volume: at.volume.to_owned(),
-                volume_type: volume_type(volume),
+                volume_type: volume_type(&full),
             })?;
-        let volume_path = dirs.volume(pod.uid(), plugin.name(), &volume.name);
+        let volume_path = dirs.volume(pod.uid(), plugin.name(), volume.name());
         // (2), (3)
         let host_path = match sub_path(m, env, &at)? {
             Some(sub_path) => prepare_sub_path(&volume_path, Path::new(&sub_path), &at)?,
@@ -150,11 +147,11 @@ pub fn make_mounts(
 const ETC_HOSTS: &str = "/etc/hosts";
 
 /// (6) The volume types whose kubelet mounter is `ReadOnly`.
-fn read_only_by_nature(volume: &Volume) -> bool {
-    volume.config_map.is_some()
-        || volume.secret.is_some()
-        || volume.projected.is_some()
-        || volume.downward_api.is_some()
+fn read_only_by_nature(volume: &PodVolume) -> bool {
+    volume.config_map().is_some()
+        || volume.secret().is_some()
+        || volume.projected().is_some()
+        || volume.downward_api().is_some()
 }
 
 /// The source field set on a volume (`hostPath`, `persistentVolumeClaim`, ...).

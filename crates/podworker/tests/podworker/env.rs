@@ -1,6 +1,6 @@
 //! Environment resolution (spec PW-8 … PW-11; E2E-23, E2E-24, E2E-26, E2E-27).
 
-use nodelet_core::{NodeAllocatable, PodDirs, PodUid};
+use nodelet_core::{NodeAllocatable, PodDirs};
 use nodelet_object_manager::Strategy;
 use nodelet_object_manager::source::Verb;
 use nodelet_podworker::{
@@ -10,7 +10,7 @@ use nodelet_podworker::{
 use nodelet_testutil::ConfigMapBuilder;
 use serde_json::{Value, json};
 
-use crate::support::{api, first_container, pod, pod_with};
+use crate::support::{admit, api, first_container, pod, pod_with};
 
 async fn resolve(strategy: Strategy, container: Value) -> Result<ContainerEnv, EnvError> {
     resolve_with(strategy, container, &EnvOptions::default()).await
@@ -464,10 +464,7 @@ async fn resolve_in(root: &std::path::Path, env: Value) -> Result<ContainerEnv, 
     );
     api.register(&p);
     let mut options = EnvOptions::default();
-    options.pod_volumes = Some(PodVolumes {
-        dirs: PodDirs::new(root),
-        uid: PodUid::new("u1").unwrap_or_else(|e| panic!("{e}")),
-    });
+    options.pod_volumes = Some(PodVolumes::new(PodDirs::new(root), &admit(p.clone())));
     resolve_env(&p, &first_container(&p), &api.sources, &options).await
 }
 
@@ -528,10 +525,7 @@ async fn with_the_env_files_gate_off_a_file_key_ref_is_not_read_and_its_variable
     let mut options = EnvOptions::default();
     assert!(options.env_files, "on by default, as in v1.36");
     options.env_files = false;
-    options.pod_volumes = Some(PodVolumes {
-        dirs: PodDirs::new(tmp.path()),
-        uid: PodUid::new("u1").unwrap_or_else(|e| panic!("{e}")),
-    });
+    options.pod_volumes = Some(PodVolumes::new(PodDirs::new(tmp.path()), &admit(p.clone())));
     let env = resolve_env(&p, &first_container(&p), &api.sources, &options)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
