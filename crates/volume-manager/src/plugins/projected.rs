@@ -373,7 +373,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn at_most_write_slots_payloads_are_built_and_written_at_once() {
-        use crate::plugins::WRITE_SLOTS;
+        use super::super::host::WRITE_SLOTS;
         let host = host();
         let mut held = Vec::new();
         for _ in 0..WRITE_SLOTS {
