@@ -52,12 +52,9 @@ impl Inner {
             pod.uid = %uid,
             remount = job.remount,
         );
-        // The plugin API takes a k8s `Volume`: one built for this SetUp (boxed: over 3 KB,
-        // kept out of the operation's future), dropped with it.
-        let volume = Box::new(job.volume.to_volume());
         let ctx = SetUpContext {
             pod: &job.pod,
-            volume: &volume,
+            volume: &job.volume,
             dir: &dir,
             remount: job.remount,
             fs_group: fs_group(&job.pod),

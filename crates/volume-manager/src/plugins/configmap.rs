@@ -39,7 +39,7 @@ impl VolumePlugin for ConfigMapPlugin {
     /// payload (PL-7), then write it (steps 5–9). Nothing is created on disk when the fetch or
     /// the payload fails.
     async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
-        let Some(source) = ctx.volume.config_map.as_ref() else {
+        let Some(source) = ctx.volume.config_map() else {
             return Err(SetUpError::Unsupported {
                 what: "a volume without a configMap source".into(),
             });

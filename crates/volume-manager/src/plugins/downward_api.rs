@@ -29,7 +29,7 @@ impl VolumePlugin for DownwardApiPlugin {
     /// PL-13 with the latest pod object: label and annotation changes reach the files on the
     /// next remount (every pod update).
     async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
-        let Some(source) = ctx.volume.downward_api.as_ref() else {
+        let Some(source) = ctx.volume.downward_api() else {
             return Err(SetUpError::Unsupported {
                 what: "a volume without a downwardAPI source".into(),
             });

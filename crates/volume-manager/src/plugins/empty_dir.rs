@@ -27,12 +27,7 @@ impl VolumePlugin for EmptyDirPlugin {
     }
 
     async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
-        let memory = ctx
-            .volume
-            .empty_dir
-            .as_ref()
-            .and_then(|e| e.medium.as_deref())
-            == Some("Memory");
+        let memory = ctx.volume.empty_dir().and_then(|e| e.medium.as_deref()) == Some("Memory");
         let medium = if memory { Medium::Memory } else { Medium::Disk };
         ctx.host.set_up_dir(ctx, medium).await?;
         Ok(SetUpOutcome::default())

@@ -8,9 +8,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Volume;
 use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
-use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs, PodUid};
+use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs, PodUid, PodVolume};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use nodelet_sources::Sources;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -34,8 +33,9 @@ pub struct SetUpContext<'a> {
     /// The latest pod object of the desired state (PL-4, VM-5), as it was admitted: its UID
     /// (`pod.uid()`, the directory `pods/<uid>/`) was validated where it entered the node.
     pub pod: &'a AdmittedPod,
-    /// The pod volume.
-    pub volume: &'a Volume,
+    /// The pod volume, as the admitted pod holds it (compact: its source, not a k8s-openapi
+    /// `Volume` of every source; [`PodVolume::to_volume`] builds one where a plugin needs it).
+    pub volume: &'a PodVolume,
     /// The volume directory (PL-1).
     pub dir: &'a Path,
     /// Whether the volume is already mounted (a remount must never remove live content).
@@ -200,11 +200,11 @@ impl VolumeHost {
     ) -> Result<WriteOutcome, SetUpError> {
         let job = WriteJob {
             dir: ctx.dir.to_path_buf(),
-            marker: self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name),
+            marker: self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name()),
             tmpfs: medium == Medium::Memory && self.tmpfs,
             fsync: self.fsync,
             fs_group: ctx.fs_group,
-            nested: nested_mountpoints(ctx.pod, &ctx.volume.name),
+            nested: nested_mountpoints(ctx.pod, &ctx.volume.name()),
             remount: ctx.remount,
         };
         let dir = job.dir.clone();
@@ -223,7 +223,7 @@ impl VolumeHost {
         medium: Medium,
     ) -> Result<(), SetUpError> {
         let dir = ctx.dir.to_path_buf();
-        let marker = self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name);
+        let marker = self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name());
         let tmpfs = medium == Medium::Memory && self.tmpfs;
         let fs_group = ctx.fs_group;
         let path = dir.clone();

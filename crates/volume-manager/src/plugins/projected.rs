@@ -64,7 +64,7 @@ impl VolumePlugin for ProjectedPlugin {
     /// PL-10: sources in spec order, later ones overwriting earlier paths; errors of all
     /// sources are collected and fail the SetUp before the disk is touched.
     async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
-        let Some(projected) = ctx.volume.projected.as_ref() else {
+        let Some(projected) = ctx.volume.projected() else {
             return Err(SetUpError::Unsupported {
                 what: "a volume without a projected source".into(),
             });
@@ -212,7 +212,7 @@ async fn collect_pod_certificate(
     let bundle = match ctx
         .host
         .sources()
-        .pod_certificate(ctx.pod, &ctx.volume.name, index, source)
+        .pod_certificate(ctx.pod, ctx.volume.name(), index, source)
         .await
     {
         Ok(b) => b,
@@ -339,8 +339,8 @@ mod tests {
         fs_group: Option<u32>,
         fs_user: Option<u32>,
     ) -> Collected {
-        let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
         let admitted = nodelet_core::AdmittedPod::new(pod.clone()).unwrap();
+        let volume = &admitted.volumes()[0];
         let ctx = SetUpContext {
             pod: &admitted,
             volume,
@@ -350,7 +350,7 @@ mod tests {
             fs_user,
             host,
         };
-        let projected = volume.projected.as_ref().unwrap();
+        let projected = volume.projected().unwrap();
         let mut out = Collected::default();
         for (i, s) in projected.sources.iter().flatten().enumerate() {
             collect_source(&ctx, i, s, projected.default_mode.unwrap(), &mut out).await;

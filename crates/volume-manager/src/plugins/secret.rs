@@ -43,7 +43,7 @@ impl VolumePlugin for SecretPlugin {
     /// payload (PL-8), then write it (steps 5–9). Nothing is created on disk when the fetch or
     /// the payload fails.
     async fn set_up(&self, ctx: &SetUpContext<'_>) -> Result<SetUpOutcome, SetUpError> {
-        let Some(source) = ctx.volume.secret.as_ref() else {
+        let Some(source) = ctx.volume.secret() else {
             return Err(SetUpError::Unsupported {
                 what: "a volume without a secret source".into(),
             });
