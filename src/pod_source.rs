@@ -334,7 +334,9 @@ fn retry_failed_pods(
 }
 
 /// Pods with a directory under `<root>/pods` that the API no longer has (deleted while the
-/// agent was down) are terminated: volumes torn down, directories removed.
+/// agent was down) are terminated by their UID alone ([`PodUpdate::kill_on_disk`], the
+/// kubelet's kill of a running pod without an object): volumes torn down, directories
+/// removed, nothing reported to the API.
 fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
     let dir = PodDirs::new(&state.config.root_dir).pods();
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -352,10 +354,7 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
             continue;
         }
         info!(pod.uid = %name, "terminating pod found only on disk");
-        state.workers.update_pod(PodUpdate::new(
-            UpdateType::Kill,
-            AdmittedPod::found_on_disk(uid),
-        ));
+        state.workers.update_pod(PodUpdate::kill_on_disk(uid));
     }
 }
 

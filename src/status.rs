@@ -523,10 +523,6 @@ fn pod_status_patch(
 
 impl StatusSink for StatusWriter {
     fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
-        if pod.metadata.name.is_none() {
-            // A pod known only from disk (found after a restart): no API object to patch.
-            return;
-        }
         let uid = pod.uid().clone();
         let mut sent = self.shared.sent.lock();
         let started = sent.get(&uid).map(|(_, s)| s.clone()).unwrap_or_else(|| {
@@ -560,13 +556,10 @@ impl StatusSink for StatusWriter {
         self.shared.sent.lock().remove(&uid);
         // As the kubelet's status manager: only a pod being deleted is deleted; one that
         // finished on its own (Succeeded, Failed) stays, with its status and logs.
-        if pod.metadata.deletion_timestamp.is_none() && pod.metadata.name.is_some() {
+        if pod.metadata.deletion_timestamp.is_none() {
             return;
         }
-        let Some(name) = pod.metadata.name.clone() else {
-            // A pod known only from disk: nothing to delete.
-            return;
-        };
+        let name = pod.name().to_owned();
         self.enqueue(
             uid.clone(),
             Work::Delete {

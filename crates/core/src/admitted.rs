@@ -1,8 +1,7 @@
 //! [`AdmittedPod`]: a pod that entered the node, with its UID validated once.
 //!
 //! The agent's pod source (the pod watch, or the manifests of the offline mode) turns every
-//! pod object into an `AdmittedPod` and refuses the pods whose UID is unusable (a pod
-//! directory left on disk by a previous run, its object gone, is admitted by its UID alone); everything
+//! pod object into an `AdmittedPod` and refuses the pods whose UID is unusable; everything
 //! after it — pod workers, object managers, volume manager, status and events — takes the
 //! proof (`&AdmittedPod`) or only the key (`&PodUid`), never a raw `Pod`, so no later step
 //! validates again or needs a policy for an invalid UID.
@@ -24,11 +23,9 @@ use crate::{PodUid, PodUidError, PodVolume};
 /// A pod admitted to the node: the pod object (shared, never copied per consumer), its volumes
 /// and its validated [`PodUid`].
 ///
-/// Two sources admit pods: the API ([`AdmittedPod::new`], the pod object as watched) and the
-/// disk ([`AdmittedPod::found_on_disk`], a pod directory left by a previous run whose object
-/// is gone: only its UID is known, [`has_object`](Self::has_object) is false). Either way
-/// holding an `AdmittedPod` proves the UID is non-empty and a single path component. It
-/// dereferences to the [`Pod`] for reading.
+/// Only [`AdmittedPod::new`] makes one, from the pod object as watched: holding an
+/// `AdmittedPod` proves the UID is non-empty and a single path component. It dereferences to
+/// the [`Pod`] for reading.
 ///
 /// **The pod it dereferences to has no `spec.volumes`** (always `None`): they are in
 /// [`volumes`](Self::volumes), compact. Read a pod's volumes there; [`to_pod`](Self::to_pod)
@@ -41,8 +38,6 @@ pub struct AdmittedPod {
     pod: Arc<Pod>,
     /// The pod's `spec.volumes` (`None`: the pod had no `spec.volumes`, or no spec).
     volumes: Option<Arc<[PodVolume]>>,
-    /// Whether `pod` is the API's object (false: a pod found on disk, `metadata.uid` only).
-    has_object: bool,
 }
 
 impl AdmittedPod {
@@ -65,34 +60,7 @@ impl AdmittedPod {
         } else {
             None
         };
-        Ok(Self {
-            uid,
-            pod,
-            volumes,
-            has_object: true,
-        })
-    }
-
-    /// Admits a pod from the disk: its directory `<root>/pods/<uid>` found after a restart,
-    /// the API object gone (the directory name validated as [`PodUid`] where it was read). Only
-    /// the UID is known: the pod object carries `metadata.uid` and nothing else, enough to
-    /// terminate the pod and tear its volumes down; [`has_object`](Self::has_object) is false,
-    /// so nothing reports on it as if it had a name.
-    pub fn found_on_disk(uid: PodUid) -> Self {
-        let mut pod = Pod::default();
-        pod.metadata.uid = Some(uid.as_str().to_owned());
-        Self {
-            uid,
-            pod: Arc::new(pod),
-            volumes: None,
-            has_object: false,
-        }
-    }
-
-    /// Whether the pod object is the API's (admitted by [`new`](Self::new)); false for a pod
-    /// [`found_on_disk`](Self::found_on_disk), whose object has no name, namespace or spec.
-    pub fn has_object(&self) -> bool {
-        self.has_object
+        Ok(Self { uid, pod, volumes })
     }
 
     /// The pod's validated UID.
@@ -188,7 +156,6 @@ mod tests {
         let shared = Arc::new(pod(Some("u-1")));
         let admitted = AdmittedPod::new(shared.clone()).unwrap();
         assert_eq!(admitted.uid().as_str(), "u-1");
-        assert!(admitted.has_object());
         assert!(Arc::ptr_eq(admitted.pod(), &shared));
         assert_eq!(
             admitted.metadata.name.as_deref(),
@@ -281,17 +248,6 @@ mod tests {
             Some(1)
         );
         assert_eq!(admitted.to_pod(), *shared);
-    }
-
-    #[test]
-    fn a_pod_found_on_disk_carries_only_its_uid_and_says_it_has_no_object() {
-        let uid = PodUid::new("u-2").unwrap();
-        let orphan = AdmittedPod::found_on_disk(uid.clone());
-        assert_eq!(orphan.uid(), &uid);
-        assert!(!orphan.has_object());
-        assert!(orphan.metadata.name.is_none() && orphan.spec.is_none());
-        assert_eq!(orphan.metadata.uid.as_deref(), Some("u-2"));
-        assert_eq!(PodUid::from_pod(&orphan).unwrap(), uid);
     }
 
     #[test]

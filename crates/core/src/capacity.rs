@@ -35,8 +35,10 @@ mod tests {
         assert!(map.capacity() >= 100);
 
         let mut small: HashMap<usize, u8> = (0..40).map(|i| (i, 0)).collect();
-        let before = small.capacity();
         small.retain(|k, _| *k < 2);
+        // Measured after the removals: they may leave tombstones that lower the capacity
+        // reported (hashbrown's), which is not what this checks.
+        let before = small.capacity();
         shrink_when_sparse(&mut small);
         assert_eq!(small.capacity(), before);
     }

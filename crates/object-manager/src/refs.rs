@@ -271,7 +271,9 @@ mod tests {
 
     #[test]
     fn a_pod_without_spec_references_nothing() {
-        let p = AdmittedPod::found_on_disk(nodelet_core::PodUid::new("u").unwrap());
+        let mut pod = k8s_openapi::api::core::v1::Pod::default();
+        pod.metadata.uid = Some("u".into());
+        let p = AdmittedPod::new(pod).unwrap();
         assert!(referenced_secret_names(&p).is_empty());
         assert!(referenced_config_map_names(&p).is_empty());
     }

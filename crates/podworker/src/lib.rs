@@ -8,7 +8,11 @@
 //!   [`PodSyncer`]: the synchronous [`pod_desired`](PodSyncer::pod_desired) hook and the
 //!   three callbacks. [`PodWorkers::update_pod`] is the one owner of "this pod is desired"
 //!   (the kubelet's pod manager and pod workers in one): the only entry for pods from the pod
-//!   source, it calls `pod_desired` for a live pod before it returns.
+//!   source, it calls `pod_desired` for a live pod before it returns. A [`PodUpdate`] targets
+//!   a pod the API has, or a pod known only by its UID ([`UpdateTarget::OnDisk`]: its
+//!   directory left by a previous run, its object gone), which is only terminated; the
+//!   termination callbacks get a [`TerminatingPod`] (the UID, and the object when there is
+//!   one).
 //! * [`ConfigSyncer`]: the production [`PodSyncer`]. `pod_desired` registers the pod with the
 //!   Secret and ConfigMap managers and adds it to the volumes (the only place either happens);
 //!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets, asks
@@ -17,6 +21,7 @@
 //!   expanded command line: [`make_mounts`]) and hands it over, then publishes the runtime's
 //!   container statuses and the pod's phase ([`pod_phase`], the kubelet's `getPhase`);
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
+//!   Termination of a pod without an object sends no event and no status.
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
 //!   `fieldRef` / `resourceFieldRef` values come from `nodelet_core::downward`, the
 //!   same code that renders downwardAPI volumes (one implementation, as in the kubelet); its
@@ -26,15 +31,17 @@
 //!   typed error [`VolumeError::Failed`] carries to the `FailedMount` event), [`RuntimeHook`]
 //!   (default [`EnvFileRuntime`], which writes `<root>/pods/<uid>/containers/<name>/env`),
 //!   [`EventSink`], [`StatusSink`]. `nodelet_runtime::ProcessRuntime` is the second
-//!   [`RuntimeHook`] (containers as local processes; implemented here, `process.rs`). Pods cross every seam as `nodelet_core::AdmittedPod` (the
-//!   agent's pod source validated the UID once) or as a `nodelet_core::PodUid`; directories
+//!   [`RuntimeHook`] (containers as local processes; implemented here, `process.rs`). Pods
+//!   cross every seam as `nodelet_core::AdmittedPod` (the agent's pod source validated the
+//!   UID once), as a `nodelet_core::PodUid`, or, where a pod known only on disk may arrive
+//!   ([`RuntimeHook::remove_pod`]), as a [`TerminatingPod`]; directories
 //!   are spelled by `nodelet_core::PodDirs`. [`EventSink`] and [`NoEvents`] are re-exported
 //!   from `nodelet_core::events`: an agent implements one event trait for both
 //!   crates (events are typed `nodelet_core::EventType`). Fakes live behind the `test-util`
 //!   feature.
 //!
 //! ```text
-//! update_pod(AdmittedPod) ─► live pod, worker new or Syncing (checked under the workers' lock):
+//! update_pod(PodUpdate) ─► live pod, worker new or Syncing (checked under the workers' lock):
 //!                      ConfigSyncer::pod_desired ─► register (secrets, configmaps) ─► Volumes::add_pod
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
@@ -43,8 +50,10 @@
 //!                  (a terminal phase → SyncOutcome::Terminal)
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
 //!   Kill / deletionTimestamp ─► cancel in-flight sync_pod
+//!   Kill of a pod known only on disk ─► new worker, Terminating at once (no pod_desired)
 //!   Terminating: RuntimeHook::kill_pod ─► Volumes::remove_pod
 //!   Terminated:  Volumes::wait_for_unmount ─► unregister ─► RuntimeHook::remove_pod ─► StatusSink::terminated
+//!                (events and status only for a pod with an object)
 //!   Finished:    updates ignored until sync_known_pods forgets the worker
 //! ```
 //!
@@ -145,8 +154,8 @@ pub use seams::{
 pub use seams::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};
 pub use sync::{ConfigSyncer, SyncerConfig, SyncerParts};
 pub use workers::{
-    PodSyncer, PodUpdate, PodWorkers, SyncOutcome, UpdateType, WorkerConfig, WorkerPhase,
-    WorkerSnapshot,
+    PodSyncer, PodUpdate, PodWorkers, SyncOutcome, TerminatingPod, UpdateTarget, UpdateType,
+    WorkerConfig, WorkerPhase, WorkerSnapshot,
 };
 
 /// The README's examples, compiled as doctests.

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Secret};
-use nodelet_core::AdmittedPod;
 use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
+use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_runtime::{ProcessRuntime, StartError};
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 use crate::runtime::{RuntimeHook, StartPlan};
+use crate::workers::TerminatingPod;
 
 #[async_trait]
 impl RuntimeHook for ProcessRuntime {
@@ -55,25 +56,28 @@ impl RuntimeHook for ProcessRuntime {
             })
     }
 
-    fn statuses(&self, pod: &AdmittedPod) -> Option<Vec<ContainerStatus>> {
-        Some(ProcessRuntime::statuses(self, pod.uid()))
+    fn statuses(&self, uid: &PodUid) -> Option<Vec<ContainerStatus>> {
+        Some(ProcessRuntime::statuses(self, uid))
     }
 
     async fn kill_pod(
         &self,
-        pod: &AdmittedPod,
+        uid: &PodUid,
         grace_period: Duration,
     ) -> Result<Vec<String>, RuntimeError> {
-        ProcessRuntime::kill_pod(self, pod, grace_period)
+        ProcessRuntime::kill_pod(self, uid, grace_period)
             .await
             .map_err(|e| RuntimeError::Other {
                 message: e.to_string(),
             })
     }
 
-    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
-        let deleted = pod.metadata.deletion_timestamp.is_some();
-        ProcessRuntime::remove_pod(self, pod, deleted)
+    /// A pod known only on disk was deleted while the agent was down: its logs go too.
+    async fn remove_pod(&self, pod: TerminatingPod<'_>) -> Result<(), RuntimeError> {
+        let deleted = pod
+            .object()
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        ProcessRuntime::remove_pod(self, pod.uid(), deleted)
             .await
             .map_err(|e| RuntimeError::Other {
                 message: e.to_string(),

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
+use crate::workers::TerminatingPod;
 
 /// What the runtime wants started on this sync ([`RuntimeHook::plan`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -30,8 +31,11 @@ pub struct StartPlan {
 /// What runs containers. On each sync the config syncer asks the runtime which containers to
 /// start ([`plan`](Self::plan): the kubelet's `computePodActions`), resolves the environment
 /// of each (PW-4 last step) and hands it over with its mounts and command line; a container
-/// instance is never re-created, so its environment never changes (UP-3). Every method gets
-/// the [`AdmittedPod`] (its UID validated once, where the pod entered the node).
+/// instance is never re-created, so its environment never changes (UP-3). The sync methods get
+/// the [`AdmittedPod`] (its UID validated once, where the pod entered the node); the
+/// termination methods get what termination has: the [`PodUid`], or for
+/// [`remove_pod`](Self::remove_pod) a [`TerminatingPod`], whose object is absent for a pod
+/// known only on disk.
 ///
 /// Two implementations: [`EnvFileRuntime`] (no processes; each container's environment to
 /// files) and `nodelet_runtime::ProcessRuntime` (containers as local processes).
@@ -65,28 +69,29 @@ pub trait RuntimeHook: Send + Sync + 'static {
         pull_secrets: &[Arc<Secret>],
     ) -> Result<(), RuntimeError>;
 
-    /// The runtime's status of `pod`'s containers; `None` when it runs no processes.
-    fn statuses(&self, _pod: &AdmittedPod) -> Option<Vec<ContainerStatus>> {
+    /// The runtime's status of pod `uid`'s containers; `None` when it runs no processes.
+    fn statuses(&self, _uid: &PodUid) -> Option<Vec<ContainerStatus>> {
         None
     }
 
-    /// Stop `pod`'s containers within `grace_period` (SyncTerminatingPod, PW-5). Returns the
-    /// containers it stopped (for the `Killing` events).
+    /// Stop pod `uid`'s containers within `grace_period` (SyncTerminatingPod, PW-5). Returns
+    /// the containers it stopped.
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
     async fn kill_pod(
         &self,
-        pod: &AdmittedPod,
+        uid: &PodUid,
         grace_period: Duration,
     ) -> Result<Vec<String>, RuntimeError>;
 
     /// Remove everything the runtime keeps for `pod` (SyncTerminatedPod). The log files of a
-    /// pod that finished on its own stay until the pod is deleted.
+    /// pod that finished on its own stay until the pod is deleted; a pod known only on disk
+    /// (no object) was deleted.
     ///
     /// # Errors
     /// [`RuntimeError`]; retried with back-off.
-    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError>;
+    async fn remove_pod(&self, pod: TerminatingPod<'_>) -> Result<(), RuntimeError>;
 }
 
 /// File name of the `NAME=value` environment file.
@@ -227,14 +232,14 @@ impl RuntimeHook for EnvFileRuntime {
 
     async fn kill_pod(
         &self,
-        _pod: &AdmittedPod,
+        _uid: &PodUid,
         _grace_period: Duration,
     ) -> Result<Vec<String>, RuntimeError> {
         Ok(Vec::new())
     }
 
-    async fn remove_pod(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
-        self.remove(pod).await
+    async fn remove_pod(&self, pod: TerminatingPod<'_>) -> Result<(), RuntimeError> {
+        self.remove(pod.uid()).await
     }
 }
 
@@ -261,9 +266,9 @@ impl EnvFileRuntime {
             .collect())
     }
 
-    async fn remove(&self, pod: &AdmittedPod) -> Result<(), RuntimeError> {
-        let dir = self.containers_dir(pod.uid());
-        let (uid, locks) = (pod.uid().clone(), self.fs_locks.clone());
+    async fn remove(&self, uid: &PodUid) -> Result<(), RuntimeError> {
+        let dir = self.containers_dir(uid);
+        let (uid, locks) = (uid.clone(), self.fs_locks.clone());
         let lock = self.fs_lock(&uid);
         tokio::task::spawn_blocking(move || {
             // Waits for a write still running from a cancelled sync.
@@ -462,9 +467,14 @@ mod tests {
             created.into_iter().collect::<Vec<_>>(),
             vec!["c".to_owned()]
         );
-        assert!(rt.remove_pod(&p).await.is_ok());
+        assert!(rt.remove_pod(TerminatingPod::from(&p)).await.is_ok());
         assert!(!root.path().join("pods/u1/containers").exists());
         assert!(rt.fs_locks.lock().is_empty(), "the pod's lock goes with it");
-        assert!(rt.remove_pod(&p).await.is_ok(), "idempotent");
+        assert!(
+            rt.remove_pod(TerminatingPod::on_disk(p.uid()))
+                .await
+                .is_ok(),
+            "idempotent, also by UID alone"
+        );
     }
 }

@@ -24,7 +24,7 @@ use crate::seams::{
     ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness,
     RuntimeView, StatusSink, Volumes, reasons,
 };
-use crate::workers::{PodSyncer, SyncOutcome, is_terminal};
+use crate::workers::{PodSyncer, SyncOutcome, TerminatingPod, is_terminal};
 
 /// The kubelet's managed hosts file, in the pod directory.
 const HOSTS_FILE: &str = "etc-hosts";
@@ -112,10 +112,12 @@ pub struct SyncerParts {
 ///    `CreateContainerConfigError` (PW-12); the sync fails and is retried.
 /// 7. Publish the pod's config status.
 ///
-/// `sync_terminating_pod`: the runtime stops the containers, then the volume manager may tear
-/// the volumes down (VM-13). `sync_terminated_pod`: wait for unmount, unregister from the
-/// managers (PW-6, PW-14), remove the runtime's files and the empty pod directories, report the
-/// pod terminated.
+/// `sync_terminating_pod`: the runtime stops the containers (a `Killing` event for each one
+/// running, their final states published), then the volume manager may tear the volumes down
+/// (VM-13). `sync_terminated_pod`: wait for unmount, unregister from the managers (PW-6,
+/// PW-14), remove the runtime's files and the empty pod directories, report the pod
+/// terminated. A pod known only on disk ([`TerminatingPod::object`] is `None`) goes through
+/// the same steps by its UID, without events and without status.
 #[derive(Clone)]
 pub struct ConfigSyncer {
     config: SyncerConfig,
@@ -555,7 +557,7 @@ impl PodSyncer for ConfigSyncer {
         status.runtime = self
             .parts
             .runtime
-            .statuses(pod)
+            .statuses(uid)
             .map(|statuses| RuntimeView {
                 phase: pod_phase(pod, &statuses),
                 statuses,
@@ -591,24 +593,29 @@ impl PodSyncer for ConfigSyncer {
 
     async fn sync_terminating_pod(
         &self,
-        pod: &AdmittedPod,
+        pod: TerminatingPod<'_>,
         grace_period: Duration,
     ) -> Result<(), SyncError> {
-        let running = self.parts.runtime.statuses(pod).unwrap_or_default();
-        for c in running.iter().filter(|c| c.is_running()) {
-            self.event(
-                pod,
-                EventType::Normal,
-                reasons::KILLING,
-                format!("Stopping container {}", c.name),
-            );
+        let uid = pod.uid();
+        // A pod known only on disk has no object to report on: no events, no status.
+        let object = pod.object();
+        if let Some(object) = object {
+            let running = self.parts.runtime.statuses(uid).unwrap_or_default();
+            for c in running.iter().filter(|c| c.is_running()) {
+                self.event(
+                    object,
+                    EventType::Normal,
+                    reasons::KILLING,
+                    format!("Stopping container {}", c.name),
+                );
+            }
         }
         self.parts
             .runtime
-            .kill_pod(pod, grace_period)
+            .kill_pod(uid, grace_period)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
-        if let Some(statuses) = self.parts.runtime.statuses(pod) {
+        if let (Some(pod), Some(statuses)) = (object, self.parts.runtime.statuses(uid)) {
             // The containers' final states (exit codes after the kill) reach the API.
             let mut status = PodConfigStatus {
                 containers: pending_containers(pod),
@@ -625,11 +632,11 @@ impl PodSyncer for ConfigSyncer {
             });
             self.publish(pod, &status);
         }
-        self.parts.volumes.remove_pod(pod.uid());
+        self.parts.volumes.remove_pod(uid);
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
+    async fn sync_terminated_pod(&self, pod: TerminatingPod<'_>) -> Result<(), SyncError> {
         let uid = pod.uid();
         self.parts.volumes.remove_pod(uid);
         self.parts
@@ -660,7 +667,9 @@ impl PodSyncer for ConfigSyncer {
             warn!(path = %dir.display(), %error, "pod directory not removed");
         }
         self.published.lock().remove(uid);
-        self.parts.status.terminated(pod);
+        if let Some(object) = pod.object() {
+            self.parts.status.terminated(object);
+        }
         Ok(())
     }
 }

@@ -18,11 +18,18 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::error::SyncError;
 
+mod update;
+
+pub use update::{PodUpdate, TerminatingPod, UpdateTarget, UpdateType};
+
 /// What a pod worker runs: the hook that records a live pod as desired, and the three
 /// callbacks (the kubelet's SyncPod, SyncTerminatingPod, SyncTerminatedPod).
 ///
-/// Every method gets the [`AdmittedPod`] (the pod source validated its UID once), so no
-/// implementation reads `metadata.uid` again.
+/// `pod_desired` and `sync_pod` get the [`AdmittedPod`] (the pod source validated its UID
+/// once), so no implementation reads `metadata.uid` again. The termination callbacks get a
+/// [`TerminatingPod`]: its UID always, its object only when the pod has one. A pod known only
+/// on disk ([`PodUpdate::kill_on_disk`]) reaches the termination callbacks alone, with no
+/// object, as the kubelet terminates a running pod that has no API object (PW-1).
 pub trait PodSyncer: Send + Sync + 'static {
     /// Record `pod`, the newest object of a live pod, as desired: the kubelet's pod manager
     /// feeding its secret/configmap managers and its volume populator (PW-4, PW-13, VM-4).
@@ -48,14 +55,14 @@ pub trait PodSyncer: Send + Sync + 'static {
     /// Stop the pod's containers within `grace_period` (PW-5). Repeated until it succeeds.
     fn sync_terminating_pod(
         &self,
-        pod: &AdmittedPod,
+        pod: TerminatingPod<'_>,
         grace_period: Duration,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 
     /// Release the pod's resources (PW-6). Repeated until it succeeds.
     fn sync_terminated_pod(
         &self,
-        pod: &AdmittedPod,
+        pod: TerminatingPod<'_>,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
 
@@ -79,35 +86,6 @@ pub enum WorkerPhase {
     Terminated,
     /// Done; further updates are ignored until the worker is forgotten.
     Finished,
-}
-
-/// The kind of a pod update (PW-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateType {
-    /// The pod was seen for the first time.
-    Create,
-    /// The pod changed.
-    Update,
-    /// A periodic or requested resync.
-    Sync,
-    /// Terminate the pod (deleted from the API, or no longer bound to this node).
-    Kill,
-}
-
-/// One update for [`PodWorkers::update_pod`].
-#[derive(Debug, Clone)]
-pub struct PodUpdate {
-    /// The pod (newest seen), admitted by the pod source.
-    pub pod: AdmittedPod,
-    /// What happened.
-    pub kind: UpdateType,
-}
-
-impl PodUpdate {
-    /// An update of `kind` with `pod`.
-    pub fn new(kind: UpdateType, pod: AdmittedPod) -> Self {
-        Self { pod, kind }
-    }
 }
 
 /// Timing of the workers (PW-3). Start from `WorkerConfig::default()`.
@@ -190,6 +168,10 @@ mod opt_time {
 /// * A termination request (a [`UpdateType::Kill`] update, or a pod with a deletion
 ///   timestamp) cancels an in-flight SyncPod; from then on only terminating and terminated
 ///   work runs.
+/// * A pod known only on disk ([`PodUpdate::kill_on_disk`]) starts terminating on first
+///   sight: it is never desired and never synced; its termination callbacks get its UID and
+///   no object. A later update with the pod's object replaces the UID alone; a kill of the
+///   pod on disk never forgets an object the worker has.
 /// * Re-queue (PW-3): phase change → at once; success → [1, 1.5) × resync; error →
 ///   [1, 1.5) × back-off; a pending update → at once.
 /// * A finished worker ignores updates until [`sync_known_pods`](Self::sync_known_pods) forgets
@@ -232,7 +214,8 @@ impl<S> Inner<S> {
 }
 
 struct Worker {
-    pod: AdmittedPod,
+    /// The newest pod (its object), or its UID alone for a pod known only on disk.
+    target: UpdateTarget,
     pending: bool,
     phase: WorkerPhase,
     grace_period: Option<Duration>,
@@ -252,18 +235,14 @@ pub(crate) fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// Whether `update` asks for termination, and with which grace period.
+/// Whether `update` asks for termination, and with which grace period. A pod known only on
+/// disk is only ever terminated.
 fn termination_request(update: &PodUpdate) -> Option<Option<Duration>> {
-    let grace = update
-        .pod
-        .metadata
-        .deletion_grace_period_seconds
-        .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)));
-    if update.kind == UpdateType::Kill || update.pod.metadata.deletion_timestamp.is_some() {
-        Some(grace)
-    } else {
-        None
-    }
+    let deleted = update
+        .target
+        .object()
+        .is_none_or(|pod| pod.metadata.deletion_timestamp.is_some());
+    (update.kind == UpdateType::Kill || deleted).then(|| update.target.deletion_grace_period())
 }
 
 impl<S: PodSyncer> PodWorkers<S> {
@@ -285,28 +264,35 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// update and wake it (PW-1, PW-2). Never blocks.
     ///
     /// The one entry for pods from the pod source, and the one owner of "this pod is desired":
-    /// for a live pod (not [`UpdateType::Kill`], no deletion timestamp, not Succeeded/Failed)
-    /// whose worker is new or still [`WorkerPhase::Syncing`], it calls
-    /// [`PodSyncer::pod_desired`] before returning, under the workers' lock. A termination
-    /// request moves the phase on under the same lock, and the terminating and terminated
-    /// callbacks run only after that, so no update re-registers or re-adds a pod once its
-    /// termination was requested (PW-14, VM-4).
+    /// for a live pod (an object, not [`UpdateType::Kill`], no deletion timestamp, not
+    /// Succeeded/Failed) whose worker is new or still [`WorkerPhase::Syncing`], it calls
+    /// [`PodSyncer::pod_desired`] before returning, under the workers' lock. A pod known only
+    /// on disk is never live. A termination request moves the phase on under the same lock,
+    /// and the terminating and terminated callbacks run only after that, so no update
+    /// re-registers or re-adds a pod once its termination was requested (PW-14, VM-4).
     pub fn update_pod(&self, update: PodUpdate) {
         if self.inner.shutdown.is_cancelled() {
             return;
         }
-        let uid = update.pod.uid().clone();
+        let uid = update.target.uid().clone();
         let termination = termination_request(&update);
-        let live = termination.is_none() && !is_terminal(&update.pod);
+        let live = update
+            .target
+            .object()
+            .filter(|pod| termination.is_none() && !is_terminal(pod));
         let mut workers = self.inner.workers.lock();
         if let Some(w) = workers.get_mut(&uid) {
             if w.phase == WorkerPhase::Finished {
                 return;
             }
-            if live && w.phase == WorkerPhase::Syncing {
-                self.inner.syncer.pod_desired(&update.pod);
+            if let Some(pod) = live.filter(|_| w.phase == WorkerPhase::Syncing) {
+                self.inner.syncer.pod_desired(pod);
             }
-            w.pod = update.pod;
+            // A kill of the pod on disk keeps the object the worker may have: events and
+            // status still go to it.
+            if update.target.object().is_some() {
+                w.target = update.target;
+            }
             w.pending = true;
             if let Some(grace) = termination {
                 if w.phase == WorkerPhase::Syncing {
@@ -325,21 +311,22 @@ impl<S: PodSyncer> PodWorkers<S> {
         } else {
             WorkerPhase::Syncing
         };
-        if live {
-            self.inner.syncer.pod_desired(&update.pod);
+        if let Some(pod) = live {
+            self.inner.syncer.pod_desired(pod);
         }
         let wake = Arc::new(Notify::new());
-        let pod = update.pod;
+        let target = update.target;
+        let (namespace, name) = target.namespace_and_name();
         let span = info_span!(
             "pod worker",
             pod.uid = %uid,
-            pod.namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+            pod.namespace = namespace,
+            pod.name = name,
         );
         workers.insert(
             uid.clone(),
             Worker {
-                pod,
+                target,
                 pending: true,
                 phase,
                 grace_period: termination.flatten(),
@@ -380,15 +367,18 @@ impl<S: PodSyncer> PodWorkers<S> {
                         false
                     }
                     WorkerPhase::Syncing => {
-                        to_kill.push(w.pod.clone());
+                        to_kill.push(w.target.clone());
                         true
                     }
                     _ => true,
                 }
             });
         }
-        for pod in to_kill {
-            self.update_pod(PodUpdate::new(UpdateType::Kill, pod));
+        for target in to_kill {
+            self.update_pod(PodUpdate {
+                target,
+                kind: UpdateType::Kill,
+            });
         }
         if !forgotten.is_empty() {
             self.inner.notify_changed();
@@ -431,8 +421,8 @@ impl<S: PodSyncer> PodWorkers<S> {
         let workers = self.inner.workers.lock();
         let mut out: BTreeMap<(String, String, PodUid), WorkerSnapshot> = BTreeMap::new();
         for (uid, w) in workers.iter() {
-            let namespace = w.pod.metadata.namespace.clone().unwrap_or_default();
-            let name = w.pod.metadata.name.clone().unwrap_or_default();
+            let (namespace, name) = w.target.namespace_and_name();
+            let (namespace, name) = (namespace.to_owned(), name.to_owned());
             out.insert(
                 (namespace.clone(), name.clone(), uid.clone()),
                 WorkerSnapshot {
@@ -479,7 +469,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 
 /// What the task takes from the worker's state to run one step.
 struct Work {
-    pod: AdmittedPod,
+    target: UpdateTarget,
     phase: WorkerPhase,
     grace_period: Duration,
     cancel: CancellationToken,
@@ -543,17 +533,11 @@ fn take_work<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> Option<Work> {
         w.sync_cancel = CancellationToken::new();
     }
     Some(Work {
-        pod: w.pod.clone(),
+        target: w.target.clone(),
         phase: w.phase,
         grace_period: w
             .grace_period
-            .or_else(|| {
-                w.pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
-            })
+            .or_else(|| w.target.termination_grace_period())
             .unwrap_or(inner.config.default_grace_period),
         cancel: w.sync_cancel.clone(),
     })
@@ -563,16 +547,24 @@ fn take_work<S>(inner: &Weak<Inner<S>>, uid: &PodUid) -> Option<Work> {
 async fn step<S: PodSyncer>(syncer: &S, work: &Work) -> Result<bool, SyncError> {
     match work.phase {
         WorkerPhase::Syncing => {
+            // A pod known only on disk starts terminating, so it never gets here; were it to,
+            // terminating it is what it needs.
+            let Some(pod) = work.target.object() else {
+                return Ok(true);
+            };
             tokio::select! {
-                r = syncer.sync_pod(&work.pod) => r.map(|o| o == SyncOutcome::Terminal),
+                r = syncer.sync_pod(pod) => r.map(|o| o == SyncOutcome::Terminal),
                 () = work.cancel.cancelled() => Err(SyncError::Interrupted),
             }
         }
         WorkerPhase::Terminating => syncer
-            .sync_terminating_pod(&work.pod, work.grace_period)
+            .sync_terminating_pod(work.target.terminating(), work.grace_period)
             .await
             .map(|()| true),
-        WorkerPhase::Terminated => syncer.sync_terminated_pod(&work.pod).await.map(|()| true),
+        WorkerPhase::Terminated => syncer
+            .sync_terminated_pod(work.target.terminating())
+            .await
+            .map(|()| true),
         WorkerPhase::Finished => Ok(false),
     }
 }

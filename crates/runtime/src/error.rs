@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use nodelet_core::PodUid;
+
 /// Why a container did not start. [`reason`](Self::reason) is the container's waiting or
 /// terminated reason, `Display` its message.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +75,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Containers of the pod did not stop.
-    #[error("containers {containers:?} of pod {pod} did not stop after SIGKILL")]
+    #[error("containers {containers:?} of pod {pod_uid} did not stop after SIGKILL")]
     NotStopped {
-        /// `namespace/name`.
-        pod: String,
+        /// The pod's UID.
+        pod_uid: PodUid,
         /// The containers still running.
         containers: Vec<String>,
     },

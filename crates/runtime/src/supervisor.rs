@@ -50,7 +50,7 @@ use tracing::{info, warn};
 use crate::config::RuntimeConfig;
 use crate::error::{Error, StartError};
 use crate::records::{Inner, LAUNCH_FILE, Record};
-use crate::users::{format_pod, namespaced};
+use crate::users::format_pod;
 
 /// What a pod sync should do now ([`ProcessRuntime::plan`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -246,20 +246,21 @@ impl ProcessRuntime {
         }
         result
     }
-    /// Stops `pod`'s running containers: SIGTERM to each container's process group, SIGKILL
-    /// to those still running after `grace_period`. Returns the names of the containers it
-    /// signalled (for the kubelet's `Killing` events). No container of the pod starts again.
+    /// Stops pod `uid`'s running containers: SIGTERM to each container's process group,
+    /// SIGKILL to those still running after `grace_period`. Returns the names of the
+    /// containers it signalled. No container of the pod starts again. Needs only the UID: a
+    /// pod whose API object is gone is stopped too.
     ///
     /// # Errors
     /// [`Error::NotStopped`] when a container outlived SIGKILL by 10 s.
     pub async fn kill_pod(
         &self,
-        pod: &AdmittedPod,
+        uid: &PodUid,
         grace_period: Duration,
     ) -> Result<Vec<String>, Error> {
         let running: Vec<(String, i32, watch::Receiver<bool>)> = {
             let pods = self.inner.pods.lock();
-            pods.get(pod.uid())
+            pods.get(uid)
                 .into_iter()
                 .flatten()
                 .filter_map(|(name, r)| {
@@ -272,7 +273,7 @@ impl ProcessRuntime {
         let still_running = stop(&running, grace_period, Duration::from_secs(10)).await;
         if !still_running.is_empty() {
             return Err(Error::NotStopped {
-                pod: namespaced(pod),
+                pod_uid: uid.clone(),
                 containers: still_running,
             });
         }
@@ -299,30 +300,48 @@ impl ProcessRuntime {
         }
     }
 
-    /// Forgets `pod`: kills what still runs, removes its runtime directories and, with
-    /// `remove_logs` (the pod was deleted), its statuses and log files. Idempotent.
+    /// Forgets pod `uid`: kills what still runs, removes its runtime directories and, with
+    /// `remove_logs` (the pod was deleted), its statuses and log files. Needs only the UID
+    /// (the log directory `<namespace>_<name>_<uid>` is found by it), so a pod whose API
+    /// object is gone is removed too. Idempotent.
     ///
     /// # Errors
     /// [`Error`] when a container would not stop or a directory would not go.
-    pub async fn remove_pod(&self, pod: &AdmittedPod, remove_logs: bool) -> Result<(), Error> {
-        self.kill_pod(pod, Duration::ZERO).await?;
+    pub async fn remove_pod(&self, uid: &PodUid, remove_logs: bool) -> Result<(), Error> {
+        self.kill_pod(uid, Duration::ZERO).await?;
         if remove_logs {
-            self.inner.pods.lock().remove(pod.uid());
+            self.inner.pods.lock().remove(uid);
         }
         // Else the pod finished on its own: its containers' statuses stay (the kubelet keeps
         // dead containers until their pod is deleted), for `kubectl logs`, until
         // `remove_logs_except` finds the pod gone.
-        let containers = self.inner.dirs.containers(pod.uid());
+        let containers = self.inner.dirs.containers(uid);
         remove_tree(&containers)?;
         if remove_logs {
-            let logs = self.inner.dirs.pod_logs(
-                pod.metadata.namespace.as_deref().unwrap_or_default(),
-                pod.metadata.name.as_deref().unwrap_or_default(),
-                pod.uid(),
-            );
-            remove_tree(&logs)?;
+            for logs in self.pod_log_dirs(uid) {
+                remove_tree(&logs)?;
+            }
         }
         Ok(())
+    }
+
+    /// Pod `uid`'s log directories, `<root>/logs/pods/<namespace>_<name>_<uid>` (one, unless
+    /// the pod was renamed, which the API forbids). Namespaces and names are DNS names, which
+    /// have no `_`: the UID is everything after the second `_`.
+    fn pod_log_dirs(&self, uid: &PodUid) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(self.inner.dirs.logs()) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|name| name.splitn(3, '_').nth(2))
+                    .is_some_and(|u| u == uid.as_str())
+            })
+            .map(|e| e.path())
+            .collect()
     }
 
     /// Forgets the pods not in `known` (pods deleted after they finished): their container
@@ -453,5 +472,35 @@ fn remove_tree(dir: &Path) -> Result<(), Error> {
             path: dir.to_path_buf(),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A pod deleted while the agent was down is known by its UID alone: its log directory
+    // (`<namespace>_<name>_<uid>`) is found by the UID, and only its own.
+    #[tokio::test]
+    async fn a_pod_is_removed_with_its_logs_by_its_uid_alone() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let runtime = ProcessRuntime::new(RuntimeConfig::new(root.path(), Vec::new()));
+        let dirs = PodDirs::new(root.path());
+        let uid = |u: &str| PodUid::new(u).unwrap_or_else(|e| panic!("{e}"));
+        let gone = dirs.pod_logs("ns", "web", &uid("u-1"));
+        // A UID that ends like the other: not a match.
+        let kept = dirs.pod_logs("ns", "web", &uid("x_u-1"));
+        let containers = dirs.containers(&uid("u-1"));
+        for dir in [&gone, &kept, &containers] {
+            fs::create_dir_all(dir.join("c")).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let removed = runtime.remove_pod(&uid("u-1"), true).await;
+        assert!(removed.is_ok(), "{removed:?}");
+        assert!(!gone.exists() && !containers.exists());
+        assert!(kept.exists());
+        assert!(
+            runtime.remove_pod(&uid("u-1"), true).await.is_ok(),
+            "idempotent"
+        );
     }
 }

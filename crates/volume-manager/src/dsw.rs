@@ -217,9 +217,13 @@ mod tests {
     }
 
     fn desired(unsupported: &[&str]) -> DesiredPod {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        }))
+        .unwrap();
         DesiredPod {
             uid: u(),
-            pod: AdmittedPod::found_on_disk(u()),
+            pod: AdmittedPod::new(pod).unwrap(),
             volumes: Vec::new(),
             unsupported: unsupported
                 .iter()

@@ -188,9 +188,10 @@ impl Inner {
                 }
             }
         };
-        // A volume reconstructed from the disk whose pod was never seen has no pod object to
-        // attach an event to: its failure is in `last_errors` (the snapshot) only.
-        if let (Some(error), Some(pod)) = (failure, v.pod.as_ref().filter(|p| p.has_object())) {
+        // A volume reconstructed from the disk whose pod was never seen (a pod known only on
+        // disk is never added) has no pod object to attach an event to: its failure is in
+        // `last_errors` (the snapshot) only.
+        if let (Some(error), Some(pod)) = (failure, v.pod.as_ref()) {
             let message = format!(
                 "UnmountVolume.TearDown failed for volume {:?} : {error}",
                 v.outer_name

@@ -54,6 +54,19 @@ impl Script {
         let generation = pod.metadata.generation.unwrap_or(0);
         self.calls.lock().push(format!("{what} {uid} {generation}"));
     }
+    /// As [`record`](Self::record); a pod known only on disk as `"<what> <uid> on-disk"`.
+    fn record_terminating(&self, what: &str, pod: TerminatingPod<'_>) {
+        match pod.object() {
+            Some(object) => {
+                assert_eq!(object.uid(), pod.uid());
+                self.record(what, object);
+            }
+            None => self
+                .calls
+                .lock()
+                .push(format!("{what} {} on-disk", pod.uid())),
+        }
+    }
 }
 
 impl PodSyncer for Script {
@@ -93,10 +106,10 @@ impl PodSyncer for Script {
 
     async fn sync_terminating_pod(
         &self,
-        pod: &AdmittedPod,
+        pod: TerminatingPod<'_>,
         grace: Duration,
     ) -> Result<(), SyncError> {
-        self.record(&format!("terminating({}s)", grace.as_secs()), pod);
+        self.record_terminating(&format!("terminating({}s)", grace.as_secs()), pod);
         if self.fail_terminating_once.swap(false, Ordering::SeqCst) {
             return Err(SyncError::Status {
                 message: "scripted failure".into(),
@@ -105,8 +118,8 @@ impl PodSyncer for Script {
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
-        self.record("terminated", pod);
+    async fn sync_terminated_pod(&self, pod: TerminatingPod<'_>) -> Result<(), SyncError> {
+        self.record_terminating("terminated", pod);
         Ok(())
     }
 }
@@ -483,6 +496,50 @@ async fn pw4_killed_deleting_and_terminal_pods_are_never_desired() {
     // (The scripted SyncPod does not look at the phase; ConfigSyncer's ends such pods.)
     tokio::time::sleep(Duration::from_secs(300)).await;
     assert_eq!(script.desired(), ["r 1"]);
+    w.shutdown().await;
+}
+
+// PW-1: a pod known only by its directory on disk (its object gone) is a kill on first sight:
+// its worker runs the termination callbacks with its UID and no object, and never makes it
+// desired or syncs it.
+#[tokio::test(start_paused = true)]
+async fn pw1_a_pod_known_only_on_disk_is_terminated_by_its_uid_never_desired_nor_synced() {
+    let script = Arc::new(Script::default());
+    let w = workers(&script);
+    w.update_pod(PodUpdate::kill_on_disk(uid("o")));
+    assert!(w.is_termination_requested(&uid("o")));
+    let snapshot = w.snapshot();
+    assert_eq!(
+        (snapshot[0].namespace.as_str(), snapshot[0].name.as_str()),
+        ("", "")
+    );
+    wait_phase(&w, "o", WorkerPhase::Finished).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(
+        script.calls(),
+        ["terminating(30s) o on-disk", "terminated o on-disk"],
+        "default grace period, no object"
+    );
+    assert!(script.desired().is_empty());
+    assert_eq!(script.count("sync"), 0);
+    w.shutdown().await;
+}
+
+// A kill of the pod on disk for a pod whose worker has its object (a race of the start-up
+// scan with the pod watch) requests termination but keeps the object: the termination
+// callbacks still get it (and with it events and status).
+#[tokio::test(start_paused = true)]
+async fn a_kill_of_the_pod_on_disk_keeps_the_object_its_worker_has() {
+    let script = Arc::new(Script::default());
+    let gate = Arc::new(Semaphore::new(0)); // SyncPod hangs: termination cancels it
+    *script.gate.lock() = Some(gate);
+    let w = workers(&script);
+    w.update_pod(PodUpdate::new(UpdateType::Create, admit(pod("a", 1))));
+    tokio::task::yield_now().await;
+    w.update_pod(PodUpdate::kill_on_disk(uid("a")));
+    wait_phase(&w, "a", WorkerPhase::Finished).await;
+    assert_eq!(script.calls(), ["terminating(30s) a 1", "terminated a 1"]);
+    assert_eq!(script.desired(), ["a 1"]);
     w.shutdown().await;
 }
 

@@ -11,7 +11,7 @@ use nodelet_core::AdmittedPod;
 use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
     ConfigSyncer, ContainerConfigState, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
-    RecordingStatus, SyncOutcome, SyncerConfig, SyncerParts,
+    RecordingStatus, SyncOutcome, SyncerConfig, SyncerParts, TerminatingPod,
 };
 use serde_json::json;
 use tempfile::TempDir;
@@ -242,7 +242,7 @@ async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_dire
     assert!(f.syncer.sync_pod(&p).await.is_ok());
     assert!(
         f.syncer
-            .sync_terminating_pod(&p, Duration::from_secs(30))
+            .sync_terminating_pod((&p).into(), Duration::from_secs(30))
             .await
             .is_ok()
     );
@@ -251,13 +251,45 @@ async fn pw6_pw14_termination_unmounts_then_unregisters_and_removes_the_pod_dire
         1,
         "still registered while terminating (PW-5)"
     );
-    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
+    assert!(f.syncer.sync_terminated_pod((&p).into()).await.is_ok());
     assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
     assert_eq!(f.api.sources.secrets.stats().registered_pods, 0);
     let calls = f.volumes.calls();
     assert_eq!(calls[calls.len() - 2..], ["remove u1", "unmount u1"]);
     assert!(!f.root.path().join("pods/u1").exists());
     assert_eq!(f.status.terminated_pods(), ["u1"]);
+}
+
+// A pod whose directory a previous run left, its object gone: terminated by its UID alone,
+// as the kubelet kills a running pod that has no API object.
+#[tokio::test]
+async fn pw6_a_pod_known_only_on_disk_is_torn_down_by_its_uid_and_nothing_is_reported() {
+    let f = fixture();
+    let p = env_pod();
+    let p = desire(&f, &p);
+    assert!(f.syncer.sync_pod(&p).await.is_ok());
+    let events_before = f.events.events().len();
+    let status_before = f.status.status("u1");
+    let uid = p.uid().clone();
+    drop(p);
+    let on_disk = TerminatingPod::on_disk(&uid);
+    assert!(
+        f.syncer
+            .sync_terminating_pod(on_disk, Duration::from_secs(30))
+            .await
+            .is_ok()
+    );
+    assert!(f.syncer.sync_terminated_pod(on_disk).await.is_ok());
+    let calls = f.volumes.calls();
+    assert_eq!(
+        calls[calls.len() - 3..],
+        ["remove u1", "remove u1", "unmount u1"]
+    );
+    assert_eq!(f.api.sources.configmaps.stats().registered_pods, 0);
+    assert!(!f.root.path().join("pods/u1").exists());
+    assert_eq!(f.events.events().len(), events_before, "no events");
+    assert_eq!(f.status.status("u1"), status_before, "no status");
+    assert!(f.status.terminated_pods().is_empty(), "nothing to delete");
 }
 
 #[tokio::test]
@@ -268,7 +300,7 @@ async fn pw6_a_pod_directory_with_leftover_files_is_kept() {
     assert!(f.syncer.sync_pod(&p).await.is_ok());
     let stray = f.root.path().join("pods/u1/volumes/stray");
     assert!(std::fs::write(&stray, b"x").is_ok());
-    assert!(f.syncer.sync_terminated_pod(&p).await.is_ok());
+    assert!(f.syncer.sync_terminated_pod((&p).into()).await.is_ok());
     assert!(stray.exists(), "never delete what is not known to be empty");
     assert!(!f.root.path().join("pods/u1/containers").exists());
 }
