@@ -5,7 +5,7 @@ use std::path::Path;
 
 use nodelet::Agent;
 
-use nodelet_e2e::wait_for_content;
+use nodelet_e2e::{wait_for, wait_for_content};
 
 use crate::support::{NODE, PATIENCE, agent_config};
 
@@ -102,8 +102,15 @@ async fn an_offline_pod_mounts_the_kube_api_access_volume_a_cluster_gives_it() {
     wait_for_content(&dir.join("namespace"), b"shop")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let token = std::fs::read_to_string(dir.join("token"))
-        .unwrap_or_else(|e| panic!("reading {}/token: {e}", dir.display()));
+    // Read as a consumer would: through `token -> ..data/token`, retried, for a remount that
+    // swaps `..data` (a token requested again while the pod's first updates arrive) can remove
+    // the directory a read resolved a moment before.
+    let path = dir.join("token");
+    let token = wait_for("the projected token", || async {
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         token.split('.').count(),
         3,
