@@ -200,11 +200,11 @@ impl VolumeHost {
     ) -> Result<WriteOutcome, SetUpError> {
         let job = WriteJob {
             dir: ctx.dir.to_path_buf(),
-            marker: self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name()),
+            marker: self.wrapper_marker_dir(ctx.pod.uid(), ctx.volume.name()),
             tmpfs: medium == Medium::Memory && self.tmpfs,
             fsync: self.fsync,
             fs_group: ctx.fs_group,
-            nested: nested_mountpoints(ctx.pod, &ctx.volume.name()),
+            nested: nested_mountpoints(ctx.pod, ctx.volume.name()),
             remount: ctx.remount,
         };
         let dir = job.dir.clone();
@@ -223,7 +223,7 @@ impl VolumeHost {
         medium: Medium,
     ) -> Result<(), SetUpError> {
         let dir = ctx.dir.to_path_buf();
-        let marker = self.wrapper_marker_dir(ctx.pod.uid(), &ctx.volume.name());
+        let marker = self.wrapper_marker_dir(ctx.pod.uid(), ctx.volume.name());
         let tmpfs = medium == Medium::Memory && self.tmpfs;
         let fs_group = ctx.fs_group;
         let path = dir.clone();
