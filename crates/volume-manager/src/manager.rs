@@ -633,28 +633,24 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let pending = |vm: &VolumeManager| vm.snapshot()[0].volumes[0].remount_pending;
         assert!(!pending(&bed.vm));
+        let mark = |object: &ObjectRef| {
+            let change = Change::Object(object.clone());
+            bed.vm
+                .inner
+                .state
+                .lock()
+                .mark_changed(&change, Instant::now())
+        };
         for other in [
             ObjectRef::secret("ns", "cm"),
             ObjectRef::config_map("other", "cm"),
         ] {
-            let change = Change::Object(other.clone());
-            let scope = bed
-                .vm
-                .inner
-                .state
-                .lock()
-                .mark_changed(&change, Instant::now());
+            let scope = mark(&other);
             assert!(scope.is_none(), "{other:?}: {scope:?}");
             assert!(!pending(&bed.vm), "{other:?}");
         }
         // A pass has work: the mounted volume is to be set up again, and only it is looked at.
-        let change = Change::Object(ObjectRef::config_map("ns", "cm"));
-        let scope = bed
-            .vm
-            .inner
-            .state
-            .lock()
-            .mark_changed(&change, Instant::now());
+        let scope = mark(&ObjectRef::config_map("ns", "cm"));
         let unique = bed.vm.snapshot()[0].volumes[0]
             .unique_name
             .clone()

@@ -126,7 +126,8 @@ impl VolumeHost {
     /// Waits for one of [`WRITE_SLOTS`] places to build and write a payload. A plugin takes it
     /// after reading its objects and before building the payload, and holds it through
     /// [`project`](Self::project), so the payloads alive at once stay bounded however many
-    /// volumes are set up together.
+    /// volumes are set up together. (The projected plugin builds its payload while it reads
+    /// its sources, a token request among them, so it takes the slot for the write only.)
     pub async fn write_slot(&self) -> WriteSlot {
         // The semaphore is never closed; if it were, the slot would just not bound anything.
         WriteSlot {
