@@ -47,6 +47,11 @@ pub struct Config {
     /// ([`ApiServer::kubelet_client_ca_pem`](crate::ApiServer::kubelet_client_ca_pem)).
     /// Default off (existing tests count the objects in their namespaces).
     pub publish_root_ca: bool,
+    /// Publish Service `default/kubernetes` at start, as kube-apiserver does for itself:
+    /// cluster IP 10.96.0.1 (the first address of the service range 10.96.0.0/12), port 443
+    /// named `https`, target port the server's own. Default off (existing tests count the
+    /// objects in their namespaces); [`Config::like_a_cluster`] turns it on.
+    pub master_service: bool,
     /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised on every connection: how many
     /// requests (watches included) one connection may have open at once; further streams wait
     /// in the client. Default 100, kube-apiserver's `--http2-max-streams-per-connection`.
@@ -125,6 +130,7 @@ impl Default for Config {
             auto_service_accounts: true,
             service_account_issuer: "https://kubernetes.default.svc".into(),
             publish_root_ca: false,
+            master_service: false,
             http2_max_streams_per_connection: 100,
             service_account_admission: false,
             goaway_chance: 0.0,
@@ -208,6 +214,13 @@ impl Config {
             .feature_gate("PodCertificateRequest", true)
     }
 
+    /// Sets [`Config::master_service`].
+    #[must_use]
+    pub fn master_service(mut self, on: bool) -> Self {
+        self.master_service = on;
+        self
+    }
+
     /// Sets [`Config::publish_root_ca`].
     #[must_use]
     pub fn publish_root_ca(mut self, on: bool) -> Self {
@@ -265,9 +278,11 @@ impl Config {
     }
 
     /// What a cluster's controllers and admission do for pods: [`Config::auto_service_accounts`],
-    /// [`Config::publish_root_ca`] and [`Config::service_account_admission`], all on.
+    /// [`Config::publish_root_ca`], [`Config::service_account_admission`] and
+    /// [`Config::master_service`], all on.
     #[must_use]
     pub fn like_a_cluster(mut self) -> Self {
+        self.master_service = true;
         self.auto_service_accounts = true;
         self.publish_root_ca = true;
         self.service_account_admission = true;

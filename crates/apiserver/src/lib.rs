@@ -115,6 +115,7 @@ mod resources;
 mod reviews;
 mod selectors;
 mod server;
+mod services;
 mod state;
 mod status;
 mod store;

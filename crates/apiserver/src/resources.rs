@@ -30,10 +30,10 @@ pub(crate) struct ResourceInfo {
 }
 
 impl ResourceInfo {
-    /// Discovery categories: pods are in `all` (`kubectl get all`), as upstream.
+    /// Discovery categories: pods and services are in `all` (`kubectl get all`), as upstream.
     pub(crate) fn categories(&self) -> &'static [&'static str] {
         match (self.group, self.plural) {
-            ("", "pods") => &["all"],
+            ("", "pods" | "services") => &["all"],
             _ => &[],
         }
     }
@@ -209,6 +209,19 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         return_deleted_object: false,
         feature_gate: Some(POD_CERTIFICATE_REQUEST_GATE),
     },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "services",
+        singular: "service",
+        kind: "Service",
+        namespaced: true,
+        short_names: &["svc"],
+        subresources: &[("status", STATUS_VERBS)],
+        create_on_update: false,
+        return_deleted_object: false,
+        feature_gate: None,
+    },
 ];
 
 /// Well-known ids, to keep strategy code readable.
@@ -220,6 +233,7 @@ pub(crate) const NODES: ResourceId = ResourceId(4);
 pub(crate) const SERVICEACCOUNTS: ResourceId = ResourceId(6);
 pub(crate) const CLUSTER_TRUST_BUNDLES: ResourceId = ResourceId(9);
 pub(crate) const POD_CERTIFICATE_REQUESTS: ResourceId = ResourceId(10);
+pub(crate) const SERVICES: ResourceId = ResourceId(11);
 
 /// The feature gate of ClusterTrustBundles (beta since 1.33, off by default).
 pub(crate) const CLUSTER_TRUST_BUNDLE_GATE: &str = "ClusterTrustBundle";

@@ -144,6 +144,8 @@ fn extra_fields(res: &ResourceInfo) -> Option<&'static [(&'static str, &'static 
             ("status.nominatedNodeName", ""),
         ]),
         ("", "secrets") => Some(&[("type", "")]),
+        // The kubelet's service informer asks for `spec.clusterIP!=None`.
+        ("", "services") => Some(&[("spec.clusterIP", ""), ("spec.type", "")]),
         ("", "nodes") => Some(&[("spec.unschedulable", "false")]),
         ("", "namespaces") => Some(&[("status.phase", "")]),
         ("certificates.k8s.io", "clustertrustbundles") => Some(&[("spec.signerName", "")]),

@@ -75,6 +75,16 @@ impl ApiServer {
                 )
                 .map_err(Error::Rejected)?;
         }
+        if config.master_service && config.initial_namespaces.iter().any(|n| n == "default") {
+            registry
+                .create(
+                    crate::resources::SERVICES,
+                    "default",
+                    crate::services::master_service(addr.port()),
+                    WriteOptions::default(),
+                )
+                .map_err(Error::Rejected)?;
+        }
         let registry = Arc::new(registry);
         // The capabilities get the registry and the token state they read at construction.
         let tokens = TokenAuthenticator::for_server(

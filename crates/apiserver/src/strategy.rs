@@ -7,7 +7,7 @@ use crate::certificates::{pod_request, pod_status, trust_bundle};
 use crate::defaults;
 use crate::resources::{
     CLUSTER_TRUST_BUNDLES, CONFIGMAPS, NAMESPACES, NODES, POD_CERTIFICATE_REQUESTS, PODS,
-    ResourceId, SECRETS,
+    ResourceId, SECRETS, SERVICES,
 };
 use crate::status::FieldError;
 use crate::validation::{self, NameRule};
@@ -19,7 +19,11 @@ pub(crate) fn has_generation(res: ResourceId) -> bool {
 
 /// Whether `res` has a `status` that only the `status` subresource may change.
 pub(crate) fn has_status(res: ResourceId) -> bool {
-    res == PODS || res == NODES || res == NAMESPACES || res == POD_CERTIFICATE_REQUESTS
+    res == PODS
+        || res == NODES
+        || res == NAMESPACES
+        || res == POD_CERTIFICATE_REQUESTS
+        || res == SERVICES
 }
 
 /// Defaulting and resets on create (before validation).
@@ -30,6 +34,8 @@ pub(crate) fn prepare_for_create(res: ResourceId, obj: &mut Value) {
         defaults::secret(obj);
     } else if res == NAMESPACES {
         defaults::namespace(obj);
+    } else if res == SERVICES {
+        crate::services::default(obj);
     } else if res == POD_CERTIFICATE_REQUESTS {
         pod_request::prepare_for_create(obj);
     }
@@ -45,6 +51,10 @@ pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut V
     }
     if res == SECRETS {
         defaults::secret(new);
+    }
+    if res == SERVICES && sub.is_none() {
+        crate::services::default(new);
+        crate::services::keep_cluster_ip(new, old);
     }
     if res == PODS {
         defaults::pod_spec(new);
@@ -101,7 +111,7 @@ pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut V
 }
 
 fn name_rule(res: ResourceId) -> NameRule {
-    if res == NAMESPACES {
+    if res == NAMESPACES || res == SERVICES {
         NameRule::Label
     } else {
         NameRule::Subdomain
@@ -175,6 +185,8 @@ pub(crate) fn validate_create(res: ResourceId, obj: &Value) -> Vec<FieldError> {
         errs.extend(validation::secret(obj));
     } else if res == PODS {
         errs.extend(validate_pod_spec(obj));
+    } else if res == SERVICES {
+        errs.extend(crate::services::validate(obj));
     }
     errs
 }
@@ -240,6 +252,9 @@ pub(crate) fn validate_update(
                 "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
             ));
         }
+    } else if res == SERVICES && sub.is_none() {
+        errs.extend(crate::services::validate(new));
+        errs.extend(crate::services::validate_update(new, old));
     }
     // No new finalizers once deletion has started.
     if old.pointer("/metadata/deletionTimestamp").is_some() {

@@ -31,6 +31,7 @@ pub(crate) fn check(res: ResourceId, body: &Value) -> Result<(), ApiError> {
         ("", "Node") => decode::<core::Node>(body).map(drop),
         ("", "Event") => decode::<core::Event>(body).map(drop),
         ("", "ServiceAccount") => decode::<core::ServiceAccount>(body).map(drop),
+        ("", "Service") => decode::<core::Service>(body).map(drop),
         ("events.k8s.io", "Event") => decode::<events::Event>(body).map(drop),
         ("coordination.k8s.io", "Lease") => decode::<coordination::Lease>(body).map(drop),
         ("certificates.k8s.io", "ClusterTrustBundle") => {

@@ -119,6 +119,15 @@ fn columns(kind: &str, api_version: &str) -> Vec<(&'static str, &'static str, u8
             ("Data", "integer", 0),
             ("Age", "string", 0),
         ],
+        ("Service", _) => vec![
+            ("Name", "string", 0),
+            ("Type", "string", 0),
+            ("Cluster-IP", "string", 0),
+            ("External-IP", "string", 0),
+            ("Port(s)", "string", 0),
+            ("Age", "string", 0),
+            ("Selector", "string", 1),
+        ],
         ("Namespace", _) => vec![
             ("Name", "string", 0),
             ("Status", "string", 0),
@@ -226,6 +235,15 @@ fn cells(kind: &str, api_version: &str, o: &Value, now: chrono::DateTime<chrono:
         }
         ("ConfigMap", _) => json!([name, len(o, "/data") + len(o, "/binaryData"), age]),
         ("Secret", _) => json!([name, s(o, "/type"), len(o, "/data"), age]),
+        ("Service", _) => json!([
+            name,
+            s(o, "/spec/type"),
+            s(o, "/spec/clusterIP"),
+            "<none>",
+            service_ports(o),
+            age,
+            service_selector(o)
+        ]),
         ("Namespace", _) => json!([name, s(o, "/status/phase"), age]),
         ("Node", _) => {
             let ready = o
@@ -366,6 +384,44 @@ fn human_duration(d: chrono::TimeDelta) -> String {
         };
     }
     format!("{}y", hours / 24 / 365)
+}
+
+/// `80/TCP,443/TCP` (`<none>` without ports), as kubectl's printer shows a service's ports.
+fn service_ports(o: &Value) -> String {
+    let ports: Vec<String> = o
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+            format!(
+                "{}/{protocol}",
+                p.get("port").and_then(Value::as_i64).unwrap_or(0)
+            )
+        })
+        .collect();
+    if ports.is_empty() {
+        "<none>".to_owned()
+    } else {
+        ports.join(",")
+    }
+}
+
+/// `k=v,k2=v2` sorted, or `<none>`.
+fn service_selector(o: &Value) -> String {
+    let Some(sel) = o.pointer("/spec/selector").and_then(Value::as_object) else {
+        return "<none>".to_owned();
+    };
+    if sel.is_empty() {
+        return "<none>".to_owned();
+    }
+    let mut pairs: Vec<String> = sel
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    pairs.sort();
+    pairs.join(",")
 }
 
 #[cfg(test)]

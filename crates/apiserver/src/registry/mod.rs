@@ -367,6 +367,12 @@ impl Registry {
         if res == crate::resources::PODS && self.service_account_admission {
             service_account::admit(s, ns, &mut body)?;
         }
+        // The service IP allocator, before validation as in the real registry.
+        if res == crate::resources::SERVICES {
+            crate::services::allocate(s, ns, &mut body).map_err(|e| {
+                crate::services::allocation_error(meta_str(&body, "name").unwrap_or(""), e)
+            })?;
+        }
         // (4) validate
         let name = meta_str(&body, "name").unwrap_or("").to_string();
         let errs = strategy::validate_create(res, &body);

@@ -18,6 +18,8 @@ mod pod_exec;
 mod pod_log;
 // TokenReview and (Local/Self)SubjectAccessReview: the server's own authn and authz.
 mod reviews;
+// Services: allocator, defaults, default/kubernetes, the kubelet's field selector.
+mod services;
 // HTTPS with the generated CA, through a written kubeconfig.
 mod tls;
 // TokenRequest: claims, validation, OIDC keys, service-account authentication.
