@@ -26,6 +26,9 @@
 //!   are counted by.
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
+//! * [`ServiceLister`]: the node's one cluster-wide Service watch (`spec.clusterIP!=None`, as
+//!   the kubelet's service informer), started by the first read, for the service environment
+//!   of containers (PW-15); it keeps each service's cluster IP and ports ([`ServiceInfo`]).
 //!
 //! ```text
 //!  register_pod(&AdmittedPod) ──► names (OM-3/4) ──► add/delete references ──► store
@@ -49,8 +52,9 @@
 //!
 //! Every request names one object (GET by name; LIST/WATCH with
 //! `fieldSelector=metadata.name=<name>`), which is what the Node authorizer allows a node
-//! identity (`system:node:<node>`) for objects its pods reference; no namespace-wide list is
-//! ever made. kube's default client speaks HTTP/1.1, so each running watch would hold one
+//! identity (`system:node:<node>`) for objects its pods reference; no namespace-wide list of
+//! ConfigMaps or Secrets is ever made (the [`ServiceLister`]'s cluster-wide Service watch is
+//! what RBAC's `system:node` role allows every node). kube's default client speaks HTTP/1.1, so each running watch would hold one
 //! connection to the API server; build the client with `nodelet_transport::client` instead and the
 //! watches share a few HTTP/2 connections, sharded below the server's stream limit (as the
 //! kubelet multiplexes its watches). After an outage, one reflector probes and every watch
@@ -147,6 +151,7 @@ mod recovery;
 mod reflector;
 mod refs;
 mod refusal;
+mod services;
 pub mod source;
 mod tasks;
 mod ttl;
@@ -161,6 +166,10 @@ pub use health::WatchHealth;
 pub use kind::ManagedObject;
 pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
 pub use refs::{referenced_config_map_names, referenced_secret_names};
+pub use services::{
+    SERVICE_FIELD_SELECTOR, ServiceInfo, ServiceListError, ServiceLister, ServiceListerConfig,
+    ServicePortInfo,
+};
 pub use ttl::TTL_ANNOTATION;
 
 /// The README's examples, compiled as doctests.

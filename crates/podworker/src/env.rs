@@ -1,6 +1,6 @@
-//! Environment variables of a container (spec PW-8 … PW-11): `envFrom`, `env` with
-//! `configMapKeyRef` / `secretKeyRef` / `fieldRef` / `resourceFieldRef` / `fileKeyRef`, and
-//! `$(VAR)` expansion.
+//! Environment variables of a container (spec PW-8 … PW-11, PW-15 … PW-17): `envFrom`, `env`
+//! with `configMapKeyRef` / `secretKeyRef` / `fieldRef` / `resourceFieldRef` / `fileKeyRef`,
+//! `$(VAR)` expansion, and the service variables.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::{
 };
 use nodelet_core::downward::{env_field_ref_value, resource_field_ref_value};
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs};
-use nodelet_object_manager::{ConfigMapManager, SecretManager};
+use nodelet_object_manager::{
+    ConfigMapManager, SecretManager, ServiceInfo, ServiceLister, ServicePortInfo,
+};
 
 use crate::error::EnvError;
 use crate::expand::expand;
@@ -49,6 +51,13 @@ pub struct EnvOptions {
     /// v1.36). Off, a `fileKeyRef` is not read and its variable is set to the empty string, as
     /// a kubelet with the gate off does (its environment switch has no case for the field).
     pub env_files: bool,
+    /// Where the `kubernetes` service's variables point. `None` (the default, the kubelet's):
+    /// the cluster IP and ports of `default/kubernetes`. `Some`: this host and port instead
+    /// (one port, named `https`), for processes that share a node's network from which the
+    /// cluster IP is not routable; nodelet's agent can give the address it uses itself for
+    /// the API server. A service of the pod's namespace named `kubernetes` still takes the
+    /// master service's place (PW-15).
+    pub kubernetes_service: Option<ServiceEndpoint>,
 }
 
 impl Default for EnvOptions {
@@ -58,8 +67,19 @@ impl Default for EnvOptions {
             node_allocatable: NodeAllocatable::default(),
             pod_volumes: None,
             env_files: true,
+            kubernetes_service: None,
         }
     }
+}
+
+/// A host and port the `kubernetes` service's variables point at
+/// ([`EnvOptions::kubernetes_service`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceEndpoint {
+    /// An IP address or a host name.
+    pub host: String,
+    /// The port.
+    pub port: u16,
 }
 
 /// One pod's volumes on the node: the node's [`PodDirs`] and the admitted pod (its
@@ -92,14 +112,17 @@ impl PodVolumes {
 /// The emptyDir plugin's name.
 const EMPTY_DIR_PLUGIN: &str = "kubernetes.io/empty-dir";
 
-/// Where environment resolution reads ConfigMaps and Secrets: the node's shared managers
-/// (spec PW-13).
+/// Where environment resolution reads ConfigMaps, Secrets and Services: the node's shared
+/// managers (spec PW-13) and its service watch (PW-15).
 #[derive(Debug, Clone)]
 pub struct EnvSources {
     /// The ConfigMap manager.
     pub configmaps: ConfigMapManager,
     /// The Secret manager.
     pub secrets: SecretManager,
+    /// The node's service watch; `None`: no service variables at all (a kubelet without an
+    /// API server).
+    pub services: Option<ServiceLister>,
 }
 
 /// One resolved variable. `Debug` shows the name and the value's length only: values may come
@@ -144,17 +167,18 @@ pub const INVALID_ENV_NAMES: &str = "InvalidEnvironmentVariableNames";
 /// `pod` (spec PW-8 … PW-11).
 ///
 /// Steps, mirrored by `// (n)` in the code:
-/// 1. PW-8 preconditions. Service-link variables are not produced (nodelet has no service
-///    lister): the service variable set is empty.
+/// 1. PW-8 preconditions; then the service variables, kept aside (PW-15, PW-16): from
+///    [`EnvSources::services`], waiting for its first list; none without it.
 /// 2. PW-9 `envFrom` in order: every `data` key of the ConfigMap / Secret, with the prefix,
 ///    into a name → value map; later sources overwrite earlier ones; a missing optional source
 ///    is skipped.
-/// 3. PW-10 `env` in order: `value` with `$(VAR)` expansion against the map so far; `fieldRef`;
+/// 3. PW-10 `env` in order: `value` with `$(VAR)` expansion against the map so far, then the
+///    service variables (PW-17); `fieldRef`;
 ///    `resourceFieldRef`; `configMapKeyRef` / `secretKeyRef` (missing optional object or key →
 ///    the variable is not set at all); `fileKeyRef` (an env file in one of the pod's emptyDir
 ///    volumes; format in `env_file.rs`; see [`EnvOptions::pod_volumes`]); ignored, the
 ///    variable empty, with the `EnvFiles` gate off ([`EnvOptions::env_files`]).
-/// 4. PW-11 output, sorted by name.
+/// 4. PW-11 output, sorted by name: the map, then every service variable it does not define.
 ///
 /// Each ConfigMap / Secret is read once per call (memoised by name).
 ///
@@ -172,9 +196,10 @@ pub async fn resolve_env(
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let spec = pod.spec.as_ref();
     // (1)
-    if spec.and_then(|s| s.enable_service_links).is_none() {
+    let Some(enable_service_links) = spec.and_then(|s| s.enable_service_links) else {
         return Err(EnvError::NilEnableServiceLinks);
-    }
+    };
+    let service_vars = service_env(namespace, enable_service_links, sources, options).await?;
     let mut fetch = Fetcher {
         sources,
         namespace,
@@ -229,7 +254,9 @@ pub async fn resolve_env(
     // (3)
     for env in container.env.iter().flatten() {
         let value = match (&env.value, &env.value_from) {
-            (Some(v), _) if !v.is_empty() => expand(v.as_bytes(), |name| vars.get(name).cloned()),
+            (Some(v), _) if !v.is_empty() => expand(v.as_bytes(), |name| {
+                vars.get(name).or_else(|| service_vars.get(name)).cloned()
+            }),
             (_, Some(from)) => match value_from(pod, container, from, &mut fetch, options).await? {
                 Some(v) => v,
                 None => continue,
@@ -240,6 +267,9 @@ pub async fn resolve_env(
     }
 
     // (4)
+    for (name, value) in service_vars {
+        vars.entry(name).or_insert(value);
+    }
     Ok(ContainerEnv {
         vars: vars
             .into_iter()
@@ -247,6 +277,125 @@ pub async fn resolve_env(
             .collect(),
         warnings,
     })
+}
+
+/// PW-15, PW-16: the service variables of a container of a pod in `namespace`.
+async fn service_env(
+    namespace: &str,
+    enable_service_links: bool,
+    sources: &EnvSources,
+    options: &EnvOptions,
+) -> Result<BTreeMap<String, Vec<u8>>, EnvError> {
+    let Some(lister) = &sources.services else {
+        return Ok(BTreeMap::new());
+    };
+    let namespaces: &[&str] = if enable_service_links && namespace != MASTER_NAMESPACE {
+        &[MASTER_NAMESPACE, namespace]
+    } else {
+        &[MASTER_NAMESPACE]
+    };
+    let listed = lister
+        .services(namespaces)
+        .await
+        .map_err(|e| EnvError::ServicesNotSynced {
+            detail: e.to_string(),
+        })?;
+    let master = options
+        .kubernetes_service
+        .as_ref()
+        .map(|endpoint| Arc::new(master_at(endpoint)))
+        .or_else(|| {
+            listed
+                .iter()
+                .find(|s| s.namespace == MASTER_NAMESPACE && s.name == MASTER_SERVICE)
+                .cloned()
+        });
+    let mut chosen: BTreeMap<&str, &ServiceInfo> = BTreeMap::new();
+    if let Some(master) = &master {
+        chosen.insert(MASTER_SERVICE, master);
+    }
+    if enable_service_links {
+        for service in listed.iter().filter(|s| s.namespace == namespace) {
+            // The master service keeps its place unless the pod's own namespace has a
+            // `kubernetes` of its own.
+            if namespace == MASTER_NAMESPACE && service.name == MASTER_SERVICE {
+                continue;
+            }
+            chosen.insert(&service.name, service);
+        }
+    }
+    let mut vars = BTreeMap::new();
+    for service in chosen.values() {
+        for (name, value) in service_variables(service) {
+            vars.insert(name, value.into_bytes());
+        }
+    }
+    Ok(vars)
+}
+
+/// The namespace of the master service.
+const MASTER_NAMESPACE: &str = "default";
+/// The master service's name.
+const MASTER_SERVICE: &str = "kubernetes";
+
+/// The master service pointed at `endpoint` ([`EnvOptions::kubernetes_service`]).
+fn master_at(endpoint: &ServiceEndpoint) -> ServiceInfo {
+    ServiceInfo {
+        namespace: MASTER_NAMESPACE.to_owned(),
+        name: MASTER_SERVICE.to_owned(),
+        cluster_ip: endpoint.host.clone(),
+        ports: vec![ServicePortInfo {
+            name: "https".to_owned(),
+            port: i32::from(endpoint.port),
+            protocol: "TCP".to_owned(),
+        }],
+    }
+}
+
+/// PW-16: one service's variables, in the kubelet's order.
+pub fn service_variables(service: &ServiceInfo) -> Vec<(String, String)> {
+    let prefix = env_name(&service.name);
+    let ip = &service.cluster_ip;
+    let mut out = vec![(format!("{prefix}_SERVICE_HOST"), ip.clone())];
+    let Some(first) = service.ports.first() else {
+        return out;
+    };
+    out.push((format!("{prefix}_SERVICE_PORT"), first.port.to_string()));
+    for port in service.ports.iter().filter(|p| !p.name.is_empty()) {
+        out.push((
+            format!("{prefix}_SERVICE_PORT_{}", env_name(&port.name)),
+            port.port.to_string(),
+        ));
+    }
+    let host_port = |port: i32| {
+        if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        }
+    };
+    for (i, port) in service.ports.iter().enumerate() {
+        let proto = port.protocol.to_ascii_lowercase();
+        let url = format!("{proto}://{}", host_port(port.port));
+        if i == 0 {
+            out.push((format!("{prefix}_PORT"), url.clone()));
+        }
+        let port_prefix = format!(
+            "{prefix}_PORT_{}_{}",
+            port.port,
+            port.protocol.to_ascii_uppercase()
+        );
+        out.push((port_prefix.clone(), url));
+        out.push((format!("{port_prefix}_PROTO"), proto));
+        out.push((format!("{port_prefix}_PORT"), port.port.to_string()));
+        out.push((format!("{port_prefix}_ADDR"), ip.clone()));
+    }
+    out
+}
+
+/// A service or port name as a variable name: upper case, `-` as `_`.
+fn env_name(name: &str) -> String {
+    name.replace('-', "_").to_ascii_uppercase()
 }
 
 /// PW-10 `valueFrom`; `None` = leave the variable unset.

@@ -1,4 +1,4 @@
-//! The crate's errors: [`EnvError`] (texts of spec PW-8 … PW-10), [`SyncError`] (a failed
+//! The crate's errors: [`EnvError`] (texts of spec PW-8 … PW-10, PW-15), [`SyncError`] (a failed
 //! pod sync, by step) and the seam errors [`VolumeError`] and [`RuntimeError`].
 
 use std::path::PathBuf;
@@ -13,6 +13,14 @@ pub enum EnvError {
     /// PW-8: `spec.enableServiceLinks` unset (the API server defaults it to `true`).
     #[error("nil pod.spec.enableServiceLinks encountered, cannot construct envvars")]
     NilEnableServiceLinks,
+
+    /// PW-15: the node's service watch has not completed its first list (or was shut down);
+    /// `detail` is why, for logs (not part of the kubelet's text).
+    #[error("services have not yet been read at least once, cannot construct envvars")]
+    ServicesNotSynced {
+        /// The lister's error.
+        detail: String,
+    },
 
     /// Reading a ConfigMap failed (not found and not optional, not registered, API error).
     /// `Display` is the manager's text, e.g. `configmap "cm" not found`.

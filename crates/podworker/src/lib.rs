@@ -100,6 +100,7 @@
 //!     configmaps: ConfigMapManager::with_sources(Arc::new(cms), None, ManagerConfig::default())?,
 //!     secrets: SecretManager::with_sources(
 //!         Arc::new(FakeSource::<Secret>::new()), None, ManagerConfig::default())?,
+//!     services: None, // no service variables (the agent passes its `ServiceLister`)
 //! };
 //! let pod: Pod = serde_json::from_value(serde_json::json!({
 //!     "metadata": {"namespace": "default", "name": "web", "uid": "u1"},
@@ -135,7 +136,7 @@ mod workers;
 
 pub use env::{
     ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSources, EnvValue, INVALID_ENV_NAMES,
-    PodVolumes, resolve_env,
+    PodVolumes, ServiceEndpoint, resolve_env, service_variables,
 };
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
 pub use mounts::{

@@ -4,6 +4,8 @@
 mod desired;
 // Environment resolution (PW-8 … PW-11, E2E-23/24/26/27).
 mod env;
+// Service variables (PW-15 … PW-17).
+mod services;
 // ConfigSyncer: SyncPod / SyncTerminatedPod order, events, status, env files (PW-4 … PW-14).
 mod sync;
 // Fixtures shared by the modules above.

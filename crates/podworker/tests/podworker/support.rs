@@ -25,6 +25,7 @@ pub(crate) fn api(strategy: Strategy) -> Api {
             .unwrap_or_else(|e| panic!("{e}")),
         secrets: SecretManager::with_sources(Arc::new(secrets.clone()), None, cfg)
             .unwrap_or_else(|e| panic!("{e}")),
+        services: None,
     };
     Api {
         configmaps,
