@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
+use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
 use nodelet_podworker::{EnvSources, SyncerParts};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -84,17 +85,30 @@ impl Agent {
             &tasks.tracker,
         );
         let (runtime, processes) = crate::parts::container_runtime(&config)?;
+        // The node's one Service watch (PW-15): started by the first environment built,
+        // stopped with the agent.
+        let services = ServiceLister::new(client.clone(), ServiceListerConfig::default());
+        tasks.tracker.spawn({
+            let (services, stop) = (services.clone(), tasks.shutdown.clone());
+            async move {
+                stop.cancelled().await;
+                services.shutdown();
+            }
+        });
         let parts = SyncerParts {
             sources: EnvSources {
                 configmaps: configmaps.clone(),
                 secrets: secrets.clone(),
+                services: Some(services),
             },
             volumes: Arc::new(volumes.clone()),
             runtime,
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
         };
-        let workers = crate::parts::pod_workers(&config, gates.env_options(allocatable), parts);
+        let mut env = gates.env_options(allocatable);
+        env.kubernetes_service = config.kubernetes_service.clone();
+        let workers = crate::parts::pod_workers(&config, env, parts);
         let (ready_tx, ready) = watch::channel(false);
         let state = Arc::new(AgentState {
             config: config.clone(),

@@ -96,6 +96,12 @@ pub struct AgentConfig {
     /// The CA that signs client certificates the kubelet API accepts (`--client-ca-file`,
     /// KubeletConfiguration `authentication.x509.clientCAFile`); none: bearer tokens only.
     pub client_ca_file: Option<PathBuf>,
+    /// Where the `kubernetes` service's variables in containers point (PW-15, PW-16): `None`
+    /// (the default, the kubelet's) the cluster IP of `default/kubernetes`; `Some` this host
+    /// and port, e.g. the address the agent itself uses for the API server, which a process
+    /// on the node's network can reach where the cluster IP is not routable
+    /// (`--kubernetes-service api-server`, config file `kubernetesService`).
+    pub kubernetes_service: Option<nodelet_podworker::ServiceEndpoint>,
     /// What the program's global allocator reports: `nodelet_build_info`'s allocator, the live
     /// heap in `/metrics`, and the trim after each burst of volume work. The `nodelet` binary
     /// sets it; default none.
@@ -225,9 +231,52 @@ impl AgentConfig {
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
+            kubernetes_service: None,
             allocator: None,
         }
     }
+}
+
+/// Where containers' `KUBERNETES_SERVICE_HOST` / `_PORT` (and the other variables of the
+/// master service) point (`--kubernetes-service`, config file `kubernetesService`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubernetesServiceEnv {
+    /// `cluster`: the cluster IP and port of `default/kubernetes`, as the kubelet (the default
+    /// against a cluster).
+    Cluster,
+    /// `api-server`: the host and port of the URL the agent uses for the API server, so that
+    /// an in-cluster client in a process on the node's network reaches it (the default with
+    /// `--manifests`, whose cluster IP exists nowhere).
+    ApiServer,
+}
+
+impl FromStr for KubernetesServiceEnv {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cluster" => Ok(Self::Cluster),
+            "api-server" => Ok(Self::ApiServer),
+            other => Err(format!("{other:?} is not one of cluster, api-server")),
+        }
+    }
+}
+
+/// The host and port of an API server URL (`https://10.0.0.1:6443/` → `10.0.0.1`, 6443; the
+/// scheme's port when the URL has none), as containers' `KUBERNETES_SERVICE_HOST` / `_PORT`.
+pub(crate) fn service_endpoint_of(url: &str) -> Option<nodelet_podworker::ServiceEndpoint> {
+    let uri: ::http::Uri = url.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    Some(nodelet_podworker::ServiceEndpoint {
+        host: host.to_owned(),
+        port,
+    })
 }
 
 /// Why `--manifests` is refused by an agent built without the `embedded` feature.
@@ -348,6 +397,13 @@ pub struct RunArgs {
     /// without it only bearer tokens (TokenReview) authenticate.
     #[arg(long, value_name = "FILE")]
     pub client_ca_file: Option<PathBuf>,
+    /// Where containers' `KUBERNETES_SERVICE_HOST` / `KUBERNETES_SERVICE_PORT` point:
+    /// `cluster` (the cluster IP of `default/kubernetes`, as the kubelet; the default against
+    /// a cluster) or `api-server` (the address the agent uses for the API server, for
+    /// in-cluster clients in local processes; the default with --manifests). Overrides the
+    /// config file's `kubernetesService`.
+    #[arg(long, value_name = "WHERE")]
+    pub kubernetes_service: Option<String>,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -408,6 +464,8 @@ struct FileConfig {
     images: Option<Vec<nodelet_runtime::ImageEntry>>,
     /// nodelet's own: let containers run as root.
     allow_root_containers: Option<bool>,
+    /// nodelet's own: `cluster` or `api-server`.
+    kubernetes_service: Option<String>,
 }
 
 /// KubeletConfiguration `authentication` (the part nodelet reads).
@@ -438,6 +496,9 @@ pub struct Settings {
     pub api_protocol: Protocol,
     /// Unmount and remove the pods' directories at shutdown (`--cleanup-on-exit`).
     pub cleanup_on_exit: bool,
+    /// Where the master service's variables point; [`run`](crate::run) resolves
+    /// [`KubernetesServiceEnv::ApiServer`] into [`AgentConfig::kubernetes_service`].
+    pub kubernetes_service: KubernetesServiceEnv,
 }
 
 impl RunArgs {
@@ -662,12 +723,22 @@ impl RunArgs {
         };
         let api_protocol = Protocol::from_str(&self.api_protocol)
             .map_err(|e| invalid("--api-protocol", e.to_string()))?;
+        let kubernetes_service =
+            match (&self.kubernetes_service, &file.kubernetes_service) {
+                (Some(v), _) => KubernetesServiceEnv::from_str(v)
+                    .map_err(|e| invalid("--kubernetes-service", e))?,
+                (None, Some(v)) => KubernetesServiceEnv::from_str(v)
+                    .map_err(|e| invalid("kubernetesService", e))?,
+                (None, None) if embedded => KubernetesServiceEnv::ApiServer,
+                (None, None) => KubernetesServiceEnv::Cluster,
+            };
         Ok(Settings {
             agent,
             api,
             log_format: self.log_format,
             api_protocol,
             cleanup_on_exit: self.cleanup_on_exit,
+            kubernetes_service,
         })
     }
 }

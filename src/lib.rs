@@ -98,8 +98,8 @@ pub use api_client::ApiClient;
 pub use cli::Cli;
 pub use config::{
     AgentConfig, ApiSource, ConfigError, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR,
-    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, LogFormat, NodeTaint, RunArgs, RuntimeKind, Settings,
-    default_images, parse_duration, parse_taints,
+    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, KubernetesServiceEnv, LogFormat, NodeTaint, RunArgs,
+    RuntimeKind, Settings, default_images, parse_duration, parse_taints,
 };
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
@@ -333,6 +333,13 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     };
     if config.node_ip.is_none() {
         config.node_ip = local_address_towards(&url);
+    }
+    if settings.kubernetes_service == KubernetesServiceEnv::ApiServer
+        && config.kubernetes_service.is_none()
+    {
+        // `url` may carry a note after the address (the embedded server's manifests).
+        let address = url.split(' ').next().unwrap_or_default();
+        config.kubernetes_service = config::service_endpoint_of(address);
     }
     let agent = Agent::start(config.clone(), client).await?;
     // Only now that every start-up check passed (root directory lock, API server, listen

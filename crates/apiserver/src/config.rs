@@ -52,6 +52,11 @@ pub struct Config {
     /// named `https`, target port the server's own. Default off (existing tests count the
     /// objects in their namespaces); [`Config::like_a_cluster`] turns it on.
     pub master_service: bool,
+    /// With [`Config::with_auth`]: a service account may read and write the namespaced
+    /// objects of its own namespace (this server has no RBAC; a cluster would need a
+    /// RoleBinding of the `edit` role), so an in-cluster client in a pod works offline.
+    /// Default off; [`Config::like_a_cluster`] turns it on.
+    pub service_account_access: bool,
     /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised on every connection: how many
     /// requests (watches included) one connection may have open at once; further streams wait
     /// in the client. Default 100, kube-apiserver's `--http2-max-streams-per-connection`.
@@ -131,6 +136,7 @@ impl Default for Config {
             service_account_issuer: "https://kubernetes.default.svc".into(),
             publish_root_ca: false,
             master_service: false,
+            service_account_access: false,
             http2_max_streams_per_connection: 100,
             service_account_admission: false,
             goaway_chance: 0.0,
@@ -278,11 +284,12 @@ impl Config {
     }
 
     /// What a cluster's controllers and admission do for pods: [`Config::auto_service_accounts`],
-    /// [`Config::publish_root_ca`], [`Config::service_account_admission`] and
-    /// [`Config::master_service`], all on.
+    /// [`Config::publish_root_ca`], [`Config::service_account_admission`],
+    /// [`Config::master_service`] and [`Config::service_account_access`], all on.
     #[must_use]
     pub fn like_a_cluster(mut self) -> Self {
         self.master_service = true;
+        self.service_account_access = true;
         self.auto_service_accounts = true;
         self.publish_root_ca = true;
         self.service_account_admission = true;

@@ -62,6 +62,7 @@ impl ApiServer {
         registry.served = served;
         registry.auto_service_accounts = config.auto_service_accounts;
         registry.service_account_admission = config.service_account_admission;
+        registry.service_account_access = config.service_account_access;
         if config.publish_root_ca {
             registry.root_ca = Some(extras.ca.pem());
         }

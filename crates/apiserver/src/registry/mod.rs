@@ -109,6 +109,8 @@ pub(crate) struct Registry {
     pub(crate) root_ca: Option<String>,
     /// ServiceAccount admission on pod create (`Config::service_account_admission`).
     pub(crate) service_account_admission: bool,
+    /// Service accounts may use their own namespace (`Config::service_account_access`).
+    pub(crate) service_account_access: bool,
     /// The resources and feature gates this server serves (`Config::runtime_config`,
     /// `Config::feature_gates`).
     pub(crate) served: Served,
@@ -277,6 +279,7 @@ impl Registry {
             auto_service_accounts: true,
             root_ca: None,
             service_account_admission: false,
+            service_account_access: false,
             served: Served::default(),
         }
     }

@@ -136,3 +136,33 @@ async fn a_node_lists_the_services_with_a_cluster_ip_the_way_the_kubelet_asks() 
     names.sort();
     assert_eq!(names, ["kubernetes", "web"]);
 }
+
+#[tokio::test]
+async fn a_service_account_of_a_cluster_like_server_reads_its_own_namespace_only() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let server = start(Config::default().like_a_cluster().with_auth()).await;
+    let sa = client_for(&server, &User::service_account("default", "default")).await;
+    let own = Api::<ConfigMap>::namespaced(sa.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("its own namespace");
+    assert!(
+        own.items
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some("kube-root-ca.crt"))
+    );
+    let other = Api::<ConfigMap>::namespaced(sa, "kube-system")
+        .list(&ListParams::default())
+        .await
+        .expect_err("another namespace");
+    assert_eq!(status(other).code, 403);
+
+    // Without the option, nothing.
+    let server = start(Config::default().with_auth()).await;
+    let sa = client_for(&server, &User::service_account("default", "default")).await;
+    let refused = Api::<ConfigMap>::namespaced(sa, "default")
+        .list(&ListParams::default())
+        .await
+        .expect_err("no access");
+    assert_eq!(status(refused).code, 403);
+}
