@@ -263,7 +263,7 @@ impl FromStr for KubernetesServiceEnv {
 
 /// The host and port of an API server URL (`https://10.0.0.1:6443/` → `10.0.0.1`, 6443; the
 /// scheme's port when the URL has none), as containers' `KUBERNETES_SERVICE_HOST` / `_PORT`.
-pub(crate) fn service_endpoint_of(url: &str) -> Option<nodelet_podworker::ServiceEndpoint> {
+pub fn service_endpoint_of(url: &str) -> Option<nodelet_podworker::ServiceEndpoint> {
     let uri: ::http::Uri = url.parse().ok()?;
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
     let port = uri

@@ -99,7 +99,7 @@ pub use cli::Cli;
 pub use config::{
     AgentConfig, ApiSource, ConfigError, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR,
     DEFAULT_LISTEN, DEFAULT_ROOT_DIR, KubernetesServiceEnv, LogFormat, NodeTaint, RunArgs,
-    RuntimeKind, Settings, default_images, parse_duration, parse_taints,
+    RuntimeKind, Settings, default_images, parse_duration, parse_taints, service_endpoint_of,
 };
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;

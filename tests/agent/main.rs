@@ -53,6 +53,8 @@ mod trust_bundles;
 // logs, status, events, restarts, deletion, users and mounts, nothing left on the host, and
 // the binary killed hard and started again.
 mod process_runtime;
+// The service environment in running containers and an in-cluster kube-rs client (PW-15 … PW-17).
+mod service_env;
 // The kubelet API (process runtime, needs root): the Node names it, `pods/log` and `kubectl
 // logs` reach it through the API server (tail, timestamps, follow, previous), and only the
 // cluster CA's authorized users get in.

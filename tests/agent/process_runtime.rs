@@ -43,7 +43,7 @@ fn require_root() {
 /// Kills, when dropped, every container process a `state.json` under the root directory
 /// still names (a test that failed half-way leaves no process behind). Declared after the
 /// [`World`] so that it runs first.
-struct Reaper(PathBuf);
+pub(crate) struct Reaper(PathBuf);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -82,33 +82,48 @@ fn state_files(root: &Path) -> Vec<(i32, u64)> {
 
 /// An in-process agent with the process runtime and a short crash back-off.
 async fn start(allow_root: bool) -> (World, Reaper) {
+    start_on(nodelet_apiserver::Config::default(), allow_root, |_, _| {}).await
+}
+
+/// [`start`] on a server with `server` options, the agent's configuration then changed by
+/// `tweak` (shown the started server).
+pub(crate) async fn start_on(
+    server: nodelet_apiserver::Config,
+    allow_root: bool,
+    tweak: impl FnOnce(&mut nodelet::AgentConfig, &ApiServer),
+) -> (World, Reaper) {
     require_root();
-    let world = World::start_with(|c| {
-        c.runtime = nodelet::RuntimeKind::Process;
-        // The test binary is not the agent: the containers' init is the real `nodelet`.
-        c.container_init = Some(vec![
-            env!("CARGO_BIN_EXE_nodelet").into(),
-            "container-init".into(),
-        ]);
-        c.crash_backoff = nodelet_runtime::Backoff {
-            initial: Duration::from_millis(200),
-            max: Duration::from_secs(1),
-            reset_after: Duration::from_secs(600),
-        };
-        c.allow_root_containers = allow_root;
-    })
+    let world = World::start_on_server(
+        server,
+        |_| {},
+        |c, server| {
+            c.runtime = nodelet::RuntimeKind::Process;
+            // The test binary is not the agent: the containers' init is the real `nodelet`.
+            c.container_init = Some(vec![
+                env!("CARGO_BIN_EXE_nodelet").into(),
+                "container-init".into(),
+            ]);
+            c.crash_backoff = nodelet_runtime::Backoff {
+                initial: Duration::from_millis(200),
+                max: Duration::from_secs(1),
+                reset_after: Duration::from_secs(600),
+            };
+            c.allow_root_containers = allow_root;
+            tweak(c, server);
+        },
+    )
     .await;
     let reaper = Reaper(world.root_dir());
     (world, reaper)
 }
 
 /// A pod on the test node.
-fn pod(name: &str) -> PodBuilder {
+pub(crate) fn pod(name: &str) -> PodBuilder {
     PodBuilder::new(NS, name).node(NODE)
 }
 
 /// Container `c` running `sh -c script` in busybox.
-fn shell(script: &str) -> Value {
+pub(crate) fn shell(script: &str) -> Value {
     json!({"name": "c", "image": BUSYBOX, "command": ["sh", "-c", script]})
 }
 
@@ -121,7 +136,7 @@ fn shell_with(script: &str, extra: Value) -> Value {
     c
 }
 
-fn create(world: &World, object: Value) -> Value {
+pub(crate) fn create(world: &World, object: Value) -> Value {
     world
         .server
         .handle()
@@ -166,7 +181,7 @@ async fn wait_for_pod(
     })
 }
 
-async fn wait_for_phase(world: &World, name: &str, phase: &str) -> Value {
+pub(crate) async fn wait_for_phase(world: &World, name: &str, phase: &str) -> Value {
     wait_for_pod(world, name, &format!("reached phase {phase}"), |p| {
         p["status"]["phase"] == phase
     })
@@ -224,7 +239,7 @@ async fn read_log(root: &Path, pod: &Value, container: &str) -> String {
 }
 
 /// Waits until the log of container `c` of `pod` contains every one of `needles`; returns it.
-async fn wait_for_log(root: &Path, pod: &Value, needles: &[&str]) -> String {
+pub(crate) async fn wait_for_log(root: &Path, pod: &Value, needles: &[&str]) -> String {
     let mut last = String::new();
     let found = tokio::time::timeout(PATIENCE, async {
         loop {

@@ -111,6 +111,15 @@ impl World {
         seed: impl FnOnce(&ServerHandle),
         tweak: impl FnOnce(&mut AgentConfig),
     ) -> World {
+        Self::start_on_server(server, seed, |c, _| tweak(c)).await
+    }
+
+    /// Like [`World::start_on`], with `tweak` shown the started server (its address).
+    pub(crate) async fn start_on_server(
+        server: nodelet_apiserver::Config,
+        seed: impl FnOnce(&ServerHandle),
+        tweak: impl FnOnce(&mut AgentConfig, &ApiServer),
+    ) -> World {
         let server = ApiServer::start(server.with_auth())
             .await
             .unwrap_or_else(|e| panic!("api server: {e}"));
@@ -119,7 +128,7 @@ impl World {
         let node_client = api_client_for(&server, &User::node(NODE)).await;
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut config = agent_config(root.path());
-        tweak(&mut config);
+        tweak(&mut config, &server);
         let agent = Agent::start(config.clone(), node_client.clone())
             .await
             .unwrap_or_else(|e| panic!("agent: {e:#}"));
