@@ -843,6 +843,59 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_kubernetes_service_follows_the_cluster_unless_asked_and_bad_values_are_named() {
+        let s = cli(&["--node-name", "n"]).settings();
+        assert_eq!(
+            s.ok().map(|s| s.kubernetes_service),
+            Some(KubernetesServiceEnv::Cluster)
+        );
+        let s = cli(&["--node-name", "n", "--kubernetes-service", "api-server"]).settings();
+        assert_eq!(
+            s.ok().map(|s| s.kubernetes_service),
+            Some(KubernetesServiceEnv::ApiServer)
+        );
+        let err = cli(&["--node-name", "n", "--kubernetes-service", "nearby"])
+            .settings()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid configuration: --kubernetes-service: \"nearby\" is not one of \
+                 cluster, api-server"
+            )
+        );
+    }
+
+    #[test]
+    fn an_api_server_url_gives_its_host_and_port_or_the_schemes() {
+        let at = |url: &str| service_endpoint_of(url).map(|e| (e.host, e.port));
+        assert_eq!(
+            at("https://10.0.0.1:6443/"),
+            Some(("10.0.0.1".to_owned(), 6443))
+        );
+        assert_eq!(
+            at("https://api.example.com"),
+            Some(("api.example.com".to_owned(), 443))
+        );
+        assert_eq!(
+            at("https://[fd00::1]:6443"),
+            Some(("fd00::1".to_owned(), 6443))
+        );
+        assert_eq!(at("not a url"), None);
+    }
+
+    #[cfg(feature = "embedded")]
+    #[test]
+    fn offline_the_kubernetes_service_is_the_api_servers_address() {
+        let s = cli(&["--manifests", "./examples"]).settings();
+        assert_eq!(
+            s.ok().map(|s| s.kubernetes_service),
+            Some(KubernetesServiceEnv::ApiServer)
+        );
+    }
+
     #[cfg(feature = "embedded")]
     #[test]
     fn offline_the_kubelet_api_takes_a_free_loopback_port() {

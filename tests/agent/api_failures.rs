@@ -354,7 +354,17 @@ async fn after_a_restart_watches_refused_until_the_authorizer_graph_is_rebuilt_r
     })
     .await
     .unwrap_or_else(|_| panic!("the pod watch never listed again"));
-    let lists = bed.metric("nodelet_api_requests_total{verb=\"list\"}") - lists_before;
+    // The node's Service watch (an informer, PW-15) relists once of its own when the restarted
+    // server has forgotten its history: not one of the probes counted here.
+    let service_lists = bed
+        .h
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list" && r.resource == "services")
+        .count();
+    let lists = bed.metric("nodelet_api_requests_total{verb=\"list\"}")
+        - lists_before
+        - service_lists as f64;
     assert!(lists <= 5.0, "{lists} LISTs sent through a 6 s restart");
     bed.stop().await;
 }
