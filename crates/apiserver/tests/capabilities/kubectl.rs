@@ -365,12 +365,19 @@ fn kubectl_creates_namespaces_configmaps_and_secrets_and_describes_pods_with_eve
         "jsonpath={.items[0].reason}",
     ]);
     assert_eq!(events, "FailedMount");
-    // `all` is the pods here (a single kind, so kubectl prints no `pod/` prefix).
+    // `all` is pods and services here (two kinds, so kubectl prefixes each name with its kind).
     let all = run(&["-n", "foo", "get", "all"]);
     assert!(
         all.lines()
-            .any(|l| l.starts_with("pd ") && l.contains("Pending")),
+            .any(|l| l.starts_with("pod/pd ") && l.contains("Pending")),
         "{all}"
+    );
+    let services = run(&["-n", "default", "get", "all"]);
+    assert!(
+        services
+            .lines()
+            .any(|l| l.starts_with("service/kubernetes ") && l.contains("10.96.0.1")),
+        "{services}"
     );
     assert!(run(&["-n", "foo", "get", "po,cm,sa", "-o", "name"]).contains("pod/pd"));
 
