@@ -112,3 +112,40 @@ async fn an_in_cluster_kube_client_lists_config_maps_through_the_agents_api_serv
     assert!(log.contains(&format!("api server {url}")), "{log}");
     wait_for_phase(&world, "in-cluster", "Succeeded").await;
 }
+
+/// The env-file runtime (the default: no processes) writes the same service variables into
+/// `containers/<name>/env.json`, the master service's pointed where the agent was told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_env_files_hold_the_service_variables_too() {
+    let world = crate::support::World::start_on_server(
+        nodelet_apiserver::Config::default().like_a_cluster(),
+        |_| {},
+        |c, server| c.kubernetes_service = nodelet::service_endpoint_of(&server.url()),
+    )
+    .await;
+    let port = world.server.addr().port().to_string();
+    create(
+        &world,
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"ports": [{"port": 5432}]}}),
+    );
+    let p = create(
+        &world,
+        pod("env-file")
+            .container(json!({"name": "c", "image": "x"}))
+            .json(),
+    );
+    let dir = world.pod_dir(&p);
+    let wait = crate::support::wait_for_env_var;
+    assert_eq!(
+        wait(&dir, "c", "KUBERNETES_SERVICE_HOST").await,
+        "127.0.0.1"
+    );
+    assert_eq!(wait(&dir, "c", "KUBERNETES_SERVICE_PORT").await, port);
+    assert!(
+        wait(&dir, "c", "DB_SERVICE_HOST").await.starts_with("10.9"),
+        "a cluster IP of the service range"
+    );
+    world.stop().await;
+}
