@@ -168,7 +168,7 @@ impl NodeAuthorizer {
             return false;
         };
         let own = format!("system:serviceaccounts:{namespace}");
-        on && a.user.groups.iter().any(|g| *g == own)
+        on && a.user.groups.contains(&own)
     }
 
     /// Whether feature gate `name` is on in the server this authorizer reads.
