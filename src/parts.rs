@@ -314,6 +314,7 @@ fn process_runtime(config: &AgentConfig) -> anyhow::Result<ProcessRuntime> {
     runtime_config.images = config.images.clone();
     runtime_config.allow_root = config.allow_root_containers;
     runtime_config.backoff = config.crash_backoff;
+    runtime_config.exec_command = exec_command(config)?;
     Ok(ProcessRuntime::new(runtime_config))
 }
 

@@ -152,6 +152,15 @@ pub enum RuntimeError {
         /// The runtime's text.
         message: String,
     },
+    /// A command could not be run in a container (exec hooks, probes).
+    #[error(transparent)]
+    Exec(#[from] nodelet_runtime::handlers::ExecError),
+    /// The runtime cannot do this (the env-file runtime runs no processes).
+    #[error("the runtime does not support {what}")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+    },
     /// Another runtime's failure.
     #[error("{message}")]
     Other {

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Secret};
 use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
 use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_runtime::handlers::ExecResult;
 use nodelet_runtime::{ProcessRuntime, StartError};
 
 use crate::env::ContainerEnv;
@@ -66,6 +67,29 @@ impl RuntimeHook for ProcessRuntime {
         grace_period: Duration,
     ) -> Result<Vec<String>, RuntimeError> {
         ProcessRuntime::kill_pod(self, uid, grace_period)
+            .await
+            .map_err(|e| RuntimeError::Other {
+                message: e.to_string(),
+            })
+    }
+
+    async fn exec_sync(
+        &self,
+        uid: &PodUid,
+        container: &str,
+        command: &[String],
+        timeout: Option<Duration>,
+    ) -> Result<ExecResult, RuntimeError> {
+        Ok(ProcessRuntime::exec_sync(self, uid, container, command, timeout).await?)
+    }
+
+    async fn stop_container(
+        &self,
+        uid: &PodUid,
+        container: &str,
+        grace_period: Duration,
+    ) -> Result<bool, RuntimeError> {
+        ProcessRuntime::stop_container(self, uid, container, grace_period)
             .await
             .map_err(|e| RuntimeError::Other {
                 message: e.to_string(),

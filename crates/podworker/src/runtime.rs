@@ -74,6 +74,40 @@ pub trait RuntimeHook: Send + Sync + 'static {
         None
     }
 
+    /// Run `command` in the running instance of `container` of pod `uid` and wait for its
+    /// end, at most `timeout` (the CRI's `ExecSync`: exec lifecycle hooks and exec probes). A
+    /// command that exits non-zero is a result, not an error.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Exec`] (not running, could not start, timed out);
+    /// [`RuntimeError::Unsupported`] for a runtime that runs no processes (the default).
+    async fn exec_sync(
+        &self,
+        _uid: &PodUid,
+        _container: &str,
+        _command: &[String],
+        _timeout: Option<Duration>,
+    ) -> Result<nodelet_runtime::handlers::ExecResult, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            what: "running commands in containers",
+        })
+    }
+
+    /// Stop the running instance of `container` of pod `uid` (the CRI's `StopContainer`):
+    /// SIGTERM, SIGKILL after `grace_period`. Whether it was running (the default: nothing
+    /// runs).
+    ///
+    /// # Errors
+    /// [`RuntimeError`] when it would not stop.
+    async fn stop_container(
+        &self,
+        _uid: &PodUid,
+        _container: &str,
+        _grace_period: Duration,
+    ) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
     /// Stop pod `uid`'s containers within `grace_period` (SyncTerminatingPod, PW-5). Returns
     /// the containers it stopped.
     ///

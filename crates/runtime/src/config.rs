@@ -41,6 +41,11 @@ pub struct RuntimeConfig {
     /// The program (and its first arguments) that runs [`crate::sandbox::init_main`]; the
     /// spec's path is appended.
     pub init_command: Vec<OsString>,
+    /// The program (and its first arguments) that runs [`crate::sandbox::exec_main`]
+    /// (`nodelet container-exec`): commands in running containers
+    /// ([`ProcessRuntime::exec_sync`](crate::ProcessRuntime::exec_sync): exec hooks and
+    /// probes). Empty: none can run.
+    pub exec_command: Vec<OsString>,
     /// Log file size and count.
     pub logs: LogConfig,
     /// Crash back-off.
@@ -57,6 +62,7 @@ impl RuntimeConfig {
             images: ImageTable::default(),
             allow_root: false,
             init_command,
+            exec_command: Vec::new(),
             logs: LogConfig::default(),
             backoff: Backoff::default(),
             masked: Vec::new(),

@@ -48,6 +48,7 @@
 
 mod config;
 mod error;
+pub mod handlers;
 mod images;
 mod launch;
 pub mod logs;

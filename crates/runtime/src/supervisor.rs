@@ -91,6 +91,11 @@ impl ProcessRuntime {
         this
     }
 
+    /// The runtime's configuration.
+    pub(crate) fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
     /// Announces the UID of every pod whose containers changed state (a process ended, a
     /// back-off passed): the agent syncs that pod again, as the kubelet's PLEG makes it.
     pub fn changes(&self) -> broadcast::Receiver<PodUid> {
@@ -278,6 +283,40 @@ impl ProcessRuntime {
             });
         }
         Ok(running.into_iter().map(|(n, _, _)| n).collect())
+    }
+
+    /// Stops the running instance of `container` of pod `uid` (the CRI's `StopContainer`):
+    /// SIGTERM to its process group, SIGKILL after `grace_period`. Returns whether it was
+    /// running. The restart policy decides, as for any other end, whether it starts again.
+    ///
+    /// # Errors
+    /// [`Error::NotStopped`] when it outlived SIGKILL by 10 s.
+    pub async fn stop_container(
+        &self,
+        uid: &PodUid,
+        container: &str,
+        grace_period: Duration,
+    ) -> Result<bool, Error> {
+        let running: Vec<(String, i32, watch::Receiver<bool>)> = {
+            let pods = self.inner.pods.lock();
+            pods.get(uid)
+                .and_then(|p| p.get(container))
+                .filter(|r| r.state_is_running())
+                .and_then(|r| {
+                    r.pgid
+                        .map(|pgid| (container.to_owned(), pgid, r.ended.subscribe()))
+                })
+                .into_iter()
+                .collect()
+        };
+        let still_running = stop(&running, grace_period, Duration::from_secs(10)).await;
+        if !still_running.is_empty() {
+            return Err(Error::NotStopped {
+                pod_uid: uid.clone(),
+                containers: still_running,
+            });
+        }
+        Ok(!running.is_empty())
     }
 
     /// Stops every running container of every pod (the agent is stopping): SIGTERM, SIGKILL
