@@ -46,7 +46,7 @@ use k8s_openapi::api::core::v1::{ObjectFieldSelector, Pod};
 
 pub use error::DownwardError;
 use error::go_quote;
-pub use resources::{node_allocatable_from_quantities, resource_field_ref_value};
+pub use resources::{node_allocatable_from_quantities, quantity_units, resource_field_ref_value};
 
 /// The value of a `fieldRef` in a downwardAPI volume (PL-13; the kubelet's
 /// `ExtractFieldPathAsString`). See the [module docs](self) for the fields and rendering.

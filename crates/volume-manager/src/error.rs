@@ -114,6 +114,12 @@ pub enum SetUpError {
         /// What was asked for.
         what: String,
     },
+    /// PL-30: an emptyDir's medium cannot be set up; `Display` is the kubelet's text.
+    #[error(transparent)]
+    EmptyDir(#[from] crate::plugins::EmptyDirError),
+    /// PL-33: a hostPath volume's path fails its checks; `Display` is the kubelet's text.
+    #[error(transparent)]
+    HostPath(crate::plugins::HostPathError),
     /// PL-5 step 5: the wrapper directory (or its tmpfs) could not be set up.
     #[error("set up volume directory {}: {cause}", path.display())]
     Wrapper {
@@ -218,6 +224,8 @@ impl SetUpError {
             | SetUpError::Source(_)
             | SetUpError::DownwardApi(_)
             | SetUpError::Unsupported { .. }
+            | SetUpError::EmptyDir(_)
+            | SetUpError::HostPath(_)
             | SetUpError::TaskFailed { .. } => None,
         }
     }

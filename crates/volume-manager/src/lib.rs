@@ -23,10 +23,10 @@
 //!   set up again after an object change (the agent's propagation histogram).
 //! * [`Config`] — root directory, tmpfs policy, the kubelet's time-outs and backoff, resync.
 //! * [`VolumePlugin`] and [`PluginRegistry`] — the plugin seam, open to other crates; the
-//!   built-in [`plugins`] are configMap, secret, projected, downwardAPI and emptyDir. They
-//!   share a [`plugins::VolumeHost`]: the object managers, the one handle to the other
-//!   sources and the common write path (wrapper directory, nested mountpoints, fsGroup,
-//!   atomic write). A plugin names what a volume reads through one method,
+//!   built-in [`plugins`] are configMap, secret, projected, downwardAPI, emptyDir (PL-30) and
+//!   hostPath (PL-33). They share a [`plugins::VolumeHost`]: the object managers, the one
+//!   handle to the other sources and the common write path (wrapper directory, nested
+//!   mountpoints, fsGroup, atomic write). A plugin names what a volume reads through one method,
 //!   [`VolumePlugin::sources`] (`nodelet_core::SourceRef`s: objects, trust bundles, the pod's
 //!   certificates).
 //! * Sources — `nodelet_sources::Sources`, built by the agent and handed to

@@ -139,6 +139,15 @@ pub fn node_allocatable_from_quantities(
     })
 }
 
+/// A Kubernetes quantity in whole units, rounded up as `Quantity.Value` rounds (`10Mi` →
+/// `10485760`, `1.5` → `2`, `500m` → `1`); `None` when `text` is not a quantity or does not
+/// fit an `i64`.
+pub fn quantity_units(text: &str) -> Option<i64> {
+    parse_quantity(text)
+        .and_then(|q| q.scaled_ceil(0))
+        .and_then(|v| i64::try_from(v).ok())
+}
+
 /// An exact quantity `num / den` (`den > 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Exact {
@@ -329,6 +338,16 @@ mod tests {
             parse_quantity("1.5Gi").and_then(|q| q.scaled_ceil(0)),
             Some(1_610_612_736)
         );
+    }
+
+    #[test]
+    fn quantities_in_units_round_up_and_refuse_garbage() {
+        assert_eq!(quantity_units("10Mi"), Some(10 * 1024 * 1024));
+        assert_eq!(quantity_units("1.5"), Some(2));
+        assert_eq!(quantity_units("500m"), Some(1));
+        assert_eq!(quantity_units("2e3"), Some(2000));
+        assert_eq!(quantity_units("lots"), None);
+        assert_eq!(quantity_units("9Ei"), None);
     }
 
     #[test]

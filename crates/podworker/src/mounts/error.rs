@@ -26,7 +26,7 @@ pub enum MountError {
     /// (1) The volume's type has no nodelet plugin.
     #[error(
         "cannot mount volume {volume:?} of type {volume_type} into container {container:?}: \
-         nodelet supports only configMap, secret, projected, downwardAPI and emptyDir volumes"
+         nodelet supports only configMap, secret, projected, downwardAPI, emptyDir and hostPath volumes"
     )]
     UnsupportedVolume {
         /// The container.

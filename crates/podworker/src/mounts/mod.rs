@@ -15,8 +15,9 @@
 //! must be valid DNS names (the kubelet checks them before it makes the mounts). Then for each
 //! `volumeMounts[]` entry, in order:
 //! 1. The pod volume of that name (`cannot find volume ...` when missing); its directory is
-//!    `PodDirs::volume(uid, plugin, name)`. A volume type without a nodelet plugin (hostPath,
-//!    persistentVolumeClaim, ...) fails naming the volume and its type.
+//!    `PodDirs::volume(uid, plugin, name)`, or for a hostPath volume the node's path itself
+//!    (PL-34). A volume type without a nodelet plugin (persistentVolumeClaim, csi, ...) fails
+//!    naming the volume and its type.
 //! 2. The subPath: `subPathExpr` (which wins over `subPath`) expanded with the container's
 //!    environment, `$(VAR)` syntax; a referenced variable that is unset or empty is an error.
 //!    The result must be relative and must not contain a `..` element.
@@ -29,7 +30,8 @@
 //! 5. `mountPropagation` must be a known mode; `recursiveReadOnly` is resolved for a runtime
 //!    without recursive read-only mounts.
 //! 6. Read-only when `readOnly` is set, and always for configMap, secret, projected and
-//!    downwardAPI volumes (their kubelet mounters are `ReadOnly`); emptyDir is writable.
+//!    downwardAPI volumes (their kubelet mounters are `ReadOnly`); emptyDir and hostPath are
+//!    writable.
 //!
 //! 7. Last, the pod's hosts file at `/etc/hosts`, writable, unless a volume mount's
 //!    `mountPath` is exactly `/etc/hosts`.
@@ -114,7 +116,9 @@ pub fn make_mounts(
                 volume: at.volume.to_owned(),
                 volume_type: volume_type(&full),
             })?;
-        let volume_path = dirs.volume(pod.uid(), plugin.name(), volume.name());
+        let volume_path = plugin
+            .host_path(volume)
+            .unwrap_or_else(|| dirs.volume(pod.uid(), plugin.name(), volume.name()));
         // (2), (3)
         let host_path = match sub_path(m, env, &at)? {
             Some(sub_path) => prepare_sub_path(&volume_path, Path::new(&sub_path), &at)?,
@@ -602,14 +606,49 @@ mod tests {
     fn a_mount_of_an_unsupported_volume_type_names_the_volume_and_its_type() {
         let fx = Fixture::new();
         let pod = pod_with(
-            json!([{"name": "host", "hostPath": {"path": "/var/log"}}]),
-            json!([{"name": "host", "mountPath": "/x"}]),
+            json!([{"name": "claim", "persistentVolumeClaim": {"claimName": "c"}}]),
+            json!([{"name": "claim", "mountPath": "/x"}]),
         );
         assert_eq!(
             fx.error(&pod, &env(&[])),
-            "cannot mount volume \"host\" of type hostPath into container \"c\": nodelet \
-             supports only configMap, secret, projected, downwardAPI and emptyDir volumes"
+            "cannot mount volume \"claim\" of type persistentVolumeClaim into container \"c\": \
+             nodelet supports only configMap, secret, projected, downwardAPI, emptyDir and hostPath \
+             volumes"
         );
+    }
+
+    // PL-34: a hostPath volume is the node's path itself, writable unless the mount says
+    // readOnly; a subPath of it is created inside it with its mode.
+    #[test]
+    fn a_host_path_volume_mounts_the_nodes_path_and_its_sub_paths() {
+        let fx = Fixture::new();
+        let host = tempfile::tempdir().unwrap();
+        fs::set_permissions(host.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+        let path = host.path().to_str().unwrap();
+        let pod = pod_with(
+            json!([{"name": "host", "hostPath": {"path": path}}]),
+            json!([
+                {"name": "host", "mountPath": "/h"},
+                {"name": "host", "mountPath": "/ro", "readOnly": true},
+                {"name": "host", "mountPath": "/sub", "subPath": "sub-path"},
+            ]),
+        );
+        let mounts = fx.mounts(&pod, &env(&[])).unwrap();
+        let got: Vec<_> = mounts
+            .iter()
+            .map(|m| (m.host_path.clone(), m.read_only))
+            .collect();
+        let sub = fs::canonicalize(host.path().join("sub-path")).unwrap();
+        assert_eq!(
+            got,
+            [
+                (host.path().to_path_buf(), false),
+                (host.path().to_path_buf(), true),
+                (sub.clone(), false),
+            ]
+        );
+        let mode = fs::metadata(&sub).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o1777);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Volume;
-use nodelet_core::{ObjectRef, SourceRef};
+use std::path::PathBuf;
+
+use nodelet_core::{ObjectRef, PodVolume, SourceRef};
 use tokio::time::Instant;
 
 use super::host::{SetUpContext, TearDownContext};
@@ -55,6 +57,14 @@ pub trait VolumePlugin: Send + Sync + 'static {
     fn sources(&self, namespace: &str, volume: &Volume) -> Vec<SourceRef> {
         let _ = (namespace, volume);
         Vec::new()
+    }
+
+    /// The node's own path a volume is, when it is one (hostPath, PL-33): containers mount it
+    /// rather than the volume directory under the pod. `None` (the default): the volume is
+    /// its directory under `pods/<uid>/volumes/`.
+    fn host_path(&self, volume: &PodVolume) -> Option<PathBuf> {
+        let _ = volume;
+        None
     }
 
     /// Make the volume directory hold the volume's current content. Idempotent.

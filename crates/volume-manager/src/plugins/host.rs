@@ -361,7 +361,11 @@ fn mark_ready(marker: &Path, created: bool) -> io::Result<()> {
         .map(drop)
 }
 
-/// PL-14 on the blocking pool.
+/// PL-14 on the blocking pool (also emptyDir's tear-down, PL-30, with its own marker).
+pub(crate) fn tear_down_at(dir: &Path, marker: &Path) -> Result<(), SetUpError> {
+    tear_down(dir, marker)
+}
+
 fn tear_down(dir: &Path, marker: &Path) -> Result<(), SetUpError> {
     match is_mountpoint(dir) {
         Ok(true) => unmount(dir).map_err(|e| SetUpError::tear_down(dir, e))?,

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 /// Bits added to every non-symlink entry of a read-only volume (PL-11).
 const READ_ONLY_BITS: u32 = 0o440;
+/// Bits added to every non-symlink entry of a writable volume (emptyDir, PL-31).
+const READ_WRITE_BITS: u32 = 0o660;
 /// Bits added to directories in addition: setgid and group/owner search.
 const DIR_BITS: u32 = 0o2000 | 0o110;
 
@@ -21,8 +23,19 @@ const DIR_BITS: u32 = 0o2000 | 0o110;
 /// Resulting modes: file `0644`→`0644`, `0400`→`0440`, `0600`→`0640`; data directory
 /// `0755`→`2755`; volume root `0777`→`2777`.
 pub fn set_volume_ownership(dir: &Path, gid: u32) -> usize {
+    set_ownership(dir, gid, READ_ONLY_BITS)
+}
+
+/// PL-31: [`set_volume_ownership`] for a writable volume (emptyDir): files and directories
+/// gain `0660` instead of `0440` (directories still setgid + `0110`), so an emptyDir root
+/// `0777` becomes `2777`, a tmpfs root `1777` becomes `3777`.
+pub fn set_writable_volume_ownership(dir: &Path, gid: u32) -> usize {
+    set_ownership(dir, gid, READ_WRITE_BITS)
+}
+
+fn set_ownership(dir: &Path, gid: u32, bits: u32) -> usize {
     let mut failures = 0;
-    walk(dir, gid, &mut failures);
+    walk(dir, gid, bits, &mut failures);
     if failures > 0 {
         tracing::warn!(
             dir = %dir.display(),
@@ -34,7 +47,7 @@ pub fn set_volume_ownership(dir: &Path, gid: u32) -> usize {
     failures
 }
 
-fn walk(path: &Path, gid: u32, failures: &mut usize) {
+fn walk(path: &Path, gid: u32, bits: u32, failures: &mut usize) {
     let Ok(meta) = fs::symlink_metadata(path) else {
         *failures += 1;
         return;
@@ -43,7 +56,7 @@ fn walk(path: &Path, gid: u32, failures: &mut usize) {
         match fs::read_dir(path) {
             Ok(entries) => {
                 for entry in entries.flatten() {
-                    walk(&entry.path(), gid, failures);
+                    walk(&entry.path(), gid, bits, failures);
                 }
             }
             Err(_) => *failures += 1,
@@ -59,7 +72,7 @@ fn walk(path: &Path, gid: u32, failures: &mut usize) {
         return;
     }
     let current = meta.permissions().mode() & 0o7777;
-    let mut mode = current | READ_ONLY_BITS;
+    let mut mode = current | bits;
     if meta.is_dir() {
         mode |= DIR_BITS;
     }

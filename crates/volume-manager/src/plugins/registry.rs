@@ -9,6 +9,7 @@ use super::api::VolumePlugin;
 use super::configmap::ConfigMapPlugin;
 use super::downward_api::DownwardApiPlugin;
 use super::empty_dir::EmptyDirPlugin;
+use super::host_path::HostPathPlugin;
 use super::projected::ProjectedPlugin;
 use super::secret::SecretPlugin;
 
@@ -28,7 +29,7 @@ impl std::fmt::Debug for PluginRegistry {
 }
 
 impl Default for PluginRegistry {
-    /// configMap, secret, projected, downwardAPI and emptyDir.
+    /// configMap, secret, projected, downwardAPI, emptyDir and hostPath.
     fn default() -> Self {
         Self {
             plugins: vec![
@@ -37,6 +38,7 @@ impl Default for PluginRegistry {
                 Arc::new(ProjectedPlugin),
                 Arc::new(DownwardApiPlugin),
                 Arc::new(EmptyDirPlugin),
+                Arc::new(HostPathPlugin),
             ],
         }
     }
@@ -107,7 +109,11 @@ mod tests {
             Some("kubernetes.io/empty-dir")
         );
         assert_eq!(
-            name(serde_json::json!({"name": "v", "hostPath": {"path": "/"}})),
+            name(serde_json::json!({"name": "v", "hostPath": {"path": "/"}})).as_deref(),
+            Some("kubernetes.io/host-path")
+        );
+        assert_eq!(
+            name(serde_json::json!({"name": "v", "persistentVolumeClaim": {"claimName": "c"}})),
             None
         );
         assert_eq!(name(serde_json::json!({"name": "v"})), None);
