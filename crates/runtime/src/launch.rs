@@ -22,6 +22,7 @@ use crate::logs;
 use crate::records::{
     DEFAULT_PATH, Inner, LAUNCH_FILE, Record, SCRATCH_DIR, STATE_FILE, StateFile, start_ticks,
 };
+use crate::security::Security;
 use crate::spec::{LaunchSpec, MountSpec};
 use crate::users::Identity;
 
@@ -45,6 +46,7 @@ pub(crate) async fn start(
         })?;
     // (2)
     let identity = Identity::resolve(pod, container, image, config.allow_root)?;
+    let security = Security::resolve(container)?;
     // (3)
     let (program, args) = image
         .command_line(launch)
@@ -123,6 +125,10 @@ pub(crate) async fn start(
         scratch: scratch.clone(),
         masked,
         status_socket: socket_name.clone(),
+        privileged: security.privileged,
+        capabilities: security.capabilities,
+        no_new_privs: security.no_new_privs,
+        read_only_root: security.read_only_root,
     };
     let spec_path = dir.join(LAUNCH_FILE);
     write_private(

@@ -14,6 +14,10 @@
 //!   [`ImageEntry::command_line`] applies Kubernetes' `command`/`args` rules.
 //! * [`Identity`]: `runAsUser`, `runAsGroup`, `supplementalGroups`, `fsGroup`, `runAsNonRoot`
 //!   (the kubelet's texts); root only with the agent's permission.
+//! * [`Security`]: the rest of a container's `securityContext` as a CRI runtime applies it —
+//!   capabilities (containerd's default set, `add`/`drop`, all when `privileged`),
+//!   `no_new_privs` for `allowPrivilegeEscalation: false`, a read-only root for
+//!   `readOnlyRootFilesystem`.
 //! * [`sandbox`]: the container's first process — mount and UTS namespaces, a writable root
 //!   whose writes vanish with the container, the volumes bind-mounted at their `mountPath`s, a
 //!   private `/tmp`, then the container's user and program ([`sandbox::init_main`]).
@@ -55,6 +59,7 @@ pub mod logs;
 mod records;
 mod recovery;
 pub mod sandbox;
+mod security;
 pub mod spec;
 mod supervisor;
 mod users;
@@ -63,5 +68,6 @@ pub use config::{Backoff, RuntimeConfig};
 pub use error::{Error, StartError};
 pub use images::{ImageEntry, ImageTable, glob_match, normalize};
 pub use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination};
+pub use security::{DEFAULT_CAPABILITIES, Security};
 pub use supervisor::{Plan, ProcessRuntime};
 pub use users::{Identity, format_pod};

@@ -40,6 +40,22 @@ pub struct LaunchSpec {
     /// The abstract unix socket name (without the leading NUL) the init process connects to
     /// first: it writes a start error there, or lets `execve` close the socket on success.
     pub status_socket: String,
+    /// `privileged: true`: the host's `/dev`, and `/proc` and `/sys` as writable as the
+    /// host's (PW-44).
+    #[serde(default)]
+    pub privileged: bool,
+    /// The capabilities (`CAP_…` names) the process keeps when it runs as root; `None`: every
+    /// capability (privileged). A process of another user has none once it runs (PW-44).
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// `no_new_privs` is set before the program runs (`allowPrivilegeEscalation: false`,
+    /// PW-43).
+    #[serde(default)]
+    pub no_new_privs: bool,
+    /// The container's root is read-only, its mounts as they are (`readOnlyRootFilesystem`,
+    /// PW-42).
+    #[serde(default)]
+    pub read_only_root: bool,
 }
 
 /// One bind mount.

@@ -78,6 +78,10 @@ impl Fixture {
             scratch,
             masked: vec![],
             status_socket: format!("nodelet-test-{tag}"),
+            privileged: false,
+            capabilities: None,
+            no_new_privs: false,
+            read_only_root: false,
         };
         Self {
             dir,
@@ -851,4 +855,78 @@ fn an_unprivileged_agents_container_has_a_dev_of_its_own_with_the_hosts_devices_
         host_full_after, host_full,
         "the host's /dev/full was changed"
     );
+}
+
+// PW-42: with `read_only_root` a write to the root (and to `/tmp`) fails; a write to a
+// mounted volume works.
+#[test]
+fn a_read_only_root_refuses_writes_but_its_volumes_take_them() {
+    let mut fixture = Fixture::shell(
+        "touch /checkfile 2>/dev/null; echo root=$?; touch /tmp/x 2>/dev/null; echo tmp=$?; \
+         echo ok > /vol/written; echo vol=$?",
+    );
+    let volume = fixture.path("volume");
+    fs::create_dir(&volume).unwrap();
+    fixture.mount(volume.clone(), "/vol", false);
+    fixture.spec.read_only_root = true;
+    let finished = fixture.run();
+    finished.assert_started_and_succeeded();
+    assert_ne!(finished.value("root"), "0", "{finished:?}");
+    assert_ne!(finished.value("tmp"), "0", "{finished:?}");
+    assert_eq!(finished.value("vol"), "0", "{finished:?}");
+    assert_eq!(fs::read_to_string(volume.join("written")).unwrap(), "ok\n");
+    fixture.assert_no_host_mounts();
+}
+
+// PW-43 / PW-44: `no_new_privs` shows in the process's status, and a root container keeps
+// exactly containerd's default capabilities (Docker's well-known mask); `/proc/sys` is
+// read-only.
+#[test]
+fn a_container_runs_with_no_new_privs_and_the_default_capabilities() {
+    let mut fixture = Fixture::shell(
+        "echo nnp=$(awk '/^NoNewPrivs:/{print $2}' /proc/self/status); \
+         echo eff=$(awk '/^CapEff:/{print $2}' /proc/self/status); \
+         echo bnd=$(awk '/^CapBnd:/{print $2}' /proc/self/status); \
+         echo sys=$(awk '$5==\"/proc/sys\"{print substr($6,1,2)}' /proc/self/mountinfo)",
+    );
+    fixture.spec.no_new_privs = true;
+    let mut default: Vec<String> = nodelet_runtime::DEFAULT_CAPABILITIES
+        .iter()
+        .map(|&c| c.into())
+        .collect();
+    default.sort();
+    fixture.spec.capabilities = Some(default);
+    let finished = fixture.run();
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("nnp"), "1", "{finished:?}");
+    assert_eq!(finished.value("eff"), "00000000a80425fb", "{finished:?}");
+    assert_eq!(finished.value("bnd"), "00000000a80425fb", "{finished:?}");
+    assert_eq!(finished.value("sys"), "ro", "{finished:?}");
+}
+
+// PW-44: a root container keeps exactly the spec's capabilities and its own `/dev`; a
+// container of another user ends with no capability at all.
+#[test]
+fn root_keeps_only_the_specs_capabilities_and_a_user_has_none() {
+    let mut fixture = Fixture::shell(
+        "echo eff=$(awk '/^CapEff:/{print $2}' /proc/self/status); \
+         echo prm=$(awk '/^CapPrm:/{print $2}' /proc/self/status)",
+    );
+    fixture.spec.capabilities = Some(vec!["CAP_CHOWN".into()]);
+    fixture.spec.uid = 1000;
+    fixture.spec.gid = 1000;
+    let finished = fixture.run();
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("eff"), "0000000000000000", "{finished:?}");
+    assert_eq!(finished.value("prm"), "0000000000000000", "{finished:?}");
+
+    let mut fixture = Fixture::shell(
+        "echo eff=$(awk '/^CapEff:/{print $2}' /proc/self/status); \
+         echo dev=$(test -e /dev/loop-control && echo host || echo own)",
+    );
+    fixture.spec.capabilities = Some(vec!["CAP_CHOWN".into(), "CAP_KILL".into()]);
+    let finished = fixture.run();
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("eff"), "0000000000000021", "{finished:?}");
+    assert_eq!(finished.value("dev"), "own", "{finished:?}");
 }

@@ -14,7 +14,8 @@
 //!    UTS namespaces. Joining the mount namespace makes its root (the container's, after the
 //!    init process's `pivot_root`) this process's root.
 //! 4. `chdir("/")`; `setgroups` (not in a user namespace of the container's: it is denied
-//!    there), `setresgid`, `setresuid` to the spec's identity.
+//!    there), `setresgid`, `setresuid` to the spec's identity, with the container's
+//!    capabilities and `no_new_privs` (PW-43, PW-44).
 //! 5. Enter the working directory; find the command (a path, or a name in the container's
 //!    `PATH`) and execute it with exactly the container's environment.
 //!
@@ -123,6 +124,7 @@ fn enter(args: &ExecArgs) -> Result<Infallible, SandboxError> {
     unistd::chdir("/").map_err(|e| SandboxError::WorkingDir(PathBuf::from("/"), e.into()))?;
     let groups: Vec<Gid> = spec.groups.iter().copied().map(Gid::from_raw).collect();
     let (uid, gid) = (Uid::from_raw(spec.uid), Gid::from_raw(spec.gid));
+    super::security::limit_bounding_set(&spec)?;
     match join_user {
         true => Ok(()),
         false => unistd::setgroups(&groups),
@@ -135,6 +137,7 @@ fn enter(args: &ExecArgs) -> Result<Infallible, SandboxError> {
         groups: spec.groups.clone(),
         source,
     })?;
+    super::security::restrict_process(&spec)?;
     // (5)
     std::env::set_current_dir(&spec.working_dir)
         .map_err(|e| SandboxError::WorkingDir(spec.working_dir.clone(), e))?;
@@ -201,6 +204,10 @@ mod tests {
             scratch: dir.path().into(),
             masked: vec![],
             status_socket: "s".into(),
+            privileged: false,
+            capabilities: None,
+            no_new_privs: false,
+            read_only_root: false,
         };
         let path = dir.path().join("launch.json");
         fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();

@@ -40,6 +40,35 @@ pub enum SandboxError {
     /// The supervisor's status socket (named) could not be reached.
     #[error("cannot connect to the status socket @{0}")]
     ConnectStatus(String, #[source] io::Error),
+    /// A kernel tree (`/sys`, a read-only or masked path of `/proc`, named as under the new
+    /// root) could not be protected for a container that is not privileged.
+    #[error("cannot protect {0} in the container")]
+    ProtectKernelTree(PathBuf, #[source] Errno),
+    /// `readOnlyRootFilesystem`: the root or `/tmp` (named as under the new root) could not be
+    /// remounted read-only.
+    #[error("cannot make {0} read-only")]
+    ReadOnlyRoot(PathBuf, #[source] Errno),
+    /// `readOnlyRootFilesystem` asked of an agent that is not root.
+    #[error(
+        "readOnlyRootFilesystem needs an agent running as root: without root the container's \
+         root is a tree of overlays that cannot be made read-only"
+    )]
+    ReadOnlyRootWithoutRoot,
+    /// A step of the container's capabilities failed.
+    #[error("cannot set the container's capabilities: {step}")]
+    Capabilities {
+        /// What was being done.
+        step: &'static str,
+        /// What failed.
+        #[source]
+        source: caps::errors::CapsError,
+    },
+    /// `prctl(PR_SET_NO_NEW_PRIVS)` failed.
+    #[error("cannot set no_new_privs")]
+    NoNewPrivs(#[source] Errno),
+    /// A privileged container's `/dev` (the host's) could not be bound.
+    #[error("cannot bind the host's /dev for a privileged container")]
+    HostDev(#[source] io::Error),
     /// `setsid` failed.
     #[error("cannot start a new session")]
     NewSession(#[source] Errno),

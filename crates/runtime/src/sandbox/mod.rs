@@ -37,8 +37,15 @@
 //!    the source) in the writable layer, or in `/dev`'s tmpfs (a termination log); remount
 //!    read-only ones. A volume directory itself is bound, so swapping its `..data` symlink
 //!    shows inside at once.
+//!    Then (PW-42, PW-44, `security.rs`): a container that is not privileged gets `/sys`
+//!    (and each mount below it) read-only, `/proc/{bus,fs,irq,sys,sysrq-trigger}` read-only
+//!    and runc's masked paths (`/proc/kcore`, `/proc/keys`, `/sys/firmware`, …) covered; a
+//!    privileged one gets the host's `/dev` (bound recursively) instead of its own; with
+//!    `read_only_root` the root and `/tmp` are remounted read-only (as root only).
 //! 8. `pivot_root` into the new root and detach the old one.
-//! 9. `setgroups` (as root only), `setresgid`, `setresuid`.
+//! 9. Drop from the bounding set every capability the spec does not keep (PW-44); `setgroups`
+//!    (as root only), `setresgid`, `setresuid`; a process still root keeps exactly the
+//!    spec's capabilities; `no_new_privs` when the spec asks for it (PW-43).
 //! 10. Create the working directory if missing (as the container's user) and enter it.
 //! 11. Find the program (a path, or a name in the environment's `PATH`) and execute it with the
 //!     process's environment.
@@ -112,6 +119,7 @@ mod exec;
 mod mirror;
 mod paths;
 mod root;
+mod security;
 mod spec_file;
 mod userns;
 
@@ -254,6 +262,7 @@ fn start(spec: &LaunchSpec) -> Result<Infallible, SandboxError> {
     for entry in &spec.mounts {
         root::bind_volume(&root, &entry.source, &entry.target, entry.read_only)?;
     }
+    security::protect(&root, spec, privilege)?;
     // (8)
     unistd::chdir(&root)
         .and_then(|()| unistd::pivot_root(".", "."))
@@ -261,6 +270,7 @@ fn start(spec: &LaunchSpec) -> Result<Infallible, SandboxError> {
         .and_then(|()| unistd::chdir("/"))
         .map_err(|e| SandboxError::PivotRoot(root.clone(), e))?;
     // (9)
+    security::limit_bounding_set(spec)?;
     let groups: Vec<Gid> = spec.groups.iter().copied().map(Gid::from_raw).collect();
     let (uid, gid) = (Uid::from_raw(spec.uid), Gid::from_raw(spec.gid));
     match privilege {
@@ -276,6 +286,7 @@ fn start(spec: &LaunchSpec) -> Result<Infallible, SandboxError> {
         groups: spec.groups.clone(),
         source,
     })?;
+    security::restrict_process(spec)?;
     // (10)
     let _ = fs::create_dir_all(&spec.working_dir);
     std::env::set_current_dir(&spec.working_dir)

@@ -12,6 +12,7 @@ use super::dev::{self, Nodes};
 use super::error::SandboxError;
 use super::mirror::{self, Plan};
 use super::paths::{self, DEV, KERNEL_TREES, TMP};
+use super::security;
 use crate::spec::LaunchSpec;
 
 /// How the init process holds the privilege to mount.
@@ -76,7 +77,10 @@ pub(super) fn build_root(spec: &LaunchSpec, privilege: Privilege) -> Result<Path
         Privilege::Root => Nodes::Made,
         Privilege::UserNamespace => Nodes::Bound,
     };
-    dev::mount_dev(&root, nodes)?;
+    match spec.privileged {
+        true => security::bind_host_dev(&root)?,
+        false => dev::mount_dev(&root, nodes)?,
+    }
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     paths::resolve_in_root(&root, Path::new(TMP))
         .and_then(|target| {
