@@ -9,7 +9,9 @@
 //! 4. A failed pod is retried as soon as an object it references changes (its manager knows
 //!    which pods reference what); a container that changed state re-syncs its pod (the
 //!    kubelet's PLEG).
-//! 5. Housekeeping forgets the finished workers of pods no longer known, and with each the
+//! 5. A pod for another operating system is rejected as the kubelet's admission rejects it
+//!    (PW-40): status `Failed`, one event, never handed to the workers.
+//! 6. Housekeeping forgets the finished workers of pods no longer known, and with each the
 //!    event publisher's entries of that pod: it was removed from the API and its termination
 //!    is over, so nothing reports on it again (`events.rs`, "Forgetting a pod").
 
@@ -22,6 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
+use nodelet_core::EventSink as _;
 use nodelet_core::{AdmittedPod, ObjectRef, PodDirs, PodUid};
 use nodelet_podworker::StatusSink as _;
 use nodelet_podworker::{PodUpdate, UpdateType, WorkerPhase};
@@ -114,13 +117,15 @@ pub(crate) async fn run(
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     let mut first_list = true;
     let mut container_changes = state.processes.as_ref().map(|p| p.changes());
+    // Pods the node did not admit (PW-40): reported once, never handed to the workers.
+    let mut rejected: HashSet<PodUid> = HashSet::new();
     // Pods whose worker was forgotten while the event queue was full: forgotten by the event
     // publisher at a later housekeeping.
     let mut unforgotten: Vec<PodUid> = Vec::new();
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
-            // (5)
+            // (6)
             _ = housekeeping.tick() => {
                 let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
                 unforgotten.extend(workers.sync_known_pods(&desired));
@@ -193,6 +198,9 @@ pub(crate) async fn run(
                 let Some(pod) = admit(pod, admission) else {
                     continue;
                 };
+                if reject(&state, &events, &mut rejected, &pod) {
+                    continue;
+                }
                 if let Some(l) = listing.as_mut() {
                     l.insert(pod.uid().clone());
                 }
@@ -233,6 +241,9 @@ pub(crate) async fn run(
                 let Some(pod) = admit(pod, admission) else {
                     continue;
                 };
+                if reject(&state, &events, &mut rejected, &pod) {
+                    continue;
+                }
                 state
                     .known_pods
                     .write()
@@ -250,6 +261,9 @@ pub(crate) async fn run(
                 let Some(pod) = admit(pod, admission) else {
                     continue;
                 };
+                if rejected.remove(pod.uid()) {
+                    continue;
+                }
                 state.known_pods.write().remove(pod.uid());
                 workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
             }
@@ -262,7 +276,38 @@ pub(crate) async fn run(
     state.metrics.set_watches("pods", 0);
 }
 
-/// Has `events` forget each pod of `pods` (module docs, (5)); those it refuses (the event queue
+/// PW-40, the kubelet's admission of a pod it has not seen yet: a pod for another operating
+/// system is rejected — one Warning event with the kubelet's reason and text, its status
+/// `Failed` — and never reaches the pod workers (no volume, no container). Whether `pod` is
+/// (or was already) rejected. A pod the workers already know was admitted.
+fn reject(
+    state: &AgentState,
+    events: &EventPublisher,
+    rejected: &mut HashSet<PodUid>,
+    pod: &AdmittedPod,
+) -> bool {
+    if rejected.contains(pod.uid()) {
+        return true;
+    }
+    if state.workers.phase(pod.uid()).is_some() {
+        return false;
+    }
+    let Err(rejection) = nodelet_podworker::admit(pod) else {
+        return false;
+    };
+    info!(pod.uid = %pod.uid(), reason = rejection.reason, "pod rejected");
+    events.event(
+        pod,
+        nodelet_core::EventType::Warning,
+        rejection.reason,
+        rejection.message.to_owned(),
+    );
+    state.status.rejected(pod, &rejection);
+    rejected.insert(pod.uid().clone());
+    true
+}
+
+/// Has `events` forget each pod of `pods` (module docs, (6)); those it refuses (the event queue
 /// is full) stay in `pods` for the next housekeeping.
 fn forget_events(events: &EventPublisher, pods: &mut Vec<PodUid>) {
     pods.retain(|uid| match events.forget(uid) {

@@ -572,6 +572,29 @@ impl StatusSink for StatusWriter {
     }
 }
 
+impl StatusWriter {
+    /// PW-40: `pod` was not admitted. Its status becomes `Failed` with the rejection's reason
+    /// and `Pod was rejected: <message>`, as the kubelet's `rejectPod` writes it; nothing else
+    /// of the pod is reported afterwards.
+    pub(crate) fn rejected(&self, pod: &AdmittedPod, rejection: &nodelet_podworker::Rejection) {
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let body = json!({"status": {
+            "phase": "Failed",
+            "reason": rejection.reason,
+            "message": rejection.status_message(),
+            "startTime": now,
+        }});
+        self.enqueue(
+            pod.uid().clone(),
+            Work::Patch {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                body,
+            },
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use nodelet_podworker::{ContainerConfigStatus, Readiness};

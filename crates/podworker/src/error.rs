@@ -161,6 +161,13 @@ pub enum RuntimeError {
         /// What was asked.
         what: &'static str,
     },
+    /// PW-41: the pod's sandbox cannot be made (a RuntimeClass the runtime has no handler
+    /// for): the `FailedCreatePodSandBox` event's text follows `Failed to create pod sandbox: `.
+    #[error("{message}")]
+    Sandbox {
+        /// Why.
+        message: String,
+    },
     /// Another runtime's failure.
     #[error("{message}")]
     Other {

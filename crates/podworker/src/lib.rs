@@ -122,6 +122,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod admission;
 mod env;
 mod env_file;
 mod error;
@@ -134,6 +135,7 @@ mod seams;
 mod sync;
 mod workers;
 
+pub use admission::{NODE_OS, Rejection, admit, rejection_reasons, runtime_class_refusal};
 pub use env::{
     ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSources, EnvValue, INVALID_ENV_NAMES,
     PodVolumes, ServiceEndpoint, resolve_env, service_variables,

@@ -19,6 +19,10 @@ use crate::workers::TerminatingPod;
 #[async_trait]
 impl RuntimeHook for ProcessRuntime {
     async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError> {
+        // PW-41: no sandbox, nothing started, for a pod naming a RuntimeClass.
+        if let Some(message) = crate::admission::runtime_class_refusal(pod) {
+            return Err(RuntimeError::Sandbox { message });
+        }
         let plan = ProcessRuntime::plan(self, pod);
         Ok(StartPlan {
             start: plan.start,

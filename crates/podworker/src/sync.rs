@@ -405,12 +405,21 @@ impl PodSyncer for ConfigSyncer {
         // (5)
         let pull_secrets = self.pull_secrets(pod).await;
         // (6)
-        let plan = self
-            .parts
-            .runtime
-            .plan(pod)
-            .await
-            .map_err(|source| SyncError::Runtime { source })?;
+        let plan = match self.parts.runtime.plan(pod).await {
+            Ok(plan) => plan,
+            Err(source) => {
+                // PW-41: the kubelet's event for a sandbox it cannot make; retried each sync.
+                if let RuntimeError::Sandbox { message } = &source {
+                    self.event(
+                        pod,
+                        EventType::Warning,
+                        crate::admission::rejection_reasons::FAILED_CREATE_POD_SANDBOX,
+                        format!("Failed to create pod sandbox: {message}"),
+                    );
+                }
+                return Err(SyncError::Runtime { source });
+            }
+        };
         for (name, _) in &plan.back_off {
             self.event(
                 pod,
