@@ -55,6 +55,10 @@ mod trust_bundles;
 mod process_runtime;
 // The service environment in running containers and an in-cluster kube-rs client (PW-15 … PW-17).
 mod service_env;
+// emptyDir (a sized tmpfs for medium Memory), hostPath types, readOnlyRootFilesystem,
+// no_new_privs, pods for another OS and pods naming a RuntimeClass (process runtime, needs
+// root).
+mod volumes_security;
 // The kubelet API (process runtime, needs root): the Node names it, `pods/log` and `kubectl
 // logs` reach it through the API server (tail, timestamps, follow, previous), and only the
 // cluster CA's authorized users get in.

@@ -81,7 +81,7 @@ fn state_files(root: &Path) -> Vec<(i32, u64)> {
 }
 
 /// An in-process agent with the process runtime and a short crash back-off.
-async fn start(allow_root: bool) -> (World, Reaper) {
+pub(crate) async fn start(allow_root: bool) -> (World, Reaper) {
     start_on(nodelet_apiserver::Config::default(), allow_root, |_, _| {}).await
 }
 
@@ -128,7 +128,7 @@ pub(crate) fn shell(script: &str) -> Value {
 }
 
 /// `shell(script)` with the extra container fields of `extra` (a JSON object).
-fn shell_with(script: &str, extra: Value) -> Value {
+pub(crate) fn shell_with(script: &str, extra: Value) -> Value {
     let mut c = shell(script);
     if let (Some(c), Value::Object(extra)) = (c.as_object_mut(), extra) {
         c.extend(extra);
@@ -144,17 +144,17 @@ pub(crate) fn create(world: &World, object: Value) -> Value {
         .unwrap_or_else(|e| panic!("creating an object: {e}"))
 }
 
-fn get_pod(world: &World, name: &str) -> Option<Value> {
+pub(crate) fn get_pod(world: &World, name: &str) -> Option<Value> {
     world.server.handle().get("v1", "Pod", Some(NS), name)
 }
 
-fn uid_of(pod: &Value) -> PodUid {
+pub(crate) fn uid_of(pod: &Value) -> PodUid {
     PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
         .unwrap_or_else(|e| panic!("the server's pod: {e}"))
 }
 
 /// Waits (bounded by [`PATIENCE`]) until pod `name` exists and `done` holds for it.
-async fn wait_for_pod(
+pub(crate) async fn wait_for_pod(
     world: &World,
     name: &str,
     what: &str,
@@ -189,7 +189,7 @@ pub(crate) async fn wait_for_phase(world: &World, name: &str, phase: &str) -> Va
 }
 
 /// The status of `container` in `pod` (`Null` when absent).
-fn container_status<'a>(pod: &'a Value, container: &str) -> &'a Value {
+pub(crate) fn container_status<'a>(pod: &'a Value, container: &str) -> &'a Value {
     pod["status"]["containerStatuses"]
         .as_array()
         .and_then(|a| a.iter().find(|c| c["name"] == container))
@@ -205,7 +205,7 @@ async fn wait_for_running(world: &World, name: &str) -> Value {
 }
 
 /// `<root>/logs/pods/<ns>_<name>_<uid>`.
-fn pod_log_dir(root: &Path, pod: &Value) -> PathBuf {
+pub(crate) fn pod_log_dir(root: &Path, pod: &Value) -> PathBuf {
     PodDirs::new(root).pod_logs(
         pod["metadata"]["namespace"].as_str().unwrap_or_default(),
         pod["metadata"]["name"].as_str().unwrap_or_default(),
@@ -215,7 +215,7 @@ fn pod_log_dir(root: &Path, pod: &Value) -> PathBuf {
 
 /// The newest instance's log of `container`, read by the code `nodelet logs` uses (empty when
 /// there is none yet).
-async fn read_log(root: &Path, pod: &Value, container: &str) -> String {
+pub(crate) async fn read_log(root: &Path, pod: &Value, container: &str) -> String {
     let dir = pod_log_dir(root, pod);
     let Some(latest) = logs::instances(&dir.join(container))
         .ok()
@@ -275,7 +275,7 @@ fn cri_messages(raw: &[u8]) -> String {
 }
 
 /// The core/v1 Events about `pod` (by UID), read through the admin client.
-async fn events_for(admin: &kube::Client, pod: &Value) -> Vec<Event> {
+pub(crate) async fn events_for(admin: &kube::Client, pod: &Value) -> Vec<Event> {
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(admin.clone(), NS);
     api.list(&ListParams::default())
@@ -288,7 +288,7 @@ async fn events_for(admin: &kube::Client, pod: &Value) -> Vec<Event> {
 }
 
 /// `(type, reason, message)` of events, for messages.
-fn summary(events: &[Event]) -> Vec<(String, String, String)> {
+pub(crate) fn summary(events: &[Event]) -> Vec<(String, String, String)> {
     events
         .iter()
         .map(|e| {
@@ -302,7 +302,7 @@ fn summary(events: &[Event]) -> Vec<(String, String, String)> {
 }
 
 /// Waits until an event about `pod` satisfies `matches`; returns it.
-async fn wait_for_event(
+pub(crate) async fn wait_for_event(
     admin: &kube::Client,
     pod: &Value,
     what: &str,
@@ -322,12 +322,12 @@ async fn wait_for_event(
     found.unwrap_or_else(|_| panic!("no event {what}; the pod's events: {:?}", summary(&last)))
 }
 
-fn event_is(e: &Event, type_: &str, reason: &str) -> bool {
+pub(crate) fn event_is(e: &Event, type_: &str, reason: &str) -> bool {
     e.type_.as_deref() == Some(type_) && e.reason.as_deref() == Some(reason)
 }
 
 /// Deletes pod `name` as a user does (`gracePeriodSeconds`).
-async fn delete_pod(world: &World, name: &str, grace_seconds: u32) {
+pub(crate) async fn delete_pod(world: &World, name: &str, grace_seconds: u32) {
     let api: Api<Pod> = Api::namespaced(world.admin.clone(), NS);
     let params = DeleteParams {
         grace_period_seconds: Some(grace_seconds),
@@ -340,7 +340,7 @@ async fn delete_pod(world: &World, name: &str, grace_seconds: u32) {
 
 /// Waits until pod `name` is gone from the API (the agent deletes it once its containers
 /// stopped and its volumes are torn down).
-async fn wait_gone(world: &World, name: &str) {
+pub(crate) async fn wait_gone(world: &World, name: &str) {
     let mut last = Value::Null;
     let gone = tokio::time::timeout(PATIENCE, async {
         loop {
@@ -361,7 +361,7 @@ async fn wait_gone(world: &World, name: &str) {
 }
 
 /// Deletes pod `name` and waits until it is gone.
-async fn delete_and_wait(world: &World, name: &str, grace_seconds: u32) {
+pub(crate) async fn delete_and_wait(world: &World, name: &str, grace_seconds: u32) {
     delete_pod(world, name, grace_seconds).await;
     wait_gone(world, name).await;
 }
