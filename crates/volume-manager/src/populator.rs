@@ -143,11 +143,13 @@ mod tests {
                 .container(json!({"name": "c", "volumeMounts": [
                     {"name": "cfg", "mountPath": "/a"},
                     {"name": "host", "mountPath": "/h"},
+                    {"name": "claim", "mountPath": "/c"},
                     {"name": "../evil", "mountPath": "/e"}]}))
                 .config_map_volume("cfg", "cm")
                 .secret_volume("init-cfg", "s")
                 .config_map_volume("unused", "cm2")
                 .volume(json!({"name": "host", "hostPath": {"path": "/"}}))
+                .volume(json!({"name": "claim", "persistentVolumeClaim": {"claimName": "c"}}))
                 .config_map_volume("../evil", "cm")
                 .build(),
         )
@@ -167,14 +169,15 @@ mod tests {
             names,
             [
                 "kubernetes.io/configmap/u1-cfg",
-                "kubernetes.io/secret/u1-init-cfg"
+                "kubernetes.io/secret/u1-init-cfg",
+                "kubernetes.io/host-path/u1-host"
             ]
         );
         assert_eq!(
             d.unsupported,
             vec![UnsupportedVolume {
-                name: "host".into(),
-                volume_type: "hostPath".into()
+                name: "claim".into(),
+                volume_type: "persistentVolumeClaim".into()
             }]
         );
         assert_eq!(d.errors.len(), 1);
@@ -190,6 +193,6 @@ mod tests {
     fn expected_volumes_are_the_supported_used_ones() {
         let expected = expected_volumes(&u1(), &pod(), &PluginRegistry::default());
         let outer: Vec<_> = expected.iter().map(|(o, _)| o.as_str()).collect();
-        assert_eq!(outer, ["cfg", "init-cfg", "../evil"]);
+        assert_eq!(outer, ["cfg", "init-cfg", "host", "../evil"]);
     }
 }

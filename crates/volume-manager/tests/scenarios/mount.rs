@@ -303,7 +303,7 @@ async fn projected_source_errors_are_aggregated() {
 }
 
 // Unsupported volume types are reported once and do not block the supported ones; emptyDir
-// volumes are created.
+// volumes are created and hostPath ones checked (PL-30, PL-33).
 #[tokio::test]
 async fn unsupported_volumes_are_reported_once_and_do_not_block_the_pod() {
     let env = Env::start().await;
@@ -311,7 +311,8 @@ async fn unsupported_volumes_are_reported_once_and_do_not_block_the_pod() {
     let pod = env.create_pod(
         "p",
         json!([
-            {"name": "host", "hostPath": {"path": "/var/log"}},
+            {"name": "claim", "persistentVolumeClaim": {"claimName": "c"}},
+            {"name": "host", "hostPath": {"path": "/var/log", "type": "Directory"}},
             {"name": "scratch", "emptyDir": {}},
             {"name": "cfg", "configMap": {"name": "cm"}}
         ]),
@@ -322,20 +323,31 @@ async fn unsupported_volumes_are_reported_once_and_do_not_block_the_pod() {
         .unwrap();
     let unsupported = env.events.with_reason(reasons::UNSUPPORTED_VOLUME);
     assert_eq!(unsupported.len(), 1);
-    assert!(unsupported[0].message.contains("\"host\""));
-    assert!(unsupported[0].message.contains("hostPath"));
+    assert!(unsupported[0].message.contains("\"claim\""));
+    assert!(unsupported[0].message.contains("persistentVolumeClaim"));
     assert!(env.dir(&pod, "kubernetes.io/empty-dir", "scratch").is_dir());
+    // A hostPath volume has no directory under the pod: it is the node's path.
+    assert!(!env.dir(&pod, "kubernetes.io/host-path", "host").exists());
     let snapshot = env.vm.snapshot();
-    let host = snapshot[0]
-        .volumes
-        .iter()
-        .find(|v| v.name == "host")
-        .unwrap();
+    let volume = |name: &str| {
+        snapshot[0]
+            .volumes
+            .iter()
+            .find(|v| v.name == name)
+            .unwrap()
+            .state
+            .clone()
+    };
     assert_eq!(
-        host.state,
+        volume("claim"),
         VolumeState::Unsupported {
-            volume_type: "hostPath".into()
+            volume_type: "persistentVolumeClaim".into()
         }
+    );
+    assert!(
+        !matches!(volume("host"), VolumeState::Unsupported { .. }),
+        "{:?}",
+        volume("host")
     );
 }
 
