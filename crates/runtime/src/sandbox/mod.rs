@@ -262,7 +262,7 @@ fn start(spec: &LaunchSpec) -> Result<Infallible, SandboxError> {
     for entry in &spec.mounts {
         root::bind_volume(&root, &entry.source, &entry.target, entry.read_only)?;
     }
-    security::protect(&root, spec, privilege)?;
+    security::protect(&root, spec, privilege == Privilege::Root)?;
     // (8)
     unistd::chdir(&root)
         .and_then(|()| unistd::pivot_root(".", "."))

@@ -13,7 +13,6 @@ use nix::unistd::Uid;
 use super::binds;
 use super::error::SandboxError;
 use super::paths;
-use super::root::Privilege;
 use crate::spec::LaunchSpec;
 
 /// Paths under `/proc` a container that is not privileged sees read-only (runc's
@@ -42,7 +41,8 @@ const MASKED_PATHS: [&str; 11] = [
     "/sys/devices/virtual/powercap",
 ];
 
-/// Step 7b, under `root` before `pivot_root` (PW-42, PW-44):
+/// Step 7b, under `root` before `pivot_root` (PW-42, PW-44); `as_root`: the init process runs
+/// as root (not in a user namespace of its own):
 /// 1. not privileged (and the agent is root): `/sys` and every mount below it read-only, the
 ///    read-only paths of `/proc` bound read-only on themselves, the masked paths covered;
 /// 2. `read_only_root`: the root and the container's `/tmp` remounted read-only (the
@@ -52,13 +52,9 @@ const MASKED_PATHS: [&str; 11] = [
 /// # Errors
 /// [`SandboxError::ProtectKernelTree`], [`SandboxError::ReadOnlyRoot`],
 /// [`SandboxError::ReadOnlyRootWithoutRoot`].
-pub(super) fn protect(
-    root: &Path,
-    spec: &LaunchSpec,
-    privilege: Privilege,
-) -> Result<(), SandboxError> {
+pub(super) fn protect(root: &Path, spec: &LaunchSpec, as_root: bool) -> Result<(), SandboxError> {
     // (1)
-    if !spec.privileged && privilege == Privilege::Root {
+    if !spec.privileged && as_root {
         let mountinfo = fs::read("/proc/self/mountinfo").map_err(SandboxError::ReadMountInfo)?;
         let sys = root.join("sys");
         for mount in paths::mount_points(&mountinfo) {
@@ -95,7 +91,7 @@ pub(super) fn protect(
     }
     // (2)
     if spec.read_only_root {
-        if privilege != Privilege::Root {
+        if !as_root {
             return Err(SandboxError::ReadOnlyRootWithoutRoot);
         }
         for target in [
