@@ -169,7 +169,7 @@ fn wanted(spec: &LaunchSpec) -> Result<Option<CapsHashSet>, SandboxError> {
 /// [`SandboxError::HostDev`].
 pub(super) fn bind_host_dev(root: &Path) -> Result<(), SandboxError> {
     let target: PathBuf = paths::under(root, Path::new(paths::DEV));
-    fs::create_dir_all(&target).map_err(|e| SandboxError::HostDev(e.into()))?;
+    fs::create_dir_all(&target).map_err(SandboxError::HostDev)?;
     binds::bind(Path::new(paths::DEV), &target, MsFlags::MS_REC)
         .map_err(|e| SandboxError::HostDev(e.into()))
 }
