@@ -331,7 +331,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
     /// Root directory for pod files (default: `/var/lib/nodelet`; with --manifests:
-    /// `./nodelet-data`).
+    /// `./nodelet-data`); a relative path is made absolute against the current directory at
+    /// start.
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
     /// A KubeletConfiguration YAML file (subset, see the README); flags override it.
@@ -502,11 +503,39 @@ pub struct Settings {
 }
 
 impl RunArgs {
-    /// Resolves flags, the config file and mode defaults into [`Settings`].
+    /// Resolves flags, the config file and mode defaults into [`Settings`]; a relative
+    /// `--root-dir` (the offline default `./nodelet-data` is one) is made absolute against the
+    /// current directory, once, here.
     ///
     /// # Errors
     /// [`ConfigError`] naming the field or flag.
     pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let cwd = std::env::current_dir();
+        self.resolve(|| {
+            cwd.as_deref().map_err(|e| {
+                invalid(
+                    "--root-dir",
+                    format!("a relative path needs the current directory: {e}"),
+                )
+            })
+        })
+    }
+
+    /// [`RunArgs::settings`] with a relative `--root-dir` resolved against `base` instead of
+    /// the current directory (`base` should be absolute).
+    ///
+    /// # Errors
+    /// As [`RunArgs::settings`].
+    pub fn settings_in(&self, base: &Path) -> Result<Settings, ConfigError> {
+        self.resolve(|| Ok(base))
+    }
+
+    /// [`RunArgs::settings`], with `base` giving the directory relative paths are taken from
+    /// (asked only when one is relative).
+    fn resolve<'b>(
+        &self,
+        base: impl FnOnce() -> Result<&'b Path, ConfigError>,
+    ) -> Result<Settings, ConfigError> {
         let file = match &self.config {
             Some(path) => read_file_config(path)?,
             None => FileConfig::default(),
@@ -554,6 +583,13 @@ impl RunArgs {
             (Some(d), _) => d.clone(),
             (None, true) => PathBuf::from(DEFAULT_EMBEDDED_ROOT_DIR),
             (None, false) => PathBuf::from(DEFAULT_ROOT_DIR),
+        };
+        // Everything downstream (volume mounts in a container's namespace, the lock, the
+        // admin kubeconfig, logs) sees the one absolute path.
+        let root_dir = if root_dir.is_relative() {
+            absolute_path(&root_dir, base()?)
+        } else {
+            root_dir
         };
         let mut agent = AgentConfig::new(node_name, root_dir);
 
@@ -774,6 +810,12 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
         };
         invalid(&path.display().to_string(), text)
     })
+}
+
+/// `path` made absolute against `base` (itself absolute), lexically: `.` components are
+/// dropped, `..` and symbolic links are kept as they are (the directory need not exist yet).
+fn absolute_path(path: &Path, base: &Path) -> PathBuf {
+    base.join(path).components().collect()
 }
 
 /// Parses a Go duration (`1m0s`, `90s`, `1h30m`, `500ms`, `0`).
@@ -1008,10 +1050,13 @@ mod tests {
     #[cfg(feature = "embedded")]
     #[test]
     fn manifests_mode_has_a_default_node_name_root_dir_and_registers_the_node() {
-        let s = cli(&["--manifests", "./examples"]).settings();
+        let s = cli(&["--manifests", "./examples"]).settings_in(Path::new("/home/dev/nodelet"));
         let s = s.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.agent.node_name, "nodelet");
-        assert_eq!(s.agent.root_dir, PathBuf::from("./nodelet-data"));
+        assert_eq!(
+            s.agent.root_dir,
+            PathBuf::from("/home/dev/nodelet/nodelet-data")
+        );
         assert!(s.agent.register_node);
         assert_eq!(
             s.agent.listen.map(|a| a.to_string()).as_deref(),
@@ -1033,9 +1078,50 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.agent.root_dir, PathBuf::from("/var/lib/nodelet"));
         let s = cli(&["--node-name", "n", "--root-dir", "./var"])
+            .settings_in(Path::new("/srv"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.agent.root_dir, PathBuf::from("/srv/var"));
+    }
+
+    #[test]
+    fn a_relative_root_dir_is_made_absolute_against_the_current_directory_once() {
+        let cwd = std::env::current_dir().unwrap_or_else(|e| panic!("{e}"));
+        let s = cli(&["--node-name", "n", "--root-dir", "data"])
             .settings()
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s.agent.root_dir, PathBuf::from("./var"));
+        assert_eq!(s.agent.root_dir, cwd.join("data"));
+        assert!(s.agent.root_dir.is_absolute());
+        let s = cli(&["--node-name", "n", "--root-dir", "/abs/x"])
+            .settings_in(Path::new("/elsewhere"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.agent.root_dir,
+            PathBuf::from("/abs/x"),
+            "absolute: as given"
+        );
+    }
+
+    #[test]
+    fn absolute_path_joins_a_relative_path_to_the_base_and_drops_dot_components() {
+        let base = Path::new("/work/tree");
+        assert_eq!(
+            absolute_path(Path::new("./nodelet-data"), base),
+            PathBuf::from("/work/tree/nodelet-data")
+        );
+        assert_eq!(
+            absolute_path(Path::new("a/./b/"), base),
+            PathBuf::from("/work/tree/a/b")
+        );
+        // `..` stays: through a symbolic link it need not mean the lexical parent.
+        assert_eq!(
+            absolute_path(Path::new("../x"), base),
+            PathBuf::from("/work/tree/../x")
+        );
+        assert_eq!(absolute_path(Path::new("/y"), base), PathBuf::from("/y"));
+        assert_eq!(
+            absolute_path(Path::new("."), base),
+            PathBuf::from("/work/tree")
+        );
     }
 
     #[cfg(not(feature = "embedded"))]

@@ -597,6 +597,62 @@ async fn a_running_container_sees_a_config_map_update_in_its_mounted_file() {
     world.stop().await;
 }
 
+/// `--root-dir data` as a newcomer types it (the offline default, `./nodelet-data`, is relative
+/// too): the configuration resolves it against the directory the agent starts in, so a
+/// container's configMap volume is mounted from an absolute source. A relative source would
+/// not be found from inside the container's mount namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_root_dir_from_the_command_line_still_mounts_a_config_map_into_a_container() {
+    use clap::Parser as _;
+    require_root();
+    let mut data = PathBuf::new();
+    let world = World::start_with(|c| {
+        // The world's temporary directory stands for the directory the agent is started in.
+        let base = c.root_dir.clone();
+        let cli = nodelet::Cli::try_parse_from([
+            "nodelet",
+            "--node-name",
+            NODE,
+            "--root-dir",
+            "data",
+            "--runtime",
+            "process",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let settings = cli.run.settings_in(&base).unwrap_or_else(|e| panic!("{e}"));
+        c.root_dir = settings.agent.root_dir;
+        c.runtime = settings.agent.runtime;
+        c.container_init = Some(vec![
+            env!("CARGO_BIN_EXE_nodelet").into(),
+            "container-init".into(),
+        ]);
+        data = c.root_dir.clone();
+    })
+    .await;
+    let _reaper = Reaper(data.clone());
+    assert_eq!(data, world.root_dir().join("data"));
+    create(
+        &world,
+        ConfigMapBuilder::new(NS, "cm")
+            .data("key", "mounted")
+            .json(),
+    );
+    let created = create(
+        &world,
+        pod("relative")
+            .spec(json!({"securityContext": {"runAsUser": 1000}}))
+            .container(shell_with(
+                "while true; do cat /etc/config/key; echo; sleep 0.2; done",
+                json!({"volumeMounts": [{"name": "config", "mountPath": "/etc/config"}]}),
+            ))
+            .config_map_volume("config", "cm")
+            .json(),
+    );
+    wait_for_log(&data, &created, &["mounted\n"]).await;
+    delete_and_wait(&world, "relative", 1).await;
+    world.stop().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Restart policies
 // ---------------------------------------------------------------------------------------------
