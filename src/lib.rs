@@ -163,9 +163,7 @@ pub async fn start_embedded_with(
     let sync = ManifestSync::start(server.handle(), manifests)
         .await
         .with_context(|| format!("loading manifests from {}", manifests.display()))?;
-    for problem in sync.errors() {
-        warn!(?problem, "manifest not applied");
-    }
+    // Its problems are logged by the sync itself, once per content of their file.
     let yaml = server.kubeconfig_yaml(&User::node(node));
     let node_client = client_from_yaml(&yaml, protocol).await?;
     Ok(Embedded {

@@ -14,6 +14,10 @@
 //!    not YAML is reported with its path and error ([`ManifestSync::errors`]); every bad
 //!    document is reported with its path, its index in the file and the reason. A file with a
 //!    problem keeps the objects it defined before (its good documents are still applied).
+//!    A file with a problem is tried again on every pass (an object it needs may come from
+//!    another file), but each problem is logged once per content of its file: again only
+//!    when the file changes or the problem does, and a file whose problems are gone is logged
+//!    as applied.
 //! 4. Create the namespaces the objects reference but no file defines.
 //! 5. Create or replace (unconditionally) the objects of the changed files, namespaces first,
 //!    then service accounts.
@@ -123,11 +127,19 @@ struct FileState {
 /// An object's manifest document as last applied.
 type Applied = HashMap<ObjKey, Value>;
 
+/// The problems of one file as last logged, and a digest of the content they were found in.
+struct Logged {
+    digest: u64,
+    problems: Vec<DocProblem>,
+}
+
 struct Syncer {
     handle: ServerHandle,
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
     problems: BTreeMap<PathBuf, Vec<DocProblem>>,
+    /// What was logged of each file with problems (a problem is logged once per content).
+    logged: BTreeMap<PathBuf, Logged>,
     applied: Applied,
     passes: u64,
 }
@@ -141,14 +153,7 @@ impl ManifestSync {
     /// [`ManifestError::ReadDir`] if `dir` cannot be listed, [`ManifestError::Watch`] if it
     /// cannot be watched. Malformed files are not errors: see [`ManifestSync::report`].
     pub async fn start(handle: ServerHandle, dir: &Path) -> Result<ManifestSync, ManifestError> {
-        let mut syncer = Syncer {
-            handle,
-            dir: dir.to_path_buf(),
-            files: BTreeMap::new(),
-            problems: BTreeMap::new(),
-            applied: Applied::new(),
-            passes: 0,
-        };
+        let mut syncer = Syncer::new(handle, dir);
         std::fs::read_dir(dir).map_err(|source| ManifestError::ReadDir {
             path: dir.to_path_buf(),
             source,
@@ -227,6 +232,18 @@ impl Drop for ManifestSync {
 }
 
 impl Syncer {
+    fn new(handle: ServerHandle, dir: &Path) -> Self {
+        Syncer {
+            handle,
+            dir: dir.to_path_buf(),
+            files: BTreeMap::new(),
+            problems: BTreeMap::new(),
+            logged: BTreeMap::new(),
+            applied: Applied::new(),
+            passes: 0,
+        }
+    }
+
     fn pass(&mut self) -> SyncReport {
         let span = tracing::debug_span!("manifest sync", dir = %self.dir.display());
         let _enter = span.enter();
@@ -252,7 +269,6 @@ impl Syncer {
                     changed.push((path.clone(), docs));
                 }
                 Err(error) => {
-                    tracing::warn!(path = %path.display(), %error, "malformed manifest; keeping its objects");
                     self.problems.insert(path.clone(), vec![(None, error)]);
                 }
             }
@@ -301,10 +317,7 @@ impl Syncer {
                 };
                 match result {
                     Ok(k) => keys.push(k),
-                    Err(error) => {
-                        tracing::warn!(path = %path.display(), document = doc.index, %error, "manifest document not applied");
-                        failures.push((Some(doc.index), error));
-                    }
+                    Err(error) => failures.push((Some(doc.index), error)),
                 }
             }
             if unreadable {
@@ -346,6 +359,7 @@ impl Syncer {
                 tracing::debug!(%error, name, "deleting an object whose manifest is gone");
             }
         }
+        self.log_problems(&now);
         self.passes += 1;
         SyncReport {
             passes: self.passes,
@@ -360,6 +374,57 @@ impl Syncer {
                     })
                 })
                 .collect(),
+        }
+    }
+
+    /// Logs what changed in the files' problems since they were last logged: each problem of a
+    /// file whose content changed, each new problem of an unchanged file, and a file whose
+    /// problems are gone. A problem seen again in the same content is not logged again.
+    fn log_problems(&mut self, now: &BTreeMap<PathBuf, Vec<u8>>) {
+        self.logged.retain(|path, _| now.contains_key(path));
+        for (path, bytes) in now {
+            let problems = self.problems.get(path);
+            let digest = digest(bytes);
+            let before = self.logged.get(path);
+            match problems {
+                Some(problems) => {
+                    let same_content = before.is_some_and(|b| b.digest == digest);
+                    for (document, error) in problems {
+                        let seen = same_content
+                            && before.is_some_and(|b| {
+                                b.problems.iter().any(|(d, e)| d == document && e == error)
+                            });
+                        if seen {
+                            continue;
+                        }
+                        match document {
+                            Some(document) => tracing::warn!(
+                                path = %path.display(),
+                                document,
+                                %error,
+                                "manifest document not applied"
+                            ),
+                            None => tracing::warn!(
+                                path = %path.display(),
+                                %error,
+                                "malformed manifest; keeping its objects"
+                            ),
+                        }
+                    }
+                    self.logged.insert(
+                        path.clone(),
+                        Logged {
+                            digest,
+                            problems: problems.clone(),
+                        },
+                    );
+                }
+                None => {
+                    if self.logged.remove(path).is_some() {
+                        tracing::info!(path = %path.display(), "manifest applied");
+                    }
+                }
+            }
         }
     }
 
@@ -467,6 +532,13 @@ fn key_of(handle: &ServerHandle, obj: &Value) -> Option<ObjKey> {
         ""
     };
     Some((res, ns.to_string(), meta_str(obj, "name")?.to_string()))
+}
+
+/// A digest of a file's content: tells a new edit from the content a problem was logged for.
+fn digest(bytes: &[u8]) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(bytes, &mut hasher);
+    std::hash::Hasher::finish(&hasher)
 }
 
 /// (1) Manifest files under `dir`, recursively, hidden entries skipped; unreadable ones too.
@@ -639,6 +711,92 @@ data:
         assert_eq!(
             objs[1]["data"],
             json!({"script": "chmod 0400 file\nmode: 0400\n", "zero": "0", "nine": "0400"})
+        );
+    }
+
+    /// What `tracing` logged while it was the default writer, as plain text.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        /// Lines that contain `needle`.
+        fn count(&self, needle: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock())
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count()
+        }
+    }
+
+    fn config_map(key: &str) -> String {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\ndata: {{\"{key}\": v}}\n")
+    }
+
+    /// The regression: a file with a bad document was reported on every pass, and a pass
+    /// follows every file-system event in the directory (383 lines in 40 s).
+    #[tokio::test]
+    async fn a_bad_document_is_logged_once_per_content_of_its_file_and_its_fix_as_applied() {
+        let server = crate::ApiServer::start(crate::Config::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cm.yaml");
+        let broken = dir.path().join("broken.yaml");
+        std::fs::write(&file, config_map("bad key!")).unwrap();
+        std::fs::write(&broken, "a: [unclosed").unwrap();
+        let mut syncer = Syncer::new(server.handle(), dir.path());
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let not_applied = "manifest document not applied";
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..3 {
+                let report = syncer.pass();
+                assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+            }
+            assert_eq!(logs.count(not_applied), 1);
+            assert_eq!(logs.count("a valid config key must consist of"), 1);
+            assert_eq!(logs.count("malformed manifest"), 1);
+            // Written again with the same content: nothing new to say.
+            std::fs::write(&file, config_map("bad key!")).unwrap();
+            syncer.pass();
+            assert_eq!(logs.count(not_applied), 1);
+            // A new edit that is still bad is reported again, once.
+            std::fs::write(&file, config_map("still bad!")).unwrap();
+            syncer.pass();
+            syncer.pass();
+            assert_eq!(logs.count(not_applied), 2);
+            assert_eq!(logs.count("still bad!"), 1);
+            // Fixed: reported as applied, once, and the object is there.
+            std::fs::write(&file, config_map("good")).unwrap();
+            syncer.pass();
+            syncer.pass();
+            assert_eq!(logs.count("manifest applied"), 1);
+            assert_eq!(logs.count(not_applied), 2);
+            // Broken again, with the content it had before the fix: reported again.
+            std::fs::write(&file, config_map("still bad!")).unwrap();
+            syncer.pass();
+            assert_eq!(logs.count(not_applied), 3);
+            assert_eq!(logs.count("malformed manifest"), 1);
+        });
+        assert!(
+            server
+                .handle()
+                .get("v1", "ConfigMap", Some("default"), "c")
+                .is_some_and(|c| c["data"]["good"] == "v")
         );
     }
 
