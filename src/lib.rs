@@ -129,9 +129,9 @@ impl std::fmt::Debug for Embedded {
 /// Starts `nodelet-apiserver` over HTTPS (a CA generated at start, published as
 /// `kube-root-ca.crt` in every namespace) with authentication, the Node authorizer, a `default`
 /// ServiceAccount per namespace and ServiceAccount admission (pods get the `kube-api-access-*`
-/// token volume a cluster gives them), loads
-/// `manifests` (edits apply live), and builds a client for `node` with a node identity that
-/// trusts that CA.
+/// token volume a cluster gives them), binds every pod that names no node to `node` (with the
+/// `Scheduled` event, as a scheduler of this one-node cluster would), loads `manifests` (edits
+/// apply live), and builds a client for `node` with a node identity that trusts that CA.
 ///
 /// # Errors
 /// The server cannot start, the directory cannot be read or watched.
@@ -156,7 +156,9 @@ pub async fn start_embedded_with(
         .with_auth()
         .with_tls()
         .like_a_cluster()
-        .with_certificates();
+        .with_certificates()
+        // One node: a pod that names none is bound to it, as a scheduler would.
+        .schedule_to(node);
     let server = ApiServer::start(config)
         .await
         .context("starting the embedded API server")?;

@@ -123,6 +123,85 @@ async fn an_offline_pod_mounts_the_kube_api_access_volume_a_cluster_gives_it() {
     embedded.server.shutdown().await;
 }
 
+/// Offline there is one node, so a manifest pod that names none is bound to the agent's node
+/// as a scheduler would bind it (with the `Scheduled` event) and the agent materializes it; a
+/// pod bound to another node stays there; editing the scheduled pod's manifest keeps its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_pod_without_a_node_is_scheduled_to_the_agent_and_mounted_there() {
+    let manifests = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(manifests.path(), "cm.yaml", &config_map("hello"));
+    let pod = |labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: default\n  labels: {{{labels}}}\nspec:\n  containers:\n  - name: c\n    image: x\n    volumeMounts: [{{name: v, mountPath: /v}}]\n  volumes:\n  - name: v\n    configMap: {{name: app}}\n"
+        )
+    };
+    write(manifests.path(), "pod.yaml", &pod("app: p"));
+    write(
+        manifests.path(),
+        "elsewhere.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: q\n  namespace: default\nspec:\n  nodeName: other-node\n  containers:\n  - name: c\n    image: x\n",
+    );
+    let embedded = nodelet::start_embedded(manifests.path(), NODE)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let agent = Agent::start(agent_config(root.path()), embedded.node_client.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let handle = embedded.server.handle();
+    let get = |name: &str| {
+        handle
+            .get("v1", "Pod", Some("default"), name)
+            .unwrap_or_else(|| panic!("pod {name} not loaded from the manifests"))
+    };
+    let uid = get("p")["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let file = root.path().join(format!(
+        "pods/{uid}/volumes/kubernetes.io~configmap/v/greeting"
+    ));
+    wait_for_content(&file, b"hello")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(get("p")["spec"]["nodeName"], NODE);
+    assert_eq!(get("q")["spec"]["nodeName"], "other-node");
+    let scheduled: Vec<serde_json::Value> = handle
+        .list("v1", "Event", Some("default"))
+        .into_iter()
+        .filter(|e| e["reason"] == "Scheduled")
+        .collect();
+    assert_eq!(scheduled.len(), 1, "{scheduled:?}");
+    assert_eq!(
+        scheduled[0]["message"],
+        format!("Successfully assigned default/p to {NODE}")
+    );
+    assert_eq!(scheduled[0]["type"], "Normal");
+    assert_eq!(scheduled[0]["reportingComponent"], "default-scheduler");
+    assert_eq!(scheduled[0]["involvedObject"]["uid"], uid.as_str());
+
+    write(manifests.path(), "pod.yaml", &pod("app: p, edited: 'yes'"));
+    let edited = wait_for("the edited label", || async {
+        let p = get("p");
+        if p["metadata"]["labels"]["edited"] == "yes" {
+            Ok(p)
+        } else {
+            Err(format!(
+                "labels {}; problems {:?}",
+                p["metadata"]["labels"],
+                embedded.sync.errors()
+            ))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(edited["spec"]["nodeName"], NODE, "the edit keeps the node");
+    assert_eq!(edited["metadata"]["uid"], uid.as_str(), "updated in place");
+    agent.shutdown().await;
+    drop(embedded.sync);
+    embedded.server.shutdown().await;
+}
+
 /// `nodelet --manifests`: the admin kubeconfig carries the CA and a token, is readable only by
 /// its owner, and reaches the embedded server over HTTPS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

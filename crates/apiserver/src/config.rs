@@ -117,6 +117,11 @@ pub struct Config {
     /// answers. Default off (tests stay fast); [`CostModel::like_kube_apiserver`] is
     /// the measured v1.36.2 server, for benchmarks.
     pub cost_model: CostModel,
+    /// Bind every pod that names no node to this node, as kube-scheduler would with one node,
+    /// with the `Scheduled` event it writes (`scheduler.rs`): what offline mode's one-node
+    /// cluster needs. Default `None`: nothing binds a pod but a client (a test, a real
+    /// scheduler) through `pods/binding`.
+    pub schedule_to: Option<String>,
 }
 
 impl Default for Config {
@@ -146,6 +151,7 @@ impl Default for Config {
             feature_gates: Vec::new(),
             node_authorizer_lag: Duration::from_millis(50),
             cost_model: CostModel::default(),
+            schedule_to: None,
         }
     }
 }
@@ -169,6 +175,7 @@ impl std::fmt::Debug for Config {
             .field("feature_gates", &self.feature_gates)
             .field("node_authorizer_lag", &self.node_authorizer_lag)
             .field("cost_model", &self.cost_model)
+            .field("schedule_to", &self.schedule_to)
             .finish_non_exhaustive()
     }
 }
@@ -293,6 +300,13 @@ impl Config {
         self.auto_service_accounts = true;
         self.publish_root_ca = true;
         self.service_account_admission = true;
+        self
+    }
+
+    /// Sets [`Config::schedule_to`]: pods that name no node are bound to `node`.
+    #[must_use]
+    pub fn schedule_to(mut self, node: &str) -> Self {
+        self.schedule_to = Some(node.to_string());
         self
     }
 

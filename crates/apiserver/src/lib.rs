@@ -29,7 +29,8 @@
 //!   the server's cluster CA ([`ApiServer::kubelet_client_ca_pem`]; more client certificates
 //!   from [`ApiServer::issue_client_certificate`]).
 //! - [`ManifestSync`]: offline mode's object source, a directory of YAML manifests kept in sync
-//!   with the store.
+//!   with the store; [`Config::schedule_to`] binds the pods that name no node to offline
+//!   mode's one node, as a scheduler would.
 //! - `certificates.k8s.io/v1beta1` ClusterTrustBundles and PodCertificateRequests, served only
 //!   with [`Config::with_certificates`] (or [`Config::runtime_config`] plus
 //!   [`Config::feature_gate`]), as upstream; with the `testing` feature,
@@ -113,6 +114,7 @@ mod protobuf;
 mod registry;
 mod resources;
 mod reviews;
+mod scheduler;
 mod selectors;
 mod server;
 mod services;

@@ -15,6 +15,8 @@
 //! failures a real server shows by itself (GOAWAY on HTTP/2, 429 under load, no streaming
 //! lists); all are off by default. `--node-authorizer-lag 50ms` (the default) is how long the
 //! Node authorizer takes to see a pod write (`0` for immediately consistent).
+//! `--schedule-to NODE` binds every pod that names no node to NODE (offline mode's one-node
+//! scheduler).
 //! `--like-kube-apiserver-costs` (with `--read-latency`, `--write-latency`,
 //! `--cost-concurrency`, `--progress-period` over it) makes answers cost what a real server's
 //! do (off by default). `--runtime-config certificates.k8s.io/v1beta1=true` with
@@ -94,6 +96,11 @@ struct Cli {
     /// or milliseconds (`50`); `0` is immediately consistent. Default 50ms.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     node_authorizer_lag: Option<Duration>,
+    /// Bind every pod that names no node to NODE, with the `Scheduled` event, as
+    /// kube-scheduler would on a one-node cluster (what the agent's offline mode does). Default:
+    /// off, a pod stays unbound until a client binds it.
+    #[arg(long, value_name = "NODE")]
+    schedule_to: Option<String>,
     /// Make answers cost what they cost a measured v1.36.2 kube-apiserver + etcd
     /// (`CostModel::like_kube_apiserver`: 16 ms on one of 74 places before a GET, LIST or
     /// watch-list answers, a consistent read's wait for a progress notification every 100 ms
@@ -277,6 +284,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .max_requests_in_flight(cli.max_requests_inflight)
         .watch_list(!cli.no_watch_list)
         .cost_model(cost_model(&cli));
+    if let Some(node) = &cli.schedule_to {
+        config = config.schedule_to(node);
+    }
     if let Some(lag) = cli.node_authorizer_lag {
         config = config.node_authorizer_lag(lag);
     }

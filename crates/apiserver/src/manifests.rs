@@ -474,13 +474,13 @@ impl Syncer {
             }
         }
         let result = if exists {
-            // The server re-applies defaults on update, but the service account is set by
-            // create-only admission (as upstream): keep the stored one when the manifest leaves
-            // it out, as `kubectl apply` would, so editing e.g. an image is not a forbidden
-            // spec change.
+            // The server re-applies defaults on update, but create-only admission (the
+            // service account, its token volume) and a binding (the node) set fields the
+            // manifest leaves out: keep the stored ones, as `kubectl apply` would, so editing
+            // e.g. a label or an image is not a forbidden spec change.
             if res == resources::PODS {
                 let stored = self.handle.get(av, kind, Some(ns.as_str()), &name);
-                carry_service_account(&mut obj, stored.as_ref());
+                carry_admitted(&mut obj, stored.as_ref());
             }
             self.handle.update(obj)
         } else {
@@ -495,28 +495,97 @@ impl Syncer {
     }
 }
 
-/// Copies `spec.serviceAccountName` (and its alias `serviceAccount`) from the stored pod into a
-/// manifest pod that names neither.
-fn carry_service_account(obj: &mut Value, stored: Option<&Value>) {
-    let named = |o: &Value| {
-        ["serviceAccountName", "serviceAccount"].iter().any(|k| {
-            o.pointer(&format!("/spec/{k}"))
-                .and_then(Value::as_str)
-                .is_some_and(|s| !s.is_empty())
-        })
-    };
-    if named(obj) {
-        return;
-    }
-    let Some(sa) = stored
-        .and_then(|p| p.pointer("/spec/serviceAccountName"))
-        .cloned()
+/// Copies into a manifest pod what the server set on the stored one and the manifest leaves
+/// out, which an update may not take away: its service account (`spec.serviceAccountName`,
+/// when the manifest names none), the node a scheduler bound it to, the account's
+/// `imagePullSecrets`, and the `kube-api-access-*` token volume with every container's mount
+/// of it (ServiceAccount admission). `kubectl apply` keeps them the same way: it changes only
+/// the fields its manifest set.
+fn carry_admitted(obj: &mut Value, stored: Option<&Value>) {
+    let Some(stored) = stored
+        .and_then(|p| p.get("spec"))
+        .and_then(Value::as_object)
     else {
         return;
     };
-    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.insert("serviceAccountName".into(), sa);
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let given = |spec: &serde_json::Map<String, Value>, key: &str| {
+        spec.get(key).is_some_and(|v| match v {
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Null => false,
+            _ => true,
+        })
+    };
+    let account_named = given(spec, "serviceAccountName") || given(spec, "serviceAccount");
+    for key in ["serviceAccountName", "nodeName", "imagePullSecrets"] {
+        let skip = given(spec, key) || (key == "serviceAccountName" && account_named);
+        if let (false, Some(value)) = (skip, stored.get(key)) {
+            spec.insert(key.into(), value.clone());
+        }
     }
+    let token_volumes: Vec<&Value> = stored
+        .get("volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| name_of(v).is_some_and(|n| n.starts_with("kube-api-access-")))
+        .collect();
+    for volume in token_volumes {
+        let Some(name) = name_of(volume) else {
+            continue;
+        };
+        let volumes = spec
+            .entry("volumes")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(volumes) = volumes.as_array_mut()
+            && !volumes.iter().any(|v| name_of(v) == Some(name))
+        {
+            volumes.push(volume.clone());
+        }
+        for list in ["initContainers", "containers"] {
+            let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for container in containers {
+                let Some(before) = stored
+                    .get(list)
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| name_of(c) == name_of(container)))
+                else {
+                    continue;
+                };
+                let Some(mount) = before
+                    .get("volumeMounts")
+                    .and_then(Value::as_array)
+                    .and_then(|ms| ms.iter().find(|m| name_of(m) == Some(name)))
+                else {
+                    continue;
+                };
+                let path = mount.get("mountPath");
+                let Some(obj) = container.as_object_mut() else {
+                    continue;
+                };
+                let mounts = obj
+                    .entry("volumeMounts")
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Some(mounts) = mounts.as_array_mut()
+                    && !mounts
+                        .iter()
+                        .any(|m| name_of(m) == Some(name) || m.get("mountPath") == path)
+                {
+                    mounts.push(mount.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The `name` field of a list item (a volume, a container, a mount).
+fn name_of(item: &Value) -> Option<&str> {
+    item.get("name").and_then(Value::as_str)
 }
 
 /// The identity of a manifest object (namespace defaulted to `default`).
@@ -711,6 +780,46 @@ data:
         assert_eq!(
             objs[1]["data"],
             json!({"script": "chmod 0400 file\nmode: 0400\n", "zero": "0", "nine": "0400"})
+        );
+    }
+
+    #[test]
+    fn an_edited_pod_manifest_keeps_what_admission_and_a_binding_set() {
+        let stored = json!({"spec": {
+            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": "n1",
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [{"name": "v", "configMap": {"name": "c"}},
+                        {"name": "kube-api-access-abcde", "projected": {"sources": []}}],
+            "initContainers": [{"name": "i", "volumeMounts": [
+                {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+            "containers": [{"name": "c", "image": "old", "volumeMounts": [
+                {"name": "v", "mountPath": "/v"},
+                {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+        }});
+        let mut edited = json!({"spec": {
+            "volumes": [{"name": "v", "configMap": {"name": "c"}}],
+            "initContainers": [{"name": "i"}],
+            "containers": [{"name": "c", "image": "new", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+        }});
+        carry_admitted(&mut edited, Some(&stored));
+        let mut expected = stored.clone();
+        expected["spec"]["containers"][0]["image"] = json!("new");
+        expected["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("serviceAccount");
+        assert_eq!(edited, expected);
+        // What the manifest says itself wins (an update then refuses a changed node).
+        let mut own = json!({"spec": {"serviceAccount": "robot", "nodeName": "n2",
+                                      "containers": [{"name": "c"}]}});
+        carry_admitted(&mut own, Some(&stored));
+        assert_eq!(own["spec"]["serviceAccount"], "robot");
+        assert!(own["spec"].get("serviceAccountName").is_none());
+        assert_eq!(own["spec"]["nodeName"], "n2");
+        assert_eq!(
+            own["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": "kube-api-access-abcde",
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
         );
     }
 

@@ -230,6 +230,8 @@ pub(crate) const PODS: ResourceId = ResourceId(1);
 pub(crate) const CONFIGMAPS: ResourceId = ResourceId(2);
 pub(crate) const SECRETS: ResourceId = ResourceId(3);
 pub(crate) const NODES: ResourceId = ResourceId(4);
+/// core/v1 Events.
+pub(crate) const EVENTS: ResourceId = ResourceId(5);
 pub(crate) const SERVICEACCOUNTS: ResourceId = ResourceId(6);
 pub(crate) const CLUSTER_TRUST_BUNDLES: ResourceId = ResourceId(9);
 pub(crate) const POD_CERTIFICATE_REQUESTS: ResourceId = ResourceId(10);

@@ -124,6 +124,9 @@ impl ApiServer {
         let task = crate::http::spawn_listener(Arc::downgrade(&shared), listener, token);
         shared.listener.lock().await.task = Some(task);
         spawn_bookmark_ticker(Arc::downgrade(&shared));
+        if let Some(node) = shared.config.schedule_to.clone() {
+            crate::scheduler::spawn(&shared, node);
+        }
         spawn_restarter(Arc::downgrade(&shared), restart_requests);
         tracing::debug!(%addr, "API server listening");
         Ok(ApiServer { shared })

@@ -18,6 +18,8 @@ mod pod_exec;
 mod pod_log;
 // TokenReview and (Local/Self)SubjectAccessReview: the server's own authn and authz.
 mod reviews;
+// Offline mode's one-node scheduler: unbound pods bound, with the Scheduled event.
+mod scheduler;
 // Services: allocator, defaults, default/kubernetes, the kubelet's field selector.
 mod services;
 // HTTPS with the generated CA, through a written kubeconfig.
