@@ -256,7 +256,12 @@ fn agent_main(run: &RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stop = stop_signal();
+    // The handlers are installed now, before the agent starts: a signal during the start stops
+    // it cleanly (volumes unmounted with --cleanup-on-exit) instead of killing it.
+    let stop = {
+        let _runtime = runtime.enter();
+        stop_signal()
+    };
     #[cfg(feature = "dhat-heap")]
     let stop = {
         let profiler = heap_profiler();
@@ -308,19 +313,25 @@ fn heap_profiler() -> dhat::Profiler {
         .build()
 }
 
-/// SIGINT or SIGTERM.
-async fn stop_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+/// Completes at the first SIGINT or SIGTERM after this call (the handlers are installed here;
+/// call it inside the runtime). A signal whose handler cannot be installed is not waited for.
+fn stop_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async fn received(signal: std::io::Result<Signal>) {
+        match signal {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
+    }
+    async move {
+        tokio::select! {
+            () = received(interrupt) => {}
+            () = received(terminate) => {}
+        }
     }
 }
 
