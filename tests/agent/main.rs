@@ -53,6 +53,9 @@ mod trust_bundles;
 // logs, status, events, restarts, deletion, users and mounts, nothing left on the host, and
 // the binary killed hard and started again.
 mod process_runtime;
+// Lifecycle hooks (postStart, preStop: exec, httpGet, sleep) and termination messages under
+// the process runtime (needs root), PW-20 … PW-25.
+mod lifecycle;
 // The service environment in running containers and an in-cluster kube-rs client (PW-15 … PW-17).
 mod service_env;
 // emptyDir (a sized tmpfs for medium Memory), hostPath types, readOnlyRootFilesystem,

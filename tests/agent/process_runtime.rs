@@ -23,9 +23,9 @@ use serde_json::{Value, json};
 
 use crate::support::{NODE, PATIENCE, World, poll_pause};
 
-const NS: &str = "default";
+pub(crate) const NS: &str = "default";
 /// Mapped by the default image table to the host's shell (as root, like the image).
-const BUSYBOX: &str = "busybox:1.36";
+pub(crate) const BUSYBOX: &str = "busybox:1.36";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -197,7 +197,7 @@ pub(crate) fn container_status<'a>(pod: &'a Value, container: &str) -> &'a Value
 }
 
 /// Waits until `container` of pod `name` is running.
-async fn wait_for_running(world: &World, name: &str) -> Value {
+pub(crate) async fn wait_for_running(world: &World, name: &str) -> Value {
     wait_for_pod(world, name, "had a running container c", |p| {
         container_status(p, "c")["state"]["running"].is_object()
     })
@@ -375,7 +375,7 @@ fn state_pid(root: &Path, pod: &Value, container: &str) -> Option<i32> {
     state["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
 }
 
-async fn wait_for_state_pid(root: &Path, pod: &Value, container: &str) -> i32 {
+pub(crate) async fn wait_for_state_pid(root: &Path, pod: &Value, container: &str) -> i32 {
     tokio::time::timeout(PATIENCE, async {
         loop {
             if let Some(pid) = state_pid(root, pod, container) {

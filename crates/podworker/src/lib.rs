@@ -127,6 +127,7 @@ mod env;
 mod env_file;
 mod error;
 mod expand;
+mod hooks;
 mod mounts;
 mod phase;
 mod process;
@@ -141,6 +142,7 @@ pub use env::{
     PodVolumes, ServiceEndpoint, resolve_env, service_variables,
 };
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
+pub use hooks::{POST_START_HOOK_ERROR, reasons as hook_reasons};
 pub use mounts::{
     DEFAULT_CLUSTER_DOMAIN, MountError, SubPathError, hostname_file_content, hosts_file_content,
     kernel_hostname, make_mounts, pod_hostname, should_mount_hosts_file,

@@ -18,6 +18,7 @@ use tracing::{debug, warn};
 use crate::env::{EnvOptions, EnvSources, resolve_env};
 use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
+use crate::hooks::Lifecycle;
 use crate::phase::pod_phase;
 use crate::runtime::RuntimeHook;
 use crate::seams::{
@@ -314,6 +315,15 @@ impl ConfigSyncer {
         })
     }
 
+    /// The lifecycle hook runner over this syncer's runtime and events.
+    fn lifecycle(&self) -> Lifecycle {
+        Lifecycle::new(
+            self.parts.runtime.clone(),
+            self.parts.events.clone(),
+            self.config.host_ips.first().cloned(),
+        )
+    }
+
     fn publish(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
         self.published.lock().insert(pod.uid().clone());
         self.parts.status.set_status(pod, status);
@@ -516,6 +526,15 @@ impl PodSyncer for ConfigSyncer {
                             reasons::STARTED,
                             format!("Started container {}", container.name),
                         );
+                        // PW-20: the container counts as started once its hook ran.
+                        if let Err(message) = self.lifecycle().post_start(pod, container).await {
+                            entry.state = ContainerConfigState::Waiting {
+                                reason: crate::hooks::POST_START_HOOK_ERROR.to_owned(),
+                                message: message.clone(),
+                            };
+                            not_started.push((container.name.clone(), message));
+                            continue;
+                        }
                     } else {
                         self.event(
                             pod,
@@ -609,16 +628,14 @@ impl PodSyncer for ConfigSyncer {
         // A pod known only on disk has no object to report on: no events, no status.
         let object = pod.object();
         if let Some(object) = object {
-            let running = self.parts.runtime.statuses(uid).unwrap_or_default();
-            for c in running.iter().filter(|c| c.is_running()) {
-                self.event(
-                    object,
-                    EventType::Normal,
-                    reasons::KILLING,
-                    format!("Stopping container {}", c.name),
-                );
-            }
+            // PW-21, PW-22: each running container gets its `Killing` event, its preStop
+            // hook and its grace period.
+            self.lifecycle()
+                .stop_running(object, grace_period)
+                .await
+                .map_err(|source| SyncError::Runtime { source })?;
         }
+        // Whatever still runs (a pod known only on disk: all of it) stops here.
         self.parts
             .runtime
             .kill_pod(uid, grace_period)

@@ -24,6 +24,7 @@ use crate::records::{
 };
 use crate::security::Security;
 use crate::spec::{LaunchSpec, MountSpec};
+use crate::termination::MessageSource;
 use crate::users::Identity;
 
 /// Starts `container` of `pod` (module docs of the crate's supervisor, steps 1–6).
@@ -74,6 +75,12 @@ pub(crate) async fn start(
         }
     }
     make_private_dir(&scratch)?;
+    let message_source =
+        MessageSource::prepare(container, &dir).map_err(|source| StartError::Io {
+            step: "creating the termination message file in",
+            path: dir.clone(),
+            source,
+        })?;
     let mut vars: Vec<(String, Vec<u8>)> = env.to_vec();
     let mut path = image
         .path
@@ -121,6 +128,16 @@ pub(crate) async fn start(
                 target: m.container_path.clone(),
                 read_only: m.read_only,
             })
+            .chain(message_source.file.iter().map(|file| MountSpec {
+                source: file.clone(),
+                target: PathBuf::from(
+                    container
+                        .termination_message_path
+                        .as_deref()
+                        .unwrap_or_default(),
+                ),
+                read_only: false,
+            }))
             .collect(),
         scratch: scratch.clone(),
         masked,
@@ -185,6 +202,7 @@ pub(crate) async fn start(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let log_config = config.logs.clone();
+    let instance_log = log_path.clone();
     let log_task = tokio::spawn(async move {
         match (stdout, stderr) {
             (Some(out), Some(err)) => {
@@ -278,11 +296,13 @@ pub(crate) async fn start(
         let _ = log_task.await;
         let finished_at = SystemTime::now();
         let (exit_code, signal) = exit_code(status.ok());
+        // (PW-24, PW-25)
+        let message = message_source.read(exit_code, &instance_log).await;
         let termination = Termination {
             exit_code,
             signal,
             reason: if exit_code == 0 { "Completed" } else { "Error" }.to_owned(),
-            message: None,
+            message,
             started_at,
             finished_at,
         };

@@ -62,6 +62,7 @@ pub mod sandbox;
 mod security;
 pub mod spec;
 mod supervisor;
+mod termination;
 mod users;
 
 pub use config::{Backoff, RuntimeConfig};
