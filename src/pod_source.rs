@@ -129,6 +129,23 @@ pub(crate) async fn run(
             _ = housekeeping.tick() => {
                 let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
                 unforgotten.extend(workers.sync_known_pods(&desired));
+                // The kubelet's sync loop handlers: a pod past its active deadline (PW-26) is
+                // synced now, to be failed and killed.
+                let now = std::time::SystemTime::now();
+                let due: Vec<AdmittedPod> = state
+                    .known_pods
+                    .read()
+                    .values()
+                    .filter(|p| {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                        !matches!(phase, Some("Succeeded" | "Failed"))
+                            && nodelet_podworker::past_active_deadline(p, now)
+                    })
+                    .cloned()
+                    .collect();
+                for pod in due {
+                    workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
+                }
                 forget_events(&events, &mut unforgotten);
                 // Not before the first list: every pod would look deleted.
                 if let (Some(processes), false) = (&state.processes, first_list) {

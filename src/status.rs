@@ -518,6 +518,12 @@ fn pod_status_patch(
         conditions.insert(0, scheduled);
     }
     fields["conditions"] = json!(conditions);
+    // PW-26: the node failed the pod, whatever its containers say.
+    if let Some(eviction) = &status.eviction {
+        fields["phase"] = json!("Failed");
+        fields["reason"] = json!(eviction.reason);
+        fields["message"] = json!(eviction.message);
+    }
     json!({"status": fields})
 }
 
@@ -614,6 +620,7 @@ mod tests {
     fn status(state: ContainerConfigState, volumes: bool) -> PodConfigStatus {
         PodConfigStatus {
             runtime: None,
+            eviction: None,
             volumes: Readiness {
                 ready: volumes,
                 message: None,

@@ -1,8 +1,9 @@
-//! Lifecycle hooks and termination messages under the process runtime (PW-20 … PW-25), end
-//! to end: `postStart` and `preStop` (exec in the container's namespaces, httpGet against a
-//! server of the test's on loopback), their order against the container's start and its
-//! SIGTERM, the kubelet's events, and `state.terminated.message` from the container's file or
-//! its log. They need root (mount namespaces), as the process runtime's other tests.
+//! Lifecycle hooks, termination messages and the active deadline under the process runtime
+//! (PW-20 … PW-26), end to end: `postStart` and `preStop` (exec in the container's
+//! namespaces, httpGet against a server of the test's on loopback), their order against the
+//! container's start and its SIGTERM, the kubelet's events, `state.terminated.message` from
+//! the container's file or its log, and a pod failed at its `activeDeadlineSeconds`. They need
+//! root (mount namespaces), as the process runtime's other tests.
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -333,5 +334,41 @@ async fn termination_messages_come_from_the_file_or_the_log_of_a_failed_containe
     assert_eq!(message("quiet")["exitCode"], 0);
     assert!(message("quiet").get("message").is_none(), "{}", message("quiet"));
     delete_and_wait(&world, "messages", 0).await;
+    world.stop().await;
+}
+
+// PW-26: a pod active longer than its `activeDeadlineSeconds` (counted from its `startTime`)
+// is Failed with reason `DeadlineExceeded`, its containers killed, a Normal event saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_past_its_active_deadline_fails_and_its_containers_are_killed() {
+    let (world, _reaper) = start(true).await;
+    let created = create(
+        &world,
+        pod("deadline")
+            .spec(json!({"activeDeadlineSeconds": 1}))
+            .container(shell("exec sleep 3600"))
+            .json(),
+    );
+    let failed = wait_for_phase(&world, "deadline", "Failed").await;
+    assert_eq!(failed["status"]["reason"], "DeadlineExceeded");
+    assert_eq!(
+        failed["status"]["message"],
+        "Pod was active on the node longer than the specified deadline"
+    );
+    let event = wait_for_event(&world.admin, &created, "DeadlineExceeded", |e| {
+        event_is(e, "Normal", "DeadlineExceeded")
+    })
+    .await;
+    assert_eq!(
+        event.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    let stopped = crate::process_runtime::wait_for_pod(&world, "deadline", "had c killed", |p| {
+        container_status(p, "c")["state"]["terminated"].is_object()
+    })
+    .await;
+    assert_eq!(stopped["status"]["phase"], "Failed", "the phase stays Failed");
+    assert_eq!(stopped["status"]["reason"], "DeadlineExceeded");
+    delete_and_wait(&world, "deadline", 0).await;
     world.stop().await;
 }

@@ -21,6 +21,10 @@
 //!   expanded command line: [`make_mounts`]) and hands it over, then publishes the runtime's
 //!   container statuses and the pod's phase ([`pod_phase`], the kubelet's `getPhase`);
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
+//!   Under a runtime that runs processes, a container's `postStart` hook runs right after it
+//!   started, and `preStop` before it is stopped, within the grace period (`hooks.rs`,
+//!   PW-20 … PW-23: exec through [`RuntimeHook::exec_sync`], httpGet through
+//!   `nodelet_runtime::handlers`, sleep).
 //!   Termination of a pod without an object sends no event and no status.
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
 //!   `fieldRef` / `resourceFieldRef` values come from `nodelet_core::downward`, the
@@ -46,12 +50,13 @@
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
 //!                  ─► pull secrets ─► RuntimeHook::plan ─► resolve_env (+ make_mounts)
-//!                  ─► RuntimeHook::create_container ─► statuses + pod_phase ─► StatusSink
+//!                  ─► RuntimeHook::create_container (─► postStart) ─► statuses + pod_phase ─► StatusSink
 //!                  (a terminal phase → SyncOutcome::Terminal)
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
 //!   Kill / deletionTimestamp ─► cancel in-flight sync_pod
 //!   Kill of a pod known only on disk ─► new worker, Terminating at once (no pod_desired)
-//!   Terminating: RuntimeHook::kill_pod ─► Volumes::remove_pod
+//!   Terminating: per running container: Killing, preStop, RuntimeHook::stop_container
+//!                ─► RuntimeHook::kill_pod ─► Volumes::remove_pod
 //!   Terminated:  Volumes::wait_for_unmount ─► unregister ─► RuntimeHook::remove_pod ─► StatusSink::terminated
 //!                (events and status only for a pod with an object)
 //!   Finished:    updates ignored until sync_known_pods forgets the worker
@@ -123,6 +128,7 @@
 )]
 
 mod admission;
+mod deadline;
 mod env;
 mod env_file;
 mod error;
@@ -137,6 +143,9 @@ mod sync;
 mod workers;
 
 pub use admission::{NODE_OS, Rejection, admit, rejection_reasons, runtime_class_refusal};
+pub use deadline::{
+    DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, PodEviction, past_active_deadline,
+};
 pub use env::{
     ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSources, EnvValue, INVALID_ENV_NAMES,
     PodVolumes, ServiceEndpoint, resolve_env, service_variables,

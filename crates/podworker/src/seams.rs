@@ -159,6 +159,9 @@ pub struct PodConfigStatus {
     pub containers: Vec<ContainerConfigStatus>,
     /// What a runtime that runs processes reports; `None` for the env-file runtime.
     pub runtime: Option<RuntimeView>,
+    /// The node fails the pod (`activeDeadlineSeconds` passed, PW-26): phase `Failed` with
+    /// this reason and message, whatever the containers say.
+    pub eviction: Option<crate::PodEviction>,
 }
 
 /// A process runtime's view of a pod: its containers' states and the phase they make.

@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use nodelet_core::runtime::ContainerLaunch;
@@ -18,6 +18,9 @@ use tracing::{debug, warn};
 use crate::env::{EnvOptions, EnvSources, resolve_env};
 use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
+use crate::deadline::{
+    DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, deadline_eviction, past_active_deadline,
+};
 use crate::hooks::Lifecycle;
 use crate::phase::pod_phase;
 use crate::runtime::RuntimeHook;
@@ -342,6 +345,31 @@ fn containers(pod: &Pod) -> Vec<(&Container, bool)> {
         .collect()
 }
 
+/// The status of a pod whose containers are stopping or stopped: their runtime states, and
+/// `Failed` with the node's reason when the pod is past its active deadline (PW-26).
+fn final_status(
+    pod: &AdmittedPod,
+    statuses: Vec<nodelet_core::runtime::ContainerStatus>,
+) -> PodConfigStatus {
+    let mut status = PodConfigStatus {
+        containers: pending_containers(pod),
+        ..PodConfigStatus::default()
+    };
+    for c in &mut status.containers {
+        c.state = ContainerConfigState::Created;
+    }
+    status.volumes.ready = true;
+    status.config.ready = true;
+    status.runtime = Some(RuntimeView {
+        phase: pod_phase(pod, &statuses),
+        statuses,
+    });
+    if past_active_deadline(pod, SystemTime::now()) {
+        status.eviction = Some(deadline_eviction());
+    }
+    status
+}
+
 fn pending_containers(pod: &Pod) -> Vec<ContainerConfigStatus> {
     containers(pod)
         .into_iter()
@@ -367,6 +395,18 @@ impl PodSyncer for ConfigSyncer {
         let uid = pod.uid();
         // (1)
         if is_terminal(pod) {
+            return Ok(SyncOutcome::Terminal);
+        }
+        // (1b) PW-26: past its active deadline, the pod is failed and terminated.
+        if past_active_deadline(pod, SystemTime::now()) {
+            self.event(
+                pod,
+                EventType::Normal,
+                DEADLINE_EXCEEDED,
+                DEADLINE_EXCEEDED_MESSAGE.to_owned(),
+            );
+            let statuses = self.parts.runtime.statuses(uid).unwrap_or_default();
+            self.publish(pod, &final_status(pod, statuses));
             return Ok(SyncOutcome::Terminal);
         }
         // (2) done by `pod_desired` when the update arrived.
@@ -643,20 +683,7 @@ impl PodSyncer for ConfigSyncer {
             .map_err(|source| SyncError::Runtime { source })?;
         if let (Some(pod), Some(statuses)) = (object, self.parts.runtime.statuses(uid)) {
             // The containers' final states (exit codes after the kill) reach the API.
-            let mut status = PodConfigStatus {
-                containers: pending_containers(pod),
-                ..PodConfigStatus::default()
-            };
-            for c in &mut status.containers {
-                c.state = ContainerConfigState::Created;
-            }
-            status.volumes.ready = true;
-            status.config.ready = true;
-            status.runtime = Some(RuntimeView {
-                phase: pod_phase(pod, &statuses),
-                statuses,
-            });
-            self.publish(pod, &status);
+            self.publish(pod, &final_status(pod, statuses));
         }
         self.parts.volumes.remove_pod(uid);
         Ok(())
