@@ -45,7 +45,9 @@ impl HookServer {
                     let mut head = Vec::new();
                     let mut buf = [0u8; 4096];
                     loop {
-                        let Ok(n) = stream.read(&mut buf).await else { return };
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
                         if n == 0 {
                             return;
                         }
@@ -93,10 +95,7 @@ fn with_lifecycle(mut container: Value, lifecycle: Value) -> Value {
 }
 
 fn messages(events: &[k8s_openapi::api::core::v1::Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| e.message.clone())
-        .collect()
+    events.iter().filter_map(|e| e.message.clone()).collect()
 }
 
 // PW-20: the hook runs in the container's namespaces (its private /tmp), right after it
@@ -118,7 +117,9 @@ async fn a_post_start_exec_hook_writes_a_file_the_container_then_sees() {
     wait_for_log(&world.root_dir(), &created, &["from-post-start"]).await;
     let events = events_for(&world.admin, &created).await;
     assert!(
-        !events.iter().any(|e| event_is(e, "Warning", "FailedPostStartHook")),
+        !events
+            .iter()
+            .any(|e| event_is(e, "Warning", "FailedPostStartHook")),
         "{:?}",
         messages(&events)
     );
@@ -154,10 +155,15 @@ async fn a_failing_post_start_hook_kills_the_container_with_the_kubelets_events(
     assert_eq!(killing.message.as_deref(), Some("FailedPostStartHook"));
     let done = wait_for_phase(&world, "post-start-fails", "Failed").await;
     let terminated = &container_status(&done, "c")["state"]["terminated"];
-    assert_eq!(terminated["exitCode"], 143, "SIGTERM ended it: {terminated}");
+    assert_eq!(
+        terminated["exitCode"], 143,
+        "SIGTERM ended it: {terminated}"
+    );
     let events = events_for(&world.admin, &created).await;
     assert!(
-        messages(&events).iter().all(|m| !m.contains("secret-hook-output")),
+        messages(&events)
+            .iter()
+            .all(|m| !m.contains("secret-hook-output")),
         "the hook's output stays out of events: {:?}",
         messages(&events)
     );
@@ -202,7 +208,11 @@ async fn a_pre_stop_http_hook_runs_before_the_container_gets_sigterm() {
         "User-Agent: kube-lifecycle/1.36\r\n",
         &format!("Host: 127.0.0.1:{}\r\n", server.port),
     ] {
-        assert!(request.head.contains(header), "{header:?} in {}", request.head);
+        assert!(
+            request.head.contains(header),
+            "{header:?} in {}",
+            request.head
+        );
     }
     // The hook has not returned: no SIGTERM yet.
     assert!(
@@ -210,20 +220,23 @@ async fn a_pre_stop_http_hook_runs_before_the_container_gets_sigterm() {
         "the container's process is alive while its preStop hook runs"
     );
     let log = read_log(&root, &created, "c").await;
-    assert!(!log.contains("got-term"), "no SIGTERM before the hook ended:\n{log}");
+    assert!(
+        !log.contains("got-term"),
+        "no SIGTERM before the hook ended:\n{log}"
+    );
     let _ = request.respond.send(());
     wait_gone(&world, "pre-stop-http").await;
     let events = events_for(&world.admin, &created).await;
     assert!(
-        events
-            .iter()
-            .any(|e| event_is(e, "Normal", "Killing")
-                && e.message.as_deref() == Some("Stopping container c")),
+        events.iter().any(|e| event_is(e, "Normal", "Killing")
+            && e.message.as_deref() == Some("Stopping container c")),
         "{:?}",
         messages(&events)
     );
     assert!(
-        !events.iter().any(|e| event_is(e, "Warning", "FailedPreStopHook")),
+        !events
+            .iter()
+            .any(|e| event_is(e, "Warning", "FailedPreStopHook")),
         "{:?}",
         messages(&events)
     );
@@ -320,19 +333,30 @@ async fn termination_messages_come_from_the_file_or_the_log_of_a_failed_containe
                 "logs",
                 shell_with("echo one; echo two; exit 1", fallback.clone()),
             ))
-            .container(named(
-                "quiet",
-                shell_with("echo fine", fallback),
-            ))
+            .container(named("quiet", shell_with("echo fine", fallback)))
             .json(),
     );
     let done = wait_for_phase(&world, "messages", "Failed").await;
     let message = |name: &str| container_status(&done, name)["state"]["terminated"].clone();
-    assert_eq!(message("file")["message"], "bye from the file", "{}", message("file"));
+    assert_eq!(
+        message("file")["message"],
+        "bye from the file",
+        "{}",
+        message("file")
+    );
     assert_eq!(message("logs")["exitCode"], 1);
-    assert_eq!(message("logs")["message"], "one\ntwo\n", "{}", message("logs"));
+    assert_eq!(
+        message("logs")["message"],
+        "one\ntwo\n",
+        "{}",
+        message("logs")
+    );
     assert_eq!(message("quiet")["exitCode"], 0);
-    assert!(message("quiet").get("message").is_none(), "{}", message("quiet"));
+    assert!(
+        message("quiet").get("message").is_none(),
+        "{}",
+        message("quiet")
+    );
     delete_and_wait(&world, "messages", 0).await;
     world.stop().await;
 }
@@ -367,7 +391,10 @@ async fn a_pod_past_its_active_deadline_fails_and_its_containers_are_killed() {
         container_status(p, "c")["state"]["terminated"].is_object()
     })
     .await;
-    assert_eq!(stopped["status"]["phase"], "Failed", "the phase stays Failed");
+    assert_eq!(
+        stopped["status"]["phase"], "Failed",
+        "the phase stays Failed"
+    );
     assert_eq!(stopped["status"]["reason"], "DeadlineExceeded");
     delete_and_wait(&world, "deadline", 0).await;
     world.stop().await;

@@ -33,7 +33,8 @@ pub fn past_active_deadline(pod: &Pod, now: SystemTime) -> bool {
     };
     let start = SystemTime::from(start.0);
     let deadline = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
-    now.duration_since(start).is_ok_and(|active| active >= deadline)
+    now.duration_since(start)
+        .is_ok_and(|active| active >= deadline)
 }
 
 /// The eviction of a pod past its deadline.

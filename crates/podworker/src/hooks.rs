@@ -167,8 +167,12 @@ impl Lifecycle {
         } else {
             message.to_owned()
         };
-        self.events
-            .event(pod, EventType::Normal, crate::seams::reasons::KILLING, message);
+        self.events.event(
+            pod,
+            EventType::Normal,
+            crate::seams::reasons::KILLING,
+            message,
+        );
         let mut grace = Duration::from_secs(grace_period.as_secs());
         let pre_stop = container
             .lifecycle
@@ -205,7 +209,13 @@ impl Lifecycle {
         container: &Container,
         handler: &LifecycleHandler,
     ) -> Result<(), String> {
-        let who = || format!("Container {:?} in Pod {:?}", container.name, format_pod(pod));
+        let who = || {
+            format!(
+                "Container {:?} in Pod {:?}",
+                container.name,
+                format_pod(pod)
+            )
+        };
         if let Some(exec) = &handler.exec {
             let command = exec.command.clone().unwrap_or_default();
             let failure = match self
@@ -229,13 +239,16 @@ impl Lifecycle {
             };
         }
         if let Some(action) = &handler.http_get {
-            return self.http_get(pod, container, action).await.map_err(|error| {
-                format!(
-                    "HTTP lifecycle hook ({}) for {} failed - error: {error}",
-                    action.path.as_deref().unwrap_or_default(),
-                    who()
-                )
-            });
+            return self
+                .http_get(pod, container, action)
+                .await
+                .map_err(|error| {
+                    format!(
+                        "HTTP lifecycle hook ({}) for {} failed - error: {error}",
+                        action.path.as_deref().unwrap_or_default(),
+                        who()
+                    )
+                });
         }
         if let Some(sleep) = &handler.sleep {
             let seconds = u64::try_from(sleep.seconds).unwrap_or(0);

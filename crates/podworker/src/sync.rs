@@ -15,12 +15,12 @@ use nodelet_core::{AdmittedPod, EventType, PodDirs, PodUid};
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
-use crate::env::{EnvOptions, EnvSources, resolve_env};
-use crate::error::RuntimeError;
-use crate::error::{SyncError, VolumeError};
 use crate::deadline::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, deadline_eviction, past_active_deadline,
 };
+use crate::env::{EnvOptions, EnvSources, resolve_env};
+use crate::error::RuntimeError;
+use crate::error::{SyncError, VolumeError};
 use crate::hooks::Lifecycle;
 use crate::phase::pod_phase;
 use crate::runtime::RuntimeHook;

@@ -128,15 +128,17 @@ pub(crate) async fn start(
                 target: m.container_path.clone(),
                 read_only: m.read_only,
             })
-            .chain(message_source.file.iter().map(|file| MountSpec {
-                source: file.clone(),
-                target: PathBuf::from(
-                    container
-                        .termination_message_path
-                        .as_deref()
-                        .unwrap_or_default(),
-                ),
-                read_only: false,
+            .chain(message_source.file.iter().map(|file| {
+                MountSpec {
+                    source: file.clone(),
+                    target: PathBuf::from(
+                        container
+                            .termination_message_path
+                            .as_deref()
+                            .unwrap_or_default(),
+                    ),
+                    read_only: false,
+                }
             }))
             .collect(),
         scratch: scratch.clone(),

@@ -176,7 +176,11 @@ mod tests {
         let file = source.file.clone().unwrap();
         assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o666);
         let log = write_log(dir.path(), b"log line\n").await;
-        assert_eq!(source.read(1, &log).await, None, "an empty file: no message");
+        assert_eq!(
+            source.read(1, &log).await,
+            None,
+            "an empty file: no message"
+        );
         let mut text = "x".repeat(5000);
         text.push_str("END");
         fs::write(&file, &text).unwrap();
@@ -208,13 +212,13 @@ mod tests {
         assert_eq!(fallback.read(0, &log).await, None, "succeeded: no fallback");
         fs::write(fallback.file.as_ref().unwrap(), "from file").unwrap();
         assert_eq!(fallback.read(2, &log).await.as_deref(), Some("from file"));
-        let long: String = (0..80).map(|i| format!("{i:02}{}\n", "y".repeat(97))).collect();
+        let long: String = (0..80)
+            .map(|i| format!("{i:02}{}\n", "y".repeat(97)))
+            .collect();
         let log = write_log(dir.path(), long.as_bytes()).await;
-        let no_file = MessageSource::prepare(
-            &container(None, Some("FallbackToLogsOnError")),
-            dir.path(),
-        )
-        .unwrap();
+        let no_file =
+            MessageSource::prepare(&container(None, Some("FallbackToLogsOnError")), dir.path())
+                .unwrap();
         let message = no_file.read(1, &log).await.unwrap();
         assert_eq!(message.len(), MAX_LOG_BYTES);
         assert!(message.ends_with(&format!("79{}\n", "y".repeat(97))));
