@@ -47,7 +47,7 @@ pub(crate) async fn start(
         })?;
     // (2)
     let identity = Identity::resolve(pod, container, image, config.allow_root)?;
-    let security = Security::resolve(container)?;
+    let security = Security::resolve(pod, container)?;
     // (3)
     let (program, args) = image
         .command_line(launch)
@@ -148,6 +148,7 @@ pub(crate) async fn start(
         capabilities: security.capabilities,
         no_new_privs: security.no_new_privs,
         read_only_root: security.read_only_root,
+        seccomp_runtime_default: security.seccomp_runtime_default,
     };
     let spec_path = dir.join(LAUNCH_FILE);
     write_private(

@@ -17,7 +17,7 @@
 //! * [`Security`]: the rest of a container's `securityContext` as a CRI runtime applies it —
 //!   capabilities (containerd's default set, `add`/`drop`, all when `privileged`),
 //!   `no_new_privs` for `allowPrivilegeEscalation: false`, a read-only root for
-//!   `readOnlyRootFilesystem`.
+//!   `readOnlyRootFilesystem`, a seccomp filter for `seccompProfile: RuntimeDefault`.
 //! * [`sandbox`]: the container's first process — mount and UTS namespaces, a writable root
 //!   whose writes vanish with the container, the volumes bind-mounted at their `mountPath`s, a
 //!   private `/tmp`, then the container's user and program ([`sandbox::init_main`]).

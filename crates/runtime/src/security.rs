@@ -1,10 +1,10 @@
-//! A container's security context as a CRI runtime applies it (PW-42 … PW-44): its
+//! A container's security context as a CRI runtime applies it (PW-42 … PW-44, PW-46): its
 //! capabilities (containerd's default set, `add`/`drop`, all of them when `privileged`),
-//! `no_new_privs` (`allowPrivilegeEscalation: false`) and a read-only root
-//! (`readOnlyRootFilesystem`). [`Security::resolve`] computes them for the
+//! `no_new_privs` (`allowPrivilegeEscalation: false`), a read-only root
+//! (`readOnlyRootFilesystem`) and the `RuntimeDefault` seccomp filter (PW-46). [`Security::resolve`] computes them for the
 //! [`LaunchSpec`](crate::spec::LaunchSpec); the sandbox applies them.
 
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::error::StartError;
 
@@ -39,11 +39,14 @@ pub struct Security {
     pub no_new_privs: bool,
     /// The container's root is read-only; its volumes are as mounted (PW-42).
     pub read_only_root: bool,
+    /// `seccompProfile: RuntimeDefault` (container, else pod): the runtime's default filter
+    /// (PW-46).
+    pub seccomp_runtime_default: bool,
 }
 
 impl Security {
-    /// The security of `container` (its own `securityContext`; none of these fields is
-    /// pod-level):
+    /// The security of `container` of `pod` (the container's own `securityContext`; only
+    /// `seccompProfile` falls back to the pod's):
     /// 1. `privileged: true`: every capability, `add`/`drop` ignored (containerd's
     ///    `WithPrivileged`);
     /// 2. otherwise the default set; an `add` of `ALL` (any case) makes it every capability
@@ -51,13 +54,36 @@ impl Security {
     ///    `CAP_<NAME>`, upper case) is added and each other `drop` removed;
     /// 3. `allowPrivilegeEscalation: false` sets `no_new_privs`; unset or true does not (the
     ///    kubelet's `AddNoNewPrivileges`);
-    /// 4. `readOnlyRootFilesystem: true` makes the root read-only.
+    /// 4. `readOnlyRootFilesystem: true` makes the root read-only;
+    /// 5. `seccompProfile` (the container's, else the pod's): `RuntimeDefault` installs the
+    ///    runtime's default filter, unless privileged (containerd runs privileged containers
+    ///    unconfined); unset or `Unconfined` installs none (the kubelet's default without
+    ///    `SeccompDefault`); `Localhost` is refused.
     ///
     /// # Errors
     /// [`StartError::Config`] naming a capability the kernel does not know, as runc refuses
-    /// it.
-    pub fn resolve(container: &Container) -> Result<Self, StartError> {
+    /// it, or a `Localhost` seccomp profile.
+    pub fn resolve(pod: &Pod, container: &Container) -> Result<Self, StartError> {
         let sc = container.security_context.as_ref();
+        // (5)
+        let profile = sc.and_then(|s| s.seccomp_profile.as_ref()).or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.seccomp_profile.as_ref())
+        });
+        let seccomp_runtime_default = match profile.map(|p| p.type_.as_str()) {
+            None | Some("Unconfined") => false,
+            Some("RuntimeDefault") => true,
+            Some(other) => {
+                return Err(StartError::Config {
+                    message: format!(
+                        "seccomp profile type {other:?} is not supported by nodelet's process \
+                         runtime: only RuntimeDefault and Unconfined are"
+                    ),
+                });
+            }
+        };
         let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
         // (1), (2)
         let capabilities = if privileged {
@@ -101,6 +127,7 @@ impl Security {
             read_only_root: sc
                 .and_then(|s| s.read_only_root_filesystem)
                 .unwrap_or(false),
+            seccomp_runtime_default: seccomp_runtime_default && !privileged,
         })
     }
 }
@@ -121,7 +148,7 @@ mod tests {
     }
 
     fn caps_of(sc: serde_json::Value) -> Vec<String> {
-        Security::resolve(&container(sc))
+        Security::resolve(&Pod::default(), &container(sc))
             .unwrap()
             .capabilities
             .unwrap()
@@ -129,7 +156,7 @@ mod tests {
 
     #[test]
     fn without_a_security_context_the_default_set_and_nothing_else() {
-        let s = Security::resolve(&container(json!(null))).unwrap();
+        let s = Security::resolve(&Pod::default(), &container(json!(null))).unwrap();
         let mut default: Vec<String> = DEFAULT_CAPABILITIES.iter().map(|&c| c.into()).collect();
         default.sort();
         assert_eq!(s.capabilities, Some(default));
@@ -158,29 +185,76 @@ mod tests {
 
     #[test]
     fn privileged_has_every_capability_and_an_unknown_one_is_refused() {
-        let s = Security::resolve(&container(
-            json!({"privileged": true, "capabilities": {"drop": ["ALL"]}}),
-        ))
+        let s = Security::resolve(
+            &Pod::default(),
+            &container(json!({"privileged": true, "capabilities": {"drop": ["ALL"]}})),
+        )
         .unwrap();
         assert!(s.privileged);
         assert_eq!(s.capabilities, None);
-        let err = Security::resolve(&container(json!({"capabilities": {"add": ["FLY"]}})))
-            .unwrap_err()
-            .to_string();
+        let err = Security::resolve(
+            &Pod::default(),
+            &container(json!({"capabilities": {"add": ["FLY"]}})),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("unknown capability \"CAP_FLY\""), "{err}");
+    }
+
+    #[test]
+    fn runtime_default_seccomp_comes_from_the_container_or_the_pod_and_localhost_is_refused() {
+        let pod = |profile: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"spec": {"containers": [],
+                "securityContext": {"seccompProfile": profile}}}))
+            .unwrap()
+        };
+        let resolve = |p: &Pod, sc: serde_json::Value| Security::resolve(p, &container(sc));
+        let default = pod(json!({"type": "RuntimeDefault"}));
+        assert!(
+            resolve(&default, json!(null))
+                .unwrap()
+                .seccomp_runtime_default
+        );
+        let unconfined = json!({"seccompProfile": {"type": "Unconfined"}});
+        assert!(
+            !resolve(&default, unconfined)
+                .unwrap()
+                .seccomp_runtime_default
+        );
+        // containerd runs a privileged container unconfined.
+        assert!(
+            !resolve(&default, json!({"privileged": true}))
+                .unwrap()
+                .seccomp_runtime_default
+        );
+        assert!(
+            !resolve(&Pod::default(), json!(null))
+                .unwrap()
+                .seccomp_runtime_default
+        );
+        let local = json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}});
+        let err = resolve(&Pod::default(), local).unwrap_err().to_string();
+        assert!(err.contains("seccomp profile type \"Localhost\""), "{err}");
     }
 
     #[test]
     fn no_new_privs_only_when_privilege_escalation_is_refused() {
         let nnp = |v: serde_json::Value| {
-            Security::resolve(&container(json!({"allowPrivilegeEscalation": v})))
-                .unwrap()
-                .no_new_privs
+            Security::resolve(
+                &Pod::default(),
+                &container(json!({"allowPrivilegeEscalation": v})),
+            )
+            .unwrap()
+            .no_new_privs
         };
         assert!(nnp(json!(false)));
         assert!(!nnp(json!(true)));
         assert!(!nnp(json!(null)));
-        let ro = Security::resolve(&container(json!({"readOnlyRootFilesystem": true}))).unwrap();
+        let ro = Security::resolve(
+            &Pod::default(),
+            &container(json!({"readOnlyRootFilesystem": true})),
+        )
+        .unwrap();
         assert!(ro.read_only_root);
     }
 }

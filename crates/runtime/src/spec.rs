@@ -56,6 +56,9 @@ pub struct LaunchSpec {
     /// PW-42).
     #[serde(default)]
     pub read_only_root: bool,
+    /// The `RuntimeDefault` seccomp filter is installed before the program runs (PW-46).
+    #[serde(default)]
+    pub seccomp_runtime_default: bool,
 }
 
 /// One bind mount.

@@ -82,6 +82,7 @@ impl Fixture {
             capabilities: None,
             no_new_privs: false,
             read_only_root: false,
+            seccomp_runtime_default: false,
         };
         Self {
             dir,
@@ -929,4 +930,20 @@ fn root_keeps_only_the_specs_capabilities_and_a_user_has_none() {
     finished.assert_started_and_succeeded();
     assert_eq!(finished.value("eff"), "0000000000000021", "{finished:?}");
     assert_eq!(finished.value("dev"), "own", "{finished:?}");
+}
+
+// PW-46: `seccompProfile: RuntimeDefault` runs the program under a seccomp filter (mode 2);
+// without it there is none.
+#[test]
+fn the_runtime_default_seccomp_filter_is_installed_only_when_asked() {
+    let script = "echo seccomp=$(awk '/^Seccomp:/{print $2}' /proc/self/status)";
+    let mut fixture = Fixture::shell(script);
+    fixture.spec.seccomp_runtime_default = true;
+    fixture.spec.capabilities = Some(vec!["CAP_CHOWN".into()]);
+    let finished = fixture.run();
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("seccomp"), "2", "{finished:?}");
+    let finished = Fixture::shell(script).run();
+    finished.assert_started_and_succeeded();
+    assert_eq!(finished.value("seccomp"), "0", "{finished:?}");
 }

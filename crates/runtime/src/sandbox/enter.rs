@@ -138,6 +138,7 @@ fn enter(args: &ExecArgs) -> Result<Infallible, SandboxError> {
         source,
     })?;
     super::security::restrict_process(&spec)?;
+    super::seccomp::apply(&spec)?;
     // (5)
     std::env::set_current_dir(&spec.working_dir)
         .map_err(|e| SandboxError::WorkingDir(spec.working_dir.clone(), e))?;
@@ -208,6 +209,7 @@ mod tests {
             capabilities: None,
             no_new_privs: false,
             read_only_root: false,
+            seccomp_runtime_default: false,
         };
         let path = dir.path().join("launch.json");
         fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();

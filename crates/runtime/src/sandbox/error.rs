@@ -63,6 +63,9 @@ pub enum SandboxError {
         #[source]
         source: caps::errors::CapsError,
     },
+    /// The `RuntimeDefault` seccomp filter could not be built or installed.
+    #[error("cannot install the RuntimeDefault seccomp filter: {0}")]
+    Seccomp(String),
     /// `prctl(PR_SET_NO_NEW_PRIVS)` failed.
     #[error("cannot set no_new_privs")]
     NoNewPrivs(#[source] Errno),

@@ -47,8 +47,9 @@
 //!    (as root only), `setresgid`, `setresuid`; a process still root keeps exactly the
 //!    spec's capabilities; `no_new_privs` when the spec asks for it (PW-43).
 //! 10. Create the working directory if missing (as the container's user) and enter it.
-//! 11. Find the program (a path, or a name in the environment's `PATH`) and execute it with the
-//!     process's environment.
+//! 11. With `seccomp_runtime_default`, install the RuntimeDefault seccomp filter (PW-46,
+//!     `seccomp.rs`); find the program (a path, or a name in the environment's `PATH`) and
+//!     execute it with the process's environment.
 //!
 //! Paths inside the container are resolved under the new root with their symbolic links
 //! followed inside it (as they will be after step 8), never on the host.
@@ -119,6 +120,7 @@ mod exec;
 mod mirror;
 mod paths;
 mod root;
+mod seccomp;
 mod security;
 mod spec_file;
 mod userns;
@@ -292,6 +294,7 @@ fn start(spec: &LaunchSpec) -> Result<Infallible, SandboxError> {
     std::env::set_current_dir(&spec.working_dir)
         .map_err(|e| SandboxError::WorkingDir(spec.working_dir.clone(), e))?;
     // (11)
+    seccomp::apply(spec)?;
     exec::exec(&spec.program, &spec.args)
 }
 
