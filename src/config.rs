@@ -611,7 +611,7 @@ impl RunArgs {
             (None, None) => ("", None),
         };
         if let Some(s) = sync {
-            let d = parse_duration(s).ok_or_else(|| {
+            let d = nodelet_core::go::parse_duration(s).ok_or_else(|| {
                 invalid(sync_field, format!("{s:?} is not a duration such as 1m0s"))
             })?;
             if d.is_zero() {
@@ -818,41 +818,6 @@ fn absolute_path(path: &Path, base: &Path) -> PathBuf {
     base.join(path).components().collect()
 }
 
-/// Parses a Go duration (`1m0s`, `90s`, `1h30m`, `500ms`, `0`).
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&n| n > 0)?;
-        let value: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += Duration::try_from_secs_f64(value * unit).ok()?;
-    }
-    Some(total)
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -1034,17 +999,6 @@ mod tests {
             "the file's table replaces the default"
         );
         assert!(default_images().find("busybox:1.36").is_some());
-    }
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(parse_duration("1m0s"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10"), None);
-        assert_eq!(parse_duration("1x"), None);
-        assert_eq!(parse_duration(""), None);
     }
 
     #[cfg(feature = "embedded")]

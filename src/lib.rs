@@ -99,7 +99,7 @@ pub use cli::Cli;
 pub use config::{
     AgentConfig, ApiSource, ConfigError, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR,
     DEFAULT_LISTEN, DEFAULT_ROOT_DIR, KubernetesServiceEnv, LogFormat, NodeTaint, RunArgs,
-    RuntimeKind, Settings, default_images, parse_duration, parse_taints, service_endpoint_of,
+    RuntimeKind, Settings, default_images, parse_taints, service_endpoint_of,
 };
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
@@ -215,20 +215,10 @@ pub fn identify(config: &mut kube::Config) {
         "nodelet/v{} ({}/{})",
         env!("CARGO_PKG_VERSION"),
         std::env::consts::OS,
-        go_arch(std::env::consts::ARCH),
+        nodelet_core::go::arch(),
     );
     if let Ok(value) = ::http::HeaderValue::from_str(&agent) {
         config.headers.push((::http::header::USER_AGENT, value));
-    }
-}
-
-/// Go's name for a CPU architecture, as Kubernetes components print it in their User-Agent.
-fn go_arch(rust: &str) -> &str {
-    match rust {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
-        other => other,
     }
 }
 

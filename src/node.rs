@@ -114,15 +114,6 @@ const DECLARED_WEBSOCKETS: &str = "ExtendWebSocketsToKubelet";
 /// The Kubernetes version whose kubelet nodelet follows (the Node's `kubeletVersion`).
 pub(crate) const KUBELET_VERSION: &str = "v1.36.2";
 
-/// Go's name of this architecture (`amd64`, `arm64`), as labels and `nodeInfo` spell it.
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
-}
-
 fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
         (
@@ -133,7 +124,10 @@ fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
             "kubernetes.io/os".to_owned(),
             std::env::consts::OS.to_owned(),
         ),
-        ("kubernetes.io/arch".to_owned(), go_arch().to_owned()),
+        (
+            "kubernetes.io/arch".to_owned(),
+            nodelet_core::go::arch().to_owned(),
+        ),
         (
             "node.kubernetes.io/instance-type".to_owned(),
             "nodelet".to_owned(),
@@ -359,7 +353,7 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
         "nodeInfo": {
             "kubeletVersion": KUBELET_VERSION,
             "operatingSystem": std::env::consts::OS,
-            "architecture": go_arch(),
+            "architecture": nodelet_core::go::arch(),
             "containerRuntimeVersion": format!("{runtime}://{}", env!("CARGO_PKG_VERSION")),
             "kubeProxyVersion": "",
             "machineID": machine_id.trim(), "systemUUID": "", "bootID": boot_id.trim(),

@@ -149,7 +149,10 @@ fn parse_int(s: &str) -> Result<i64, String> {
             }
             _ => "invalid syntax",
         };
-        format!("strconv.ParseInt: parsing {}: {why}", go_quote(s))
+        format!(
+            "strconv.ParseInt: parsing {}: {why}",
+            nodelet_core::go::quote(s)
+        )
     })
 }
 
@@ -172,14 +175,18 @@ fn parse_rfc3339(value: &str) -> Result<DateTime<FixedOffset>, String> {
     let cannot = |rest: &str, elem: &str| {
         format!(
             "parsing time {} as {}: cannot parse {} as {}",
-            go_quote(value),
-            go_quote(RFC3339),
-            go_quote(rest),
-            go_quote(elem)
+            nodelet_core::go::quote(value),
+            nodelet_core::go::quote(RFC3339),
+            nodelet_core::go::quote(rest),
+            nodelet_core::go::quote(elem)
         )
     };
-    let out_of_range =
-        |what: &str| format!("parsing time {}: {what} out of range", go_quote(value));
+    let out_of_range = |what: &str| {
+        format!(
+            "parsing time {}: {what} out of range",
+            nodelet_core::go::quote(value)
+        )
+    };
     let mut rest = value;
     let lit = |rest: &mut &str, sep: char| -> Result<(), String> {
         match rest.strip_prefix(sep) {
@@ -267,8 +274,8 @@ fn parse_rfc3339(value: &str) -> Result<DateTime<FixedOffset>, String> {
     if !rest.is_empty() {
         return Err(format!(
             "parsing time {}: extra text: {}",
-            go_quote(value),
-            go_quote(rest)
+            nodelet_core::go::quote(value),
+            nodelet_core::go::quote(rest)
         ));
     }
     let date = NaiveDate::from_ymd_opt(year, month, day).ok_or_else(|| out_of_range("day"))?;
@@ -306,12 +313,6 @@ fn one_or_two_digits(s: &mut &str) -> Option<u32> {
         }
         _ => None,
     }
-}
-
-/// A Go `%q`-style quoted string (the texts here quote user input; Rust's `{:?}` escapes the
-/// same printable ASCII the same way).
-fn go_quote(s: &str) -> String {
-    format!("{s:?}")
 }
 
 /// Go's `url.QueryEscape`: unreserved bytes kept, space as `+`, the rest `%XX`.

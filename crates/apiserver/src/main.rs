@@ -182,40 +182,13 @@ fn parse_chance(arg: &str) -> Result<f64, String> {
 /// Parses a Go duration (`50ms`, `1.5s`, `1m30s`; units `ns`, `us`, `µs`, `ms`, `s`, `m`,
 /// `h`) or a bare number of milliseconds (`0`, `250`).
 fn parse_duration(arg: &str) -> Result<Duration, String> {
-    let bad = || format!("expected a duration such as 50ms, 1s or 250 (milliseconds), got {arg:?}");
     let s = arg.trim();
     if let Ok(ms) = s.parse::<u64>() {
         return Ok(Duration::from_millis(ms));
     }
-    let mut rest = s;
-    let mut total = Duration::ZERO;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&n| n > 0)
-            .ok_or_else(bad)?;
-        let value: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        let part = Duration::try_from_secs_f64(value * seconds).map_err(|_| bad())?;
-        total = total.checked_add(part).ok_or_else(bad)?;
-    }
-    Ok(total)
+    nodelet_core::go::parse_duration(s).ok_or_else(|| {
+        format!("expected a duration such as 50ms, 1s or 250 (milliseconds), got {arg:?}")
+    })
 }
 
 /// Parses `NODE=PATH`.

@@ -259,7 +259,7 @@ fn message_to_json(d: &Descriptors, msg: &DynamicMessage) -> Value {
                 .get_field_by_name("duration")
                 .and_then(|v| v.as_i64())
                 .unwrap_or(0);
-            return Value::String(go_duration(nanos));
+            return Value::String(nodelet_core::go::format_duration(nanos));
         }
         _ => {}
     }
@@ -359,68 +359,6 @@ fn time_to_json(msg: &DynamicMessage, micro: bool) -> Value {
     Value::String(t.format(format).to_string())
 }
 
-/// Go's `time.Duration.String()` for whole and fractional seconds (`1h2m3s`, `1.5s`, `0s`).
-fn go_duration(nanos: i64) -> String {
-    if nanos == 0 {
-        return "0s".into();
-    }
-    let sign = if nanos < 0 { "-" } else { "" };
-    let n = nanos.unsigned_abs();
-    let (h, rem) = (n / 3_600_000_000_000, n % 3_600_000_000_000);
-    let (m, rem) = (rem / 60_000_000_000, rem % 60_000_000_000);
-    let (s, frac) = (rem / 1_000_000_000, rem % 1_000_000_000);
-    let mut out = sign.to_string();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if h > 0 || m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if frac == 0 {
-        out.push_str(&format!("{s}s"));
-    } else {
-        let f = format!("{frac:09}");
-        out.push_str(&format!("{s}.{}s", f.trim_end_matches('0')));
-    }
-    out
-}
-
-/// Parses Go's duration syntax (`1h2m3.5s`, `300ms`) into nanoseconds.
-fn parse_go_duration(s: &str) -> Option<i64> {
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..end].parse().ok()?;
-        rest = &rest[end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3.6e12,
-            "m" => 6e10,
-            "s" => 1e9,
-            "ms" => 1e6,
-            "us" | "µs" => 1e3,
-            "ns" => 1.0,
-            _ => return None,
-        };
-        total += number * scale;
-        rest = &rest[unit_end..];
-    }
-    #[allow(clippy::cast_possible_truncation)]
-    let n = total.round() as i64;
-    Some(if neg { -n } else { n })
-}
-
 // ---- JSON -> protobuf ----
 
 fn field_err(path: &str, reason: impl Into<String>) -> ProtoError {
@@ -508,7 +446,7 @@ fn json_to_message(
         DURATION => {
             let n = value
                 .as_str()
-                .and_then(parse_go_duration)
+                .and_then(nodelet_core::go::parse_duration_nanos)
                 .ok_or_else(|| field_err(path, "expected a duration such as \"1m30s\""))?;
             msg.set_field_by_name("duration", PValue::I64(n));
             return Ok(msg);

@@ -82,6 +82,7 @@ pub mod capacity;
 pub mod downward;
 pub mod events;
 mod feature_gates;
+pub mod go;
 #[cfg(feature = "kubeconfig")]
 pub mod kubeconfig;
 mod layout;

@@ -16,4 +16,6 @@ mod fake;
 #[cfg(any(test, feature = "test-util"))]
 pub use self::fake::{FakeSource, Verb};
 
-pub use self::api::{Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
+pub use self::api::{
+    Listed, ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream, is_no_relationship,
+};

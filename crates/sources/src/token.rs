@@ -128,10 +128,10 @@ impl TokenSource for KubeTokenSource {
                 .await;
             match (sent, lag.next()) {
                 (Err(kube::Error::Api(status)), Some(delay))
-                    if status.code == 403
-                        && status
-                            .message
-                            .contains("no relationship found between node") =>
+                    if nodelet_object_manager::source::is_no_relationship(
+                        status.code,
+                        &status.message,
+                    ) =>
                 {
                     tokio::time::sleep(Jitter::between(0.5, 1.0).apply(*delay)).await;
                 }

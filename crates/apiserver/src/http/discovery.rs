@@ -39,7 +39,7 @@ pub(crate) fn non_resource(
             "buildDate": "2026-01-01T00:00:00Z",
             "goVersion": "none (nodelet-apiserver, Rust)",
             "compiler": "rustc",
-            "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+            "platform": format!("{}/{}", std::env::consts::OS, nodelet_core::go::arch()),
         }),
         "/readyz" if !shared.controls.ready() => return Ok(response::text(500, NOT_READY)),
         "/healthz" | "/livez" | "/readyz" => return Ok(response::text(200, "ok")),
@@ -90,14 +90,6 @@ fn named_groups(served: &Served) -> Vec<(&'static str, &'static str)> {
         }
     }
     out
-}
-
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
 }
 
 fn group(name: &str, version: &str) -> Value {

@@ -1,7 +1,7 @@
-//! [`DownwardError`]: why a downward API value could not be rendered, in the kubelet's words,
-//! and the Go-style quoting those words use.
+//! [`DownwardError`]: why a downward API value could not be rendered, in the kubelet's words
+//! (Go-quoted where the kubelet quotes, [`crate::go::quote`]).
 
-use std::fmt::Write as _;
+use crate::go::quote as go_quote;
 
 /// Why a downward API value could not be rendered; `Display` is the kubelet's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,33 +67,4 @@ pub enum DownwardError {
         /// The offending text.
         value: String,
     },
-}
-
-/// Go's `%q` for a string: double quotes, backslash escapes for quotes, backslashes and
-/// control characters; printable Unicode is kept.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -95,10 +95,16 @@ impl SourceError {
     pub fn is_no_relationship(&self) -> bool {
         matches!(
             self,
-            SourceError::Status { code: 403, message, .. }
-                if message.contains("no relationship found between node")
+            SourceError::Status { code, message, .. } if is_no_relationship(*code, message)
         )
     }
+}
+
+/// Whether an API answer of HTTP status `code` with `message` is the Node authorizer's
+/// refusal for want of a link in its graph ([`SourceError::is_no_relationship`]): the one
+/// place the server's text is matched, for every caller that gets such an answer.
+pub fn is_no_relationship(code: u16, message: &str) -> bool {
+    code == 403 && message.contains("no relationship found between node")
 }
 
 impl fmt::Debug for SourceError {
