@@ -99,7 +99,7 @@ impl Agent {
             sources: EnvSources {
                 configmaps: configmaps.clone(),
                 secrets: secrets.clone(),
-                services: Some(services),
+                services: Some(services.clone()),
             },
             volumes: Arc::new(volumes.clone()),
             runtime,
@@ -116,6 +116,7 @@ impl Agent {
             volumes,
             configmaps,
             secrets,
+            services,
             metrics,
             ready,
             pod_watch: crate::pod_watch::PodWatchHealth::default(),

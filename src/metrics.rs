@@ -55,6 +55,7 @@ struct Inner {
     api_requests: Family<Labels, Counter>,
     api_write_failures: Family<Labels, Counter>,
     watches_open: Family<Labels, Gauge>,
+    service_watch_lists: Gauge,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
@@ -100,6 +101,12 @@ impl Metrics {
             "api_requests",
             "API requests the agent made, by verb (watches counted when opened); counted by the transport",
             api_requests.clone(),
+        );
+        let service_watch_lists = Gauge::default();
+        registry.register(
+            "service_watch_lists",
+            "LISTs the node's Service watch (the containers' service variables) has made since the agent started, failed attempts included",
+            service_watch_lists.clone(),
         );
         let watches_open = Family::<Labels, Gauge>::default();
         registry.register(
@@ -199,6 +206,7 @@ impl Metrics {
                 api_requests,
                 api_write_failures,
                 watches_open,
+                service_watch_lists,
                 volumes,
                 volume_errors,
                 pods,
@@ -231,6 +239,13 @@ impl Metrics {
             .events_dropped
             .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())])
             .inc();
+    }
+
+    /// Set how many LISTs the service watch has made.
+    pub fn set_service_watch_lists(&self, n: u64) {
+        self.inner
+            .service_watch_lists
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Set the number of open watches of `resource`.

@@ -17,6 +17,8 @@ pub(crate) struct AgentState {
     pub(crate) volumes: VolumeManager,
     pub(crate) configmaps: ConfigMapManager,
     pub(crate) secrets: SecretManager,
+    /// The node's Service watch (containers' service variables).
+    pub(crate) services: nodelet_object_manager::ServiceLister,
     pub(crate) metrics: Metrics,
     pub(crate) ready: watch::Receiver<bool>,
     /// The pod watch's health (`/metrics`, `/pods`).

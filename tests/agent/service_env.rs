@@ -147,5 +147,15 @@ async fn the_env_files_hold_the_service_variables_too() {
         wait(&dir, "c", "DB_SERVICE_HOST").await.starts_with("10.9"),
         "a cluster IP of the service range"
     );
+    // One watch, listed once, whatever the number of pods.
+    let metrics = world.with_agent(|a| a.metrics_text()).await;
+    assert!(
+        metrics.contains("nodelet_watches_open{resource=\"services\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("nodelet_service_watch_lists 1\n"),
+        "{metrics}"
+    );
     world.stop().await;
 }

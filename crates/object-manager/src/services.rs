@@ -9,14 +9,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
+use nodelet_core::backoff::{Backoff, Jitter};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -33,12 +34,20 @@ pub struct ServiceListerConfig {
     /// [`ServiceListError::NotSynced`]. Default 10 s (the kubelet does not wait: its informer
     /// started with the node, long before the first pod).
     pub first_list_wait: Duration,
+    /// The pause after a failed request (a LIST or a WATCH), doubling up to
+    /// [`max_backoff`](Self::max_backoff), jittered by up to a half; reset by the next event.
+    /// Default 1 s (a restarting server is not asked again and again while it comes up).
+    pub initial_backoff: Duration,
+    /// Cap of the pause after failures. Default 30 s, client-go's informer's.
+    pub max_backoff: Duration,
 }
 
 impl Default for ServiceListerConfig {
     fn default() -> Self {
         Self {
             first_list_wait: Duration::from_secs(10),
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
         }
     }
 }
@@ -127,6 +136,8 @@ struct Shared {
     started: Mutex<bool>,
     synced: watch::Sender<bool>,
     last_error: Mutex<Option<String>>,
+    /// LISTs the watch has made: each complete list received and each failed attempt.
+    lists: AtomicU64,
     shutdown: CancellationToken,
 }
 
@@ -160,6 +171,7 @@ impl ServiceLister {
                 started: Mutex::new(false),
                 synced: watch::Sender::new(false),
                 last_error: Mutex::default(),
+                lists: AtomicU64::new(0),
                 shutdown: CancellationToken::new(),
             }),
         }
@@ -219,6 +231,12 @@ impl ServiceLister {
         *self.shared.started.lock()
     }
 
+    /// LISTs the watch has made so far: its first list, every relist (after the server
+    /// forgot the watch's resourceVersion) and every failed attempt at one.
+    pub fn lists(&self) -> u64 {
+        self.shared.lists.load(Ordering::Relaxed)
+    }
+
     /// Stops the watch; later reads fail with [`ServiceListError::ShutDown`].
     pub fn shutdown(&self) {
         self.shared.shutdown.cancel();
@@ -251,20 +269,29 @@ impl ServiceLister {
         *started = true;
         let api: Api<Service> = Api::all(client);
         let config = watcher::Config::default().fields(SERVICE_FIELD_SELECTOR);
-        let stream = watcher::watcher(api, config).default_backoff().boxed();
+        // The watcher retries at once when polled after an error: `run` pauses first.
+        let stream = watcher::watcher(api, config).boxed();
+        let backoff = Backoff::new(
+            self.shared.config.initial_backoff,
+            self.shared.config.max_backoff,
+        )
+        .with_jitter(Jitter::up_to(0.5));
         debug!("starting the service watch");
         tokio::spawn(run(
             Arc::downgrade(&self.shared),
             stream,
+            backoff,
             self.shared.shutdown.clone(),
         ));
     }
 }
 
-/// Follows the watch into the store until shutdown or until every lister is gone.
+/// Follows the watch into the store until shutdown or until every lister is gone; after a
+/// failed request it pauses as `backoff` says before the watcher asks again.
 async fn run(
     shared: Weak<Shared>,
     mut stream: futures::stream::BoxStream<'static, Result<Event<Service>, watcher::Error>>,
+    mut backoff: Backoff,
     shutdown: CancellationToken,
 ) {
     // The list being received (`Init` … `InitDone`), swapped in whole when it completes.
@@ -278,8 +305,14 @@ async fn run(
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        if item.is_ok() {
+            backoff.reset();
+        }
         match item {
-            Ok(Event::Init) => listing = Some(Index::new()),
+            Ok(Event::Init) => {
+                shared.lists.fetch_add(1, Ordering::Relaxed);
+                listing = Some(Index::new());
+            }
             Ok(Event::InitApply(service)) => {
                 if let (Some(index), Some(info)) =
                     (listing.as_mut(), ServiceInfo::from_service(&service))
@@ -304,15 +337,29 @@ async fn run(
             }
             Ok(Event::Delete(service)) => remove(&mut shared.services.lock(), &service),
             Err(error) => {
-                let text = error.to_string();
-                let mut last = shared.last_error.lock();
-                if last.as_deref() != Some(text.as_str()) {
-                    warn!(%error, "service watch failed; retrying");
+                if matches!(error, watcher::Error::InitialListFailed(_)) {
+                    shared.lists.fetch_add(1, Ordering::Relaxed);
                 }
-                *last = Some(text);
+                record_error(&shared, &error);
+                drop(shared);
+                let pause = backoff.next_delay();
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
             }
         }
     }
+}
+
+/// Keeps `error` as the watch's last and logs it when it differs from the one before.
+fn record_error(shared: &Shared, error: &watcher::Error) {
+    let text = error.to_string();
+    let mut last = shared.last_error.lock();
+    if last.as_deref() != Some(text.as_str()) {
+        warn!(%error, "service watch failed; retrying");
+    }
+    *last = Some(text);
 }
 
 fn insert(index: &mut Index, info: ServiceInfo) {
