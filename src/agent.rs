@@ -95,6 +95,9 @@ impl Agent {
                 services.shutdown();
             }
         });
+        let probes = processes
+            .as_ref()
+            .map(|p| crate::parts::probe_manager(&config, p, &events, &tasks));
         let parts = SyncerParts {
             sources: EnvSources {
                 configmaps: configmaps.clone(),
@@ -105,6 +108,7 @@ impl Agent {
             runtime,
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
+            probes: probes.clone(),
         };
         let mut env = gates.env_options(allocatable);
         env.kubernetes_service = config.kubernetes_service.clone();
@@ -122,6 +126,7 @@ impl Agent {
             pod_watch: crate::pod_watch::PodWatchHealth::default(),
             status,
             processes,
+            probes,
             known_pods: parking_lot::RwLock::default(),
         });
         // The kubelet's API (logs through the API server), before the Node publishes its port.

@@ -10,7 +10,8 @@ use nodelet_core::{Feature, FeatureGates, NodeAllocatable};
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_podworker::{
-    ConfigSyncer, EnvFileRuntime, EnvOptions, PodWorkers, SyncerConfig, SyncerParts, WorkerConfig,
+    ConfigSyncer, EnvFileRuntime, EnvOptions, PodWorkers, ProbeConfig, ProbeManager, SyncerConfig,
+    SyncerParts, WorkerConfig,
 };
 use nodelet_runtime::{ProcessRuntime, RuntimeConfig};
 use nodelet_volume_manager::{MemoryMedium, VolumeManager};
@@ -245,6 +246,24 @@ pub(crate) fn container_runtime(
             (Arc::new(processes.clone()), Some(processes))
         }
     })
+}
+
+/// The prober of the process runtime's containers: probes connect to the pods' IP (the
+/// node's), exec probes run through the runtime, events go to `events`.
+pub(crate) fn probe_manager(
+    config: &AgentConfig,
+    processes: &ProcessRuntime,
+    events: &EventPublisher,
+    tasks: &Tasks,
+) -> ProbeManager {
+    let pod_ip = host_ips(config).into_iter().next().unwrap_or_default();
+    ProbeManager::new(
+        ProbeConfig::new(pod_ip),
+        Arc::new(processes.clone()),
+        Arc::new(events.clone()),
+        tasks.tracker.clone(),
+        tasks.shutdown.clone(),
+    )
 }
 
 /// The kubelet API, when `--kubelet-port` asks for it: the bound address.

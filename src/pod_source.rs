@@ -8,7 +8,8 @@
 //!    outage the watch is rebuilt at once instead of waiting out its grown back-off.
 //! 4. A failed pod is retried as soon as an object it references changes (its manager knows
 //!    which pods reference what); a container that changed state re-syncs its pod (the
-//!    kubelet's PLEG).
+//!    kubelet's PLEG), and so does a probe result that changed, after the pod's status was
+//!    published again with it (PW-33).
 //! 5. A pod for another operating system is rejected as the kubelet's admission rejects it
 //!    (PW-40): status `Failed`, one event, never handed to the workers.
 //! 6. Housekeeping forgets the finished workers of pods no longer known, and with each the
@@ -119,6 +120,7 @@ pub(crate) async fn run(
     let mut container_changes = state.processes.as_ref().map(|p| p.changes());
     // Pods the node did not admit (PW-40): reported once, never handed to the workers.
     let mut rejected: HashSet<PodUid> = HashSet::new();
+    let mut probe_updates = state.probes.as_ref().map(|p| p.updates());
     // Pods whose worker was forgotten while the event queue was full: forgotten by the event
     // publisher at a later housekeeping.
     let mut unforgotten: Vec<PodUid> = Vec::new();
@@ -174,6 +176,33 @@ pub(crate) async fn run(
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => container_changes = None,
+                }
+                continue;
+            }
+            // A probe result changed: the pod's status says so at once (also while its
+            // worker is busy stopping it), and the pod is synced (a failed liveness probe
+            // kills the container there).
+            update = async { match probe_updates.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            } } => {
+                match update {
+                    Ok(update) => {
+                        workers.syncer().probe_result_changed(&update.pod_uid);
+                        let pod = state.known_pods.read().get(&update.pod_uid).cloned();
+                        if let (Some(pod), true) = (pod, update.needs_sync()) {
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let pods: Vec<AdmittedPod> =
+                            state.known_pods.read().values().cloned().collect();
+                        for pod in pods {
+                            workers.syncer().probe_result_changed(pod.uid());
+                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => probe_updates = None,
                 }
                 continue;
             }

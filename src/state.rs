@@ -27,6 +27,8 @@ pub(crate) struct AgentState {
     pub(crate) status: crate::status::StatusWriter,
     /// The process runtime, when containers run as processes (`--runtime process`).
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
+    /// The prober of the process runtime's containers.
+    pub(crate) probes: Option<nodelet_podworker::ProbeManager>,
     /// The pods bound to this node, as the pod source last saw them: written only by the pod
     /// source; read by it and by the kubelet API (`/pods`, `/containerLogs`, `/exec`).
     pub(crate) known_pods: parking_lot::RwLock<

@@ -1,5 +1,10 @@
 //! [`StatusWriter`]: turns the config syncer's [`PodConfigStatus`] into pod status patches
 //! (conditions, container states, phase) and deletes finished pods, in a background task.
+//!
+//! The patches are strategic merge patches, as the kubelet's: the conditions the agent owns
+//! merge by type, so conditions others set (`PodScheduled`, a readiness gate's) stay; the
+//! container status lists are replaced whole. A condition keeps its `lastTransitionTime`
+//! while its status stays (the time of the last patch that changed it, else the pod's own).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,7 +29,7 @@ use crate::metrics::Metrics;
 pub const CONFIG_READY_CONDITION: &str = "nodelet.io/ConfigReady";
 
 /// A [`StatusSink`]: newest status per pod wins; a background task patches `pods/status`
-/// (merge patch) and, for terminated pods, deletes the pod with grace period 0 and a UID
+/// (strategic merge patch) and, for terminated pods, deletes the pod with grace period 0 and a UID
 /// precondition, as the kubelet's status manager does.
 #[derive(Clone)]
 pub(crate) struct StatusWriter {
@@ -41,11 +46,20 @@ struct Shared {
     /// The node's addresses: the pods' IPs under the process runtime.
     host_ips: Vec<String>,
     pending: Mutex<HashMap<PodUid, Work>>,
-    /// Last patch sent per pod UID (to skip unchanged ones), as compact JSON text (about a
-    /// seventh of the heap its `Value` tree takes: ~1 KB a pod instead of ~7), and first start
-    /// time.
-    sent: Mutex<HashMap<PodUid, (Box<str>, String)>>,
+    /// Last patch sent per pod UID (to skip unchanged ones).
+    sent: Mutex<HashMap<PodUid, Sent>>,
     wake: Arc<Notify>,
+}
+
+/// What was last sent for a pod.
+struct Sent {
+    /// The patch, as compact JSON text (about a seventh of the heap its `Value` tree takes:
+    /// ~1 KB a pod instead of ~7).
+    text: Box<str>,
+    /// The pod's first start time.
+    started: String,
+    /// Each condition sent: type, status, `lastTransitionTime`.
+    conditions: Vec<(String, String, String)>,
 }
 
 #[derive(Clone)]
@@ -145,7 +159,7 @@ async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
         } => {
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             match api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+                .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
                 .await
             {
                 Ok(_) => Ok(()),
@@ -162,7 +176,7 @@ async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             if let Some(body) = last_status {
                 match api
-                    .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+                    .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
                     .await
                 {
                     Ok(_) => {}
@@ -190,28 +204,19 @@ async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
     }
 }
 
-fn condition(
-    type_: &str,
-    ready: bool,
-    reason: Option<&str>,
-    message: Option<&str>,
-    now: &str,
-) -> Value {
-    let mut c = json!({
+/// A condition without its `lastTransitionTime` (see [`stamp_transitions`]). An absent
+/// reason or message is `null`: the patch merges conditions by type, and a `null` deletes
+/// what an earlier status said.
+fn condition(type_: &str, ready: bool, reason: Option<&str>, message: Option<&str>) -> Value {
+    json!({
         "type": type_,
         "status": if ready { "True" } else { "False" },
-        "lastTransitionTime": now,
-    });
-    if let Some(r) = reason {
-        c["reason"] = json!(r);
-    }
-    if let Some(m) = message {
-        c["message"] = json!(m);
-    }
-    c
+        "reason": reason,
+        "message": message,
+    })
 }
 
-/// The `status` merge patch for `status` of `pod` (`started` = the pod's first start time).
+/// The `status` patch for `status` of `pod` (`started` = the pod's first start time).
 pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -> Value {
     let now = started;
     let all_created = !status.containers.is_empty()
@@ -276,7 +281,7 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
                 (!init_done).then_some("ContainersNotInitialized"),
                 None,
             ),
-            ready: (all_created, not_ready, None),
+            containers_ready: (all_created, not_ready, None),
         },
         json!({
             "phase": if all_created { "Running" } else { "Pending" },
@@ -310,7 +315,7 @@ fn termination_json(t: &Termination, container_id: &str) -> Value {
     v
 }
 
-/// The `status` merge patch of a pod whose containers run as processes: container states,
+/// The `status` patch of a pod whose containers run as processes: container states,
 /// restart counts and phase from the runtime (`runtime`), the rest as [`status_patch`].
 pub(crate) fn process_status_patch(
     pod: &Pod,
@@ -368,11 +373,17 @@ pub(crate) fn process_status_patch(
             (None, None) => waiting("ContainerCreating", None),
         };
         let running = s.is_some_and(|s| s.is_running());
-        let ready = if init {
-            s.and_then(|s| s.terminated())
-                .is_some_and(|t| t.exit_code == 0)
-        } else {
-            running
+        // PW-33: a regular container's `started` and `ready` are its probes' (without any,
+        // running is both); an init container is ready once it succeeded.
+        let probed = runtime.probes.iter().find(|p| p.name == c.name);
+        let (ready, started) = match probed {
+            _ if init => (
+                s.and_then(|s| s.terminated())
+                    .is_some_and(|t| t.exit_code == 0),
+                running,
+            ),
+            Some(p) => (p.ready, p.started),
+            None => (running, running),
         };
         let mut v = json!({
             "name": c.name,
@@ -382,7 +393,7 @@ pub(crate) fn process_status_patch(
                 .map(|t| json!({"terminated": termination_json(t, "")}))
                 .unwrap_or_else(|| json!({})),
             "ready": ready,
-            "started": running,
+            "started": started,
             "restartCount": s.map_or(0, |s| s.restart_count),
             "image": image,
             "imageID": "",
@@ -422,12 +433,12 @@ pub(crate) fn process_status_patch(
         .copied()
         .collect();
     let now = started;
-    let completed = runtime.phase == PodPhase::Succeeded;
-    let all_ready = unready.is_empty() && !runtime.phase.is_terminal();
-    let not_ready_reason = if completed {
-        "PodCompleted"
-    } else {
-        "ContainersNotReady"
+    let terminal = runtime.phase.is_terminal();
+    let all_ready = unready.is_empty() && !terminal;
+    let not_ready_reason = match runtime.phase {
+        PodPhase::Succeeded => "PodCompleted",
+        PodPhase::Failed => "PodFailed",
+        _ => "ContainersNotReady",
     };
     let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
     let init_message = format!(
@@ -444,10 +455,10 @@ pub(crate) fn process_status_patch(
                 (!init_done).then_some("ContainersNotInitialized"),
                 (!init_done).then_some(init_message.as_str()),
             ),
-            ready: (
+            containers_ready: (
                 all_ready,
                 (!all_ready).then_some(not_ready_reason),
-                (!all_ready && !completed).then_some(unready_message.as_str()),
+                (!all_ready && !terminal).then_some(unready_message.as_str()),
             ),
         },
         json!({
@@ -463,59 +474,99 @@ pub(crate) fn process_status_patch(
     )
 }
 
-/// `(status, reason, message)` of the `Initialized` condition and of `ContainersReady` and
-/// `Ready` (which agree: nodelet has no readiness probes).
+/// `(status, reason, message)` of the `Initialized` and `ContainersReady` conditions.
 struct Verdicts<'a> {
     initialized: (bool, Option<&'a str>, Option<&'a str>),
-    ready: (bool, Option<&'a str>, Option<&'a str>),
+    containers_ready: (bool, Option<&'a str>, Option<&'a str>),
 }
 
-/// The `status` merge patch both runtimes share: `fields` (phase, container statuses, IPs)
-/// with the conditions the agent owns — `PodReadyToStartContainers`, the config condition,
-/// `Initialized`, `ContainersReady`, `Ready` — after the scheduler's `PodScheduled`, all
-/// carrying the pod's generation (PodObservedGenerationTracking, on by default since 1.34).
+/// The pod's `Ready` (PW-35): `ContainersReady`'s verdict when that is not true; else true
+/// only when the condition of every `spec.readinessGates` type is `True` in the pod's status,
+/// with the kubelet's texts for those that are not.
+fn pod_ready(
+    pod: &Pod,
+    containers_ready: (bool, Option<&str>, Option<&str>),
+) -> (bool, Option<String>, Option<String>) {
+    let (ready, reason, message) = containers_ready;
+    if !ready {
+        return (false, reason.map(str::to_owned), message.map(str::to_owned));
+    }
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+    let unready: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .filter_map(|gate| {
+            let gate = &gate.condition_type;
+            match conditions.into_iter().flatten().find(|c| c.type_ == *gate) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate {gate:?} does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate {gate:?} is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if unready.is_empty() {
+        (true, None, None)
+    } else {
+        (
+            false,
+            Some("ReadinessGatesNotReady".to_owned()),
+            Some(unready.join(", ")),
+        )
+    }
+}
+
+/// The `status` patch both runtimes share: `fields` (phase, container statuses, IPs) with
+/// the conditions the agent owns — `PodReadyToStartContainers`, the config condition,
+/// `Initialized`, `ContainersReady`, `Ready` — all carrying the pod's generation
+/// (PodObservedGenerationTracking, on by default since 1.34). Their `lastTransitionTime`s are
+/// set by [`StatusWriter`], which knows the earlier ones.
 fn pod_status_patch(
     pod: &Pod,
     status: &PodConfigStatus,
     verdicts: Verdicts<'_>,
     mut fields: Value,
 ) -> Value {
-    let now = fields["startTime"].as_str().unwrap_or_default().to_owned();
     let (initialized, init_reason, init_message) = verdicts.initialized;
-    let (ready, ready_reason, ready_message) = verdicts.ready;
+    let (containers_ready, ready_reason, ready_message) = verdicts.containers_ready;
+    let (ready, pod_ready_reason, pod_ready_message) = pod_ready(pod, verdicts.containers_ready);
     let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
             status.volumes.ready,
             None,
             status.volumes.message.as_deref(),
-            &now,
         ),
         condition(
             CONFIG_READY_CONDITION,
             status.config.ready,
             (!status.config.ready).then_some("ConfigNotResolved"),
             status.config.message.as_deref(),
-            &now,
         ),
-        condition("Initialized", initialized, init_reason, init_message, &now),
-        condition("ContainersReady", ready, ready_reason, ready_message, &now),
-        condition("Ready", ready, ready_reason, ready_message, &now),
+        condition("Initialized", initialized, init_reason, init_message),
+        condition(
+            "ContainersReady",
+            containers_ready,
+            ready_reason,
+            ready_message,
+        ),
+        condition(
+            "Ready",
+            ready,
+            pod_ready_reason.as_deref(),
+            pod_ready_message.as_deref(),
+        ),
     ];
     if let Some(g) = pod.metadata.generation {
         for c in &mut conditions {
             c["observedGeneration"] = json!(g);
         }
         fields["observedGeneration"] = json!(g);
-    }
-    if let Some(scheduled) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-        .and_then(|c| serde_json::to_value(c).ok())
-    {
-        conditions.insert(0, scheduled);
     }
     fields["conditions"] = json!(conditions);
     // PW-26: the node failed the pod, whatever its containers say.
@@ -524,28 +575,80 @@ fn pod_status_patch(
         fields["reason"] = json!(eviction.reason);
         fields["message"] = json!(eviction.message);
     }
+    // Replaced whole, not merged by name (the kubelet's patch deletes what is gone).
+    for list in ["initContainerStatuses", "containerStatuses"] {
+        if let Some(items) = fields[list].as_array_mut() {
+            items.push(json!({"$patch": "replace"}));
+        }
+    }
     json!({"status": fields})
+}
+
+/// Sets each condition's `lastTransitionTime` in `body`: kept from `previous` (what was last
+/// sent) or, without that, from the pod's own status while the condition's status is the
+/// same; `now` when it changed. Returns the conditions as sent.
+fn stamp_transitions(
+    body: &mut Value,
+    previous: Option<&[(String, String, String)]>,
+    pod: &Pod,
+    now: &str,
+) -> Vec<(String, String, String)> {
+    let known = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+    let mut sent = Vec::new();
+    for c in body["status"]["conditions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let type_ = c["type"].as_str().unwrap_or_default().to_owned();
+        let status = c["status"].as_str().unwrap_or_default().to_owned();
+        let kept = match previous {
+            Some(previous) => previous
+                .iter()
+                .find(|(t, s, _)| *t == type_ && *s == status)
+                .map(|(_, _, time)| time.clone()),
+            None => known
+                .into_iter()
+                .flatten()
+                .find(|k| k.type_ == type_ && k.status == status)
+                .and_then(|k| k.last_transition_time.as_ref())
+                .map(|t| t.0.to_string()),
+        };
+        let time = kept.unwrap_or_else(|| now.to_owned());
+        c["lastTransitionTime"] = json!(time);
+        sent.push((type_, status, time));
+    }
+    sent
 }
 
 impl StatusSink for StatusWriter {
     fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
         let uid = pod.uid().clone();
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let mut sent = self.shared.sent.lock();
-        let started = sent.get(&uid).map(|(_, s)| s.clone()).unwrap_or_else(|| {
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        });
-        let body = match &status.runtime {
+        let last = sent.get(&uid);
+        let started = last.map_or_else(|| now.clone(), |s| s.started.clone());
+        let mut body = match &status.runtime {
             Some(runtime) => {
                 process_status_patch(pod, status, runtime, &started, &self.shared.host_ips)
             }
             None => status_patch(pod, status, &started),
         };
+        let conditions =
+            stamp_transitions(&mut body, last.map(|s| s.conditions.as_slice()), pod, &now);
         // serde_json's maps are sorted, so equal bodies print the same text.
         let text: Box<str> = body.to_string().into();
-        if sent.get(&uid).is_some_and(|(last, _)| *last == text) {
+        if last.is_some_and(|s| s.text == text) {
             return;
         }
-        sent.insert(uid.clone(), (text, started));
+        sent.insert(
+            uid.clone(),
+            Sent {
+                text,
+                started,
+                conditions,
+            },
+        );
         drop(sent);
         self.enqueue(
             uid,
@@ -675,7 +778,7 @@ mod tests {
             .sent
             .lock()
             .get(pod.uid())
-            .map(|(t, _)| t.len());
+            .map(|s| s.text.len());
         assert!(
             kept.is_some_and(|n| n < 2048),
             "kept as text: {kept:?} bytes"
@@ -695,13 +798,204 @@ mod tests {
             .into_iter()
             .flatten()
         {
-            let expected = if c["type"] == "PodScheduled" {
-                Value::Null
-            } else {
-                json!(3)
-            };
-            assert_eq!(c["observedGeneration"], expected, "{}", c["type"]);
+            assert_eq!(c["observedGeneration"], json!(3), "{}", c["type"]);
         }
+    }
+
+    #[test]
+    fn the_patch_names_only_the_agents_conditions_and_replaces_the_container_lists() {
+        let patch = status_patch(&pod(), &status(ContainerConfigState::Created, true), "t");
+        let types: Vec<&str> = patch["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        // `PodScheduled` (the scheduler's) is not named: the merge by type keeps it.
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                CONFIG_READY_CONDITION,
+                "Initialized",
+                "ContainersReady",
+                "Ready"
+            ]
+        );
+        let ready = &patch["status"]["conditions"][4];
+        assert!(
+            ready.get("message").is_some_and(Value::is_null),
+            "an absent message deletes an earlier one: {ready}"
+        );
+        for list in ["containerStatuses", "initContainerStatuses"] {
+            let items = patch["status"][list]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(items.last(), Some(&json!({"$patch": "replace"})), "{list}");
+        }
+    }
+
+    /// A pod whose container `c` runs, with the probes' `started` and `ready` for it.
+    fn probed(p: &Pod, started: bool, ready: bool) -> Value {
+        let runtime = RuntimeView {
+            statuses: vec![
+                nodelet_core::runtime::ContainerStatus {
+                    name: "i".into(),
+                    state: ContainerState::Terminated(Termination {
+                        exit_code: 0,
+                        signal: None,
+                        reason: "Completed".into(),
+                        message: None,
+                        started_at: std::time::SystemTime::UNIX_EPOCH,
+                        finished_at: std::time::SystemTime::UNIX_EPOCH,
+                    }),
+                    last_state: None,
+                    restart_count: 0,
+                    container_id: "nodelet://i".into(),
+                },
+                nodelet_core::runtime::ContainerStatus {
+                    name: "c".into(),
+                    state: ContainerState::Running {
+                        started_at: std::time::SystemTime::UNIX_EPOCH,
+                    },
+                    last_state: None,
+                    restart_count: 0,
+                    container_id: "nodelet://c".into(),
+                },
+            ],
+            phase: PodPhase::Running,
+            probes: vec![nodelet_podworker::ContainerProbeStatus {
+                name: "c".into(),
+                started,
+                ready,
+            }],
+        };
+        let mut config = status(ContainerConfigState::Created, true);
+        config.runtime = Some(runtime.clone());
+        process_status_patch(p, &config, &runtime, "t", &["10.0.0.1".to_owned()])
+    }
+
+    fn condition_field(patch: &Value, type_: &str, field: &str) -> Value {
+        patch["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+            .map(|c| c[field].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn pw33_a_running_container_is_ready_and_started_as_its_probes_say() {
+        let patch = probed(&pod(), false, false);
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(
+            (c["started"].clone(), c["ready"].clone()),
+            (json!(false), json!(false))
+        );
+        assert_eq!(
+            condition_status(&patch, "ContainersReady").as_deref(),
+            Some("False")
+        );
+        assert_eq!(
+            condition_field(&patch, "Ready", "message"),
+            "containers with unready status: [c]"
+        );
+        let patch = probed(&pod(), true, true);
+        let c = &patch["status"]["containerStatuses"][0];
+        assert_eq!(
+            (c["started"].clone(), c["ready"].clone()),
+            (json!(true), json!(true))
+        );
+        assert_eq!(condition_status(&patch, "Ready").as_deref(), Some("True"));
+    }
+
+    #[test]
+    fn pw35_ready_waits_for_every_readiness_gate_to_be_true() {
+        let gated = |conditions: Value| {
+            PodBuilder::new("ns", "p")
+                .uid("u")
+                .container(json!({"name": "c", "image": "img"}))
+                .init_container(json!({"name": "i", "image": "init"}))
+                .spec(json!({"readinessGates": [
+                    {"conditionType": "example.com/lb"},
+                    {"conditionType": "example.com/dns"},
+                ]}))
+                .status(json!({"conditions": conditions}))
+                .build()
+        };
+        let patch = probed(
+            &gated(json!([{"type": "example.com/lb", "status": "False"}])),
+            true,
+            true,
+        );
+        assert_eq!(
+            condition_status(&patch, "ContainersReady").as_deref(),
+            Some("True")
+        );
+        assert_eq!(condition_status(&patch, "Ready").as_deref(), Some("False"));
+        assert_eq!(
+            condition_field(&patch, "Ready", "reason"),
+            "ReadinessGatesNotReady"
+        );
+        assert_eq!(
+            condition_field(&patch, "Ready", "message"),
+            "the status of pod readiness gate \"example.com/lb\" is not \"True\", but False, \
+             corresponding condition of pod readiness gate \"example.com/dns\" does not exist."
+        );
+        let patch = probed(
+            &gated(json!([
+                {"type": "example.com/lb", "status": "True"},
+                {"type": "example.com/dns", "status": "True"},
+            ])),
+            true,
+            true,
+        );
+        assert_eq!(condition_status(&patch, "Ready").as_deref(), Some("True"));
+        // Not ready containers: Ready says what ContainersReady says, whatever the gates.
+        let patch = probed(&gated(json!([])), true, false);
+        assert_eq!(
+            condition_field(&patch, "Ready", "reason"),
+            "ContainersNotReady"
+        );
+    }
+
+    #[test]
+    fn a_conditions_transition_time_moves_only_when_its_status_changes() {
+        let mut p = pod();
+        p.status = Some(
+            serde_json::from_value(json!({"conditions": [
+                {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ]}))
+            .unwrap_or_default(),
+        );
+        // No earlier patch: the pod's own time is kept for an unchanged status.
+        let mut body = probed(&p, true, false);
+        let sent = stamp_transitions(&mut body, None, &p, "2026-01-01T00:00:10Z");
+        assert_eq!(
+            condition_field(&body, "Ready", "lastTransitionTime"),
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            condition_field(&body, "Initialized", "lastTransitionTime"),
+            "2026-01-01T00:00:10Z"
+        );
+        // Ready turns True: its time moves; the others keep theirs.
+        let mut body = probed(&p, true, true);
+        let sent = stamp_transitions(&mut body, Some(&sent), &p, "2026-01-01T00:00:20Z");
+        assert_eq!(
+            condition_field(&body, "Ready", "lastTransitionTime"),
+            "2026-01-01T00:00:20Z"
+        );
+        assert_eq!(
+            condition_field(&body, "Initialized", "lastTransitionTime"),
+            "2026-01-01T00:00:10Z"
+        );
+        let mut body = probed(&p, true, true);
+        stamp_transitions(&mut body, Some(&sent), &p, "2026-01-01T00:00:30Z");
+        assert_eq!(
+            condition_field(&body, "Ready", "lastTransitionTime"),
+            "2026-01-01T00:00:20Z"
+        );
     }
 
     #[test]
@@ -725,11 +1019,6 @@ mod tests {
         assert_eq!(
             condition_status(&patch, CONFIG_READY_CONDITION).as_deref(),
             Some("False")
-        );
-        assert_eq!(
-            condition_status(&patch, "PodScheduled").as_deref(),
-            Some("True"),
-            "kept"
         );
     }
 

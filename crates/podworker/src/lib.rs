@@ -136,6 +136,7 @@ mod expand;
 mod hooks;
 mod mounts;
 mod phase;
+mod probe;
 mod process;
 mod runtime;
 mod seams;
@@ -157,6 +158,10 @@ pub use mounts::{
     kernel_hostname, make_mounts, pod_hostname, should_mount_hosts_file,
 };
 pub use phase::{PodPhase, pod_phase};
+pub use probe::{
+    ContainerProbeStatus, ProbeConfig, ProbeKill, ProbeKind, ProbeManager, ProbeResult,
+    ProbeTarget, ProbeUpdate,
+};
 pub use runtime::{
     ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, StartPlan, env_file, env_json,
 };

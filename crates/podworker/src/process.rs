@@ -8,11 +8,12 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Secret};
 use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
 use nodelet_core::{AdmittedPod, PodUid};
-use nodelet_runtime::handlers::ExecResult;
+use nodelet_runtime::handlers::{ExecError, ExecResult};
 use nodelet_runtime::{ProcessRuntime, StartError};
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
+use crate::probe::ProbeTarget;
 use crate::runtime::{RuntimeHook, StartPlan};
 use crate::workers::TerminatingPod;
 
@@ -110,5 +111,24 @@ impl RuntimeHook for ProcessRuntime {
             .map_err(|e| RuntimeError::Other {
                 message: e.to_string(),
             })
+    }
+}
+
+/// The process runtime is what the prober probes: its containers' states, and commands run in
+/// them by `container-exec`.
+#[async_trait]
+impl ProbeTarget for ProcessRuntime {
+    fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        ProcessRuntime::statuses(self, uid)
+    }
+
+    async fn exec_sync(
+        &self,
+        uid: &PodUid,
+        container: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, ExecError> {
+        ProcessRuntime::exec_sync(self, uid, container, command, Some(timeout)).await
     }
 }

@@ -171,6 +171,9 @@ pub struct RuntimeView {
     pub statuses: Vec<nodelet_core::runtime::ContainerStatus>,
     /// The pod's phase ([`pod_phase`](crate::pod_phase)).
     pub phase: crate::PodPhase,
+    /// `started` and `ready` of the regular containers in `statuses`, as their probes make
+    /// them (PW-33); empty without a prober (a running container is then started and ready).
+    pub probes: Vec<crate::ContainerProbeStatus>,
 }
 
 /// Where pod statuses go (the agent patches the pod's status). Implementations must not block.

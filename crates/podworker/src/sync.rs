@@ -1,7 +1,7 @@
 //! [`ConfigSyncer`]: the config side of the kubelet's SyncPod, SyncTerminatingPod and
 //! SyncTerminatedPod (spec PW-4 … PW-7, PW-12 … PW-14).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -23,6 +23,7 @@ use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
 use crate::hooks::Lifecycle;
 use crate::phase::pod_phase;
+use crate::probe::ProbeManager;
 use crate::runtime::RuntimeHook;
 use crate::seams::{
     ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness,
@@ -86,6 +87,9 @@ pub struct SyncerParts {
     pub events: Arc<dyn EventSink>,
     /// Pod status.
     pub status: Arc<dyn StatusSink>,
+    /// The prober, for a runtime that runs processes (none: no probes run, a running
+    /// container is started and ready).
+    pub probes: Option<ProbeManager>,
 }
 
 /// The config side of a kubelet's pod sync, as a [`PodSyncer`] for [`PodWorkers`](crate::PodWorkers).
@@ -126,9 +130,10 @@ pub struct SyncerParts {
 pub struct ConfigSyncer {
     config: SyncerConfig,
     parts: SyncerParts,
-    /// UIDs whose status was published at least once (the first sync publishes "volumes not
-    /// ready" before waiting, as the kubelet's status manager does).
-    published: Arc<Mutex<HashSet<PodUid>>>,
+    /// The last status published per pod, with the pod it was for: the first sync publishes
+    /// "volumes not ready" before waiting, as the kubelet's status manager does, and a probe
+    /// result change publishes it again with new readiness. Its lock orders publications.
+    published: Arc<Mutex<HashMap<PodUid, (AdmittedPod, PodConfigStatus)>>>,
 }
 
 impl std::fmt::Debug for ConfigSyncer {
@@ -327,9 +332,64 @@ impl ConfigSyncer {
         )
     }
 
+    /// Publishes `status` of `pod`, with the probes' view of its containers (PW-33).
     fn publish(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
-        self.published.lock().insert(pod.uid().clone());
-        self.parts.status.set_status(pod, status);
+        let mut published = self.published.lock();
+        self.publish_locked(&mut published, pod, status.clone());
+    }
+
+    /// Publishes under the lock of `published`: one publication at a time, so the newest
+    /// readiness is always the one published last.
+    fn publish_locked(
+        &self,
+        published: &mut HashMap<PodUid, (AdmittedPod, PodConfigStatus)>,
+        pod: &AdmittedPod,
+        mut status: PodConfigStatus,
+    ) {
+        if let (Some(probes), Some(view)) = (&self.parts.probes, status.runtime.as_mut()) {
+            view.probes = probes.container_states(pod, &view.statuses);
+        }
+        self.parts.status.set_status(pod, &status);
+        published.insert(pod.uid().clone(), (pod.clone(), status));
+    }
+
+    /// A probe result of pod `uid` changed ([`ProbeManager::updates`]): its last status is
+    /// published again with the runtime's current view and the probes' new `started` and
+    /// `ready` (the kubelet's status manager does this at once, whatever its pod worker is
+    /// doing: a readiness change reaches the API also while the pod's containers are being
+    /// stopped). Nothing for a pod never published or already terminated.
+    pub fn probe_result_changed(&self, uid: &PodUid) {
+        let mut published = self.published.lock();
+        let Some((pod, mut status)) = published.get(uid).cloned() else {
+            return;
+        };
+        if let Some(statuses) = self.parts.runtime.statuses(uid) {
+            status.runtime = Some(RuntimeView {
+                phase: pod_phase(&pod, &statuses),
+                statuses,
+                probes: Vec::new(),
+            });
+        }
+        self.publish_locked(&mut published, &pod, status);
+    }
+
+    /// PW-34: kills each running container whose liveness (or startup) probe failed, after a
+    /// `Killing` event; the runtime's plan then restarts it as `restartPolicy` says.
+    async fn kill_failed_containers(
+        &self,
+        pod: &AdmittedPod,
+        probes: &ProbeManager,
+    ) -> Result<(), SyncError> {
+        let statuses = self.parts.runtime.statuses(pod.uid()).unwrap_or_default();
+        for kill in probes.kills(pod, &statuses) {
+            self.event(pod, EventType::Normal, reasons::KILLING, kill.message);
+            self.parts
+                .runtime
+                .stop_container(pod.uid(), &kill.container, kill.grace_period)
+                .await
+                .map_err(|source| SyncError::Runtime { source })?;
+        }
+        Ok(())
     }
 }
 
@@ -363,6 +423,7 @@ fn final_status(
     status.runtime = Some(RuntimeView {
         phase: pod_phase(pod, &statuses),
         statuses,
+        probes: Vec::new(),
     });
     if past_active_deadline(pod, SystemTime::now()) {
         status.eviction = Some(deadline_eviction());
@@ -425,7 +486,7 @@ impl PodSyncer for ConfigSyncer {
             return Err(e);
         }
         // (4)
-        if !self.published.lock().contains(uid) {
+        if !self.published.lock().contains_key(uid) {
             let mut waiting = status.clone();
             waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
             waiting.config.message = Some("waiting for volumes".to_owned());
@@ -455,6 +516,10 @@ impl PodSyncer for ConfigSyncer {
         // (5)
         let pull_secrets = self.pull_secrets(pod).await;
         // (6)
+        if let Some(probes) = &self.parts.probes {
+            probes.add_pod(pod);
+            self.kill_failed_containers(pod, probes).await?;
+        }
         let plan = match self.parts.runtime.plan(pod).await {
             Ok(plan) => plan,
             Err(source) => {
@@ -629,6 +694,7 @@ impl PodSyncer for ConfigSyncer {
             .map(|statuses| RuntimeView {
                 phase: pod_phase(pod, &statuses),
                 statuses,
+                probes: Vec::new(),
             });
         let terminal = status
             .runtime
@@ -665,6 +731,10 @@ impl PodSyncer for ConfigSyncer {
         grace_period: Duration,
     ) -> Result<(), SyncError> {
         let uid = pod.uid();
+        // PW-34: nothing kills a container of a pod that is stopping; readiness goes on.
+        if let Some(probes) = &self.parts.probes {
+            probes.stop_liveness_and_startup(uid);
+        }
         // A pod known only on disk has no object to report on: no events, no status.
         let object = pod.object();
         if let Some(object) = object {
@@ -691,6 +761,9 @@ impl PodSyncer for ConfigSyncer {
 
     async fn sync_terminated_pod(&self, pod: TerminatingPod<'_>) -> Result<(), SyncError> {
         let uid = pod.uid();
+        if let Some(probes) = &self.parts.probes {
+            probes.remove_pod(uid);
+        }
         self.parts.volumes.remove_pod(uid);
         self.parts
             .volumes

@@ -260,6 +260,11 @@ impl<S: PodSyncer> PodWorkers<S> {
         }
     }
 
+    /// The syncer the workers run.
+    pub fn syncer(&self) -> &Arc<S> {
+        &self.inner.syncer
+    }
+
     /// Deliver an update for a pod: start its worker on first sight, else replace its pending
     /// update and wake it (PW-1, PW-2). Never blocks.
     ///

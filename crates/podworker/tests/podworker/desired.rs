@@ -36,6 +36,7 @@ fn bed() -> Bed {
             runtime: Arc::new(EnvFileRuntime::new(root.path())),
             events: Arc::new(RecordingEvents::new()),
             status: Arc::new(RecordingStatus::new()),
+            probes: None,
         },
     );
     // A short resync so that several periodic SyncPods run (nothing asserts a duration).

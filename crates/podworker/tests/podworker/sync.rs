@@ -41,6 +41,7 @@ fn fixture() -> Fixture {
             runtime: Arc::new(EnvFileRuntime::new(root.path())),
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
+            probes: None,
         },
     );
     Fixture {
