@@ -62,6 +62,9 @@ mod service_env;
 // no_new_privs, pods for another OS and pods naming a RuntimeClass (process runtime, needs
 // root).
 mod volumes_security;
+// Probes under the process runtime (needs root): exec, httpGet, tcpSocket and grpc against
+// loopback servers; readiness in the status (readiness gates too), liveness restarts.
+mod probes;
 // The kubelet API (process runtime, needs root): the Node names it, `pods/log` and `kubectl
 // logs` reach it through the API server (tail, timestamps, follow, previous), and only the
 // cluster CA's authorized users get in.

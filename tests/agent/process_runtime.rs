@@ -32,7 +32,7 @@ pub(crate) const BUSYBOX: &str = "busybox:1.36";
 // ---------------------------------------------------------------------------------------------
 
 /// Fails, naming the privilege, where the machine cannot run containers.
-fn require_root() {
+pub(crate) fn require_root() {
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test needs root (uid 0): the process runtime makes a mount namespace per \
