@@ -26,6 +26,13 @@
 //!   PW-20 … PW-23: exec through [`RuntimeHook::exec_sync`], httpGet through
 //!   `nodelet_runtime::handlers`, sleep).
 //!   Termination of a pod without an object sends no event and no status.
+//! * [`ProbeManager`]: the kubelet's prober (PW-30 … PW-35), for a runtime that runs
+//!   processes ([`SyncerParts::probes`]): workers per startup, liveness and readiness probe,
+//!   their results turned into the containers' `started` / `ready` ([`RuntimeView::probes`])
+//!   and into kills of containers whose liveness or startup probe failed, before the runtime
+//!   plans; a result change is a [`ProbeUpdate`], after which the agent calls
+//!   [`ConfigSyncer::probe_result_changed`] and syncs the pod. Its seam to the runtime is
+//!   [`ProbeTarget`].
 //! * [`resolve_env`]: environment variables of one container (PW-8 … PW-11), usable alone.
 //!   `fieldRef` / `resourceFieldRef` values come from `nodelet_core::downward`, the
 //!   same code that renders downwardAPI volumes (one implementation, as in the kubelet); its
