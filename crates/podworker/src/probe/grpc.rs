@@ -22,7 +22,7 @@ use bytes::{Buf, Bytes};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::prober::Verdict;
+use super::types::Verdict;
 use super::tcp::join_host_port;
 
 /// The method the probe calls.

@@ -6,7 +6,7 @@ use nodelet_core::{AdmittedPod, EventType};
 use nodelet_runtime::handlers::{ExecError, HttpError, HttpGet, resolve_container_port};
 
 use super::shared::Shared;
-use super::types::{Handler, ProbeKind, ProbeResult, ProbeSpec};
+use super::types::{Handler, ProbeKind, ProbeResult, ProbeSpec, Verdict};
 use super::{grpc, tcp};
 
 /// How often a check that errs (it could not even be made) is tried in one probe.
@@ -14,15 +14,6 @@ const MAX_RETRIES: usize = 3;
 
 /// How much of a command's output a probe keeps (the kubelet's 10 KiB).
 const MAX_OUTPUT: usize = 10 * 1024;
-
-/// What one check said (Go's `probe.Result` and its output).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    Success,
-    /// Passed, with something to say (a redirect not followed).
-    Warning(String),
-    Failure(String),
-}
 
 /// A check that could not be made; `Display` is the kubelet's text.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::net::TcpSocket;
 
-use super::prober::Verdict;
+use super::types::Verdict;
 
 /// Connects to `host:port` within `timeout`.
 pub(crate) async fn check(host: &str, port: u16, timeout: Duration) -> Verdict {

@@ -73,6 +73,15 @@ pub enum ProbeResult {
     Failure,
 }
 
+/// What one check said (Go's `probe.Result` and its output).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Success,
+    /// Passed, with something to say (a redirect not followed).
+    Warning(String),
+    Failure(String),
+}
+
 /// A probe result changed (the kubelet's results manager update): the pod is synced again and
 /// its status published with the new readiness.
 #[derive(Debug, Clone, PartialEq, Eq)]
