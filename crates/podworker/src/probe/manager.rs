@@ -554,12 +554,13 @@ mod tests {
         );
         runtime.start("c-1");
         probes.add_pod(&pod(json!({"livenessProbe": exec("alive", json!({}))})));
-        tokio::time::sleep(Duration::from_secs(25)).await;
+        tokio::time::sleep(Duration::from_secs(35)).await;
         let calls = runtime.calls_of("alive");
-        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(calls.len() >= 3, "{calls:?}");
         assert!(calls[0] < 10, "the first probe within a period: {calls:?}");
-        assert_eq!(calls[1], calls[0] + 10);
-        assert_eq!(calls[2], calls[0] + 20);
+        for (i, at) in calls.iter().enumerate() {
+            assert_eq!(*at, calls[0] + 10 * i as u64, "then every period: {calls:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
