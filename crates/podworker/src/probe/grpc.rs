@@ -22,8 +22,8 @@ use bytes::{Buf, Bytes};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::types::Verdict;
 use super::tcp::join_host_port;
+use super::types::Verdict;
 
 /// The method the probe calls.
 const PATH: &str = "/grpc.health.v1.Health/Check";

@@ -559,7 +559,11 @@ mod tests {
         assert!(calls.len() >= 3, "{calls:?}");
         assert!(calls[0] < 10, "the first probe within a period: {calls:?}");
         for (i, at) in calls.iter().enumerate() {
-            assert_eq!(*at, calls[0] + 10 * i as u64, "then every period: {calls:?}");
+            assert_eq!(
+                *at,
+                calls[0] + 10 * i as u64,
+                "then every period: {calls:?}"
+            );
         }
     }
 
