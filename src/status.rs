@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use nodelet_core::runtime::{ContainerState, Termination};
-use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_core::{AdmittedPod, PodUid, go};
 use nodelet_podworker::{ContainerConfigState, PodConfigStatus, PodPhase, RuntimeView, StatusSink};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -500,10 +500,12 @@ fn pod_ready(
             let gate = &gate.condition_type;
             match conditions.into_iter().flatten().find(|c| c.type_ == *gate) {
                 None => Some(format!(
-                    "corresponding condition of pod readiness gate {gate:?} does not exist."
+                    "corresponding condition of pod readiness gate {} does not exist.",
+                    go::quote(gate)
                 )),
                 Some(c) if c.status != "True" => Some(format!(
-                    "the status of pod readiness gate {gate:?} is not \"True\", but {}",
+                    "the status of pod readiness gate {} is not \"True\", but {}",
+                    go::quote(gate),
                     c.status
                 )),
                 Some(_) => None,

@@ -373,8 +373,9 @@ impl ConfigSyncer {
         self.publish_locked(&mut published, &pod, status);
     }
 
-    /// PW-34: kills each running container whose liveness (or startup) probe failed, after a
-    /// `Killing` event; the runtime's plan then restarts it as `restartPolicy` says.
+    /// PW-34: kills each running container whose liveness (or startup) probe failed, as the
+    /// kubelet kills it (`Killing` with the probe's text, its `preStop` hook, SIGTERM, SIGKILL
+    /// after the grace period); the runtime's plan then restarts it as `restartPolicy` says.
     async fn kill_failed_containers(
         &self,
         pod: &AdmittedPod,
@@ -382,10 +383,14 @@ impl ConfigSyncer {
     ) -> Result<(), SyncError> {
         let statuses = self.parts.runtime.statuses(pod.uid()).unwrap_or_default();
         for kill in probes.kills(pod, &statuses) {
-            self.event(pod, EventType::Normal, reasons::KILLING, kill.message);
-            self.parts
-                .runtime
-                .stop_container(pod.uid(), &kill.container, kill.grace_period)
+            let Some((container, _)) = containers(pod)
+                .into_iter()
+                .find(|(c, _)| c.name == kill.container)
+            else {
+                continue;
+            };
+            self.lifecycle()
+                .kill_container(pod, container, &kill.message, kill.grace_period)
                 .await
                 .map_err(|source| SyncError::Runtime { source })?;
         }

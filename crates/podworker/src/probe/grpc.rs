@@ -22,6 +22,8 @@ use bytes::{Buf, Bytes};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use nodelet_core::go;
+
 use super::tcp::join_host_port;
 use super::types::Verdict;
 
@@ -49,22 +51,23 @@ pub(crate) async fn check(host: &str, port: i32, service: &str, timeout: Duratio
     let timed_out = || {
         Verdict::Failure(format!(
             "timeout: health rpc did not complete within {}",
-            go_seconds(timeout)
+            go_duration(timeout)
         ))
     };
     // (1)
     let Some(stream) = connect(&addr, deadline).await else {
         return Verdict::Failure(format!(
-            "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
-            go_seconds(timeout)
+            "timeout: failed to connect service {} within {}: context deadline exceeded",
+            go::quote(&addr),
+            go_duration(timeout)
         ));
     };
     // (2) … (4)
     match tokio::time::timeout_at(deadline, call(stream, &addr, service, deadline)).await {
         Ok(Ok(1)) => Verdict::Success,
         Ok(Ok(status)) => Verdict::Failure(format!(
-            "service unhealthy (responded with {:?})",
-            serving_status_name(status)
+            "service unhealthy (responded with {})",
+            go::quote(&serving_status_name(status))
         )),
         Err(_) => timed_out(),
         Ok(Err(error)) if error.code == DEADLINE_EXCEEDED => timed_out(),
@@ -364,6 +367,11 @@ fn percent_decode(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `d` as Go's `time.Duration` prints it (`1s`, `1m30s`).
+fn go_duration(d: Duration) -> String {
+    go::format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// gRPC's code names, as grpc-go prints them.
 fn code_name(code: u32) -> String {
     let name = match code {
@@ -387,16 +395,6 @@ fn code_name(code: u32) -> String {
         n => return format!("Code({n})"),
     };
     name.to_owned()
-}
-
-/// A whole number of seconds as Go's `time.Duration` prints it (`1s`, `1m30s`, `1h0m0s`).
-fn go_seconds(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, s % 3600 / 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
 }
 
 #[cfg(test)]
@@ -527,8 +525,8 @@ mod tests {
         assert_eq!(serving_status(&[]), 0);
         assert_eq!(serving_status_name(7), "7");
         assert_eq!(percent_decode(b"a%20b%zz"), "a b%zz");
-        assert_eq!(go_seconds(Duration::from_secs(1)), "1s");
-        assert_eq!(go_seconds(Duration::from_secs(90)), "1m30s");
+        assert_eq!(go_duration(Duration::from_secs(1)), "1s");
+        assert_eq!(go_duration(Duration::from_secs(90)), "1m30s");
         assert_eq!(code_name(5), "NotFound");
     }
 }
