@@ -250,7 +250,7 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
                 false,
             ),
             _ => (
-                json!({"waiting": {"reason": if c.init { "PodInitializing" } else { "ContainerCreating" }}}),
+                json!({"waiting": {"reason": default_waiting_reason(pod)}}),
                 false,
             ),
         };
@@ -290,6 +290,22 @@ pub(crate) fn status_patch(pod: &Pod, status: &PodConfigStatus, started: &str) -
             "containerStatuses": regular,
         }),
     )
+}
+
+/// The waiting reason of a container the runtime has no state for (the kubelet's
+/// `convertToAPIContainerStatuses`, PW-55): `PodInitializing` for every container, init or
+/// app, of a pod that has init containers, else `ContainerCreating`.
+fn default_waiting_reason(pod: &Pod) -> &'static str {
+    let has_init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    }
 }
 
 fn rfc3339(t: std::time::SystemTime) -> String {
@@ -369,8 +385,7 @@ pub(crate) fn process_status_patch(
                 }
                 ContainerState::Waiting { reason, message } => waiting(reason, message.as_deref()),
             },
-            (None, None) if init || !init_done => waiting("PodInitializing", None),
-            (None, None) => waiting("ContainerCreating", None),
+            (None, None) => waiting(default_waiting_reason(pod), None),
         };
         let running = s.is_some_and(|s| s.is_running());
         // PW-33: a regular container's `started` and `ready` are its probes' (without any,
@@ -1053,7 +1068,58 @@ mod tests {
         );
         assert_eq!(
             patch["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
-            "ContainerCreating"
+            "PodInitializing"
+        );
+    }
+
+    #[test]
+    fn pw55_containers_not_started_wait_as_pod_initializing_only_in_a_pod_with_init_containers() {
+        let reason = |patch: &Value, list: &str| {
+            patch["status"][list][0]["state"]["waiting"]["reason"]
+                .as_str()
+                .map(str::to_owned)
+        };
+        let mut pending = status(ContainerConfigState::Pending, true);
+        pending.containers[0].state = ContainerConfigState::Pending;
+        let patch = status_patch(&pod(), &pending, "t");
+        assert_eq!(
+            reason(&patch, "containerStatuses").as_deref(),
+            Some("PodInitializing")
+        );
+        assert_eq!(
+            reason(&patch, "initContainerStatuses").as_deref(),
+            Some("PodInitializing")
+        );
+        // The runtime knows nothing of them yet either: the same verdict.
+        let view = RuntimeView {
+            phase: PodPhase::Pending,
+            statuses: Vec::new(),
+        };
+        let patch = process_status_patch(&pod(), &pending, &view, "t", &[]);
+        assert_eq!(
+            reason(&patch, "containerStatuses").as_deref(),
+            Some("PodInitializing")
+        );
+        assert_eq!(
+            reason(&patch, "initContainerStatuses").as_deref(),
+            Some("PodInitializing")
+        );
+
+        let plain = PodBuilder::new("ns", "p")
+            .uid("u")
+            .container(json!({"name": "c", "image": "img"}))
+            .build();
+        let mut pending = status(ContainerConfigState::Pending, true);
+        pending.containers.remove(0);
+        let patch = status_patch(&plain, &pending, "t");
+        assert_eq!(
+            reason(&patch, "containerStatuses").as_deref(),
+            Some("ContainerCreating")
+        );
+        let patch = process_status_patch(&plain, &pending, &view, "t", &[]);
+        assert_eq!(
+            reason(&patch, "containerStatuses").as_deref(),
+            Some("ContainerCreating")
         );
     }
 }
