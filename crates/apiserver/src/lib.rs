@@ -93,6 +93,7 @@ mod config;
 mod control;
 mod cost;
 mod defaults;
+mod ephemeral;
 mod error;
 mod extras;
 mod handle;

@@ -83,6 +83,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         short_names: &["po"],
         subresources: &[
             ("status", STATUS_VERBS),
+            ("ephemeralcontainers", STATUS_VERBS),
             ("binding", &["create"]),
             ("log", &["get"]),
             ("exec", &["create", "get"]),

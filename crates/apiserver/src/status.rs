@@ -409,6 +409,7 @@ pub(crate) enum FieldErrorKind {
     TooLong,
     Duplicate,
     NotSupported,
+    NotFound,
 }
 
 impl FieldErrorKind {
@@ -420,6 +421,7 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "FieldValueTooLong",
             FieldErrorKind::Duplicate => "FieldValueDuplicate",
             FieldErrorKind::NotSupported => "FieldValueNotSupported",
+            FieldErrorKind::NotFound => "FieldValueNotFound",
         }
     }
 }
@@ -479,6 +481,24 @@ impl FieldError {
         }
     }
 
+    pub(crate) fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        FieldError {
+            kind: FieldErrorKind::Duplicate,
+            field: field.into(),
+            value: Some(format!("{value:?}")),
+            detail: String::new(),
+        }
+    }
+
+    pub(crate) fn not_found(field: impl Into<String>, value: &str) -> Self {
+        FieldError {
+            kind: FieldErrorKind::NotFound,
+            field: field.into(),
+            value: Some(format!("{value:?}")),
+            detail: String::new(),
+        }
+    }
+
     pub(crate) fn too_long(field: impl Into<String>, max: usize) -> Self {
         FieldError {
             kind: FieldErrorKind::TooLong,
@@ -511,6 +531,7 @@ impl FieldError {
             FieldErrorKind::TooLong => "Too long",
             FieldErrorKind::Duplicate => "Duplicate value",
             FieldErrorKind::NotSupported => "Unsupported value",
+            FieldErrorKind::NotFound => "Not found",
         };
         let mut s = head.to_string();
         if let Some(v) = &self.value {

@@ -88,6 +88,10 @@ pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut V
             map.insert("spec".into(), spec.clone());
         }
     }
+    if res == PODS && sub == Some(crate::ephemeral::SUBRESOURCE) {
+        crate::ephemeral::prepare_for_update(new, old);
+        return;
+    }
     if !has_status(res) {
         return;
     }
@@ -244,6 +248,9 @@ pub(crate) fn validate_update(
         if ty(new) != ty(old) {
             errs.push(FieldError::invalid("type", &ty(new), "field is immutable"));
         }
+    } else if res == PODS && sub == Some(crate::ephemeral::SUBRESOURCE) {
+        errs.extend(validate_pod_spec(new));
+        errs.extend(crate::ephemeral::validate_update(new, old));
     } else if res == PODS && sub.is_none() {
         errs.extend(validate_pod_spec(new));
         if pod_spec_mask(new.get("spec")) != pod_spec_mask(old.get("spec")) {

@@ -139,7 +139,8 @@ async fn review(
     Ok(response::json(201, &answer))
 }
 
-/// Subresource routing point: `status` is served here, `token` (TokenRequest) by
+/// Subresource routing point: `status` and `ephemeralcontainers` (`ephemeral.rs`) are
+/// served here, `token` (TokenRequest) by
 /// `token_request.rs`, `log` (proxied to the kubelet) by `pod_log.rs`, `exec` and `attach`
 /// (upgrades proxied to the kubelet) by `pod_exec.rs`.
 async fn subresource(
@@ -154,8 +155,10 @@ async fn subresource(
     let name = info.name.clone().unwrap_or_default();
     let reg = &shared.registry;
     match (sub, info.verb.as_str()) {
-        ("status", "get") => Ok(response::json(200, &*reg.get(res, &ns, &name)?)),
-        ("status" | "finalize", "update") => {
+        ("status" | "ephemeralcontainers", "get") => {
+            Ok(response::json(200, &*reg.get(res, &ns, &name)?))
+        }
+        ("status" | "finalize" | "ephemeralcontainers", "update") => {
             let opts = write_options(info, &req)?;
             let body = read_json(req).await?;
             Ok(response::json(
@@ -163,7 +166,9 @@ async fn subresource(
                 &reg.update(res, &ns, &name, Some(sub), body, opts)?.0,
             ))
         }
-        ("status", "patch") => patch(shared, info, res, Some(sub), req).await,
+        ("status" | "ephemeralcontainers", "patch") => {
+            patch(shared, info, res, Some(sub), req).await
+        }
         ("binding", "create") => {
             let opts = write_options(info, &req)?;
             let body = read_json(req).await?;

@@ -1,5 +1,6 @@
-//! Pods: defaulting the kubelet depends on, the `status` subresource, generation, and graceful
-//! deletion of bound pods (deletionTimestamp until a delete with gracePeriodSeconds=0).
+//! Pods: defaulting the kubelet depends on, the `status` and `ephemeralcontainers`
+//! subresources, generation, and graceful deletion of bound pods (deletionTimestamp until a
+//! delete with gracePeriodSeconds=0).
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -118,6 +119,87 @@ async fn the_status_subresource_changes_only_status_and_spec_updates_bump_genera
         "{}",
         e.message
     );
+}
+
+#[tokio::test]
+async fn ephemeral_containers_are_added_only_through_their_subresource_and_never_removed() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", Some("n1")))
+        .await
+        .expect("create");
+    // A strategic merge patch adds one, as `kubectl debug` and the e2e framework do; the
+    // rest of the spec and the status cannot change this way.
+    let add = Patch::Strategic(json!({"spec": {
+        "ephemeralContainers": [{"name": "debugger", "image": "busybox:1.36", "stdin": true, "tty": true}],
+        "activeDeadlineSeconds": 5,
+    }}));
+    let p = pods
+        .patch_subresource("ephemeralcontainers", "p", &PatchParams::default(), &add)
+        .await
+        .expect("add an ephemeral container");
+    let v = serde_json::to_value(&p).expect("json");
+    assert_eq!(v["metadata"]["generation"], 2);
+    assert!(v["spec"].get("activeDeadlineSeconds").is_none());
+    let ec = &v["spec"]["ephemeralContainers"][0];
+    assert_eq!(ec["name"], "debugger");
+    assert_eq!(ec["terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(ec["imagePullPolicy"], "IfNotPresent");
+    let read = pods
+        .get_subresource("ephemeralcontainers", "p")
+        .await
+        .expect("get the subresource");
+    assert_eq!(
+        read.spec
+            .as_ref()
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .map(Vec::len),
+        Some(1)
+    );
+    // A PUT appends a second one.
+    let mut two = read.clone();
+    if let Some(list) = two
+        .spec
+        .as_mut()
+        .and_then(|s| s.ephemeral_containers.as_mut())
+    {
+        let mut second = list[0].clone();
+        second.name = "debugger2".into();
+        list.push(second);
+    }
+    let p = pods
+        .replace_subresource("ephemeralcontainers", "p", &PostParams::default(), &two)
+        .await
+        .expect("append one");
+    assert_eq!(p.metadata.generation, Some(3));
+    // Removing one is refused, and so is adding one through the pod itself.
+    let mut fewer = p.clone();
+    if let Some(list) = fewer
+        .spec
+        .as_mut()
+        .and_then(|s| s.ephemeral_containers.as_mut())
+    {
+        list.remove(0);
+    }
+    let e = status(
+        pods.replace_subresource("ephemeralcontainers", "p", &PostParams::default(), &fewer)
+            .await
+            .expect_err("removal refused"),
+    );
+    assert_eq!(e.code, 422);
+    assert_eq!(
+        e.message,
+        "Pod \"p\" is invalid: spec.ephemeralContainers: Forbidden: existing ephemeral containers \"debugger\" may not be removed"
+    );
+    let direct = Patch::Strategic(
+        json!({"spec": {"ephemeralContainers": [{"name": "third", "image": "busybox"}]}}),
+    );
+    let e = status(
+        pods.patch("p", &PatchParams::default(), &direct)
+            .await
+            .expect_err("not through the pod"),
+    );
+    assert_eq!(e.code, 422);
 }
 
 #[tokio::test]
