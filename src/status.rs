@@ -461,7 +461,8 @@ pub(crate) fn process_status_patch(
         incomplete.join(" ")
     );
     let ips: Vec<Value> = host_ips.iter().map(|ip| json!({"ip": ip})).collect();
-    pod_status_patch(
+    let ephemeral = ephemeral_statuses(pod, status, runtime);
+    let mut patch = pod_status_patch(
         pod,
         status,
         Verdicts {
@@ -486,7 +487,69 @@ pub(crate) fn process_status_patch(
             "podIP": host_ips.first(),
             "podIPs": ips,
         }),
-    )
+    );
+    if !ephemeral.is_empty() {
+        patch["status"]["ephemeralContainerStatuses"] = json!(ephemeral);
+    }
+    patch
+}
+
+/// PW-57: the statuses of `pod`'s ephemeral containers, in the pod's order, as the kubelet
+/// reports them: the state the runtime (or a configuration error) gives, else waiting as any
+/// container not started yet; never ready, and no `started` (the kubelet's prober fills in
+/// neither for them); an ephemeral container counts for neither the phase nor readiness.
+fn ephemeral_statuses(pod: &Pod, status: &PodConfigStatus, runtime: &RuntimeView) -> Vec<Value> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .map(|c| {
+            let s = runtime.statuses.iter().find(|s| s.name == c.name);
+            let config = status.ephemeral.iter().find(|e| e.name == c.name);
+            let waiting = |reason: &str, message: Option<&str>| {
+                let mut w = json!({"reason": reason});
+                if let Some(m) = message {
+                    w["message"] = json!(m);
+                }
+                json!({"waiting": w})
+            };
+            let state = match (config.map(|e| &e.state), s) {
+                (Some(ContainerConfigState::Waiting { reason, message }), _) => {
+                    waiting(reason, Some(message))
+                }
+                (_, Some(s)) => match &s.state {
+                    ContainerState::Running { started_at } => {
+                        json!({"running": {"startedAt": rfc3339(*started_at)}})
+                    }
+                    ContainerState::Terminated(t) => {
+                        json!({"terminated": termination_json(t, &s.container_id)})
+                    }
+                    ContainerState::Waiting { reason, message } => {
+                        waiting(reason, message.as_deref())
+                    }
+                },
+                (_, None) => waiting(default_waiting_reason(pod), None),
+            };
+            let mut v = json!({
+                "name": c.name,
+                "state": state,
+                "lastState": s
+                    .and_then(|s| s.last_state.as_ref())
+                    .map(|t| json!({"terminated": termination_json(t, "")}))
+                    .unwrap_or_else(|| json!({})),
+                "ready": false,
+                "restartCount": s.map_or(0, |s| s.restart_count),
+                "image": c.image.clone().unwrap_or_default(),
+                "imageID": "",
+            });
+            if let Some(id) = s
+                .map(|s| s.container_id.as_str())
+                .filter(|id| !id.is_empty())
+            {
+                v["containerID"] = json!(id);
+            }
+            v
+        })
+        .collect()
 }
 
 /// `(status, reason, message)` of the `Initialized` and `ContainersReady` conditions.
@@ -739,8 +802,6 @@ mod tests {
 
     fn status(state: ContainerConfigState, volumes: bool) -> PodConfigStatus {
         PodConfigStatus {
-            runtime: None,
-            eviction: None,
             volumes: Readiness {
                 ready: volumes,
                 message: None,
@@ -761,6 +822,7 @@ mod tests {
                     state,
                 },
             ],
+            ..PodConfigStatus::default()
         }
     }
 
@@ -1121,5 +1183,53 @@ mod tests {
             reason(&patch, "containerStatuses").as_deref(),
             Some("ContainerCreating")
         );
+    }
+
+    #[test]
+    fn pw57_ephemeral_containers_have_their_own_statuses_never_ready_and_outside_the_phase() {
+        let p = PodBuilder::new("ns", "p")
+            .uid("u")
+            .container(json!({"name": "c", "image": "img"}))
+            .build();
+        let mut with_debuggers = p.clone();
+        if let Some(s) = with_debuggers.spec.as_mut() {
+            s.ephemeral_containers = serde_json::from_value(json!([
+                {"name": "debugger", "image": "busybox"},
+                {"name": "later", "image": "busybox"},
+            ]))
+            .ok();
+        }
+        let started = std::time::SystemTime::UNIX_EPOCH;
+        let running = |name: &str| nodelet_core::runtime::ContainerStatus {
+            name: name.into(),
+            state: ContainerState::Running {
+                started_at: started,
+            },
+            last_state: None,
+            restart_count: 0,
+            container_id: "nodelet://1".into(),
+        };
+        let view = RuntimeView {
+            phase: PodPhase::Running,
+            statuses: vec![running("c"), running("debugger")],
+        };
+        let mut config = status(ContainerConfigState::Created, true);
+        config.containers.remove(0);
+        let patch = process_status_patch(&with_debuggers, &config, &view, "t", &[]);
+        let ephemeral = &patch["status"]["ephemeralContainerStatuses"];
+        assert_eq!(ephemeral[0]["name"], "debugger");
+        assert!(ephemeral[0]["state"]["running"].is_object());
+        assert_eq!(ephemeral[0]["ready"], false);
+        assert!(ephemeral[0].get("started").is_none());
+        assert_eq!(ephemeral[0]["containerID"], "nodelet://1");
+        assert_eq!(
+            ephemeral[1]["state"]["waiting"]["reason"],
+            "ContainerCreating"
+        );
+        assert_eq!(patch["status"]["phase"], "Running");
+        assert_eq!(condition_status(&patch, "Ready").as_deref(), Some("True"));
+        // A pod without any: no such list at all.
+        let patch = process_status_patch(&p, &config, &view, "t", &[]);
+        assert!(patch["status"].get("ephemeralContainerStatuses").is_none());
     }
 }

@@ -1126,3 +1126,126 @@ async fn exec_runs_a_command_in_the_container_as_its_user_with_its_env_and_repor
     }
     bed.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8. Ephemeral containers (PW-57)
+// ---------------------------------------------------------------------------------------------
+
+/// As upstream's "will start an ephemeral container in an existing pod": one added through the
+/// `ephemeralcontainers` subresource runs (its status under `ephemeralContainerStatuses`), a
+/// command runs in it and its log is read, the pod's readiness and phase ignore it, and once it
+/// ended it is not started again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_container_added_to_a_running_pod_runs_once_with_exec_and_logs() {
+    let bed = Bed::start().await;
+    bed.create(
+        pod("target", "Always")
+            .container(shell("app", "while true; do sleep 0.1; done"))
+            .json(),
+    );
+    bed.wait_for_pod("target", "running", |p| {
+        status_of(p, "app")["state"]["running"].is_object()
+    })
+    .await;
+    let ephemeral = |p: &Value, name: &str| -> Value {
+        p["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == name))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let add = |name: &str, script: &str| {
+        kube::api::Patch::Strategic(json!({"spec": {"ephemeralContainers": [{
+            "name": name, "image": BUSYBOX, "command": ["sh", "-c", script],
+            "stdin": true, "tty": true,
+        }]}}))
+    };
+    let patched = bed
+        .pods()
+        .patch_subresource(
+            "ephemeralcontainers",
+            "target",
+            &kube::api::PatchParams::default(),
+            &add("debugger", "while true; do echo polo; sleep 0.2; done"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("adding the ephemeral container: {e}"));
+    assert_eq!(patched.metadata.generation, Some(2));
+    let p = bed
+        .wait_for_pod("target", "ran its ephemeral container", |p| {
+            ephemeral(p, "debugger")["state"]["running"].is_object()
+        })
+        .await;
+    assert_eq!(ephemeral(&p, "debugger")["ready"], false);
+    assert_eq!(p["status"]["phase"], "Running");
+    let ready = p["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].clone());
+    assert_eq!(ready, Some(json!("True")));
+
+    let admin = Identity::of_cluster(&bed, "kube-apiserver-kubelet-client", &["system:masters"]);
+    let marco = kubelet_exec(
+        bed.kubelet,
+        Some(&admin),
+        "target",
+        "debugger",
+        &["/bin/echo", "marco"],
+        None,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(marco.stdout, "marco\n", "{marco:?}");
+    let params = LogParams {
+        container: Some("debugger".into()),
+        ..LogParams::default()
+    };
+    let polo = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let text = bed.logs("target", &params).await;
+            if text.contains("polo") {
+                return text;
+            }
+            poll_pause().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the ephemeral container's log never said polo"));
+    assert!(polo.starts_with("polo\n"), "{polo:?}");
+
+    // One that ends stays ended: never restarted, whatever the pod's restart policy.
+    bed.pods()
+        .patch_subresource(
+            "ephemeralcontainers",
+            "target",
+            &kube::api::PatchParams::default(),
+            &add("once", "exit 3"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("adding a second ephemeral container: {e}"));
+    let p = bed
+        .wait_for_pod("target", "saw its second ephemeral container end", |p| {
+            ephemeral(p, "once")["state"]["terminated"]["exitCode"] == 3
+        })
+        .await;
+    assert_eq!(p["metadata"]["generation"], 3);
+    // Later syncs (the one that starts a third) leave it ended.
+    bed.pods()
+        .patch_subresource(
+            "ephemeralcontainers",
+            "target",
+            &kube::api::PatchParams::default(),
+            &add("third", "sleep 30"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("adding a third ephemeral container: {e}"));
+    let p = bed
+        .wait_for_pod("target", "ran its third ephemeral container", |p| {
+            ephemeral(p, "third")["state"]["running"].is_object()
+        })
+        .await;
+    assert_eq!(ephemeral(&p, "once")["restartCount"], 0, "{}", p["status"]);
+    assert_eq!(ephemeral(&p, "once")["state"]["terminated"]["exitCode"], 3);
+    assert!(ephemeral(&p, "debugger")["state"]["running"].is_object());
+    bed.stop().await;
+}

@@ -138,6 +138,7 @@ mod admission;
 mod deadline;
 mod env;
 mod env_file;
+mod ephemeral;
 mod error;
 mod expand;
 mod hooks;

@@ -157,6 +157,8 @@ pub struct PodConfigStatus {
     pub config: Readiness,
     /// Per container, init containers first.
     pub containers: Vec<ContainerConfigStatus>,
+    /// Per ephemeral container, in the pod's order (PW-57).
+    pub ephemeral: Vec<ContainerConfigStatus>,
     /// What a runtime that runs processes reports; `None` for the env-file runtime.
     pub runtime: Option<RuntimeView>,
     /// The node fails the pod (`activeDeadlineSeconds` passed, PW-26): phase `Failed` with

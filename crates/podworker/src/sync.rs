@@ -114,7 +114,8 @@ pub struct SyncerParts {
 ///    unless interrupted (PW-4).
 /// 5. Image pull secrets (PW-7): missing ones → one Warning event
 ///    `FailedToRetrieveImagePullSecret`; never fatal.
-/// 6. For every init and regular container the runtime has not created yet: resolve its
+/// 6. For every init, regular and ephemeral container the runtime has not created yet
+///    (PW-57: ephemeral containers are started once, never again): resolve its
 ///    environment (PW-8 … PW-11) and hand it to the runtime hook; a resolution error → Warning
 ///    event `Failed` `Error: <text>` and the container waits with
 ///    `CreateContainerConfigError` (PW-12); the sync fails and is retried.
@@ -332,6 +333,135 @@ impl ConfigSyncer {
         )
     }
 
+    /// Creates `container` of `pod` (step 6 for one container): its environment, for a
+    /// runtime that runs processes its launch, then the runtime hook, with the kubelet's events.
+    /// Returns the container's config state; a configuration error is added to `failures`, a
+    /// container the runtime could not start to `not_started`.
+    async fn create(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        cx: &CreateContext<'_>,
+        failures: &mut Vec<(String, String)>,
+        not_started: &mut Vec<(String, String)>,
+    ) -> Result<ContainerConfigState, SyncError> {
+        let launched =
+            match resolve_env(cx.env_pod, container, &self.parts.sources, cx.env_options).await {
+                Ok(env) => {
+                    for (reason, message) in &env.warnings {
+                        self.event(pod, EventType::Warning, reason, message.clone());
+                    }
+                    if cx.processes {
+                        self.launch(pod, container, &env)
+                            .map(|launch| (env, launch))
+                            .map_err(|e| e.to_string())
+                    } else {
+                        Ok((env, ContainerLaunch::default()))
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            };
+        let (env, launch) = match launched {
+            Ok(ok) => ok,
+            Err(message) => {
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    reasons::FAILED,
+                    format!("Error: {message}"),
+                );
+                failures.push((container.name.clone(), message.clone()));
+                return Ok(ContainerConfigState::Waiting {
+                    reason: reasons::CREATE_CONTAINER_CONFIG_ERROR.to_owned(),
+                    message,
+                });
+            }
+        };
+        let image = container.image.as_deref().unwrap_or_default();
+        match self
+            .parts
+            .runtime
+            .create_container(pod, container, &env, &launch, cx.pull_secrets)
+            .await
+        {
+            Ok(()) => {
+                debug!(container = %container.name, vars = env.vars.len(), "container created");
+                if cx.processes {
+                    self.event(
+                        pod,
+                        EventType::Normal,
+                        reasons::PULLED,
+                        format!("Container image {image:?} already present on machine and can be accessed by the pod"),
+                    );
+                    self.event(
+                        pod,
+                        EventType::Normal,
+                        reasons::CREATED,
+                        format!("Created container: {}", container.name),
+                    );
+                    self.event(
+                        pod,
+                        EventType::Normal,
+                        reasons::STARTED,
+                        format!("Started container {}", container.name),
+                    );
+                    // PW-20: the container counts as started once its hook ran.
+                    if let Err(message) = self.lifecycle().post_start(pod, container).await {
+                        not_started.push((container.name.clone(), message.clone()));
+                        return Ok(ContainerConfigState::Waiting {
+                            reason: crate::hooks::POST_START_HOOK_ERROR.to_owned(),
+                            message,
+                        });
+                    }
+                } else {
+                    self.event(
+                        pod,
+                        EventType::Normal,
+                        reasons::CREATED,
+                        format!("Created container {}", container.name),
+                    );
+                }
+                Ok(ContainerConfigState::Created)
+            }
+            Err(RuntimeError::NotStarted {
+                reason, message, ..
+            }) => {
+                if reason == reasons::ERR_IMAGE_NEVER_PULL {
+                    self.event(
+                        pod,
+                        EventType::Warning,
+                        reasons::ERR_IMAGE_NEVER_PULL,
+                        message.clone(),
+                    );
+                } else {
+                    self.event(
+                        pod,
+                        EventType::Warning,
+                        reasons::FAILED,
+                        format!("Error: {message}"),
+                    );
+                }
+                let state = if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR
+                    || reason == reasons::ERR_IMAGE_NEVER_PULL
+                {
+                    ContainerConfigState::Waiting {
+                        reason: reason.clone(),
+                        message: message.clone(),
+                    }
+                } else {
+                    ContainerConfigState::Created
+                };
+                if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR {
+                    failures.push((container.name.clone(), message));
+                } else {
+                    not_started.push((container.name.clone(), message));
+                }
+                Ok(state)
+            }
+            Err(source) => Err(SyncError::Runtime { source }),
+        }
+    }
+
     /// Publishes `status` of `pod`, with the probes' view of its containers (PW-33).
     fn publish(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
         let mut published = self.published.lock();
@@ -398,6 +528,16 @@ impl ConfigSyncer {
     }
 }
 
+/// What one sync hands every container it creates ([`ConfigSyncer::create`]).
+struct CreateContext<'a> {
+    /// The pod as environment resolution sees it (its IPs filled in under a process runtime).
+    env_pod: &'a Arc<Pod>,
+    env_options: &'a EnvOptions,
+    /// Whether the runtime runs processes (launches are computed, events as a CRI runtime's).
+    processes: bool,
+    pull_secrets: &'a [Arc<Secret>],
+}
+
 fn containers(pod: &Pod) -> Vec<(&Container, bool)> {
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
@@ -418,9 +558,10 @@ fn final_status(
 ) -> PodConfigStatus {
     let mut status = PodConfigStatus {
         containers: pending_containers(pod),
+        ephemeral: pending_ephemeral(pod),
         ..PodConfigStatus::default()
     };
-    for c in &mut status.containers {
+    for c in status.containers.iter_mut().chain(&mut status.ephemeral) {
         c.state = ContainerConfigState::Created;
     }
     status.volumes.ready = true;
@@ -442,6 +583,19 @@ fn pending_containers(pod: &Pod) -> Vec<ContainerConfigStatus> {
         .map(|(c, init)| ContainerConfigStatus {
             name: c.name.clone(),
             init,
+            state: ContainerConfigState::Pending,
+        })
+        .collect()
+}
+
+/// The config statuses of `pod`'s ephemeral containers before anything was attempted.
+fn pending_ephemeral(pod: &Pod) -> Vec<ContainerConfigStatus> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .map(|c| ContainerConfigStatus {
+            name: c.name.clone(),
+            init: false,
             state: ContainerConfigState::Pending,
         })
         .collect()
@@ -478,6 +632,7 @@ impl PodSyncer for ConfigSyncer {
         // (2) done by `pod_desired` when the update arrived.
         let mut status = PodConfigStatus {
             containers: pending_containers(pod),
+            ephemeral: pending_ephemeral(pod),
             ..PodConfigStatus::default()
         };
         // (3)
@@ -570,127 +725,29 @@ impl PodSyncer for ConfigSyncer {
             )),
             ..self.config.env.clone()
         };
+        let cx = CreateContext {
+            env_pod: &env_pod,
+            env_options: &env_options,
+            processes,
+            pull_secrets: &pull_secrets,
+        };
         for ((container, _), entry) in containers(pod).into_iter().zip(&mut status.containers) {
-            if !plan.start.contains(&container.name) {
-                entry.state = ContainerConfigState::Created;
-                continue;
-            }
-            let launched =
-                match resolve_env(&env_pod, container, &self.parts.sources, &env_options).await {
-                    Ok(env) => {
-                        for (reason, message) in &env.warnings {
-                            self.event(pod, EventType::Warning, reason, message.clone());
-                        }
-                        if processes {
-                            self.launch(pod, container, &env)
-                                .map(|launch| (env, launch))
-                                .map_err(|e| e.to_string())
-                        } else {
-                            Ok((env, ContainerLaunch::default()))
-                        }
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
-            let (env, launch) = match launched {
-                Ok(ok) => ok,
-                Err(message) => {
-                    self.event(
-                        pod,
-                        EventType::Warning,
-                        reasons::FAILED,
-                        format!("Error: {message}"),
-                    );
-                    entry.state = ContainerConfigState::Waiting {
-                        reason: reasons::CREATE_CONTAINER_CONFIG_ERROR.to_owned(),
-                        message: message.clone(),
-                    };
-                    failures.push((container.name.clone(), message));
-                    continue;
-                }
+            entry.state = if plan.start.contains(&container.name) {
+                self.create(pod, container, &cx, &mut failures, &mut not_started)
+                    .await?
+            } else {
+                ContainerConfigState::Created
             };
-            let image = container.image.as_deref().unwrap_or_default();
-            match self
-                .parts
-                .runtime
-                .create_container(pod, container, &env, &launch, &pull_secrets)
-                .await
-            {
-                Ok(()) => {
-                    debug!(container = %container.name, vars = env.vars.len(), "container created");
-                    if processes {
-                        self.event(
-                            pod,
-                            EventType::Normal,
-                            reasons::PULLED,
-                            format!("Container image {image:?} already present on machine and can be accessed by the pod"),
-                        );
-                        self.event(
-                            pod,
-                            EventType::Normal,
-                            reasons::CREATED,
-                            format!("Created container: {}", container.name),
-                        );
-                        self.event(
-                            pod,
-                            EventType::Normal,
-                            reasons::STARTED,
-                            format!("Started container {}", container.name),
-                        );
-                        // PW-20: the container counts as started once its hook ran.
-                        if let Err(message) = self.lifecycle().post_start(pod, container).await {
-                            entry.state = ContainerConfigState::Waiting {
-                                reason: crate::hooks::POST_START_HOOK_ERROR.to_owned(),
-                                message: message.clone(),
-                            };
-                            not_started.push((container.name.clone(), message));
-                            continue;
-                        }
-                    } else {
-                        self.event(
-                            pod,
-                            EventType::Normal,
-                            reasons::CREATED,
-                            format!("Created container {}", container.name),
-                        );
-                    }
-                    entry.state = ContainerConfigState::Created;
-                }
-                Err(RuntimeError::NotStarted {
-                    reason, message, ..
-                }) => {
-                    if reason == reasons::ERR_IMAGE_NEVER_PULL {
-                        self.event(
-                            pod,
-                            EventType::Warning,
-                            reasons::ERR_IMAGE_NEVER_PULL,
-                            message.clone(),
-                        );
-                    } else {
-                        self.event(
-                            pod,
-                            EventType::Warning,
-                            reasons::FAILED,
-                            format!("Error: {message}"),
-                        );
-                    }
-                    entry.state = if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR
-                        || reason == reasons::ERR_IMAGE_NEVER_PULL
-                    {
-                        ContainerConfigState::Waiting {
-                            reason: reason.clone(),
-                            message: message.clone(),
-                        }
-                    } else {
-                        ContainerConfigState::Created
-                    };
-                    if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR {
-                        failures.push((container.name.clone(), message));
-                    } else {
-                        not_started.push((container.name.clone(), message));
-                    }
-                }
-                Err(source) => return Err(SyncError::Runtime { source }),
-            }
+        }
+        // PW-57: ephemeral containers, which the runtime starts once and never again.
+        let ephemeral = crate::ephemeral::containers(pod);
+        for (container, entry) in ephemeral.iter().zip(&mut status.ephemeral) {
+            entry.state = if plan.start.contains(&container.name) {
+                self.create(pod, container, &cx, &mut failures, &mut not_started)
+                    .await?
+            } else {
+                ContainerConfigState::Created
+            };
         }
         status.runtime = self
             .parts

@@ -22,6 +22,7 @@
 //!
 //! Restarts ([`ProcessRuntime::plan`], the kubelet's `computePodActions`): init containers one
 //! after the other, each only after the one before it succeeded; then every app container.
+//! Ephemeral containers start once each, never again (PW-57).
 //! An ended container is restarted as `restartPolicy` says (`Always`; `OnFailure` for exit
 //! codes other than 0; never for `Never`), the first time at once, then after a back-off of
 //! 10 s doubling up to 5 min, reset when an instance ran 10 min.
@@ -204,6 +205,16 @@ impl ProcessRuntime {
         if initialized {
             for c in &spec.containers {
                 consider(c, false, &mut plan);
+            }
+        }
+        // PW-57: an ephemeral container starts once, whatever the init containers do, and is
+        // never restarted; one that never started (a configuration error) is tried again.
+        for c in spec.ephemeral_containers.iter().flatten() {
+            let started = records
+                .get(&c.name)
+                .is_some_and(|r| r.state_is_running() || r.starts > 0);
+            if !started {
+                plan.start.push(c.name.clone());
             }
         }
         drop(pods);
