@@ -125,6 +125,12 @@ impl Agent {
             ready,
             pod_watch: crate::pod_watch::PodWatchHealth::default(),
             status,
+            sysctls: nodelet_podworker::SysctlPolicy::new(
+                &config.allowed_unsafe_sysctls,
+                processes
+                    .as_ref()
+                    .is_some_and(nodelet_runtime::ProcessRuntime::pod_ipc_namespaces),
+            )?,
             processes,
             probes,
             known_pods: parking_lot::RwLock::default(),

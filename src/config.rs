@@ -67,6 +67,11 @@ pub struct AgentConfig {
     /// Let containers run as root (`--allow-root-containers`, config file
     /// `allowRootContainers`; default off).
     pub allow_root_containers: bool,
+    /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set besides the safe ones
+    /// (config file `allowedUnsafeSysctls`; default none; PW-56). Each must live in a
+    /// namespace the kernel keeps per pod; only IPC ones can be set here (pods share the
+    /// node's network).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// The program (and first arguments) that runs a container's init process (default: this
     /// program with `container-init`); tests that start the agent in-process name the
     /// `nodelet` binary here.
@@ -222,6 +227,7 @@ impl AgentConfig {
             runtime: RuntimeKind::Config,
             images: default_images(),
             allow_root_containers: false,
+            allowed_unsafe_sysctls: Vec::new(),
             container_init: None,
             node_ip: None,
             crash_backoff: nodelet_runtime::Backoff::default(),
@@ -465,6 +471,8 @@ struct FileConfig {
     images: Option<Vec<nodelet_runtime::ImageEntry>>,
     /// nodelet's own: let containers run as root.
     allow_root_containers: Option<bool>,
+    /// Unsafe sysctls pods may set (PW-56).
+    allowed_unsafe_sysctls: Option<Vec<String>>,
     /// nodelet's own: `cluster` or `api-server`.
     kubernetes_service: Option<String>,
 }
@@ -703,6 +711,11 @@ impl RunArgs {
         }
         agent.allow_root_containers =
             self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
+        if let Some(list) = file.allowed_unsafe_sysctls {
+            nodelet_podworker::SysctlPolicy::new(&list, true)
+                .map_err(|e| invalid("allowedUnsafeSysctls", e.to_string()))?;
+            agent.allowed_unsafe_sysctls = list;
+        }
         let kubelet_address = match &file.address {
             Some(address) => address
                 .parse()

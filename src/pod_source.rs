@@ -10,8 +10,9 @@
 //!    which pods reference what); a container that changed state re-syncs its pod (the
 //!    kubelet's PLEG), and so does a probe result that changed, after the pod's status was
 //!    published again with it (PW-33).
-//! 5. A pod for another operating system is rejected as the kubelet's admission rejects it
-//!    (PW-40): status `Failed`, one event, never handed to the workers.
+//! 5. A pod with a sysctl the node cannot set in a namespace of the pod's own (PW-56), or for
+//!    another operating system (PW-40), is rejected as the kubelet's admission rejects it:
+//!    status `Failed`, one event, never handed to the workers.
 //! 6. Housekeeping forgets the finished workers of pods no longer known, and with each the
 //!    event publisher's entries of that pod: it was removed from the API and its termination
 //!    is over, so nothing reports on it again (`events.rs`, "Forgetting a pod").
@@ -322,8 +323,8 @@ pub(crate) async fn run(
     state.metrics.set_watches("pods", 0);
 }
 
-/// PW-40, the kubelet's admission of a pod it has not seen yet: a pod for another operating
-/// system is rejected — one Warning event with the kubelet's reason and text, its status
+/// PW-40, PW-56, the kubelet's admission of a pod it has not seen yet: a pod with a sysctl it
+/// cannot set in a namespace of the pod's own, or for another operating system, is rejected — one Warning event with the kubelet's reason and text, its status
 /// `Failed` — and never reaches the pod workers (no volume, no container). Whether `pod` is
 /// (or was already) rejected. A pod the workers already know was admitted.
 fn reject(
@@ -338,7 +339,10 @@ fn reject(
     if state.workers.phase(pod.uid()).is_some() {
         return false;
     }
-    let Err(rejection) = nodelet_podworker::admit(pod) else {
+    // The kubelet's order: the sysctl allowlist (PW-56), then the operating system (PW-40).
+    let admitted = nodelet_podworker::admit_sysctls(pod, &state.sysctls)
+        .and_then(|()| nodelet_podworker::admit(pod));
+    let Err(rejection) = admitted else {
         return false;
     };
     info!(pod.uid = %pod.uid(), reason = rejection.reason, "pod rejected");
@@ -346,7 +350,7 @@ fn reject(
         pod,
         nodelet_core::EventType::Warning,
         rejection.reason,
-        rejection.message.to_owned(),
+        rejection.message.clone(),
     );
     state.status.rejected(pod, &rejection);
     rejected.insert(pod.uid().clone());

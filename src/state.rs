@@ -29,6 +29,8 @@ pub(crate) struct AgentState {
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
     /// The prober of the process runtime's containers.
     pub(crate) probes: Option<nodelet_podworker::ProbeManager>,
+    /// Which sysctls pods may set (PW-56), checked when a pod is first seen.
+    pub(crate) sysctls: nodelet_podworker::SysctlPolicy,
     /// The pods bound to this node, as the pod source last saw them: written only by the pod
     /// source; read by it and by the kubelet API (`/pods`, `/containerLogs`, `/exec`).
     pub(crate) known_pods: parking_lot::RwLock<

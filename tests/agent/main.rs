@@ -69,5 +69,8 @@ mod probes;
 // logs` reach it through the API server (tail, timestamps, follow, previous), and only the
 // cluster CA's authorized users get in.
 mod kubelet_api;
+// Sysctls (needs root): IPC ones in the pod's own IPC namespace, which its containers share;
+// the others reject the pod as the kubelet's admission does.
+mod sysctls;
 // Starting an API server and an agent for one test.
 mod support;

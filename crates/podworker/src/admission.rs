@@ -29,7 +29,7 @@ pub struct Rejection {
     /// The reason (event and status).
     pub reason: &'static str,
     /// The event's message.
-    pub message: &'static str,
+    pub message: String,
 }
 
 impl Rejection {
@@ -52,7 +52,8 @@ pub fn admit(pod: &Pod) -> Result<(), Rejection> {
     if label.is_some_and(|os| os != NODE_OS) {
         return Err(Rejection {
             reason: rejection_reasons::POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH,
-            message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+            message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+                .to_owned(),
         });
     }
     // (2)
@@ -60,7 +61,7 @@ pub fn admit(pod: &Pod) -> Result<(), Rejection> {
     if os.is_some_and(|os| os.name != NODE_OS) {
         return Err(Rejection {
             reason: rejection_reasons::POD_OS_NOT_SUPPORTED,
-            message: "Failed to admit pod as the OS field doesn't match node OS",
+            message: "Failed to admit pod as the OS field doesn't match node OS".to_owned(),
         });
     }
     Ok(())

@@ -161,8 +161,9 @@ pub enum RuntimeError {
         /// What was asked.
         what: &'static str,
     },
-    /// PW-41: the pod's sandbox cannot be made (a RuntimeClass the runtime has no handler
-    /// for): the `FailedCreatePodSandBox` event's text follows `Failed to create pod sandbox: `.
+    /// PW-41, PW-58: the pod's sandbox cannot be made (a RuntimeClass the runtime has no
+    /// handler for, its IPC namespace or sysctls): the `FailedCreatePodSandBox` event's text
+    /// follows `Failed to create pod sandbox: `.
     #[error("{message}")]
     Sandbox {
         /// Why.

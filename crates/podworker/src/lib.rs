@@ -149,6 +149,7 @@ mod process;
 mod runtime;
 mod seams;
 mod sync;
+mod sysctls;
 mod workers;
 
 pub use admission::{NODE_OS, Rejection, admit, rejection_reasons, runtime_class_refusal};
@@ -180,6 +181,7 @@ pub use seams::{
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};
 pub use sync::{ConfigSyncer, SyncerConfig, SyncerParts};
+pub use sysctls::{SYSCTL_FORBIDDEN, SysctlPatternError, SysctlPolicy, admit_sysctls};
 pub use workers::{
     PodSyncer, PodUpdate, PodWorkers, SyncOutcome, TerminatingPod, UpdateTarget, UpdateType,
     WorkerConfig, WorkerPhase, WorkerSnapshot,

@@ -24,6 +24,11 @@ impl RuntimeHook for ProcessRuntime {
         if let Some(message) = crate::admission::runtime_class_refusal(pod) {
             return Err(RuntimeError::Sandbox { message });
         }
+        // PW-58: the pod's IPC namespace and its sysctls, before any container.
+        self.prepare_sandbox(pod)
+            .map_err(|e| RuntimeError::Sandbox {
+                message: e.to_string(),
+            })?;
         let plan = ProcessRuntime::plan(self, pod);
         Ok(StartPlan {
             start: plan.start,

@@ -47,6 +47,9 @@ pub(crate) async fn start(
         })?;
     // (2)
     let identity = Identity::resolve(pod, container, image, config.allow_root)?;
+    inner.ipc.prepare(pod).map_err(|e| StartError::Start {
+        message: e.to_string(),
+    })?;
     let security = Security::resolve(pod, container)?;
     // (3)
     let (program, args) = image
@@ -149,6 +152,7 @@ pub(crate) async fn start(
         no_new_privs: security.no_new_privs,
         read_only_root: security.read_only_root,
         seccomp_runtime_default: security.seccomp_runtime_default,
+        ipc_namespace: inner.ipc.path(pod),
     };
     let spec_path = dir.join(LAUNCH_FILE);
     write_private(

@@ -41,7 +41,9 @@
 //!
 //! * No image pulls: `imagePullPolicy` is ignored; an image missing from the table waits with
 //!   `ErrImageNeverPull`.
-//! * Containers share the host's network, PID and IPC namespaces; there are no cgroup limits.
+//! * Containers share the host's network and PID namespaces; a pod's containers share an IPC
+//!   namespace of their own when the agent runs as root (the host's for `hostIPC` pods and
+//!   without root); there are no cgroup limits.
 //! * The namespaces need root (uid 0 on the host), or a kernel that lets an ordinary user make
 //!   a user namespace (Linux 5.11 or later): the container then runs as the agent's user,
 //!   without supplementary groups; see [`sandbox::check_support`] and [`sandbox`].
@@ -54,6 +56,7 @@ mod config;
 mod error;
 pub mod handlers;
 mod images;
+mod ipc;
 mod launch;
 pub mod logs;
 mod records;
@@ -68,6 +71,7 @@ mod users;
 pub use config::{Backoff, RuntimeConfig};
 pub use error::{Error, StartError};
 pub use images::{ImageEntry, ImageTable, glob_match, normalize};
+pub use ipc::PodSandboxError;
 pub use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination};
 pub use security::{DEFAULT_CAPABILITIES, Security};
 pub use supervisor::{Plan, ProcessRuntime};

@@ -19,6 +19,8 @@ pub(crate) struct Inner {
     pub(crate) dirs: PodDirs,
     pub(crate) pods: Mutex<HashMap<PodUid, BTreeMap<String, Record>>>,
     pub(crate) changes: broadcast::Sender<PodUid>,
+    /// The pods' IPC namespaces (PW-58).
+    pub(crate) ipc: crate::ipc::PodIpc,
 }
 
 pub(crate) struct Record {

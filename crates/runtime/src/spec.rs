@@ -59,6 +59,10 @@ pub struct LaunchSpec {
     /// The `RuntimeDefault` seccomp filter is installed before the program runs (PW-46).
     #[serde(default)]
     pub seccomp_runtime_default: bool,
+    /// The IPC namespace to join (a namespace file the agent holds open, PW-58); `None`: the
+    /// host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipc_namespace: Option<PathBuf>,
 }
 
 /// One bind mount.

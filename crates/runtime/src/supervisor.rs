@@ -86,6 +86,7 @@ impl ProcessRuntime {
             dirs,
             pods: Mutex::default(),
             changes: broadcast::channel(1024).0,
+            ipc: crate::ipc::PodIpc::new(nix::unistd::geteuid().is_root()),
         });
         let this = Self { inner };
         crate::recovery::recover(&this.inner);
@@ -131,6 +132,21 @@ impl ProcessRuntime {
         let pid = record.pgid.filter(|_| record.state_is_running())?;
         let dir = self.inner.dirs.containers(uid).join(container);
         Some((pid, dir.join(LAUNCH_FILE)))
+    }
+
+    /// Whether pods that do not ask for `hostIPC` get an IPC namespace of their own (the agent
+    /// runs as root; PW-58).
+    pub fn pod_ipc_namespaces(&self) -> bool {
+        self.inner.ipc.enabled()
+    }
+
+    /// Makes what `pod`'s containers share before the first of them starts (the kubelet's
+    /// sandbox): its IPC namespace with its IPC sysctls (PW-58). Idempotent.
+    ///
+    /// # Errors
+    /// [`PodSandboxError`](crate::PodSandboxError): nothing of the pod can start yet.
+    pub fn prepare_sandbox(&self, pod: &AdmittedPod) -> Result<(), crate::PodSandboxError> {
+        self.inner.ipc.prepare(pod)
     }
 
     /// Which containers of `pod` to start now (the kubelet's `computePodActions`; module docs).
@@ -359,6 +375,7 @@ impl ProcessRuntime {
     /// [`Error`] when a container would not stop or a directory would not go.
     pub async fn remove_pod(&self, uid: &PodUid, remove_logs: bool) -> Result<(), Error> {
         self.kill_pod(uid, Duration::ZERO).await?;
+        self.inner.ipc.remove(uid);
         if remove_logs {
             self.inner.pods.lock().remove(uid);
         }

@@ -83,6 +83,7 @@ impl Fixture {
             no_new_privs: false,
             read_only_root: false,
             seccomp_runtime_default: false,
+            ipc_namespace: None,
         };
         Self {
             dir,

@@ -7,11 +7,12 @@
 //! 1. Read the container's [`LaunchSpec`] (uid, gid, groups, working directory) and the
 //!    environment of its process, `/proc/<pid>/environ` (the environment is never written to
 //!    disk, so the process is where it is; readable by the agent's user, which started it).
-//! 2. Open `/proc/<pid>/ns/{user,mnt,uts}`. The user namespace is joined only when it is not
-//!    this process's own (an agent that is not root runs containers in user namespaces of
-//!    their own; as root, containers share the host's).
-//! 3. `setns` into the user namespace (first: the others belong to it), then the mount and
-//!    UTS namespaces. Joining the mount namespace makes its root (the container's, after the
+//! 2. Open `/proc/<pid>/ns/{user,mnt,uts,ipc}`. The user namespace is joined only when it is
+//!    not this process's own (an agent that is not root runs containers in user namespaces of
+//!    their own; as root, containers share the host's), the IPC namespace only when it is not
+//!    this process's own (a pod's, PW-58).
+//! 3. `setns` into the user namespace (first: the others belong to it), the IPC namespace,
+//!    then the mount and UTS namespaces. Joining the mount namespace makes its root (the container's, after the
 //!    init process's `pivot_root`) this process's root.
 //! 4. `chdir("/")`; `setgroups` (not in a user namespace of the container's: it is denied
 //!    there), `setresgid`, `setresuid` to the spec's identity, with the container's
@@ -110,10 +111,21 @@ fn enter(args: &ExecArgs) -> Result<Infallible, SandboxError> {
     let join_user = (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino());
     let mnt = open(ns("mnt"))?;
     let uts = open(ns("uts"))?;
+    let ipc = open(ns("ipc"))?;
+    let own_ipc = PathBuf::from("/proc/self/ns/ipc");
+    let ours = fs::metadata(&own_ipc).map_err(|e| SandboxError::OpenNamespace(own_ipc, e))?;
+    let theirs = ipc
+        .1
+        .metadata()
+        .map_err(|e| SandboxError::OpenNamespace(ipc.0.clone(), e))?;
+    let join_ipc = (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino());
     // (3)
-    let mut joins = Vec::with_capacity(3);
+    let mut joins = Vec::with_capacity(4);
     if join_user {
         joins.push((user, CloneFlags::CLONE_NEWUSER));
+    }
+    if join_ipc {
+        joins.push((ipc, CloneFlags::CLONE_NEWIPC));
     }
     joins.push((mnt, CloneFlags::CLONE_NEWNS));
     joins.push((uts, CloneFlags::CLONE_NEWUTS));
@@ -210,6 +222,7 @@ mod tests {
             no_new_privs: false,
             read_only_root: false,
             seccomp_runtime_default: false,
+            ipc_namespace: None,
         };
         let path = dir.path().join("launch.json");
         fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();

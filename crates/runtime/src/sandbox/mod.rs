@@ -17,7 +17,8 @@
 //!    [`START_FAILED`].
 //! 2. `setsid()`: a session and process group of its own, for the supervisor to signal.
 //! 3. New mount and UTS namespaces — without root, owned by a new user namespace in which the
-//!    agent's uid and gid are `spec.uid` and `spec.gid`; set the host name.
+//!    agent's uid and gid are `spec.uid` and `spec.gid`; set the host name; join the pod's IPC
+//!    namespace when the spec names one (PW-58).
 //! 4. Make `/` recursively a slave: host mounts still propagate in, nothing propagates out.
 //! 5. Build the root: a tmpfs on `spec.scratch`, and on `<scratch>/root` an overlay
 //!    (`lowerdir=/`, upper and work on the tmpfs) — without root, a tmpfs holding a copy of the
@@ -252,6 +253,12 @@ fn start(spec: &LaunchSpec) -> Result<Infallible, SandboxError> {
     };
     unistd::sethostname(&spec.hostname)
         .map_err(|e| SandboxError::SetHostname(spec.hostname.clone(), e))?;
+    if let Some(path) = &spec.ipc_namespace {
+        let file =
+            fs::File::open(path).map_err(|e| SandboxError::OpenNamespace(path.clone(), e))?;
+        nix::sched::setns(&file, CloneFlags::CLONE_NEWIPC)
+            .map_err(|e| SandboxError::JoinNamespace(path.clone(), e))?;
+    }
     // (4)
     let slave = MsFlags::MS_REC | MsFlags::MS_SLAVE;
     mount(None::<&str>, "/", None::<&str>, slave, None::<&str>)
