@@ -9,8 +9,8 @@
 //! 2. `404 pod does not exist` for a pod the agent does not run; `500 container not found
 //!    ("<c>")` for a container without a running instance (the kubelet's texts).
 //! 3. Only WebSocket upgrades (`GET`, RFC 6455) are served, with the subprotocols
-//!    `v5.channel.k8s.io` and `v4.channel.k8s.io`, the first the client lists winning (as
-//!    `wsstream`'s handshake picks). Anything else is `400`: SPDY, the other way `kubectl`
+//!    `v5.channel.k8s.io`, `v4.channel.k8s.io` and `channel.k8s.io`, the first the client
+//!    lists winning (as `wsstream`'s handshake picks). Anything else is `400`: SPDY, the other way `kubectl`
 //!    reaches a kubelet, is not served.
 //! 4. After the upgrade, an empty message on the lowest channel the client reads (stdout,
 //!    else stderr, else the error channel) says the stream is open. Every binary message
@@ -21,7 +21,9 @@
 //!    output is copied to the channels, the client's stdin to it.
 //! 6. Once it has exited and its output is sent, channel 3 carries a v1 `Status` (JSON):
 //!    `Success`, or `Failure` with reason `NonZeroExitCode` and the exit code as the cause
-//!    (128 + the signal for a command ended by one, as container runtimes report it). A
+//!    (128 + the signal for a command ended by one, as container runtimes report it). Under
+//!    the old `channel.k8s.io` it carries nothing on success and the failure's message as
+//!    text (the kubelet's `v1WriteStatusFunc`). A
 //!    command that cannot be found or started exits 127 or 126 (with the reason on stderr).
 //!    Then the socket is closed.
 //!
@@ -50,9 +52,10 @@ use super::pods::ExecTarget;
 use super::state::{ApiState, text};
 
 /// The subprotocols served, by name.
-const PROTOCOLS: [(&str, Protocol); 2] = [
+const PROTOCOLS: [(&str, Protocol); 3] = [
     ("v5.channel.k8s.io", Protocol::V5),
     ("v4.channel.k8s.io", Protocol::V4),
+    ("channel.k8s.io", Protocol::V1),
 ];
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -69,6 +72,8 @@ const NO_TTY: &str = "a terminal (tty) is not supported by nodelet's process run
 /// The negotiated subprotocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
+    /// `channel.k8s.io`: channel 3 carries only a failure, as its message text.
+    V1,
     V4,
     V5,
 }
@@ -235,7 +240,9 @@ impl Session {
         }
         if self.streams.tty {
             let status = internal_error(NO_TTY);
-            let _ = sink.send(frame(ERROR, &status_json(&status))).await;
+            if let Some(body) = status_body(self.protocol, &status) {
+                let _ = sink.send(frame(ERROR, &body)).await;
+            }
             close_normally(&mut sink).await;
             return;
         }
@@ -258,7 +265,9 @@ impl Session {
             Err(error) => {
                 tracing::warn!(%error, "container-exec not started");
                 let status = internal_error(&format!("cannot start container-exec: {error}"));
-                let _ = sink.send(frame(ERROR, &status_json(&status))).await;
+                if let Some(body) = status_body(self.protocol, &status) {
+                    let _ = sink.send(frame(ERROR, &body)).await;
+                }
                 close_normally(&mut sink).await;
                 return;
             }
@@ -279,7 +288,9 @@ impl Session {
                 Ok(exit) => exit_status(command, exit),
                 Err(error) => internal_error(&format!("waiting for the command: {error}")),
             };
-            let _ = tx.send(frame(ERROR, &status_json(&status))).await;
+            if let Some(body) = status_body(self.protocol, &status) {
+                let _ = tx.send(frame(ERROR, &body)).await;
+            }
             drop(tx);
         };
         let writer = async {
@@ -349,6 +360,16 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 
 fn status_json(status: &Status) -> Vec<u8> {
     serde_json::to_vec(status).unwrap_or_default()
+}
+
+/// What channel 3 carries for `status` under `protocol` (step 6): the JSON `Status`, or under
+/// `channel.k8s.io` nothing on success and the message of a failure.
+fn status_body(protocol: Protocol, status: &Status) -> Option<Vec<u8>> {
+    match protocol {
+        Protocol::V4 | Protocol::V5 => Some(status_json(status)),
+        Protocol::V1 if status.status == "Success" => None,
+        Protocol::V1 => Some(status.message.clone().unwrap_or_default().into_bytes()),
+    }
 }
 
 /// The status of a command that exited (step 6). The message is the one `kubectl` prints,
@@ -452,7 +473,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::SEC_WEBSOCKET_PROTOCOL,
-            "channel.k8s.io, v4.channel.k8s.io, v5.channel.k8s.io"
+            "base64.channel.k8s.io, v4.channel.k8s.io, v5.channel.k8s.io"
                 .parse()
                 .unwrap(),
         );
@@ -462,9 +483,31 @@ mod tests {
         );
         headers.insert(
             header::SEC_WEBSOCKET_PROTOCOL,
+            "channel.k8s.io".parse().unwrap(),
+        );
+        assert_eq!(negotiate(&headers), Some(("channel.k8s.io", Protocol::V1)));
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
             "base64.channel.k8s.io".parse().unwrap(),
         );
         assert_eq!(negotiate(&headers), None);
+    }
+
+    #[test]
+    fn the_old_channel_protocol_carries_only_a_failures_message() {
+        let ok = exit_status(&[], ExitStatus::from_raw(0));
+        assert_eq!(status_body(Protocol::V1, &ok), None);
+        assert!(status_body(Protocol::V5, &ok).is_some());
+        let command = ["false".to_owned()];
+        let failed = exit_status(&command, ExitStatus::from_raw(1 << 8));
+        assert_eq!(
+            status_body(Protocol::V1, &failed).map(|b| String::from_utf8(b).unwrap()),
+            Some(
+                "command terminated with non-zero exit code: error executing command [false], \
+                 exit code 1"
+                    .to_owned()
+            )
+        );
     }
 
     #[test]

@@ -944,6 +944,8 @@ struct ExecOutcome {
     stdout: String,
     stderr: String,
     status: Value,
+    /// Channel 3 as text (under `channel.k8s.io` a failure's message, not JSON).
+    error: String,
     protocol: String,
 }
 
@@ -968,6 +970,21 @@ async fn kubelet_exec(
     command: &[&str],
     stdin: Option<&str>,
 ) -> Result<ExecOutcome, tungstenite::Error> {
+    let offered = "v5.channel.k8s.io, v4.channel.k8s.io";
+    kubelet_exec_offering(offered, addr, identity, pod, container, command, stdin).await
+}
+
+/// [`kubelet_exec`] offering the subprotocols `offered`; channel 3 is parsed as a JSON
+/// `Status` unless the server chose the old `channel.k8s.io`.
+async fn kubelet_exec_offering(
+    offered: &str,
+    addr: SocketAddr,
+    identity: Option<&Identity>,
+    pod: &str,
+    container: &str,
+    command: &[&str],
+    stdin: Option<&str>,
+) -> Result<ExecOutcome, tungstenite::Error> {
     let mut query: Vec<String> = command
         .iter()
         .map(|c| format!("command={}", query_escape(c)))
@@ -983,9 +1000,7 @@ async fn kubelet_exec(
     let mut request = url.into_client_request()?;
     request.headers_mut().insert(
         "Sec-WebSocket-Protocol",
-        "v5.channel.k8s.io, v4.channel.k8s.io"
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}")),
+        offered.parse().unwrap_or_else(|e| panic!("{e}")),
     );
     let tls = kubelet_tls(addr, identity).await;
     let (mut socket, response) = tokio_tungstenite::client_async(request, tls).await?;
@@ -1001,10 +1016,12 @@ async fn kubelet_exec(
         socket.send(Message::binary(data)).await?;
         socket.send(Message::binary(vec![255u8, 0])).await?;
     }
+    let json_status = protocol != "channel.k8s.io";
     let mut outcome = ExecOutcome {
         stdout: String::new(),
         stderr: String::new(),
         status: Value::Null,
+        error: String::new(),
         protocol,
     };
     let read = async {
@@ -1021,8 +1038,11 @@ async fn kubelet_exec(
                 Some(1) => outcome.stdout.push_str(&text),
                 Some(2) => outcome.stderr.push_str(&text),
                 Some(3) if !text.is_empty() => {
-                    outcome.status = serde_json::from_str(&text)
-                        .unwrap_or_else(|e| panic!("the status {text:?}: {e}"));
+                    if json_status {
+                        outcome.status = serde_json::from_str(&text)
+                            .unwrap_or_else(|e| panic!("the status {text:?}: {e}"));
+                    }
+                    outcome.error.push_str(&text);
                 }
                 _ => {}
             }
@@ -1117,6 +1137,34 @@ async fn exec_runs_a_command_in_the_container_as_its_user_with_its_env_and_repor
         "exec: \"no-such-program\": executable file not found in $PATH\n"
     );
     assert_eq!(missing.status["details"]["causes"][0]["message"], "127");
+
+    // The old `channel.k8s.io` (upstream's websocket exec spec offers only it): channel 3
+    // says nothing on success and a failure's message as text.
+    let old = |command: &'static [&'static str]| {
+        kubelet_exec_offering(
+            "channel.k8s.io",
+            addr,
+            Some(&admin),
+            "target",
+            "c",
+            command,
+            None,
+        )
+    };
+    let said = old(&["echo", "remote execution test"])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(said.protocol, "channel.k8s.io");
+    assert_eq!(said.stdout, "remote execution test\n", "{said:?}");
+    assert_eq!(said.error, "", "{said:?}");
+    let failed = old(&["sh", "-c", "exit 3"])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        failed.error,
+        "command terminated with non-zero exit code: error executing command [sh -c exit 3], \
+         exit code 3"
+    );
 
     match kubelet_exec(addr, None, "target", "c", &["true"], None).await {
         Err(tungstenite::Error::Http(response)) => {
