@@ -1156,6 +1156,7 @@ mod tests {
         let view = RuntimeView {
             phase: PodPhase::Pending,
             statuses: Vec::new(),
+            probes: Vec::new(),
         };
         let patch = process_status_patch(&pod(), &pending, &view, "t", &[]);
         assert_eq!(
@@ -1212,6 +1213,7 @@ mod tests {
         let view = RuntimeView {
             phase: PodPhase::Running,
             statuses: vec![running("c"), running("debugger")],
+            probes: Vec::new(),
         };
         let mut config = status(ContainerConfigState::Created, true);
         config.containers.remove(0);
