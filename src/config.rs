@@ -193,6 +193,7 @@ pub fn default_images() -> nodelet_runtime::ImageTable {
             user,
             group: user,
             working_dir: None,
+            files: Default::default(),
         }
     };
     nodelet_runtime::ImageTable::new(vec![

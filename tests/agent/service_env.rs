@@ -86,6 +86,7 @@ async fn an_in_cluster_kube_client_lists_config_maps_through_the_agents_api_serv
             user: None,
             group: None,
             working_dir: None,
+            files: Default::default(),
         }]);
     })
     .await;

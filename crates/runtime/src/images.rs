@@ -2,6 +2,7 @@
 //! rules that merge an image's entrypoint and default arguments with a container's `command`
 //! and `args` ([`ImageEntry::command_line`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use nodelet_core::runtime::ContainerLaunch;
@@ -35,6 +36,11 @@ pub struct ImageEntry {
     /// The image's working directory; `/` when unset.
     #[serde(default)]
     pub working_dir: Option<PathBuf>,
+    /// Files (or directories) the image has at fixed paths that the host may lack: path in
+    /// the container → host path, each bound read-only into the container before its volumes
+    /// (a program an image's users call by its absolute path, like busybox's `/bin/sysctl`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<PathBuf, PathBuf>,
 }
 
 /// The image table: the first entry whose pattern matches an image wins.
@@ -162,6 +168,7 @@ mod tests {
             user: None,
             group: None,
             working_dir: None,
+            files: Default::default(),
         }
     }
 

@@ -123,14 +123,19 @@ pub(crate) async fn start(
             .or_else(|| image.working_dir.clone())
             .unwrap_or_else(|| PathBuf::from("/")),
         hostname: launch.hostname.clone(),
-        mounts: launch
-            .mounts
+        mounts: image
+            .files
             .iter()
-            .map(|m| MountSpec {
+            .map(|(target, source)| MountSpec {
+                source: source.clone(),
+                target: target.clone(),
+                read_only: true,
+            })
+            .chain(launch.mounts.iter().map(|m| MountSpec {
                 source: m.host_path.clone(),
                 target: m.container_path.clone(),
                 read_only: m.read_only,
-            })
+            }))
             .chain(message_source.file.iter().map(|file| {
                 MountSpec {
                     source: file.clone(),

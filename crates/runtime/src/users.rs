@@ -144,6 +144,7 @@ mod tests {
             user,
             group: None,
             working_dir: None,
+            files: Default::default(),
         }
     }
 
