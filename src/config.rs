@@ -734,7 +734,7 @@ impl RunArgs {
             )),
             None => Some(SocketAddr::new(
                 kubelet_address,
-                crate::kubelet_api::DEFAULT_PORT,
+                nodelet_kubelet_api::DEFAULT_PORT,
             )),
         };
         agent.tls_cert_file = self.tls_cert_file.clone().or(file.tls_cert_file);

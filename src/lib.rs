@@ -65,7 +65,7 @@ mod config;
 mod events;
 mod http;
 pub mod inspect;
-mod kubelet_api;
+mod kubelet_host;
 mod lock;
 pub mod logs_cmd;
 mod memory;

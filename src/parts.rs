@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use nodelet_core::{Feature, FeatureGates, NodeAllocatable};
+use nodelet_kubelet_api::KubeletApiConfig;
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
 use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
 use nodelet_podworker::{
@@ -21,6 +22,7 @@ use tracing::{Instrument as _, info};
 
 use crate::config::{AgentConfig, RuntimeKind};
 use crate::events::EventPublisher;
+use crate::kubelet_host::AgentHost;
 use crate::pod_source::Admission;
 use crate::state::AgentState;
 
@@ -276,26 +278,20 @@ pub(crate) async fn kubelet_api(
     let Some(listen) = config.kubelet_listen else {
         return Ok(None);
     };
-    let mut api = crate::kubelet_api::KubeletApiConfig::new(listen, &config.node_name);
+    let mut api = KubeletApiConfig::new(listen, &config.node_name, &config.root_dir);
     api.tls_cert_file = config.tls_cert_file.clone();
     api.tls_private_key_file = config.tls_private_key_file.clone();
     api.client_ca_file = config.client_ca_file.clone();
     api.node_ips = config.node_ip.into_iter().collect();
-    let weak = Arc::downgrade(state);
-    let pods = crate::kubelet_api::NodePods::new(
-        &config.root_dir,
-        move || {
-            weak.upgrade()
-                .map(|s| s.known_pods.read().values().cloned().collect())
-                .unwrap_or_default()
-        },
-        state.processes.clone(),
-    )
-    .with_exec_command(exec_command(config)?);
-    let bound = crate::kubelet_api::serve(
+    api.exec_command = exec_command(config)?;
+    let host = AgentHost {
+        state: Arc::downgrade(state),
+        runtime: state.processes.clone(),
+    };
+    let bound = nodelet_kubelet_api::serve(
         api,
         client.clone(),
-        pods,
+        Arc::new(host),
         tasks.shutdown.clone(),
         &tasks.tracker,
     )

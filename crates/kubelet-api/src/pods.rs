@@ -1,6 +1,6 @@
-//! [`NodePods`]: what the kubelet API reads of the agent — the pods it runs, their containers'
-//! statuses, where each container instance's log file is and when an instance has ended, and
-//! how to run a command in a running container.
+//! [`NodePods`]: the [`Host`] as the handlers read it — a pod by name, its containers' statuses
+//! (the runtime's, else its API status), where each container instance's log file is and when
+//! an instance has ended, and how to run a command in a running container.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -9,36 +9,16 @@ use std::sync::Arc;
 
 use nodelet_core::runtime::ContainerStatus;
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
-use nodelet_runtime::ProcessRuntime;
 use nodelet_runtime::logs::container_log_path;
 use tokio::sync::broadcast;
 
-type PodList = dyn Fn() -> Vec<AdmittedPod> + Send + Sync;
-type Statuses = dyn Fn(&PodUid) -> Vec<ContainerStatus> + Send + Sync;
-type Changes = dyn Fn() -> broadcast::Receiver<PodUid> + Send + Sync;
-type ExecTargets = dyn Fn(&PodUid, &str) -> Option<ExecTarget> + Send + Sync;
+use crate::host::{ExecTarget, Host};
 
-/// Where a command for a running container is run (`ProcessRuntime::exec_target`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ExecTarget {
-    /// The pid of the container's process.
-    pub(crate) pid: i32,
-    /// Its `launch.json`.
-    pub(crate) spec: PathBuf,
-}
-
-/// The agent's pods and containers as the kubelet API serves them. Cheap to clone.
-///
-/// Pods come from a function the agent gives (its pod map, read at each request); container
-/// statuses and their changes from the process runtime. Without one (`--runtime config`), no
-/// pod has a container status, so `/containerLogs` answers as the kubelet does for a container
-/// it has no status of.
+/// The [`Host`] as the handlers read it, with the pods' log directories and the exec command.
+/// Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct NodePods {
-    pods: Arc<PodList>,
-    statuses: Arc<Statuses>,
-    changes: Arc<Changes>,
-    exec_targets: Arc<ExecTargets>,
+    host: Arc<dyn Host>,
     /// The program and first arguments of `container-exec` (empty: no exec).
     exec_command: Arc<[OsString]>,
     dirs: PodDirs,
@@ -53,67 +33,15 @@ impl std::fmt::Debug for NodePods {
 }
 
 impl NodePods {
-    /// The pods `pods` lists, with the containers of `runtime` (none without one); log files
-    /// under `root_dir` (`PodDirs::pod_logs`).
-    pub(crate) fn new(
-        root_dir: &Path,
-        pods: impl Fn() -> Vec<AdmittedPod> + Send + Sync + 'static,
-        runtime: Option<ProcessRuntime>,
-    ) -> Self {
-        match runtime {
-            Some(runtime) => {
-                let changes = runtime.clone();
-                let exec = runtime.clone();
-                let mut this = Self::from_parts(
-                    root_dir,
-                    pods,
-                    move |uid| runtime.statuses(uid),
-                    move || changes.changes(),
-                );
-                this.exec_targets = Arc::new(move |uid, container| {
-                    exec.exec_target(uid, container)
-                        .map(|(pid, spec)| ExecTarget { pid, spec })
-                });
-                this
-            }
-            None => Self::from_parts(root_dir, pods, |_| Vec::new(), || broadcast::channel(1).1),
-        }
-    }
-
-    /// The pods `pods` lists; container statuses from `statuses`, which must announce every
-    /// change of a pod's statuses on the receivers `changes` makes (as
-    /// `ProcessRuntime::changes` does).
-    pub(crate) fn from_parts(
-        root_dir: &Path,
-        pods: impl Fn() -> Vec<AdmittedPod> + Send + Sync + 'static,
-        statuses: impl Fn(&PodUid) -> Vec<ContainerStatus> + Send + Sync + 'static,
-        changes: impl Fn() -> broadcast::Receiver<PodUid> + Send + Sync + 'static,
-    ) -> Self {
+    /// The pods and containers of `host`; log files under `root_dir` (`PodDirs::pod_logs`);
+    /// `kubectl exec` commands run with `exec_command` (the agent's program and
+    /// `container-exec`, then `PID SPEC -- CMD...`; empty: no container can be exec'd into).
+    pub(crate) fn new(root_dir: &Path, host: Arc<dyn Host>, exec_command: &[OsString]) -> Self {
         Self {
-            pods: Arc::new(pods),
-            statuses: Arc::new(statuses),
-            changes: Arc::new(changes),
-            exec_targets: Arc::new(|_, _| None),
-            exec_command: Arc::new([]),
+            host,
+            exec_command: exec_command.into(),
             dirs: PodDirs::new(root_dir),
         }
-    }
-
-    /// Runs `kubectl exec` commands with `command` (the agent's program and `container-exec`,
-    /// then `PID SPEC -- CMD...`). Without it, no container can be exec'd into.
-    pub(crate) fn with_exec_command(mut self, command: Vec<OsString>) -> Self {
-        self.exec_command = command.into();
-        self
-    }
-
-    /// Finds running containers with `targets` instead of the runtime (tests).
-    #[cfg(test)]
-    pub(crate) fn with_exec_targets(
-        mut self,
-        targets: impl Fn(&PodUid, &str) -> Option<ExecTarget> + Send + Sync + 'static,
-    ) -> Self {
-        self.exec_targets = Arc::new(targets);
-        self
     }
 
     /// Where to run a command in `container` of pod `uid`, and the `container-exec` command
@@ -126,12 +54,14 @@ impl NodePods {
         if self.exec_command.is_empty() {
             return None;
         }
-        (self.exec_targets)(uid, container).map(|t| (t, self.exec_command.clone()))
+        self.host
+            .exec_target(uid, container)
+            .map(|t| (t, self.exec_command.clone()))
     }
 
     /// Every pod the agent runs (`/pods`).
     pub(crate) fn pods(&self) -> Vec<AdmittedPod> {
-        (self.pods)()
+        self.host.pods()
     }
 
     /// The pod `namespace/name`, if the agent runs it.
@@ -142,8 +72,8 @@ impl NodePods {
     }
 
     /// The runtime's statuses of `uid`'s containers (empty when it has none).
-    pub(crate) fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
-        (self.statuses)(uid)
+    fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        self.host.container_statuses(uid)
     }
 
     /// The statuses of `pod`'s containers: the runtime's, else what the pod's API status says
@@ -182,11 +112,12 @@ impl NodePods {
         container: String,
         restart_count: u32,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let mut changes = (self.changes)();
-        let statuses = self.statuses.clone();
+        let mut changes = self.host.status_changes();
+        let host = self.host.clone();
         async move {
             loop {
-                let over = statuses(&uid)
+                let over = host
+                    .container_statuses(&uid)
                     .iter()
                     .find(|s| s.name == container)
                     .is_none_or(|s| s.restart_count != restart_count || !s.is_running());

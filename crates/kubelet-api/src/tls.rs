@@ -25,7 +25,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
 use chrono::{Datelike as _, Days, Utc};
@@ -47,6 +46,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
+
+use crate::error::Error;
 
 /// A client that has not completed its handshake after this long is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -91,12 +92,12 @@ pub(super) fn server_tls(
     files: &TlsFiles<'_>,
     node_name: &str,
     node_ips: &[IpAddr],
-) -> anyhow::Result<ServerTls> {
+) -> Result<ServerTls, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let (chain, key) = match (files.cert, files.key) {
         (Some(cert), Some(key)) => (read_chain(cert, "--tls-cert-file")?, read_key(key)?),
         (None, None) => self_signed(node_name, node_ips)?,
-        _ => bail!("--tls-cert-file and --tls-private-key-file must be given together"),
+        _ => return Err(Error::CertificateWithoutKey),
     };
     let client_ca = match files.client_ca {
         Some(path) => Some(client_ca_verifier(path, provider.clone())?),
@@ -104,7 +105,7 @@ pub(super) fn server_tls(
     };
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?;
+        .map_err(|e| tls_error("TLS protocol versions", e))?;
     let builder = match &client_ca {
         Some(verifier) => {
             builder.with_client_cert_verifier(Arc::new(RequestClientCert(verifier.clone())))
@@ -113,7 +114,7 @@ pub(super) fn server_tls(
     };
     let mut config = builder
         .with_single_cert(chain, key)
-        .context("the serving certificate and key do not go together")?;
+        .map_err(|e| tls_error("the serving certificate and key do not go together", e))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(ServerTls {
         acceptor: TlsAcceptor::from(Arc::new(config)),
@@ -275,41 +276,69 @@ impl ClientCertVerifier for RequestClientCert {
     }
 }
 
-fn read_chain(path: &Path, flag: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+fn tls_error(step: &'static str, error: rustls::Error) -> Error {
+    Error::Tls {
+        step,
+        source: Box::new(error),
+    }
+}
+
+fn read_chain(path: &Path, flag: &'static str) -> Result<Vec<CertificateDer<'static>>, Error> {
     let chain = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("reading {flag} {}", path.display()))?;
+        .map_err(|e| Error::ReadPem {
+            flag,
+            path: path.to_owned(),
+            source: Box::new(e),
+        })?;
     if chain.is_empty() {
-        bail!("{flag} {} holds no certificate", path.display());
+        return Err(Error::NoCertificate {
+            flag,
+            path: path.to_owned(),
+        });
     }
     Ok(chain)
 }
 
-fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
-    PrivateKeyDer::from_pem_file(path)
-        .with_context(|| format!("reading --tls-private-key-file {}", path.display()))
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| Error::ReadPem {
+        flag: "--tls-private-key-file",
+        path: path.to_owned(),
+        source: Box::new(e),
+    })
 }
 
 fn client_ca_verifier(
     path: &Path,
     provider: Arc<CryptoProvider>,
-) -> anyhow::Result<Arc<dyn ClientCertVerifier>> {
+) -> Result<Arc<dyn ClientCertVerifier>, Error> {
+    let refused = |source: Box<dyn std::error::Error + Send + Sync>| Error::ClientCa {
+        path: path.to_owned(),
+        source,
+    };
     let mut roots = RootCertStore::empty();
     for cert in read_chain(path, "--client-ca-file")? {
-        roots
-            .add(cert)
-            .with_context(|| format!("a certificate in --client-ca-file {}", path.display()))?;
+        roots.add(cert).map_err(|e| refused(Box::new(e)))?;
     }
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
-        .with_context(|| format!("--client-ca-file {}", path.display()))
+        .map_err(|e| refused(Box::new(e)))
+}
+
+/// An [`Error::MakeCertificate`] for `step`.
+fn making(step: impl Into<String>) -> impl FnOnce(rcgen::Error) -> Error {
+    let step = step.into();
+    move |e| Error::MakeCertificate {
+        step,
+        source: Box::new(e),
+    }
 }
 
 /// A CA and a serving certificate it signed for `node_name` and `node_ips` (module docs).
 fn self_signed(
     node_name: &str,
     node_ips: &[IpAddr],
-) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), Error> {
     let now = Utc::now();
     let stamp = now.timestamp();
     let from = now.checked_sub_days(Days::new(1)).unwrap_or(now);
@@ -319,7 +348,7 @@ fn self_signed(
         let day = u8::try_from(t.day()).unwrap_or(1);
         rcgen::date_time_ymd(t.year(), month, day)
     };
-    let ca_key = KeyPair::generate().context("generating the serving CA key")?;
+    let ca_key = KeyPair::generate().map_err(making("generating the serving CA key"))?;
     let mut ca = CertificateParams::default();
     ca.distinguished_name
         .push(DnType::CommonName, format!("{node_name}-ca@{stamp}"));
@@ -333,7 +362,7 @@ fn self_signed(
     ca.not_after = day(until);
     let ca_cert = ca
         .self_signed(&ca_key)
-        .context("signing the serving CA certificate")?;
+        .map_err(making("signing the serving CA certificate"))?;
     let issuer = Issuer::new(ca, ca_key);
 
     let mut names = vec![node_name.to_owned()];
@@ -343,9 +372,9 @@ fn self_signed(
             names.push(ip);
         }
     }
-    let key = KeyPair::generate().context("generating the serving key")?;
+    let key = KeyPair::generate().map_err(making("generating the serving key"))?;
     let mut params = CertificateParams::new(names)
-        .with_context(|| format!("node name {node_name:?} in a certificate"))?;
+        .map_err(making(format!("node name {node_name:?} in a certificate")))?;
     params
         .distinguished_name
         .push(DnType::CommonName, format!("{node_name}@{stamp}"));
@@ -358,7 +387,7 @@ fn self_signed(
     params.not_after = day(until);
     let cert = params
         .signed_by(&key, &issuer)
-        .context("signing the serving certificate")?;
+        .map_err(making("signing the serving certificate"))?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
     Ok((vec![cert.der().clone(), ca_cert.der().clone()], key))
 }

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -27,7 +26,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{KubeletApiConfig, NodePods, serve};
+use crate::{ExecTarget, Host, KubeletApiConfig, serve};
 
 const NODE: &str = "node-1";
 const UID: &str = "uid-1";
@@ -223,16 +222,23 @@ impl Node {
         }
     }
 
-    fn node_pods(&self) -> NodePods {
-        let pods = self.pods.clone();
-        let statuses = self.statuses.clone();
-        let changes = self.changes.clone();
-        NodePods::from_parts(
-            self.root.path(),
-            move || pods.lock().clone(),
-            move |uid| statuses.lock().get(uid).cloned().unwrap_or_default(),
-            move || changes.subscribe(),
-        )
+    /// The node as the kubelet API's host: nothing to exec into.
+    fn host(&self) -> Arc<dyn Host> {
+        self.host_with_exec(None)
+    }
+
+    fn host_with_exec(&self, exec_target: Option<ExecTarget>) -> Arc<dyn Host> {
+        Arc::new(TestHost {
+            pods: self.pods.clone(),
+            statuses: self.statuses.clone(),
+            changes: self.changes.clone(),
+            exec_target,
+        })
+    }
+
+    /// A kubelet API configuration on a free loopback port for this node's root directory.
+    fn config(&self) -> KubeletApiConfig {
+        KubeletApiConfig::new(([127, 0, 0, 1], 0).into(), NODE, self.root.path())
     }
 
     fn uid() -> PodUid {
@@ -281,6 +287,32 @@ impl Node {
     }
 }
 
+/// [`Node`]'s pods, statuses and changes, and one container to exec into (or none).
+struct TestHost {
+    pods: Arc<Mutex<Vec<AdmittedPod>>>,
+    statuses: Arc<Mutex<HashMap<PodUid, Vec<ContainerStatus>>>>,
+    changes: broadcast::Sender<PodUid>,
+    exec_target: Option<ExecTarget>,
+}
+
+impl Host for TestHost {
+    fn pods(&self) -> Vec<AdmittedPod> {
+        self.pods.lock().clone()
+    }
+
+    fn container_statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        self.statuses.lock().get(uid).cloned().unwrap_or_default()
+    }
+
+    fn status_changes(&self) -> broadcast::Receiver<PodUid> {
+        self.changes.subscribe()
+    }
+
+    fn exec_target(&self, _uid: &PodUid, _container: &str) -> Option<ExecTarget> {
+        self.exec_target.clone()
+    }
+}
+
 fn running() -> ContainerState {
     ContainerState::Running {
         started_at: std::time::SystemTime::UNIX_EPOCH,
@@ -300,11 +332,13 @@ struct Served {
 
 impl Served {
     async fn start() -> Self {
-        Self::start_with(|pods| pods).await
+        Self::start_with(|_, node| node.host()).await
     }
 
-    /// Serving the pods of [`Node`] as `customize` makes them.
-    async fn start_with(customize: impl FnOnce(NodePods) -> NodePods) -> Self {
+    /// Serving the pods of [`Node`] with the configuration and host `customize` makes.
+    async fn start_with(
+        customize: impl FnOnce(&mut KubeletApiConfig, &Node) -> Arc<dyn Host>,
+    ) -> Self {
         let ca = TestCa::new("test-ca");
         let files = tempfile::tempdir().unwrap();
         let (cert, key) = ca.server();
@@ -313,18 +347,19 @@ impl Served {
             std::fs::write(&path, text).unwrap();
             path
         };
-        let mut config = KubeletApiConfig::new(([127, 0, 0, 1], 0).into(), NODE);
+        let node = Node::new();
+        let mut config = node.config();
         config.tls_cert_file = Some(write("kubelet.crt", &cert));
         config.tls_private_key_file = Some(write("kubelet.key", &key));
         let cluster = Cluster::start().await;
         config.client_ca_file = Some(write("ca.crt", &cluster.server.kubelet_client_ca_pem()));
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let node = Node::new();
+        let host = customize(&mut config, &node);
         let addr = serve(
             config,
             cluster.node_client.clone(),
-            customize(node.node_pods()),
+            host,
             shutdown.clone(),
             &tracker,
         )
@@ -779,13 +814,14 @@ async fn a_followed_log_ends_when_the_agent_stops() {
 async fn the_bound_port_is_returned_for_port_zero_and_a_busy_port_is_an_error() {
     let served = Served::start().await;
     assert_ne!(served.addr.port(), 0);
-    let mut config = KubeletApiConfig::new(served.addr, NODE);
+    let mut config = served.node.config();
+    config.addr = served.addr;
     config.node_ips = vec!["127.0.0.1".parse().unwrap()];
     let tracker = TaskTracker::new();
     let error = serve(
         config,
         served.cluster.node_client.clone(),
-        served.node.node_pods(),
+        served.node.host(),
         CancellationToken::new(),
         &tracker,
     )
@@ -801,11 +837,20 @@ async fn the_bound_port_is_returned_for_port_zero_and_a_busy_port_is_an_error() 
 }
 
 #[test]
-fn node_pods_without_a_runtime_have_no_container_statuses() {
-    let root = Path::new("/nonexistent");
-    let pods = NodePods::new(root, Vec::new, None);
-    assert!(pods.pods().is_empty());
-    assert!(pods.statuses(&Node::uid()).is_empty());
+fn a_host_without_a_runtime_has_no_container_statuses_changes_or_exec_targets() {
+    struct Pods;
+    impl Host for Pods {
+        fn pods(&self) -> Vec<AdmittedPod> {
+            Vec::new()
+        }
+    }
+    let uid = Node::uid();
+    assert!(Pods.container_statuses(&uid).is_empty());
+    assert!(Pods.exec_target(&uid, "app").is_none());
+    assert!(matches!(
+        Pods.status_changes().try_recv(),
+        Err(broadcast::error::TryRecvError::Closed)
+    ));
 }
 
 /// Takes any server certificate and keeps the chain it was shown (the handshake signature is
@@ -862,14 +907,14 @@ async fn without_certificate_files_the_server_presents_one_made_for_the_node_and
     use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
 
     let cluster = Cluster::start().await;
-    let mut config = KubeletApiConfig::new(([127, 0, 0, 1], 0).into(), NODE);
+    let node = Node::new();
+    let mut config = node.config();
     config.node_ips = vec!["127.0.0.1".parse().unwrap(), "10.1.2.3".parse().unwrap()];
     let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-    let node = Node::new();
     let addr = serve(
         config,
         cluster.node_client.clone(),
-        node.node_pods(),
+        node.host(),
         shutdown.clone(),
         &tracker,
     )
@@ -965,14 +1010,9 @@ async fn exec_refuses_before_the_upgrade_as_the_kubelet_does() {
 #[tokio::test]
 async fn exec_of_a_running_container_without_a_websocket_upgrade_is_a_bad_request() {
     // A running container (the target is never used: no upgrade, no process started).
-    let served = Served::start_with(|pods| {
-        pods.with_exec_command(vec!["/nonexistent/nodelet".into(), "container-exec".into()])
-            .with_exec_targets(|_, _| {
-                Some(super::pods::ExecTarget {
-                    pid: 1,
-                    spec: "/nonexistent/launch.json".into(),
-                })
-            })
+    let served = Served::start_with(|config, node| {
+        config.exec_command = vec!["/nonexistent/nodelet".into(), "container-exec".into()];
+        node.host_with_exec(Some(ExecTarget::new(1, "/nonexistent/launch.json".into())))
     })
     .await;
     let (status, text) = served

@@ -2,12 +2,12 @@
 //! every request authenticated and authorized first (go-restful's container filter in the
 //! kubelet, which runs for unknown paths too).
 
+use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
@@ -17,48 +17,58 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::authn::Authenticator;
-use super::authz::{Authorizer, Decision};
-use super::exec::exec;
-use super::logs::container_logs;
-use super::pods::NodePods;
-use super::state::{ApiState, text};
-use super::tls::{Peer, TlsFiles, TlsListener, server_tls};
+use crate::authn::Authenticator;
+use crate::authz::{Authorizer, Decision};
+use crate::error::Error;
+use crate::exec::exec;
+use crate::host::Host;
+use crate::logs::container_logs;
+use crate::pods::NodePods;
+use crate::state::{ApiState, text};
+use crate::tls::{Peer, TlsFiles, TlsListener, server_tls};
 
 /// The kubelet's port (`--kubelet-port`, `KubeletConfiguration.port`).
-pub(crate) const DEFAULT_PORT: u16 = 10250;
+pub const DEFAULT_PORT: u16 = 10250;
 
 /// How the kubelet API is served. [`KubeletApiConfig::new`] gives the kubelet's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KubeletApiConfig {
+#[non_exhaustive]
+pub struct KubeletApiConfig {
     /// Where to listen; port 0 picks a free one ([`serve`] returns it).
-    pub(crate) addr: SocketAddr,
+    pub addr: SocketAddr,
     /// The serving certificate chain, PEM (`--tls-cert-file`); with `tls_private_key_file`.
     /// Without both, a certificate is made at start for `node_name` and `node_ips`.
-    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
     /// The serving key, PEM (`--tls-private-key-file`).
-    pub(crate) tls_private_key_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
     /// The CAs of client certificates, PEM (`--client-ca-file`); without it no client
     /// certificate is accepted and only bearer tokens authenticate.
-    pub(crate) client_ca_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
     /// The node's name: the `nodes/<name>` access is reviewed for, and the certificate's name.
-    pub(crate) node_name: String,
+    pub node_name: String,
     /// The node's addresses, in the certificate made at start.
-    pub(crate) node_ips: Vec<IpAddr>,
+    pub node_ips: Vec<IpAddr>,
+    /// The agent's root directory: containers' log files are under its `pods/`
+    /// (`nodelet_core::PodDirs::pod_logs`).
+    pub root_dir: PathBuf,
+    /// How `kubectl exec` runs a command: the program and first arguments (the agent's program
+    /// and `container-exec`), followed by `PID SPEC -- CMD...`. Empty (the default): no
+    /// container can be exec'd into.
+    pub exec_command: Vec<OsString>,
     /// How long a token review's answer is kept (`authentication.webhook.cacheTTL`, 2 min).
-    pub(crate) authentication_cache_ttl: Duration,
+    pub authentication_cache_ttl: Duration,
     /// How long an allowed access review is kept
     /// (`authorization.webhook.cacheAuthorizedTTL`, 5 min).
-    pub(crate) authorized_cache_ttl: Duration,
+    pub authorized_cache_ttl: Duration,
     /// How long a denied access review is kept
     /// (`authorization.webhook.cacheUnauthorizedTTL`, 30 s).
-    pub(crate) unauthorized_cache_ttl: Duration,
+    pub unauthorized_cache_ttl: Duration,
 }
 
 impl KubeletApiConfig {
-    /// Serving on `addr` for `node_name` with a certificate made at start, no client CA and the
-    /// kubelet's cache TTLs.
-    pub(crate) fn new(addr: SocketAddr, node_name: &str) -> Self {
+    /// Serving on `addr` for `node_name` with a certificate made at start, no client CA, the
+    /// kubelet's cache TTLs, logs under `root_dir` and no exec.
+    pub fn new(addr: SocketAddr, node_name: &str, root_dir: impl Into<PathBuf>) -> Self {
         Self {
             addr,
             tls_cert_file: None,
@@ -66,6 +76,8 @@ impl KubeletApiConfig {
             client_ca_file: None,
             node_name: node_name.to_owned(),
             node_ips: Vec::new(),
+            root_dir: root_dir.into(),
+            exec_command: Vec::new(),
             authentication_cache_ttl: Duration::from_secs(120),
             authorized_cache_ttl: Duration::from_secs(300),
             unauthorized_cache_ttl: Duration::from_secs(30),
@@ -73,11 +85,11 @@ impl KubeletApiConfig {
     }
 }
 
-/// Binds `config.addr` and serves the kubelet API until `shutdown` (the server, its
-/// handshakes and its log streams are tasks of `tracker`); returns the bound address.
-/// Token and access reviews are made with `client`, the node's identity.
+/// Binds `config.addr` and serves the kubelet API over what `host` runs until `shutdown` (the
+/// server, its handshakes and its log streams are tasks of `tracker`); returns the bound
+/// address. Token and access reviews are made with `client`, the node's identity.
 ///
-/// Routes: `GET /healthz` (`ok`), `GET /pods` (a v1 `PodList` of `pods`), `GET
+/// Routes: `GET /healthz` (`ok`), `GET /pods` (a v1 `PodList` of [`Host::pods`]), `GET
 /// /containerLogs/{namespace}/{pod}/{container}` (see `logs.rs`), `GET|POST
 /// /exec/{namespace}/{pod}/{container}` (a WebSocket, see `exec.rs`). Unknown paths are `404
 /// 404: Page Not Found`, other methods `405 405: Method Not Allowed`, as go-restful answers.
@@ -85,13 +97,14 @@ impl KubeletApiConfig {
 /// # Errors
 /// The certificate, key or client CA files cannot be used (named in the error); the address
 /// cannot be bound.
-pub(crate) async fn serve(
+pub async fn serve(
     config: KubeletApiConfig,
     client: kube::Client,
-    pods: NodePods,
+    host: Arc<dyn Host>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
-) -> anyhow::Result<SocketAddr> {
+) -> Result<SocketAddr, Error> {
+    let pods = NodePods::new(&config.root_dir, host, &config.exec_command);
     let files = TlsFiles {
         cert: config.tls_cert_file.as_deref(),
         key: config.tls_private_key_file.as_deref(),
@@ -100,10 +113,13 @@ pub(crate) async fn serve(
     let tls = server_tls(&files, &config.node_name, &config.node_ips)?;
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
-        .with_context(|| format!("binding the kubelet API address {}", config.addr))?;
+        .map_err(|source| Error::Bind {
+            addr: config.addr,
+            source,
+        })?;
     let listener = TlsListener::start(listener, tls.acceptor, shutdown.clone(), tracker)
-        .context("reading the kubelet API's bound address")?;
-    let bound = axum::serve::Listener::local_addr(&listener)?;
+        .map_err(Error::LocalAddr)?;
+    let bound = axum::serve::Listener::local_addr(&listener).map_err(Error::LocalAddr)?;
     let state = Arc::new(ApiState {
         pods,
         authn: Authenticator::new(

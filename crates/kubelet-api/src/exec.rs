@@ -48,8 +48,8 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::pods::ExecTarget;
 use super::state::{ApiState, text};
+use crate::host::ExecTarget;
 
 /// The subprotocols served, by name.
 const PROTOCOLS: [(&str, Protocol); 3] = [
