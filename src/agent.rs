@@ -80,7 +80,6 @@ impl Agent {
         let status = StatusWriter::start(
             client.clone(),
             metrics.clone(),
-            crate::parts::host_ips(&config),
             tasks.shutdown.clone(),
             &tasks.tracker,
         );

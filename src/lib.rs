@@ -80,7 +80,6 @@ pub mod reset;
 pub mod service;
 mod state;
 mod status;
-mod status_build;
 mod views;
 
 use std::future::Future;
@@ -105,7 +104,6 @@ pub use config::{
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
 pub use node::AGENT_TAINT_KEY;
-pub use status_build::CONFIG_READY_CONDITION;
 
 /// An embedded API server seeded from a manifests directory, with the agent's client.
 #[cfg(feature = "embedded")]

@@ -1,28 +1,30 @@
-//! [`StatusWriter`]: turns the config syncer's [`PodConfigStatus`] into pod status patches
-//! (conditions, container states, phase) and deletes finished pods, in a background task.
+//! [`StatusWriter`]: sends the pod statuses the pod workers generate
+//! ([`nodelet_podworker::generate_pod_status`]) as pod status patches and deletes finished
+//! pods, in a background task.
 //!
 //! The patches are strategic merge patches, as the kubelet's: the conditions the agent owns
-//! merge by type, so conditions others set (`PodScheduled`, a readiness gate's) stay; the
-//! container status lists are replaced whole. A condition keeps its `lastTransitionTime`
+//! merge by type, so conditions others set (`PodScheduled`, a readiness gate's) stay, and an
+//! absent reason or message is sent as `null` so that an earlier one goes; the init and
+//! regular container status lists are replaced whole. A condition keeps its `lastTransitionTime`
 //! while its status stays (the time of the last patch that changed it, else the pod's own).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use nodelet_core::{AdmittedPod, PodUid};
-use nodelet_podworker::{PodConfigStatus, StatusSink};
+use nodelet_podworker::StatusSink;
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
-use crate::status_build::{process_status_patch, status_patch};
 
 /// A [`StatusSink`]: newest status per pod wins; a background task patches `pods/status`
 /// (strategic merge patch) and, for terminated pods, deletes the pod with grace period 0 and a UID
@@ -39,8 +41,6 @@ impl std::fmt::Debug for StatusWriter {
 }
 
 struct Shared {
-    /// The node's addresses: the pods' IPs under the process runtime.
-    host_ips: Vec<String>,
     pending: Mutex<HashMap<PodUid, Work>>,
     /// Last patch sent per pod UID (to skip unchanged ones).
     sent: Mutex<HashMap<PodUid, Sent>>,
@@ -52,8 +52,6 @@ struct Sent {
     /// The patch, as compact JSON text (about a seventh of the heap its `Value` tree takes:
     /// ~1 KB a pod instead of ~7).
     text: Box<str>,
-    /// The pod's first start time.
-    started: String,
     /// Each condition sent: type, status, `lastTransitionTime`.
     conditions: Vec<(String, String, String)>,
 }
@@ -79,12 +77,10 @@ impl StatusWriter {
     pub(crate) fn start(
         client: kube::Client,
         metrics: Metrics,
-        host_ips: Vec<String>,
         shutdown: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let shared = Arc::new(Shared {
-            host_ips,
             pending: Mutex::default(),
             sent: Mutex::default(),
             wake: Arc::new(Notify::new()),
@@ -200,6 +196,39 @@ async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
     }
 }
 
+/// The strategic merge patch that makes `status` the pod's (before the conditions'
+/// transition times, [`stamp_transitions`]): each condition's absent reason and message as
+/// `null`, the init and regular container lists replaced whole (the kubelet's patch deletes
+/// what is gone; ephemeral containers are never removed, so theirs merge by name).
+fn status_patch(status: &PodStatus) -> Value {
+    let mut fields = serde_json::to_value(status).unwrap_or_default();
+    let conditions = fields.get_mut("conditions").and_then(Value::as_array_mut);
+    for c in conditions
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        for key in ["reason", "message"] {
+            c.entry(key).or_insert(Value::Null);
+        }
+    }
+    for list in ["initContainerStatuses", "containerStatuses"] {
+        if let Some(items) = fields.get_mut(list).and_then(Value::as_array_mut) {
+            let mut replace = Map::new();
+            replace.insert("$patch".to_owned(), Value::from("replace"));
+            items.push(Value::Object(replace));
+        }
+    }
+    wrap_status(fields)
+}
+
+/// `{"status": fields}`.
+fn wrap_status(fields: Value) -> Value {
+    let mut body = Map::new();
+    body.insert("status".to_owned(), fields);
+    Value::Object(body)
+}
+
 /// Sets each condition's `lastTransitionTime` in `body`: kept from `previous` (what was last
 /// sent) or, without that, from the pod's own status while the condition's status is the
 /// same; `now` when it changed. Returns the conditions as sent.
@@ -231,25 +260,19 @@ fn stamp_transitions(
                 .map(|t| t.0.to_string()),
         };
         let time = kept.unwrap_or_else(|| now.to_owned());
-        c["lastTransitionTime"] = json!(time);
+        c["lastTransitionTime"] = Value::String(time.clone());
         sent.push((type_, status, time));
     }
     sent
 }
 
 impl StatusSink for StatusWriter {
-    fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
+    fn set_status(&self, pod: &AdmittedPod, status: &PodStatus) {
         let uid = pod.uid().clone();
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let mut sent = self.shared.sent.lock();
         let last = sent.get(&uid);
-        let started = last.map_or_else(|| now.clone(), |s| s.started.clone());
-        let mut body = match &status.runtime {
-            Some(runtime) => {
-                process_status_patch(pod, status, runtime, &started, &self.shared.host_ips)
-            }
-            None => status_patch(pod, status, &started),
-        };
+        let mut body = status_patch(status);
         let conditions =
             stamp_transitions(&mut body, last.map(|s| s.conditions.as_slice()), pod, &now);
         // serde_json's maps are sorted, so equal bodies print the same text.
@@ -257,14 +280,7 @@ impl StatusSink for StatusWriter {
         if last.is_some_and(|s| s.text == text) {
             return;
         }
-        sent.insert(
-            uid.clone(),
-            Sent {
-                text,
-                started,
-                conditions,
-            },
-        );
+        sent.insert(uid.clone(), Sent { text, conditions });
         drop(sent);
         self.enqueue(
             uid,
@@ -302,13 +318,14 @@ impl StatusWriter {
     /// and `Pod was rejected: <message>`, as the kubelet's `rejectPod` writes it; nothing else
     /// of the pod is reported afterwards.
     pub(crate) fn rejected(&self, pod: &AdmittedPod, rejection: &nodelet_podworker::Rejection) {
-        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let body = json!({"status": {
-            "phase": "Failed",
-            "reason": rejection.reason,
-            "message": rejection.status_message(),
-            "startTime": now,
-        }});
+        let status = PodStatus {
+            phase: Some("Failed".to_owned()),
+            reason: Some(rejection.reason.to_owned()),
+            message: Some(rejection.status_message()),
+            start_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+            ..PodStatus::default()
+        };
+        let body = wrap_status(serde_json::to_value(&status).unwrap_or_default());
         self.enqueue(
             pod.uid().clone(),
             Work::Patch {
@@ -322,17 +339,69 @@ impl StatusWriter {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_podworker::ContainerConfigState;
+    use std::time::SystemTime;
 
-    use crate::status_build::tests::{condition_field, pod, probed, status};
+    use nodelet_core::runtime::{ContainerState, ContainerStatus};
+    use nodelet_podworker::{
+        CONFIG_READY_CONDITION, ContainerProbeStatus, PodConfigStatus, Readiness,
+        generate_pod_status,
+    };
+    use nodelet_testutil::PodBuilder;
+    use serde_json::json;
 
     use super::*;
+
+    fn pod() -> Pod {
+        PodBuilder::new("ns", "p")
+            .uid("u")
+            .container(json!({"name": "c", "image": "img"}))
+            .status(json!({"conditions": [{"type": "PodScheduled", "status": "True"}]}))
+            .build()
+    }
+
+    /// The API status of `p` whose container `c` runs, with the probes' `ready`, and volumes
+    /// mounted or not.
+    fn generated(p: &Pod, ready: bool, volumes: bool) -> PodStatus {
+        let status = PodConfigStatus {
+            volumes: Readiness {
+                ready: volumes,
+                message: None,
+            },
+            config: Readiness {
+                ready: true,
+                message: None,
+            },
+            statuses: vec![ContainerStatus {
+                name: "c".into(),
+                state: ContainerState::Running {
+                    started_at: SystemTime::UNIX_EPOCH,
+                },
+                last_state: None,
+                restart_count: 0,
+                container_id: "nodelet://c".into(),
+            }],
+            probes: vec![ContainerProbeStatus {
+                name: "c".into(),
+                started: true,
+                ready,
+            }],
+            ..PodConfigStatus::default()
+        };
+        generate_pod_status(p, &status, SystemTime::UNIX_EPOCH)
+    }
+
+    fn condition_field(patch: &Value, type_: &str, field: &str) -> Value {
+        patch["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+            .map(|c| c[field].clone())
+            .unwrap_or(Value::Null)
+    }
 
     #[test]
     fn a_status_equal_to_the_last_one_sent_is_not_queued_again() {
         let writer = StatusWriter {
             shared: Arc::new(Shared {
-                host_ips: Vec::new(),
                 pending: Mutex::default(),
                 sent: Mutex::default(),
                 wake: Arc::new(Notify::new()),
@@ -340,11 +409,11 @@ mod tests {
         };
         let pod = AdmittedPod::new(pod()).unwrap_or_else(|e| panic!("{e}"));
         let queued = |w: &StatusWriter| w.shared.pending.lock().drain().count();
-        writer.set_status(&pod, &status(ContainerConfigState::Created, true));
+        writer.set_status(&pod, &generated(&pod, true, true));
         assert_eq!(queued(&writer), 1);
-        writer.set_status(&pod, &status(ContainerConfigState::Created, true));
+        writer.set_status(&pod, &generated(&pod, true, true));
         assert_eq!(queued(&writer), 0, "the same status again");
-        writer.set_status(&pod, &status(ContainerConfigState::Created, false));
+        writer.set_status(&pod, &generated(&pod, true, false));
         assert_eq!(queued(&writer), 1, "volumes no longer ready");
         let kept = writer
             .shared
@@ -359,6 +428,46 @@ mod tests {
     }
 
     #[test]
+    fn the_patch_names_only_the_agents_conditions_deletes_absent_texts_and_replaces_the_lists() {
+        let patch = status_patch(&generated(&pod(), true, true));
+        let types: Vec<&str> = patch["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        // `PodScheduled` (the scheduler's) is not named: the merge by type keeps it.
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                CONFIG_READY_CONDITION,
+                "Initialized",
+                "ContainersReady",
+                "Ready"
+            ]
+        );
+        let ready = &patch["status"]["conditions"][4];
+        assert!(
+            ready.get("message").is_some_and(Value::is_null)
+                && ready.get("reason").is_some_and(Value::is_null),
+            "an absent reason or message deletes an earlier one: {ready}"
+        );
+        for list in ["containerStatuses", "initContainerStatuses"] {
+            let items = patch["status"][list]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(items.last(), Some(&json!({"$patch": "replace"})), "{list}");
+        }
+        assert_eq!(patch["status"]["startTime"], "1970-01-01T00:00:00Z");
+        assert_eq!(
+            patch["status"]["containerStatuses"][0]["lastState"],
+            json!({})
+        );
+    }
+
+    #[test]
     fn a_conditions_transition_time_moves_only_when_its_status_changes() {
         let mut p = pod();
         p.status = Some(
@@ -367,32 +476,33 @@ mod tests {
             ]}))
             .unwrap_or_default(),
         );
+        let body = |ready: bool| status_patch(&generated(&p, ready, true));
         // No earlier patch: the pod's own time is kept for an unchanged status.
-        let mut body = probed(&p, true, false);
-        let sent = stamp_transitions(&mut body, None, &p, "2026-01-01T00:00:10Z");
+        let mut sent_body = body(false);
+        let sent = stamp_transitions(&mut sent_body, None, &p, "2026-01-01T00:00:10Z");
         assert_eq!(
-            condition_field(&body, "Ready", "lastTransitionTime"),
+            condition_field(&sent_body, "Ready", "lastTransitionTime"),
             "2026-01-01T00:00:00Z"
         );
         assert_eq!(
-            condition_field(&body, "Initialized", "lastTransitionTime"),
+            condition_field(&sent_body, "Initialized", "lastTransitionTime"),
             "2026-01-01T00:00:10Z"
         );
         // Ready turns True: its time moves; the others keep theirs.
-        let mut body = probed(&p, true, true);
-        let sent = stamp_transitions(&mut body, Some(&sent), &p, "2026-01-01T00:00:20Z");
+        let mut sent_body = body(true);
+        let sent = stamp_transitions(&mut sent_body, Some(&sent), &p, "2026-01-01T00:00:20Z");
         assert_eq!(
-            condition_field(&body, "Ready", "lastTransitionTime"),
+            condition_field(&sent_body, "Ready", "lastTransitionTime"),
             "2026-01-01T00:00:20Z"
         );
         assert_eq!(
-            condition_field(&body, "Initialized", "lastTransitionTime"),
+            condition_field(&sent_body, "Initialized", "lastTransitionTime"),
             "2026-01-01T00:00:10Z"
         );
-        let mut body = probed(&p, true, true);
-        stamp_transitions(&mut body, Some(&sent), &p, "2026-01-01T00:00:30Z");
+        let mut sent_body = body(true);
+        stamp_transitions(&mut sent_body, Some(&sent), &p, "2026-01-01T00:00:30Z");
         assert_eq!(
-            condition_field(&body, "Ready", "lastTransitionTime"),
+            condition_field(&sent_body, "Ready", "lastTransitionTime"),
             "2026-01-01T00:00:20Z"
         );
     }

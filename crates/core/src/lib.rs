@@ -26,7 +26,8 @@
 //!   atomically with mode 0600.
 //! * [`events`]: [`EventType`] (`Normal` or `Warning`), the [`EventSink`] seam the node crates
 //!   (volume manager, sources, pod workers) report pod events through, and the
-//!   [`events::reasons`] they use.
+//!   [`events::reasons`] they use; [`status`]: the [`StatusSink`] seam the pod workers hand
+//!   each pod's API status to.
 //! * [`downward`]: the downward API, one implementation for downwardAPI volumes (PL-13) and
 //!   environment variables (PW-10): `fieldRef` and `resourceFieldRef` values with the
 //!   kubelet's rendering and texts.
@@ -91,6 +92,7 @@ mod object_ref;
 mod pod_uid;
 pub mod runtime;
 mod sources;
+pub mod status;
 mod volume;
 
 pub use admitted::AdmittedPod;
@@ -101,6 +103,7 @@ pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
 pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
 pub use sources::{SourceChange, SourceRef};
+pub use status::{NoStatus, StatusSink};
 pub use volume::{PodVolume, VolumeSource};
 
 /// The README's examples, compiled as doctests.

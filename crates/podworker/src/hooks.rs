@@ -121,9 +121,10 @@ impl Lifecycle {
         let running: Vec<Container> = self
             .runtime
             .statuses(pod.uid())
-            .unwrap_or_default()
             .into_iter()
-            .filter(|s| s.is_running())
+            // A container without an instance ID has no process to stop (the config-only
+            // runtime's).
+            .filter(|s| s.is_running() && !s.container_id.is_empty())
             .filter_map(|s| container_spec(pod, &s.name).cloned())
             .collect();
         let mut kills = JoinSet::new();

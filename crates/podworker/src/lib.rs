@@ -18,8 +18,10 @@
 //!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets, asks
 //!   the [`RuntimeHook`] which containers to start now ([`RuntimeHook::plan`]), resolves each
 //!   one's environment (and, for a runtime that runs processes, its mounts, `/etc/hosts` and
-//!   expanded command line: [`make_mounts`]) and hands it over, then publishes the runtime's
-//!   container statuses and the pod's phase ([`pod_phase`], the kubelet's `getPhase`);
+//!   expanded command line: [`make_mounts`]) and hands it over, then publishes the pod's API
+//!   status, made by [`generate_pod_status`] (the kubelet's `generateAPIPodStatus`, for every
+//!   runtime) from the runtime's typed container states, the probes' verdicts and the pod's
+//!   phase ([`pod_phase`], the kubelet's `getPhase`);
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
 //!   Under a runtime that runs processes, a container's `postStart` hook runs right after it
 //!   started, and `preStop` before it is stopped, within the grace period (`hooks.rs`,
@@ -28,7 +30,7 @@
 //!   Termination of a pod without an object sends no event and no status.
 //! * [`ProbeManager`]: the kubelet's prober (PW-30 … PW-35), for a runtime that runs
 //!   processes ([`SyncerParts::probes`]): workers per startup, liveness and readiness probe,
-//!   their results turned into the containers' `started` / `ready` ([`RuntimeView::probes`])
+//!   their results turned into the containers' `started` / `ready` ([`PodConfigStatus::probes`])
 //!   and into kills of containers whose liveness or startup probe failed, before the runtime
 //!   plans; a result change is a [`ProbeUpdate`], after which the agent calls
 //!   [`ConfigSyncer::probe_result_changed`] and syncs the pod. Its seam to the runtime is
@@ -41,7 +43,8 @@
 //! * Seams: [`Volumes`] (implemented here for `nodelet_volume_manager::VolumeManager`, whose
 //!   typed error [`VolumeError::Failed`] carries to the `FailedMount` event), [`RuntimeHook`]
 //!   (default [`EnvFileRuntime`], which writes `<root>/pods/<uid>/containers/<name>/env`),
-//!   [`EventSink`], [`StatusSink`]. `nodelet_runtime::ProcessRuntime` is the second
+//!   [`EventSink`], [`StatusSink`] (both in `nodelet-core`; the status sink gets a k8s-openapi
+//!   `PodStatus`). `nodelet_runtime::ProcessRuntime` is the second
 //!   [`RuntimeHook`] (containers as local processes; implemented here, `process.rs`). Pods
 //!   cross every seam as `nodelet_core::AdmittedPod` (the agent's pod source validated the
 //!   UID once), as a `nodelet_core::PodUid`, or, where a pod known only on disk may arrive
@@ -57,7 +60,7 @@
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
 //!                  ─► pull secrets ─► RuntimeHook::plan ─► resolve_env (+ make_mounts)
-//!                  ─► RuntimeHook::create_container (─► postStart) ─► statuses + pod_phase ─► StatusSink
+//!                  ─► RuntimeHook::create_container (─► postStart) ─► generate_pod_status ─► StatusSink
 //!                  (a terminal phase → SyncOutcome::Terminal)
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
 //!   Kill / deletionTimestamp ─► cancel in-flight sync_pod
@@ -148,6 +151,7 @@ mod probe;
 mod process;
 mod runtime;
 mod seams;
+mod status;
 mod sync;
 mod sysctls;
 mod workers;
@@ -176,10 +180,11 @@ pub use runtime::{
 };
 pub use seams::{
     ContainerConfigState, ContainerConfigStatus, EventSink, NoEvents, NoStatus, PodConfigStatus,
-    Readiness, RuntimeView, StatusSink, Volumes, reasons,
+    Readiness, StatusSink, Volumes, reasons,
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};
+pub use status::{CONFIG_READY_CONDITION, generate_pod_status};
 pub use sync::{ConfigSyncer, SyncerConfig, SyncerParts};
 pub use sysctls::{SYSCTL_FORBIDDEN, SysctlPatternError, SysctlPolicy, admit_sysctls};
 pub use workers::{

@@ -67,8 +67,8 @@ impl RuntimeHook for ProcessRuntime {
             })
     }
 
-    fn statuses(&self, uid: &PodUid) -> Option<Vec<ContainerStatus>> {
-        Some(ProcessRuntime::statuses(self, uid))
+    fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        ProcessRuntime::statuses(self, uid)
     }
 
     async fn kill_pod(

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Container, Secret};
-use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
+use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Termination};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -13,7 +13,7 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
@@ -69,10 +69,9 @@ pub trait RuntimeHook: Send + Sync + 'static {
         pull_secrets: &[Arc<Secret>],
     ) -> Result<(), RuntimeError>;
 
-    /// The runtime's status of pod `uid`'s containers; `None` when it runs no processes.
-    fn statuses(&self, _uid: &PodUid) -> Option<Vec<ContainerStatus>> {
-        None
-    }
+    /// The runtime's states of pod `uid`'s containers, init containers first; containers it
+    /// never created are absent (the CRI's `ListContainers` and `ContainerStatus`).
+    fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus>;
 
     /// Run `command` in the running instance of `container` of pod `uid` and wait for its
     /// end, at most `timeout` (the CRI's `ExecSync`: exec lifecycle hooks and exec probes). A
@@ -167,6 +166,9 @@ pub struct EnvFileRuntime {
     /// termination could race it (`remove_dir_all` fails on a directory that is being
     /// filled). Per pod: different pods' writes (each with its fsyncs) run side by side.
     fs_locks: Arc<Mutex<HashMap<PodUid, Arc<Mutex<()>>>>>,
+    /// The states it reports per pod: a created init container has completed, any other
+    /// runs, since its creation (the `env` file's time for one an earlier run created).
+    states: Arc<Mutex<HashMap<PodUid, Vec<ContainerStatus>>>>,
 }
 
 impl EnvFileRuntime {
@@ -175,6 +177,7 @@ impl EnvFileRuntime {
         Self {
             dirs: PodDirs::new(root_dir),
             fs_locks: Arc::default(),
+            states: Arc::default(),
         }
     }
 
@@ -232,6 +235,12 @@ fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
 impl RuntimeHook for EnvFileRuntime {
     async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError> {
         let created = self.created_containers(pod)?;
+        for name in &created {
+            let time = fs::metadata(self.containers_dir(pod.uid()).join(name).join(ENV_FILE))
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|_| SystemTime::now());
+            self.record_created(pod, name, time);
+        }
         let start = pod
             .spec
             .iter()
@@ -261,7 +270,13 @@ impl RuntimeHook for EnvFileRuntime {
             .await
             .map_err(|e| RuntimeError::Other {
                 message: format!("env writer task failed: {e}"),
-            })?
+            })??;
+        self.record_created(pod, &container.name, SystemTime::now());
+        Ok(())
+    }
+
+    fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        self.states.lock().get(uid).cloned().unwrap_or_default()
     }
 
     async fn kill_pod(
@@ -300,7 +315,42 @@ impl EnvFileRuntime {
             .collect())
     }
 
+    /// Records container `name` of `pod` created at `time` (once): an init container as
+    /// completed, any other as running.
+    fn record_created(&self, pod: &AdmittedPod, name: &str, time: SystemTime) {
+        let mut states = self.states.lock();
+        let states = states.entry(pod.uid().clone()).or_default();
+        if states.iter().any(|s| s.name == name) {
+            return;
+        }
+        let init = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .any(|c| c.name == name);
+        let state = if init {
+            ContainerState::Terminated(Termination {
+                exit_code: 0,
+                signal: None,
+                reason: "Completed".to_owned(),
+                message: None,
+                started_at: time,
+                finished_at: time,
+            })
+        } else {
+            ContainerState::Running { started_at: time }
+        };
+        states.push(ContainerStatus {
+            name: name.to_owned(),
+            state,
+            last_state: None,
+            restart_count: 0,
+            container_id: String::new(),
+        });
+    }
+
     async fn remove(&self, uid: &PodUid) -> Result<(), RuntimeError> {
+        self.states.lock().remove(uid);
         let dir = self.containers_dir(uid);
         let (uid, locks) = (uid.clone(), self.fs_locks.clone());
         let lock = self.fs_lock(&uid);

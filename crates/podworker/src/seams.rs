@@ -1,6 +1,7 @@
 //! The seams of the config syncer: [`Volumes`] (the volume manager, implemented here for
-//! [`VolumeManager`]), [`EventSink`] (Kubernetes Events), [`StatusSink`] (pod status) and the
-//! status types, with fakes for tests.
+//! [`VolumeManager`]), [`EventSink`] (Kubernetes Events), [`StatusSink`] (pod status, both
+//! from `nodelet-core`) and what a sync knows of a pod ([`PodConfigStatus`]), with fakes for
+//! tests.
 
 use async_trait::async_trait;
 use nodelet_core::{AdmittedPod, PodUid};
@@ -11,6 +12,8 @@ use crate::error::VolumeError;
 /// The event seam is the volume manager's: one trait for the whole agent, which implements it
 /// once for both crates. Implementations must not block (queue and return).
 pub use nodelet_core::events::{EventSink, NoEvents};
+/// The status seam, in `nodelet-core` beside the event seam.
+pub use nodelet_core::status::{NoStatus, StatusSink};
 
 /// The volume manager as the pod worker sees it (spec VM-11, VM-12, VM-13): [`VolumeManager`]
 /// in production, `FakeVolumes` (feature `test-util`) in tests.
@@ -148,7 +151,8 @@ pub struct ContainerConfigStatus {
     pub state: ContainerConfigState,
 }
 
-/// What the config syncer knows about a pod after a sync, for the pod's API status.
+/// What the config syncer knows about a pod after a sync: the input of
+/// [`generate_pod_status`](crate::generate_pod_status).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodConfigStatus {
     /// Every volume is mounted (`PodReadyToStartContainers`).
@@ -159,42 +163,18 @@ pub struct PodConfigStatus {
     pub containers: Vec<ContainerConfigStatus>,
     /// Per ephemeral container, in the pod's order (PW-57).
     pub ephemeral: Vec<ContainerConfigStatus>,
-    /// What a runtime that runs processes reports; `None` for the env-file runtime.
-    pub runtime: Option<RuntimeView>,
-    /// The node fails the pod (`activeDeadlineSeconds` passed, PW-26): phase `Failed` with
-    /// this reason and message, whatever the containers say.
-    pub eviction: Option<crate::PodEviction>,
-}
-
-/// A process runtime's view of a pod: its containers' states and the phase they make.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeView {
-    /// Started containers, init containers first (never-started ones are absent).
+    /// The runtime's states of the pod's containers, init containers first (containers it
+    /// never created are absent).
     pub statuses: Vec<nodelet_core::runtime::ContainerStatus>,
-    /// The pod's phase ([`pod_phase`](crate::pod_phase)).
-    pub phase: crate::PodPhase,
     /// `started` and `ready` of the regular containers in `statuses`, as their probes make
     /// them (PW-33); empty without a prober (a running container is then started and ready).
     pub probes: Vec<crate::ContainerProbeStatus>,
-}
-
-/// Where pod statuses go (the agent patches the pod's status). Implementations must not block.
-pub trait StatusSink: Send + Sync + 'static {
-    /// The newest status of `pod`.
-    fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus);
-
-    /// `pod` has finished terminating: volumes gone, references dropped. The agent deletes the
-    /// API object (grace period 0), as the kubelet's status manager does.
-    fn terminated(&self, pod: &AdmittedPod);
-}
-
-/// A [`StatusSink`] that drops everything.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoStatus;
-
-impl StatusSink for NoStatus {
-    fn set_status(&self, _pod: &AdmittedPod, _status: &PodConfigStatus) {}
-    fn terminated(&self, _pod: &AdmittedPod) {}
+    /// The pod's addresses, once the runtime gave it a sandbox (on the host's network: the
+    /// node's); empty before, and for a runtime without sandboxes.
+    pub pod_ips: Vec<String>,
+    /// The node fails the pod (`activeDeadlineSeconds` passed, PW-26): phase `Failed` with
+    /// this reason and message, whatever the containers say.
+    pub eviction: Option<crate::PodEviction>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -210,7 +190,9 @@ mod fakes {
     use nodelet_volume_manager::Error as VolumeManagerError;
     use tokio::sync::watch;
 
-    use super::{EventSink, PodConfigStatus, StatusSink, Volumes};
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    use super::{EventSink, StatusSink, Volumes};
     use crate::error::VolumeError;
 
     /// A [`Volumes`] fake: mounts succeed unless failures are queued; records calls. Like the
@@ -358,7 +340,7 @@ mod fakes {
     /// A [`StatusSink`] that keeps the newest status per pod UID and lets tests await changes.
     #[derive(Debug, Clone)]
     pub struct RecordingStatus {
-        statuses: Arc<Mutex<BTreeMap<String, PodConfigStatus>>>,
+        statuses: Arc<Mutex<BTreeMap<String, PodStatus>>>,
         terminated: Arc<Mutex<Vec<String>>>,
         changed: Arc<watch::Sender<u64>>,
     }
@@ -379,7 +361,7 @@ mod fakes {
             Self::default()
         }
         /// The newest status of pod `uid`.
-        pub fn status(&self, uid: &str) -> Option<PodConfigStatus> {
+        pub fn status(&self, uid: &str) -> Option<PodStatus> {
             self.statuses.lock().ok().and_then(|s| s.get(uid).cloned())
         }
         /// UIDs reported terminated, in order.
@@ -396,7 +378,7 @@ mod fakes {
     }
 
     impl StatusSink for RecordingStatus {
-        fn set_status(&self, pod: &AdmittedPod, status: &PodConfigStatus) {
+        fn set_status(&self, pod: &AdmittedPod, status: &PodStatus) {
             if let Ok(mut s) = self.statuses.lock() {
                 s.insert(pod.uid().to_string(), status.clone());
             }

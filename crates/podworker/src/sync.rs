@@ -26,9 +26,10 @@ use crate::phase::pod_phase;
 use crate::probe::ProbeManager;
 use crate::runtime::RuntimeHook;
 use crate::seams::{
-    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness,
-    RuntimeView, StatusSink, Volumes, reasons,
+    ContainerConfigState, ContainerConfigStatus, EventSink, PodConfigStatus, Readiness, StatusSink,
+    Volumes, reasons,
 };
+use crate::status::generate_pod_status;
 use crate::workers::{PodSyncer, SyncOutcome, TerminatingPod, is_terminal};
 
 /// The kubelet's managed hosts file, in the pod directory.
@@ -134,7 +135,7 @@ pub struct ConfigSyncer {
     /// The last status published per pod, with the pod it was for: the first sync publishes
     /// "volumes not ready" before waiting, as the kubelet's status manager does, and a probe
     /// result change publishes it again with new readiness. Its lock orders publications.
-    published: Arc<Mutex<HashMap<PodUid, (AdmittedPod, PodConfigStatus)>>>,
+    published: Arc<Mutex<HashMap<PodUid, Published>>>,
 }
 
 impl std::fmt::Debug for ConfigSyncer {
@@ -324,6 +325,15 @@ impl ConfigSyncer {
         })
     }
 
+    /// The pod's addresses: the node's, for a runtime whose pods share the host's network.
+    fn pod_ips(&self) -> Vec<String> {
+        if self.parts.runtime.runs_processes() {
+            self.config.host_ips.clone()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The lifecycle hook runner over this syncer's runtime and events.
     fn lifecycle(&self) -> Lifecycle {
         Lifecycle::new(
@@ -469,18 +479,31 @@ impl ConfigSyncer {
     }
 
     /// Publishes under the lock of `published`: one publication at a time, so the newest
-    /// readiness is always the one published last.
+    /// readiness is always the one published last. The runtime's container states and the
+    /// probes' verdicts are read now, so every publication carries the newest.
     fn publish_locked(
         &self,
-        published: &mut HashMap<PodUid, (AdmittedPod, PodConfigStatus)>,
+        published: &mut HashMap<PodUid, Published>,
         pod: &AdmittedPod,
         mut status: PodConfigStatus,
     ) {
-        if let (Some(probes), Some(view)) = (&self.parts.probes, status.runtime.as_mut()) {
-            view.probes = probes.container_states(pod, &view.statuses);
+        status.statuses = self.parts.runtime.statuses(pod.uid());
+        if let Some(probes) = &self.parts.probes {
+            status.probes = probes.container_states(pod, &status.statuses);
         }
-        self.parts.status.set_status(pod, &status);
-        published.insert(pod.uid().clone(), (pod.clone(), status));
+        let start_time = published
+            .get(pod.uid())
+            .map_or_else(SystemTime::now, |p| p.start_time);
+        let api = generate_pod_status(pod, &status, start_time);
+        self.parts.status.set_status(pod, &api);
+        published.insert(
+            pod.uid().clone(),
+            Published {
+                pod: pod.clone(),
+                status,
+                start_time,
+            },
+        );
     }
 
     /// A probe result of pod `uid` changed ([`ProbeManager::updates`]): its last status is
@@ -490,16 +513,9 @@ impl ConfigSyncer {
     /// stopped). Nothing for a pod never published or already terminated.
     pub fn probe_result_changed(&self, uid: &PodUid) {
         let mut published = self.published.lock();
-        let Some((pod, mut status)) = published.get(uid).cloned() else {
+        let Some(Published { pod, status, .. }) = published.get(uid).cloned() else {
             return;
         };
-        if let Some(statuses) = self.parts.runtime.statuses(uid) {
-            status.runtime = Some(RuntimeView {
-                phase: pod_phase(&pod, &statuses),
-                statuses,
-                probes: Vec::new(),
-            });
-        }
         self.publish_locked(&mut published, &pod, status);
     }
 
@@ -511,7 +527,7 @@ impl ConfigSyncer {
         pod: &AdmittedPod,
         probes: &ProbeManager,
     ) -> Result<(), SyncError> {
-        let statuses = self.parts.runtime.statuses(pod.uid()).unwrap_or_default();
+        let statuses = self.parts.runtime.statuses(pod.uid());
         for kill in probes.kills(pod, &statuses) {
             let Some((container, _)) = containers(pod)
                 .into_iter()
@@ -526,6 +542,17 @@ impl ConfigSyncer {
         }
         Ok(())
     }
+}
+
+/// The last status published for a pod ([`ConfigSyncer::publish`]).
+#[derive(Clone)]
+struct Published {
+    /// The pod object it was for.
+    pod: AdmittedPod,
+    /// What the sync knew.
+    status: PodConfigStatus,
+    /// When the pod was first published (`status.startTime`).
+    start_time: SystemTime,
 }
 
 /// What one sync hands every container it creates ([`ConfigSyncer::create`]).
@@ -550,12 +577,10 @@ fn containers(pod: &Pod) -> Vec<(&Container, bool)> {
         .collect()
 }
 
-/// The status of a pod whose containers are stopping or stopped: their runtime states, and
-/// `Failed` with the node's reason when the pod is past its active deadline (PW-26).
-fn final_status(
-    pod: &AdmittedPod,
-    statuses: Vec<nodelet_core::runtime::ContainerStatus>,
-) -> PodConfigStatus {
+/// The status of a pod whose containers are stopping or stopped (their runtime states are
+/// read when it is published; `pod_ips` the pod's addresses), and `Failed` with the node's
+/// reason when the pod is past its active deadline (PW-26).
+fn final_status(pod: &AdmittedPod, pod_ips: Vec<String>) -> PodConfigStatus {
     let mut status = PodConfigStatus {
         containers: pending_containers(pod),
         ephemeral: pending_ephemeral(pod),
@@ -566,11 +591,7 @@ fn final_status(
     }
     status.volumes.ready = true;
     status.config.ready = true;
-    status.runtime = Some(RuntimeView {
-        phase: pod_phase(pod, &statuses),
-        statuses,
-        probes: Vec::new(),
-    });
+    status.pod_ips = pod_ips;
     if past_active_deadline(pod, SystemTime::now()) {
         status.eviction = Some(deadline_eviction());
     }
@@ -625,8 +646,7 @@ impl PodSyncer for ConfigSyncer {
                 DEADLINE_EXCEEDED,
                 DEADLINE_EXCEEDED_MESSAGE.to_owned(),
             );
-            let statuses = self.parts.runtime.statuses(uid).unwrap_or_default();
-            self.publish(pod, &final_status(pod, statuses));
+            self.publish(pod, &final_status(pod, self.pod_ips()));
             return Ok(SyncOutcome::Terminal);
         }
         // (2) done by `pod_desired` when the update arrived.
@@ -707,6 +727,7 @@ impl PodSyncer for ConfigSyncer {
             );
         }
         let processes = self.parts.runtime.runs_processes();
+        status.pod_ips = self.pod_ips();
         let env_pod = if processes {
             self.with_host_ips(pod)
         } else {
@@ -749,19 +770,7 @@ impl PodSyncer for ConfigSyncer {
                 ContainerConfigState::Created
             };
         }
-        status.runtime = self
-            .parts
-            .runtime
-            .statuses(uid)
-            .map(|statuses| RuntimeView {
-                phase: pod_phase(pod, &statuses),
-                statuses,
-                probes: Vec::new(),
-            });
-        let terminal = status
-            .runtime
-            .as_ref()
-            .is_some_and(|r| r.phase.is_terminal());
+        let terminal = pod_phase(pod, &self.parts.runtime.statuses(uid)).is_terminal();
         // (7)
         if failures.is_empty() {
             status.config = Readiness {
@@ -813,9 +822,9 @@ impl PodSyncer for ConfigSyncer {
             .kill_pod(uid, grace_period)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
-        if let (Some(pod), Some(statuses)) = (object, self.parts.runtime.statuses(uid)) {
+        if let Some(pod) = object.filter(|_| self.parts.runtime.runs_processes()) {
             // The containers' final states (exit codes after the kill) reach the API.
-            self.publish(pod, &final_status(pod, statuses));
+            self.publish(pod, &final_status(pod, self.pod_ips()));
         }
         self.parts.volumes.remove_pod(uid);
         Ok(())

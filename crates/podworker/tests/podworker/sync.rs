@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerState, Pod, PodStatus};
 use nodelet_core::AdmittedPod;
 use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
-    ConfigSyncer, ContainerConfigState, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
+    CONFIG_READY_CONDITION, ConfigSyncer, EnvFileRuntime, FakeVolumes, PodSyncer, RecordingEvents,
     RecordingStatus, SyncOutcome, SyncerConfig, SyncerParts, TerminatingPod,
 };
 use serde_json::json;
@@ -93,8 +93,34 @@ async fn pw4_pod_desired_registers_and_adds_then_sync_pod_mounts_and_writes_the_
     let env = std::fs::read_to_string(pod_dir.join("containers/c/env")).unwrap_or_default();
     assert_eq!(env, "CONFIG_DATA_1=value-1\n");
     let status = f.status.status("u1").unwrap_or_default();
-    assert!(status.volumes.ready && status.config.ready);
-    assert_eq!(status.containers[0].state, ContainerConfigState::Created);
+    assert_eq!(
+        condition(&status, "PodReadyToStartContainers"),
+        ("True", None)
+    );
+    assert_eq!(condition(&status, CONFIG_READY_CONDITION), ("True", None));
+    assert!(state(&status).running.is_some(), "{status:?}");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+}
+
+/// Status and message of condition `type_`.
+fn condition<'a>(status: &'a PodStatus, type_: &str) -> (&'a str, Option<&'a str>) {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map_or(("", None), |c| (c.status.as_str(), c.message.as_deref()))
+}
+
+/// The state of the pod's first regular container.
+fn state(status: &PodStatus) -> ContainerState {
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .next()
+        .and_then(|c| c.state.clone())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -119,9 +145,12 @@ async fn pw4_a_mount_failure_emits_failed_mount_and_creates_no_container() {
     );
     assert!(!f.root.path().join("pods/u1/containers").exists());
     let status = f.status.status("u1").unwrap_or_default();
-    assert!(!status.volumes.ready);
-    assert_eq!(status.volumes.message.as_deref(), Some(text));
-    assert_eq!(status.containers[0].state, ContainerConfigState::Pending);
+    assert_eq!(
+        condition(&status, "PodReadyToStartContainers"),
+        ("False", Some(text))
+    );
+    let waiting = state(&status).waiting.unwrap_or_default();
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
 }
 
 #[tokio::test]
@@ -170,13 +199,15 @@ async fn pw12_an_env_error_leaves_the_container_waiting_with_create_container_co
         )]
     );
     let status = f.status.status("u1").unwrap_or_default();
-    assert!(status.volumes.ready && !status.config.ready);
+    assert_eq!(condition(&status, "PodReadyToStartContainers").0, "True");
+    assert_eq!(condition(&status, CONFIG_READY_CONDITION).0, "False");
+    let waiting = state(&status).waiting.unwrap_or_default();
     assert_eq!(
-        status.containers[0].state,
-        ContainerConfigState::Waiting {
-            reason: "CreateContainerConfigError".into(),
-            message: "couldn't find key data-4 in ConfigMap ns/cm".into(),
-        }
+        (waiting.reason.as_deref(), waiting.message.as_deref()),
+        (
+            Some("CreateContainerConfigError"),
+            Some("couldn't find key data-4 in ConfigMap ns/cm")
+        )
     );
     assert!(!f.root.path().join("pods/u1/containers/c/env").exists());
 
