@@ -1,6 +1,7 @@
 //! The vocabulary between a pod worker and a container runtime: what the pod worker hands
 //! the runtime to start one container ([`ContainerLaunch`], [`ContainerMount`]) and what the
-//! runtime reports back ([`ContainerStatus`], [`ContainerState`], [`Termination`]).
+//! runtime reports back ([`ContainerStatus`], [`ContainerState`], [`Termination`]), what a sync
+//! does now ([`Plan`]) and what a pod's containers share ([`PodSandbox`]).
 //!
 //! The split is the kubelet's: the kubelet computes a container's mounts (subPath included),
 //! its expanded `command`/`args` and its environment; the runtime merges them with the image's
@@ -106,4 +107,30 @@ impl ContainerStatus {
             _ => None,
         }
     }
+}
+
+/// What a pod sync does now (the kubelet's `computePodActions`): the containers to start, in
+/// order, and those waiting for their crash back-off.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Containers to create and start now, in order.
+    pub start: Vec<String>,
+    /// Containers waiting for their crash back-off to pass, with the kubelet's message.
+    pub back_off: Vec<(String, String)>,
+}
+
+/// The network a pod's sandbox is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodNetwork {
+    /// The node's network namespace: the pod's addresses are the node's.
+    Host,
+}
+
+/// What a runtime made for a pod before its containers (the CRI's `RunPodSandbox`): what they
+/// share. A runtime without sandboxes (the config-only one) makes none: its containers get no
+/// mounts, host files or command lines, and the pod no addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodSandbox {
+    /// Its network.
+    pub network: PodNetwork,
 }

@@ -142,16 +142,18 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// The container did not start: it waits (`CreateContainerConfigError`,
-    /// `ErrImageNeverPull`) or ended (`StartError`) with `reason`; `Display` is the message.
-    #[error("{message}")]
+    /// `ErrImageNeverPull`) or ended (`StartError`), as the runtime's typed error says
+    /// ([`StartError::reason`](nodelet_runtime::StartError::reason)); `Display` is its text.
+    #[error("{error}")]
     NotStarted {
         /// The container.
         container: String,
-        /// The waiting or terminated reason.
-        reason: String,
-        /// The runtime's text.
-        message: String,
+        /// Why, as the runtime tells.
+        error: nodelet_runtime::StartError,
     },
+    /// The process runtime could not stop or remove containers.
+    #[error(transparent)]
+    Process(#[from] nodelet_runtime::Error),
     /// A command could not be run in a container (exec hooks, probes).
     #[error(transparent)]
     Exec(#[from] nodelet_runtime::handlers::ExecError),
@@ -169,11 +171,14 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
-    /// Another runtime's failure.
-    #[error("{message}")]
-    Other {
-        /// What failed.
-        message: String,
+    /// A runtime task failed (panicked or was cancelled).
+    #[error("{what} task failed")]
+    Task {
+        /// Which task.
+        what: &'static str,
+        /// What failed underneath.
+        #[source]
+        source: tokio::task::JoinError,
     },
 }
 

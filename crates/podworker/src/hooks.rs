@@ -137,9 +137,10 @@ impl Lifecycle {
         }
         let mut first_error = None;
         while let Some(done) = kills.join_next().await {
-            let result = done.unwrap_or_else(|e| {
-                Err(RuntimeError::Other {
-                    message: format!("stopping a container: {e}"),
+            let result = done.unwrap_or_else(|source| {
+                Err(RuntimeError::Task {
+                    what: "container stop",
+                    source,
                 })
             });
             if let Err(e) = result {

@@ -16,14 +16,15 @@
 //! * [`ConfigSyncer`]: the production [`PodSyncer`]. `pod_desired` registers the pod with the
 //!   Secret and ConfigMap managers and adds it to the volumes (the only place either happens);
 //!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets, asks
-//!   the [`RuntimeHook`] which containers to start now ([`RuntimeHook::plan`]), resolves each
-//!   one's environment (and, for a runtime that runs processes, its mounts, `/etc/hosts` and
+//!   the [`RuntimeHook`] for the pod's sandbox ([`RuntimeHook::run_pod_sandbox`]) and which
+//!   containers to start now ([`RuntimeHook::plan`]), resolves each
+//!   one's environment (and, in a sandbox, its mounts, `/etc/hosts` and
 //!   expanded command line: [`make_mounts`]) and hands it over, then publishes the pod's API
 //!   status, made by [`generate_pod_status`] (the kubelet's `generateAPIPodStatus`, for every
 //!   runtime) from the runtime's typed container states, the probes' verdicts and the pod's
 //!   phase ([`pod_phase`], the kubelet's `getPhase`);
 //!   SyncTerminatedPod waits for unmount, then unregisters (PW-4 … PW-7, PW-12 … PW-14).
-//!   Under a runtime that runs processes, a container's `postStart` hook runs right after it
+//!   In a sandbox, a container's `postStart` hook runs right after it
 //!   started, and `preStop` before it is stopped, within the grace period (`hooks.rs`,
 //!   PW-20 … PW-23: exec through [`RuntimeHook::exec_sync`], httpGet through
 //!   `nodelet_runtime::handlers`, sleep).
@@ -59,7 +60,7 @@
 //!                      ConfigSyncer::pod_desired ─► register (secrets, configmaps) ─► Volumes::add_pod
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
-//!                  ─► pull secrets ─► RuntimeHook::plan ─► resolve_env (+ make_mounts)
+//!                  ─► pull secrets ─► RuntimeHook::run_pod_sandbox, plan ─► resolve_env (+ make_mounts)
 //!                  ─► RuntimeHook::create_container (─► postStart) ─► generate_pod_status ─► StatusSink
 //!                  (a terminal phase → SyncOutcome::Terminal)
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
@@ -175,9 +176,7 @@ pub use probe::{
     ContainerProbeStatus, ProbeConfig, ProbeKill, ProbeKind, ProbeManager, ProbeResult,
     ProbeTarget, ProbeUpdate,
 };
-pub use runtime::{
-    ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, StartPlan, env_file, env_json,
-};
+pub use runtime::{ENV_FILE, ENV_JSON_FILE, EnvFileRuntime, RuntimeHook, env_file, env_json};
 pub use seams::{
     ContainerConfigState, ContainerConfigStatus, EventSink, NoEvents, NoStatus, PodConfigStatus,
     Readiness, StatusSink, Volumes, reasons,

@@ -1,25 +1,25 @@
 //! The process runtime (`nodelet_runtime::ProcessRuntime`) as a [`RuntimeHook`]: containers
-//! run as local processes.
+//! run as local processes, each pod in a sandbox on the host's network.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Secret};
-use nodelet_core::runtime::{ContainerLaunch, ContainerStatus};
+use nodelet_core::runtime::{ContainerLaunch, ContainerStatus, Plan, PodNetwork, PodSandbox};
 use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_runtime::ProcessRuntime;
 use nodelet_runtime::handlers::{ExecError, ExecResult};
-use nodelet_runtime::{ProcessRuntime, StartError};
 
 use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 use crate::probe::ProbeTarget;
-use crate::runtime::{RuntimeHook, StartPlan};
+use crate::runtime::RuntimeHook;
 use crate::workers::TerminatingPod;
 
 #[async_trait]
 impl RuntimeHook for ProcessRuntime {
-    async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError> {
+    async fn run_pod_sandbox(&self, pod: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError> {
         // PW-41: no sandbox, nothing started, for a pod naming a RuntimeClass.
         if let Some(message) = crate::admission::runtime_class_refusal(pod) {
             return Err(RuntimeError::Sandbox { message });
@@ -29,15 +29,13 @@ impl RuntimeHook for ProcessRuntime {
             .map_err(|e| RuntimeError::Sandbox {
                 message: e.to_string(),
             })?;
-        let plan = ProcessRuntime::plan(self, pod);
-        Ok(StartPlan {
-            start: plan.start,
-            back_off: plan.back_off,
-        })
+        Ok(Some(PodSandbox {
+            network: PodNetwork::Host,
+        }))
     }
 
-    fn runs_processes(&self) -> bool {
-        true
+    async fn plan(&self, pod: &AdmittedPod) -> Result<Plan, RuntimeError> {
+        Ok(ProcessRuntime::plan(self, pod))
     }
 
     async fn create_container(
@@ -55,15 +53,9 @@ impl RuntimeHook for ProcessRuntime {
             .collect();
         self.start_container(pod, container, &vars, launch)
             .await
-            .map_err(|e| match e {
-                StartError::Io { .. } => RuntimeError::Other {
-                    message: e.to_string(),
-                },
-                other => RuntimeError::NotStarted {
-                    container: container.name.clone(),
-                    reason: other.reason().to_owned(),
-                    message: other.to_string(),
-                },
+            .map_err(|error| RuntimeError::NotStarted {
+                container: container.name.clone(),
+                error,
             })
     }
 
@@ -76,11 +68,7 @@ impl RuntimeHook for ProcessRuntime {
         uid: &PodUid,
         grace_period: Duration,
     ) -> Result<Vec<String>, RuntimeError> {
-        ProcessRuntime::kill_pod(self, uid, grace_period)
-            .await
-            .map_err(|e| RuntimeError::Other {
-                message: e.to_string(),
-            })
+        Ok(ProcessRuntime::kill_pod(self, uid, grace_period).await?)
     }
 
     async fn exec_sync(
@@ -99,11 +87,7 @@ impl RuntimeHook for ProcessRuntime {
         container: &str,
         grace_period: Duration,
     ) -> Result<bool, RuntimeError> {
-        ProcessRuntime::stop_container(self, uid, container, grace_period)
-            .await
-            .map_err(|e| RuntimeError::Other {
-                message: e.to_string(),
-            })
+        Ok(ProcessRuntime::stop_container(self, uid, container, grace_period).await?)
     }
 
     /// A pod known only on disk was deleted while the agent was down: its logs go too.
@@ -111,11 +95,7 @@ impl RuntimeHook for ProcessRuntime {
         let deleted = pod
             .object()
             .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
-        ProcessRuntime::remove_pod(self, pod.uid(), deleted)
-            .await
-            .map_err(|e| RuntimeError::Other {
-                message: e.to_string(),
-            })
+        Ok(ProcessRuntime::remove_pod(self, pod.uid(), deleted).await?)
     }
 }
 

@@ -4,7 +4,9 @@
 use async_trait::async_trait;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Container, Secret};
-use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Termination};
+use nodelet_core::runtime::{
+    ContainerLaunch, ContainerState, ContainerStatus, Plan, PodSandbox, Termination,
+};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -19,18 +21,11 @@ use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 use crate::workers::TerminatingPod;
 
-/// What the runtime wants started on this sync ([`RuntimeHook::plan`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StartPlan {
-    /// Containers to create and start now, in order.
-    pub start: Vec<String>,
-    /// Containers waiting for their crash back-off to pass, with the kubelet's message.
-    pub back_off: Vec<(String, String)>,
-}
-
-/// What runs containers. On each sync the config syncer asks the runtime which containers to
+/// What runs containers, in the CRI's shape. On each sync the config syncer asks the runtime
+/// for the pod's sandbox ([`run_pod_sandbox`](Self::run_pod_sandbox)) and which containers to
 /// start ([`plan`](Self::plan): the kubelet's `computePodActions`), resolves the environment
-/// of each (PW-4 last step) and hands it over with its mounts and command line; a container
+/// of each (PW-4 last step) and hands it over with its mounts and command line (computed only
+/// for a pod with a sandbox); a container
 /// instance is never re-created, so its environment never changes (UP-3). The sync methods get
 /// the [`AdmittedPod`] (its UID validated once, where the pod entered the node); the
 /// termination methods get what termination has: the [`PodUid`], or for
@@ -41,20 +36,22 @@ pub struct StartPlan {
 /// files) and `nodelet_runtime::ProcessRuntime` (containers as local processes).
 #[async_trait]
 pub trait RuntimeHook: Send + Sync + 'static {
+    /// Makes (idempotently) what `pod`'s containers share before any of them starts (the
+    /// CRI's `RunPodSandbox`): `None` for a runtime without sandboxes, whose containers then
+    /// get no mounts, host files or command lines, and the pod no addresses.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Sandbox`]: nothing of the pod starts (PW-41, PW-58).
+    async fn run_pod_sandbox(&self, pod: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError>;
+
     /// Which containers of `pod` to start now, in order, and which wait for a back-off.
     ///
     /// # Errors
     /// [`RuntimeError`] when the runtime cannot tell.
-    async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError>;
-
-    /// Whether containers run as processes: the syncer then computes their mounts, command
-    /// lines and host files ([`ContainerLaunch`]), and publishes [`statuses`](Self::statuses).
-    fn runs_processes(&self) -> bool {
-        false
-    }
+    async fn plan(&self, pod: &AdmittedPod) -> Result<Plan, RuntimeError>;
 
     /// Create and start `container` of `pod` with environment `env` and `launch` (mounts,
-    /// command line; empty when [`runs_processes`](Self::runs_processes) is false);
+    /// command line; empty for a pod without a sandbox);
     /// `pull_secrets` are the image pull secrets that could be read (PW-7).
     ///
     /// # Errors
@@ -233,7 +230,15 @@ fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
 
 #[async_trait]
 impl RuntimeHook for EnvFileRuntime {
-    async fn plan(&self, pod: &AdmittedPod) -> Result<StartPlan, RuntimeError> {
+    /// No sandbox: nothing runs, so containers share nothing.
+    async fn run_pod_sandbox(
+        &self,
+        _pod: &AdmittedPod,
+    ) -> Result<Option<PodSandbox>, RuntimeError> {
+        Ok(None)
+    }
+
+    async fn plan(&self, pod: &AdmittedPod) -> Result<Plan, RuntimeError> {
         let created = self.created_containers(pod)?;
         for name in &created {
             let time = fs::metadata(self.containers_dir(pod.uid()).join(name).join(ENV_FILE))
@@ -248,7 +253,7 @@ impl RuntimeHook for EnvFileRuntime {
             .filter(|c| !created.contains(&c.name))
             .map(|c| c.name.clone())
             .collect();
-        Ok(StartPlan {
+        Ok(Plan {
             start,
             back_off: Vec::new(),
         })
@@ -268,8 +273,9 @@ impl RuntimeHook for EnvFileRuntime {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.write(&uid, &name, &env))
             .await
-            .map_err(|e| RuntimeError::Other {
-                message: format!("env writer task failed: {e}"),
+            .map_err(|source| RuntimeError::Task {
+                what: "env writer",
+                source,
             })??;
         self.record_created(pod, &container.name, SystemTime::now());
         Ok(())
@@ -372,8 +378,9 @@ impl EnvFileRuntime {
             removed
         })
         .await
-        .map_err(|e| RuntimeError::Other {
-            message: format!("env removal task failed: {e}"),
+        .map_err(|source| RuntimeError::Task {
+            what: "env removal",
+            source,
         })?
     }
 }

@@ -10,15 +10,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
-use nodelet_core::runtime::ContainerLaunch;
+use nodelet_core::runtime::{ContainerLaunch, Plan, PodNetwork, PodSandbox};
 use nodelet_core::{AdmittedPod, EventType, PodDirs, PodUid};
+use nodelet_runtime::StartError;
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use crate::deadline::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, deadline_eviction, past_active_deadline,
 };
-use crate::env::{EnvOptions, EnvSources, resolve_env};
+use crate::env::{ContainerEnv, EnvOptions, EnvSources, resolve_env};
 use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
 use crate::hooks::Lifecycle;
@@ -45,8 +46,8 @@ pub struct SyncerConfig {
     pub root_dir: PathBuf,
     /// Environment resolution options.
     pub env: EnvOptions,
-    /// The node's addresses. A runtime that runs processes shares the host's network, so these
-    /// are also the pods' IPs (`status.podIP(s)`, `/etc/hosts`).
+    /// The node's addresses. A pod whose sandbox is on the host's network has them as its
+    /// IPs (`status.podIP(s)`, `/etc/hosts`).
     pub host_ips: Vec<String>,
 }
 
@@ -220,7 +221,7 @@ impl ConfigSyncer {
         found
     }
 
-    /// The pod as environment resolution sees it under a runtime that runs processes: the
+    /// The pod as environment resolution sees it in a sandbox on the host's network: the
     /// pod shares the host's network, so its IPs are the node's (`status.podIP(s)`,
     /// `status.hostIP(s)`), as a kubelet fills them in from the sandbox before it starts
     /// containers.
@@ -325,13 +326,23 @@ impl ConfigSyncer {
         })
     }
 
-    /// The pod's addresses: the node's, for a runtime whose pods share the host's network.
-    fn pod_ips(&self) -> Vec<String> {
-        if self.parts.runtime.runs_processes() {
-            self.config.host_ips.clone()
-        } else {
-            Vec::new()
+    /// The pod's addresses in `sandbox`: the node's, for a pod on the host's network; none
+    /// without a sandbox.
+    fn sandbox_ips(&self, sandbox: Option<PodSandbox>) -> Vec<String> {
+        match sandbox.map(|s| s.network) {
+            Some(PodNetwork::Host) => self.config.host_ips.clone(),
+            None => Vec::new(),
         }
+    }
+
+    /// The addresses of pod `uid` as last published: non-empty once the runtime gave it a
+    /// sandbox.
+    fn published_ips(&self, uid: &PodUid) -> Vec<String> {
+        self.published
+            .lock()
+            .get(uid)
+            .map(|p| p.status.pod_ips.clone())
+            .unwrap_or_default()
     }
 
     /// The lifecycle hook runner over this syncer's runtime and events.
@@ -343,133 +354,366 @@ impl ConfigSyncer {
         )
     }
 
-    /// Creates `container` of `pod` (step 6 for one container): its environment, for a
-    /// runtime that runs processes its launch, then the runtime hook, with the kubelet's events.
-    /// Returns the container's config state; a configuration error is added to `failures`, a
-    /// container the runtime could not start to `not_started`.
+    /// Creates `container` of `pod` (step 6 for one container): its configuration
+    /// ([`container_config`](Self::container_config)), then the runtime, with the kubelet's
+    /// events. Returns the container's config state; a configuration error is added to
+    /// `results.failures`, a container the runtime could not start to `results.not_started`.
     async fn create(
         &self,
         pod: &AdmittedPod,
         container: &Container,
         cx: &CreateContext<'_>,
-        failures: &mut Vec<(String, String)>,
-        not_started: &mut Vec<(String, String)>,
+        results: &mut StartResults,
     ) -> Result<ContainerConfigState, SyncError> {
-        let launched =
-            match resolve_env(cx.env_pod, container, &self.parts.sources, cx.env_options).await {
-                Ok(env) => {
-                    for (reason, message) in &env.warnings {
-                        self.event(pod, EventType::Warning, reason, message.clone());
-                    }
-                    if cx.processes {
-                        self.launch(pod, container, &env)
-                            .map(|launch| (env, launch))
-                            .map_err(|e| e.to_string())
-                    } else {
-                        Ok((env, ContainerLaunch::default()))
-                    }
-                }
-                Err(e) => Err(e.to_string()),
-            };
-        let (env, launch) = match launched {
-            Ok(ok) => ok,
-            Err(message) => {
-                self.event(
-                    pod,
-                    EventType::Warning,
-                    reasons::FAILED,
-                    format!("Error: {message}"),
-                );
-                failures.push((container.name.clone(), message.clone()));
-                return Ok(ContainerConfigState::Waiting {
-                    reason: reasons::CREATE_CONTAINER_CONFIG_ERROR.to_owned(),
-                    message,
-                });
-            }
+        let (env, launch) = match self.container_config(pod, container, cx).await {
+            Ok(config) => config,
+            Err(message) => return Ok(self.config_failed(pod, container, message, results)),
         };
-        let image = container.image.as_deref().unwrap_or_default();
-        match self
+        let created = self
             .parts
             .runtime
             .create_container(pod, container, &env, &launch, cx.pull_secrets)
-            .await
-        {
+            .await;
+        match created {
             Ok(()) => {
                 debug!(container = %container.name, vars = env.vars.len(), "container created");
-                if cx.processes {
-                    self.event(
-                        pod,
-                        EventType::Normal,
-                        reasons::PULLED,
-                        format!("Container image {image:?} already present on machine and can be accessed by the pod"),
-                    );
-                    self.event(
-                        pod,
-                        EventType::Normal,
-                        reasons::CREATED,
-                        format!("Created container: {}", container.name),
-                    );
-                    self.event(
-                        pod,
-                        EventType::Normal,
-                        reasons::STARTED,
-                        format!("Started container {}", container.name),
-                    );
-                    // PW-20: the container counts as started once its hook ran.
-                    if let Err(message) = self.lifecycle().post_start(pod, container).await {
-                        not_started.push((container.name.clone(), message.clone()));
-                        return Ok(ContainerConfigState::Waiting {
-                            reason: crate::hooks::POST_START_HOOK_ERROR.to_owned(),
-                            message,
-                        });
-                    }
-                } else {
-                    self.event(
-                        pod,
-                        EventType::Normal,
-                        reasons::CREATED,
-                        format!("Created container {}", container.name),
-                    );
-                }
-                Ok(ContainerConfigState::Created)
+                Ok(self
+                    .container_started(pod, container, cx.sandbox.is_some(), results)
+                    .await)
             }
             Err(RuntimeError::NotStarted {
-                reason, message, ..
-            }) => {
-                if reason == reasons::ERR_IMAGE_NEVER_PULL {
-                    self.event(
-                        pod,
-                        EventType::Warning,
-                        reasons::ERR_IMAGE_NEVER_PULL,
-                        message.clone(),
-                    );
-                } else {
-                    self.event(
-                        pod,
-                        EventType::Warning,
-                        reasons::FAILED,
-                        format!("Error: {message}"),
-                    );
-                }
-                let state = if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR
-                    || reason == reasons::ERR_IMAGE_NEVER_PULL
-                {
-                    ContainerConfigState::Waiting {
-                        reason: reason.clone(),
-                        message: message.clone(),
-                    }
-                } else {
-                    ContainerConfigState::Created
-                };
-                if reason == reasons::CREATE_CONTAINER_CONFIG_ERROR {
-                    failures.push((container.name.clone(), message));
-                } else {
-                    not_started.push((container.name.clone(), message));
-                }
-                Ok(state)
-            }
+                container: _,
+                error,
+            }) => self.not_started(pod, container, error, results),
             Err(source) => Err(SyncError::Runtime { source }),
         }
+    }
+
+    /// The environment of `container` and, in a sandbox, its launch (mounts, command line,
+    /// host name); the error's text when either cannot be made (PW-12).
+    async fn container_config(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        cx: &CreateContext<'_>,
+    ) -> Result<(ContainerEnv, ContainerLaunch), String> {
+        let env = resolve_env(cx.env_pod, container, &self.parts.sources, cx.env_options)
+            .await
+            .map_err(|e| e.to_string())?;
+        for (reason, message) in &env.warnings {
+            self.event(pod, EventType::Warning, reason, message.clone());
+        }
+        if cx.sandbox.is_none() {
+            return Ok((env, ContainerLaunch::default()));
+        }
+        let launch = self
+            .launch(pod, container, &env)
+            .map_err(|e| e.to_string())?;
+        Ok((env, launch))
+    }
+
+    /// PW-12: `container`'s configuration failed with `message`: the `Failed` event, and the
+    /// container waits with `CreateContainerConfigError`.
+    fn config_failed(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        message: String,
+        results: &mut StartResults,
+    ) -> ContainerConfigState {
+        self.event(
+            pod,
+            EventType::Warning,
+            reasons::FAILED,
+            format!("Error: {message}"),
+        );
+        results
+            .failures
+            .push((container.name.clone(), message.clone()));
+        ContainerConfigState::Waiting {
+            reason: reasons::CREATE_CONTAINER_CONFIG_ERROR.to_owned(),
+            message,
+        }
+    }
+
+    /// The runtime took `container`: without a sandbox its configuration was written
+    /// (`Created`); in one its process started (`Pulled`, `Created`, `Started`) and its
+    /// `postStart` hook runs (PW-20: it counts as started once its hook ran).
+    async fn container_started(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        sandbox: bool,
+        results: &mut StartResults,
+    ) -> ContainerConfigState {
+        let name = &container.name;
+        if !sandbox {
+            let message = format!("Created container {name}");
+            self.event(pod, EventType::Normal, reasons::CREATED, message);
+            return ContainerConfigState::Created;
+        }
+        let image = container.image.as_deref().unwrap_or_default();
+        self.event(
+            pod,
+            EventType::Normal,
+            reasons::PULLED,
+            format!(
+                "Container image {image:?} already present on machine and can be accessed by the pod"
+            ),
+        );
+        let message = format!("Created container: {name}");
+        self.event(pod, EventType::Normal, reasons::CREATED, message);
+        let message = format!("Started container {name}");
+        self.event(pod, EventType::Normal, reasons::STARTED, message);
+        if let Err(message) = self.lifecycle().post_start(pod, container).await {
+            results.not_started.push((name.clone(), message.clone()));
+            return ContainerConfigState::Waiting {
+                reason: crate::hooks::POST_START_HOOK_ERROR.to_owned(),
+                message,
+            };
+        }
+        ContainerConfigState::Created
+    }
+
+    /// The runtime did not start `container` (`error`, typed): its event, and the state it is
+    /// left in; an error the runtime could not attribute to the container fails the sync.
+    fn not_started(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        error: StartError,
+        results: &mut StartResults,
+    ) -> Result<ContainerConfigState, SyncError> {
+        let name = container.name.clone();
+        let message = error.to_string();
+        let waiting = |error: &StartError| ContainerConfigState::Waiting {
+            reason: error.reason().to_owned(),
+            message: message.clone(),
+        };
+        match error {
+            StartError::Config { .. } => {
+                let state = waiting(&error);
+                let event = format!("Error: {message}");
+                self.event(pod, EventType::Warning, reasons::FAILED, event);
+                results.failures.push((name, message));
+                Ok(state)
+            }
+            StartError::ImageNotMapped { .. } => {
+                let state = waiting(&error);
+                let reason = reasons::ERR_IMAGE_NEVER_PULL;
+                self.event(pod, EventType::Warning, reason, message.clone());
+                results.not_started.push((name, message));
+                Ok(state)
+            }
+            // It ran and ended at once: the runtime shows it terminated.
+            StartError::Start { .. } => {
+                let event = format!("Error: {message}");
+                self.event(pod, EventType::Warning, reasons::FAILED, event);
+                results.not_started.push((name, message));
+                Ok(ContainerConfigState::Created)
+            }
+            error => Err(SyncError::Runtime {
+                source: RuntimeError::NotStarted {
+                    container: name,
+                    error,
+                },
+            }),
+        }
+    }
+
+    /// (1b) PW-26: past its active deadline, the pod is failed (and then terminated).
+    fn fail_past_deadline(&self, pod: &AdmittedPod) {
+        self.event(
+            pod,
+            EventType::Normal,
+            DEADLINE_EXCEEDED,
+            DEADLINE_EXCEEDED_MESSAGE.to_owned(),
+        );
+        let ips = self.published_ips(pod.uid());
+        self.publish(pod, &final_status(pod, ips));
+    }
+
+    /// (3) The pod's data directories; failure → event `FailedToMakePodDataDirectories`.
+    fn prepare_pod_dirs(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
+        self.make_pod_dirs(pod.uid()).inspect_err(|e| {
+            self.event(
+                pod,
+                EventType::Warning,
+                reasons::FAILED_TO_MAKE_POD_DATA_DIRECTORIES,
+                format!("error making pod data directories: {e}"),
+            );
+        })
+    }
+
+    /// (4) On the pod's first sync, a status saying volumes are not ready yet; then the wait
+    /// for its volumes (VM-11): a failure is the `FailedMount` event and a published status,
+    /// unless the volume manager shut down.
+    async fn mount_volumes(
+        &self,
+        pod: &AdmittedPod,
+        status: &mut PodConfigStatus,
+    ) -> Result<(), SyncError> {
+        if !self.published.lock().contains_key(pod.uid()) {
+            let mut waiting = status.clone();
+            waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
+            waiting.config.message = Some("waiting for volumes".to_owned());
+            self.publish(pod, &waiting);
+        }
+        let error = match self.parts.volumes.wait_for_attach_and_mount(pod).await {
+            Ok(()) => {
+                status.volumes.ready = true;
+                return Ok(());
+            }
+            Err(VolumeError::Interrupted) => {
+                return Err(SyncError::Mount {
+                    error: VolumeError::Interrupted,
+                });
+            }
+            Err(error) => SyncError::Mount { error },
+        };
+        let message = error.to_string();
+        self.event(
+            pod,
+            EventType::Warning,
+            reasons::FAILED_MOUNT,
+            message.clone(),
+        );
+        status.volumes.message = Some(message);
+        status.config.message = Some("waiting for volumes".to_owned());
+        self.publish(pod, status);
+        Err(error)
+    }
+
+    /// (6, first half) The kubelet's side of SyncPod before containers start: containers
+    /// whose liveness (or startup) probe failed are killed, the runtime makes the pod's
+    /// sandbox (PW-41: `FailedCreatePodSandBox` when it cannot) and plans; each container in
+    /// back-off is a `BackOff` event.
+    async fn compute_actions(
+        &self,
+        pod: &AdmittedPod,
+    ) -> Result<(Option<PodSandbox>, Plan), SyncError> {
+        if let Some(probes) = &self.parts.probes {
+            probes.add_pod(pod);
+            self.kill_failed_containers(pod, probes).await?;
+        }
+        let sandbox = self
+            .parts
+            .runtime
+            .run_pod_sandbox(pod)
+            .await
+            .map_err(|source| {
+                if let RuntimeError::Sandbox { message } = &source {
+                    self.event(
+                        pod,
+                        EventType::Warning,
+                        crate::admission::rejection_reasons::FAILED_CREATE_POD_SANDBOX,
+                        format!("Failed to create pod sandbox: {message}"),
+                    );
+                }
+                SyncError::Runtime { source }
+            })?;
+        let plan = self
+            .parts
+            .runtime
+            .plan(pod)
+            .await
+            .map_err(|source| SyncError::Runtime { source })?;
+        for (name, _) in &plan.back_off {
+            self.event(
+                pod,
+                EventType::Warning,
+                reasons::BACK_OFF,
+                format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    nodelet_runtime::format_pod(pod)
+                ),
+            );
+        }
+        Ok((sandbox, plan))
+    }
+
+    /// (6, second half) Every init, regular and ephemeral container `plan` starts is created
+    /// ([`create`](Self::create)); the others keep their state. In a sandbox, the pod's host
+    /// files are written first and its addresses known to the environment.
+    async fn start_containers(
+        &self,
+        pod: &AdmittedPod,
+        sandbox: Option<PodSandbox>,
+        plan: &Plan,
+        pull_secrets: &[Arc<Secret>],
+        status: &mut PodConfigStatus,
+    ) -> Result<StartResults, SyncError> {
+        status.pod_ips = self.sandbox_ips(sandbox);
+        let env_pod = match sandbox {
+            Some(_) => {
+                self.write_host_files(pod)?;
+                self.with_host_ips(pod)
+            }
+            None => pod.pod().clone(),
+        };
+        // fileKeyRef reads the pod's emptyDir volumes under its directory.
+        let env_options = EnvOptions {
+            pod_volumes: Some(crate::env::PodVolumes::new(
+                PodDirs::new(&self.config.root_dir),
+                pod,
+            )),
+            ..self.config.env.clone()
+        };
+        let cx = CreateContext {
+            env_pod: &env_pod,
+            env_options: &env_options,
+            sandbox,
+            pull_secrets,
+        };
+        let mut results = StartResults::default();
+        let regular = containers(pod).into_iter().map(|(c, _)| c);
+        // PW-57: ephemeral containers, which the runtime starts once and never again.
+        let ephemeral = crate::ephemeral::containers(pod);
+        let entries = status.containers.iter_mut().chain(&mut status.ephemeral);
+        for (container, entry) in regular.chain(ephemeral.iter()).zip(entries) {
+            entry.state = if plan.start.contains(&container.name) {
+                self.create(pod, container, &cx, &mut results).await?
+            } else {
+                ContainerConfigState::Created
+            };
+        }
+        Ok(results)
+    }
+
+    /// (7) Publishes the pod's status after its containers were handled: `Terminal` when the
+    /// runtime's states make the phase terminal; a configuration or start failure fails the
+    /// sync (retried).
+    fn finish_sync(
+        &self,
+        pod: &AdmittedPod,
+        mut status: PodConfigStatus,
+        results: StartResults,
+    ) -> Result<SyncOutcome, SyncError> {
+        let terminal = pod_phase(pod, &self.parts.runtime.statuses(pod.uid())).is_terminal();
+        if results.failures.is_empty() {
+            status.config = Readiness {
+                ready: true,
+                message: None,
+            };
+        }
+        self.publish(pod, &status);
+        if terminal {
+            return Ok(SyncOutcome::Terminal);
+        }
+        if !results.failures.is_empty() {
+            let err = SyncError::CreateContainerConfig {
+                failures: results.failures,
+            };
+            status.config.message = Some(err.to_string());
+            self.publish(pod, &status);
+            return Err(err);
+        }
+        if !results.not_started.is_empty() {
+            return Err(SyncError::StartContainers {
+                failures: results.not_started,
+            });
+        }
+        Ok(SyncOutcome::Running)
     }
 
     /// Publishes `status` of `pod`, with the probes' view of its containers (PW-33).
@@ -557,12 +801,22 @@ struct Published {
 
 /// What one sync hands every container it creates ([`ConfigSyncer::create`]).
 struct CreateContext<'a> {
-    /// The pod as environment resolution sees it (its IPs filled in under a process runtime).
+    /// The pod as environment resolution sees it (its IPs filled in in a sandbox).
     env_pod: &'a Arc<Pod>,
     env_options: &'a EnvOptions,
-    /// Whether the runtime runs processes (launches are computed, events as a CRI runtime's).
-    processes: bool,
+    /// The pod's sandbox: launches are computed and the events are a CRI runtime's; `None`
+    /// for a runtime without sandboxes.
+    sandbox: Option<PodSandbox>,
     pull_secrets: &'a [Arc<Secret>],
+}
+
+/// What the containers one sync created came to (step 6).
+#[derive(Default)]
+struct StartResults {
+    /// Configuration errors (PW-12), by container.
+    failures: Vec<(String, String)>,
+    /// Containers the runtime did not start, by container.
+    not_started: Vec<(String, String)>,
 }
 
 fn containers(pod: &Pod) -> Vec<(&Container, bool)> {
@@ -633,20 +887,13 @@ impl PodSyncer for ConfigSyncer {
     }
 
     async fn sync_pod(&self, pod: &AdmittedPod) -> Result<SyncOutcome, SyncError> {
-        let uid = pod.uid();
         // (1)
         if is_terminal(pod) {
             return Ok(SyncOutcome::Terminal);
         }
         // (1b) PW-26: past its active deadline, the pod is failed and terminated.
         if past_active_deadline(pod, SystemTime::now()) {
-            self.event(
-                pod,
-                EventType::Normal,
-                DEADLINE_EXCEEDED,
-                DEADLINE_EXCEEDED_MESSAGE.to_owned(),
-            );
-            self.publish(pod, &final_status(pod, self.pod_ips()));
+            self.fail_past_deadline(pod);
             return Ok(SyncOutcome::Terminal);
         }
         // (2) done by `pod_desired` when the update arrived.
@@ -656,144 +903,18 @@ impl PodSyncer for ConfigSyncer {
             ..PodConfigStatus::default()
         };
         // (3)
-        if let Err(e) = self.make_pod_dirs(uid) {
-            self.event(
-                pod,
-                EventType::Warning,
-                reasons::FAILED_TO_MAKE_POD_DATA_DIRECTORIES,
-                format!("error making pod data directories: {e}"),
-            );
-            return Err(e);
-        }
+        self.prepare_pod_dirs(pod)?;
         // (4)
-        if !self.published.lock().contains_key(uid) {
-            let mut waiting = status.clone();
-            waiting.volumes.message = Some("waiting for volumes to be mounted".to_owned());
-            waiting.config.message = Some("waiting for volumes".to_owned());
-            self.publish(pod, &waiting);
-        }
-        match self.parts.volumes.wait_for_attach_and_mount(pod).await {
-            Ok(()) => status.volumes.ready = true,
-            Err(VolumeError::Interrupted) => {
-                return Err(SyncError::Mount {
-                    error: VolumeError::Interrupted,
-                });
-            }
-            Err(error) => {
-                let err = SyncError::Mount { error };
-                self.event(
-                    pod,
-                    EventType::Warning,
-                    reasons::FAILED_MOUNT,
-                    err.to_string(),
-                );
-                status.volumes.message = Some(err.to_string());
-                status.config.message = Some("waiting for volumes".to_owned());
-                self.publish(pod, &status);
-                return Err(err);
-            }
-        }
+        self.mount_volumes(pod, &mut status).await?;
         // (5)
         let pull_secrets = self.pull_secrets(pod).await;
         // (6)
-        if let Some(probes) = &self.parts.probes {
-            probes.add_pod(pod);
-            self.kill_failed_containers(pod, probes).await?;
-        }
-        let plan = match self.parts.runtime.plan(pod).await {
-            Ok(plan) => plan,
-            Err(source) => {
-                // PW-41: the kubelet's event for a sandbox it cannot make; retried each sync.
-                if let RuntimeError::Sandbox { message } = &source {
-                    self.event(
-                        pod,
-                        EventType::Warning,
-                        crate::admission::rejection_reasons::FAILED_CREATE_POD_SANDBOX,
-                        format!("Failed to create pod sandbox: {message}"),
-                    );
-                }
-                return Err(SyncError::Runtime { source });
-            }
-        };
-        for (name, _) in &plan.back_off {
-            self.event(
-                pod,
-                EventType::Warning,
-                reasons::BACK_OFF,
-                format!(
-                    "Back-off restarting failed container {name} in pod {}",
-                    nodelet_runtime::format_pod(pod)
-                ),
-            );
-        }
-        let processes = self.parts.runtime.runs_processes();
-        status.pod_ips = self.pod_ips();
-        let env_pod = if processes {
-            self.with_host_ips(pod)
-        } else {
-            pod.pod().clone()
-        };
-        if processes {
-            self.write_host_files(pod)?;
-        }
-        let mut failures = Vec::new();
-        let mut not_started = Vec::new();
-        // fileKeyRef reads the pod's emptyDir volumes under its directory.
-        let env_options = EnvOptions {
-            pod_volumes: Some(crate::env::PodVolumes::new(
-                PodDirs::new(&self.config.root_dir),
-                pod,
-            )),
-            ..self.config.env.clone()
-        };
-        let cx = CreateContext {
-            env_pod: &env_pod,
-            env_options: &env_options,
-            processes,
-            pull_secrets: &pull_secrets,
-        };
-        for ((container, _), entry) in containers(pod).into_iter().zip(&mut status.containers) {
-            entry.state = if plan.start.contains(&container.name) {
-                self.create(pod, container, &cx, &mut failures, &mut not_started)
-                    .await?
-            } else {
-                ContainerConfigState::Created
-            };
-        }
-        // PW-57: ephemeral containers, which the runtime starts once and never again.
-        let ephemeral = crate::ephemeral::containers(pod);
-        for (container, entry) in ephemeral.iter().zip(&mut status.ephemeral) {
-            entry.state = if plan.start.contains(&container.name) {
-                self.create(pod, container, &cx, &mut failures, &mut not_started)
-                    .await?
-            } else {
-                ContainerConfigState::Created
-            };
-        }
-        let terminal = pod_phase(pod, &self.parts.runtime.statuses(uid)).is_terminal();
+        let (sandbox, plan) = self.compute_actions(pod).await?;
+        let results = self
+            .start_containers(pod, sandbox, &plan, &pull_secrets, &mut status)
+            .await?;
         // (7)
-        if failures.is_empty() {
-            status.config = Readiness {
-                ready: true,
-                message: None,
-            };
-        }
-        self.publish(pod, &status);
-        if terminal {
-            return Ok(SyncOutcome::Terminal);
-        }
-        if !failures.is_empty() {
-            let err = SyncError::CreateContainerConfig { failures };
-            status.config.message = Some(err.to_string());
-            self.publish(pod, &status);
-            return Err(err);
-        }
-        if !not_started.is_empty() {
-            return Err(SyncError::StartContainers {
-                failures: not_started,
-            });
-        }
-        Ok(SyncOutcome::Running)
+        self.finish_sync(pod, status, results)
     }
 
     async fn sync_terminating_pod(
@@ -822,9 +943,11 @@ impl PodSyncer for ConfigSyncer {
             .kill_pod(uid, grace_period)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
-        if let Some(pod) = object.filter(|_| self.parts.runtime.runs_processes()) {
-            // The containers' final states (exit codes after the kill) reach the API.
-            self.publish(pod, &final_status(pod, self.pod_ips()));
+        let ips = self.published_ips(uid);
+        if let Some(pod) = object.filter(|_| !ips.is_empty()) {
+            // A pod in a sandbox: its containers' final states (exit codes after the kill)
+            // reach the API.
+            self.publish(pod, &final_status(pod, ips));
         }
         self.parts.volumes.remove_pod(uid);
         Ok(())

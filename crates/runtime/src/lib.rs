@@ -74,5 +74,5 @@ pub use images::{ImageEntry, ImageTable, glob_match, normalize};
 pub use ipc::PodSandboxError;
 pub use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination};
 pub use security::{DEFAULT_CAPABILITIES, Security};
-pub use supervisor::{Plan, ProcessRuntime};
+pub use supervisor::ProcessRuntime;
 pub use users::{Identity, format_pod};

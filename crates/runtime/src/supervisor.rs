@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Container;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus};
+use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Plan};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
@@ -52,15 +52,6 @@ use crate::config::RuntimeConfig;
 use crate::error::{Error, StartError};
 use crate::records::{Inner, LAUNCH_FILE, Record};
 use crate::users::format_pod;
-
-/// What a pod sync should do now ([`ProcessRuntime::plan`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Containers to start now, in order.
-    pub start: Vec<String>,
-    /// Containers waiting for their back-off to pass, with the kubelet's message.
-    pub back_off: Vec<(String, String)>,
-}
 
 /// The process runtime. Cheap to clone; every clone is the same runtime.
 #[derive(Clone)]
