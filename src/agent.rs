@@ -83,7 +83,7 @@ impl Agent {
             tasks.shutdown.clone(),
             &tasks.tracker,
         );
-        let (runtime, processes) = crate::parts::container_runtime(&config)?;
+        let (runtime, processes) = crate::parts::container_runtime(&config, &tasks)?;
         // The node's one Service watch (PW-15): started by the first environment built,
         // stopped with the agent.
         let services = ServiceLister::new(client.clone(), ServiceListerConfig::default());

@@ -237,6 +237,7 @@ pub(crate) fn volume_manager(
 /// API).
 pub(crate) fn container_runtime(
     config: &AgentConfig,
+    tasks: &Tasks,
 ) -> anyhow::Result<(
     Arc<dyn nodelet_podworker::RuntimeHook>,
     Option<ProcessRuntime>,
@@ -244,7 +245,7 @@ pub(crate) fn container_runtime(
     Ok(match config.runtime {
         RuntimeKind::Config => (Arc::new(EnvFileRuntime::new(&config.root_dir)), None),
         RuntimeKind::Process => {
-            let processes = process_runtime(config)?;
+            let processes = process_runtime(config, tasks)?;
             (Arc::new(processes.clone()), Some(processes))
         }
     })
@@ -313,7 +314,7 @@ fn exec_command(config: &AgentConfig) -> anyhow::Result<Vec<std::ffi::OsString>>
 }
 
 /// The process runtime of `config`, after checking that this machine can run it.
-fn process_runtime(config: &AgentConfig) -> anyhow::Result<ProcessRuntime> {
+fn process_runtime(config: &AgentConfig, tasks: &Tasks) -> anyhow::Result<ProcessRuntime> {
     nodelet_runtime::sandbox::check_support()
         .map_err(|e| anyhow::anyhow!("--runtime process cannot run here: {e}"))?;
     let init_command = match &config.container_init {
@@ -330,7 +331,7 @@ fn process_runtime(config: &AgentConfig) -> anyhow::Result<ProcessRuntime> {
     runtime_config.allow_root = config.allow_root_containers;
     runtime_config.backoff = config.crash_backoff;
     runtime_config.exec_command = exec_command(config)?;
-    Ok(ProcessRuntime::new(runtime_config))
+    Ok(ProcessRuntime::new(runtime_config, tasks.tracker.clone()))
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use nodelet_core::{PodDirs, PodUid};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::RuntimeConfig;
 
@@ -21,6 +23,12 @@ pub(crate) struct Inner {
     pub(crate) changes: broadcast::Sender<PodUid>,
     /// The pods' IPC namespaces (PW-58).
     pub(crate) ipc: crate::ipc::PodIpc,
+    /// The agent's task tracker: every task the runtime starts (log copies, followers,
+    /// back-off wake-ups).
+    pub(crate) tasks: TaskTracker,
+    /// Cancelled by [`ProcessRuntime::stop_all`](crate::ProcessRuntime::stop_all): the
+    /// back-off wake-ups end, so the tracker can be waited for.
+    pub(crate) stopping: CancellationToken,
 }
 
 pub(crate) struct Record {
@@ -79,6 +87,23 @@ pub(crate) const DEFAULT_PATH: &str =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 impl Inner {
+    /// Runs `f` on the record of container `name` of pod `uid` (made when there is none),
+    /// under the lock of the records.
+    pub(crate) fn with_record<T>(
+        &self,
+        uid: &PodUid,
+        name: &str,
+        f: impl FnOnce(&mut Record) -> T,
+    ) -> T {
+        let mut pods = self.pods.lock();
+        let record = pods
+            .entry(uid.clone())
+            .or_default()
+            .entry(name.to_owned())
+            .or_insert_with(Record::new);
+        f(record)
+    }
+
     /// Records the end of an instance and its next back-off, and announces the pod.
     pub(crate) fn record_end(
         &self,

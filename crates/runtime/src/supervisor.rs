@@ -46,11 +46,13 @@ use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Pl
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, StartError};
-use crate::records::{Inner, LAUNCH_FILE, Record};
+use crate::records::{Inner, LAUNCH_FILE};
 use crate::users::format_pod;
 
 /// The process runtime. Cheap to clone; every clone is the same runtime.
@@ -68,9 +70,10 @@ impl std::fmt::Debug for ProcessRuntime {
 }
 
 impl ProcessRuntime {
-    /// A runtime under `config.root_dir`. Containers a previous run of the agent started are
-    /// killed and reported ended (see the module docs).
-    pub fn new(config: RuntimeConfig) -> Self {
+    /// A runtime under `config.root_dir`, its tasks (log copies, the followers of running
+    /// instances, back-off wake-ups) on `tasks`. Containers a previous run of the agent
+    /// started are killed and reported ended (see the module docs).
+    pub fn new(config: RuntimeConfig, tasks: TaskTracker) -> Self {
         let dirs = PodDirs::new(&config.root_dir);
         let inner = Arc::new(Inner {
             config,
@@ -78,6 +81,8 @@ impl ProcessRuntime {
             pods: Mutex::default(),
             changes: broadcast::channel(1024).0,
             ipc: crate::ipc::PodIpc::new(nix::unistd::geteuid().is_root()),
+            tasks,
+            stopping: CancellationToken::new(),
         });
         let this = Self { inner };
         crate::recovery::recover(&this.inner);
@@ -228,9 +233,14 @@ impl ProcessRuntime {
         if let Some(at) = wake {
             let tx = self.inner.changes.clone();
             let uid = pod.uid().clone();
-            tokio::spawn(async move {
-                tokio::time::sleep_until(at.into()).await;
-                let _ = tx.send(uid);
+            let stopping = self.inner.stopping.clone();
+            self.inner.tasks.spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {
+                        let _ = tx.send(uid);
+                    }
+                    () = stopping.cancelled() => {}
+                }
             });
         }
         plan
@@ -249,15 +259,11 @@ impl ProcessRuntime {
         launch: &ContainerLaunch,
     ) -> Result<(), StartError> {
         let result = crate::launch::start(&self.inner, pod, container, env, launch).await;
-        if let Err(e) = &result {
-            let mut pods = self.inner.pods.lock();
-            let r = pods
-                .entry(pod.uid().clone())
-                .or_default()
-                .entry(container.name.clone())
-                .or_insert_with(Record::new);
-            if !matches!(e, StartError::Start { .. }) {
-                // Not started at all: the container waits with the reason.
+        if let Err(e) = result.as_ref()
+            && !matches!(e, StartError::Start { .. })
+        {
+            // Not started at all: the container waits with the reason.
+            self.inner.with_record(pod.uid(), &container.name, |r| {
                 if let ContainerState::Terminated(t) = &r.state {
                     r.last_state = Some(t.clone());
                 }
@@ -265,7 +271,7 @@ impl ProcessRuntime {
                     reason: e.reason().to_owned(),
                     message: Some(e.to_string()),
                 };
-            }
+            });
         }
         result
     }
@@ -341,6 +347,7 @@ impl ProcessRuntime {
     /// after `grace_period`, each waited for at most 5 s more. Nothing is left running behind
     /// the agent; its next start starts the pods' containers again.
     pub async fn stop_all(&self, grace_period: Duration) {
+        self.inner.stopping.cancel();
         let running: Vec<(String, i32, watch::Receiver<bool>)> = {
             let pods = self.inner.pods.lock();
             pods.values()
@@ -542,7 +549,10 @@ mod tests {
     #[tokio::test]
     async fn a_pod_is_removed_with_its_logs_by_its_uid_alone() {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let runtime = ProcessRuntime::new(RuntimeConfig::new(root.path(), Vec::new()));
+        let runtime = ProcessRuntime::new(
+            RuntimeConfig::new(root.path(), Vec::new()),
+            TaskTracker::new(),
+        );
         let dirs = PodDirs::new(root.path());
         let uid = |u: &str| PodUid::new(u).unwrap_or_else(|e| panic!("{e}"));
         let gone = dirs.pod_logs("ns", "web", &uid("u-1"));
