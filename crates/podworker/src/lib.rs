@@ -145,6 +145,7 @@ mod env_file;
 mod ephemeral;
 mod error;
 mod expand;
+pub mod follow;
 mod hooks;
 mod mounts;
 mod phase;

@@ -60,6 +60,7 @@ use nodelet_volume_manager::PluginRegistry;
 use crate::env::ContainerEnv;
 use error::MountAt;
 use hosts::generate_hostname;
+pub(crate) use subpath::resolve_within;
 use subpath::{prepare_sub_path, sub_path};
 
 pub use error::{MountError, SubPathError};

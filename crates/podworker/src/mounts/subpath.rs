@@ -116,7 +116,7 @@ pub(super) fn prepare_sub_path(
 
 /// The kubelet's `PrepareSafeSubpath` checks: `path` resolved must lie within `volume_path`
 /// resolved, with no symlink below it.
-fn resolve_within(path: &Path, volume_path: &Path) -> Result<PathBuf, SubPathError> {
+pub(crate) fn resolve_within(path: &Path, volume_path: &Path) -> Result<PathBuf, SubPathError> {
     let real_volume = canonicalize(volume_path)?;
     let real_path = canonicalize(path)?;
     if !real_path.starts_with(&real_volume) {

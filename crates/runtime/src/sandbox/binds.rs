@@ -43,7 +43,7 @@ pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), ReadOnl
 /// has (in a user namespace, the kernel locks those of mounts inherited from the host, and a
 /// remount that drops one fails with `EPERM`). No atime flag is given, so the kernel keeps the
 /// mount's own (locked too).
-pub(super) fn remount_read_only(target: &Path) -> nix::Result<()> {
+pub(crate) fn remount_read_only(target: &Path) -> nix::Result<()> {
     let had = statvfs(target)?.flags();
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY;
     for (st, ms) in [

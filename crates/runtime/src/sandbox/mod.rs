@@ -113,7 +113,7 @@
 //! * needs Linux 5.11 or later (overlayfs in a user namespace) and user namespaces open to
 //!   ordinary users: [`check_support`] checks the settings it can see.
 
-mod binds;
+pub(crate) mod binds;
 mod dev;
 mod enter;
 mod error;

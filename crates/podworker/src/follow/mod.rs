@@ -1,0 +1,369 @@
+//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-9), under
+//! the process runtime: after a volume's `..data` swap, the subPath binds of the containers
+//! that mount it are replaced in place, and the containers that ask for it get a reload
+//! signal or a POST to a local URL. Opt-in per pod ([`options`]: `nodelet.io/` annotations
+//! over the node's [`FollowDefaults`]); a pod that asks nothing is left exactly as the kubelet
+//! leaves it.
+//!
+//! # On a volume update (FC-3, FC-7)
+//!
+//! The agent hands each `nodelet_volume_manager::VolumeUpdate` that wrote new content (the
+//! swap is complete) to [`FollowChange::volume_updated`], one at a time, in order. For each
+//! container and init container of the pod that mounts the volume:
+//!
+//! 1. With `follow-subpath` and a subPath mount of that volume: read the binds of its running
+//!    instance, plan the new sources (`subpath.rs`) and replace them in its mount namespace
+//!    (`nodelet_runtime::ProcessRuntime::rebind`); a bind that cannot follow keeps its old
+//!    content, and a Warning event [`reasons::FAILED_SUBPATH_UPDATE`] says why.
+//! 2. With a reload signal or URL: record an update in the container's burst (`reload.rs`);
+//!    when the burst ends, the signal goes to the main process of the instance running then,
+//!    then the POST; each failure is a Warning event [`reasons::FAILED_RELOAD`]. A container
+//!    not running gets nothing (it reads its configuration when it starts).
+//!
+//! Step 1 completes before step 2 records the update, so a reload comes after the container's
+//! subPath files are new.
+
+pub mod options;
+mod reload;
+mod subpath;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nodelet_core::events::EventType;
+use nodelet_core::{AdmittedPod, PodDirs, PodUid};
+use nodelet_runtime::{LiveError, ProcessRuntime};
+use nodelet_volume_manager::{PluginRegistry, VolumeUpdate};
+use parking_lot::Mutex;
+
+use crate::seams::EventSink;
+pub use options::{
+    AnnotationError, ContainerFollow, FollowDefaults, PodFollow, ReloadUrl, pod_follow,
+};
+pub use reload::{MAX_BURST, ReloadUrlError, URL_TIMEOUT, post};
+pub use subpath::Kept;
+
+/// The reasons of the events this module records (nodelet's own).
+pub mod reasons {
+    /// A subPath bind could not follow an update (Warning).
+    pub const FAILED_SUBPATH_UPDATE: &str = "FailedSubPathUpdate";
+    /// A reload signal or URL could not be delivered (Warning).
+    pub const FAILED_RELOAD: &str = "FailedReload";
+    /// A `nodelet.io/` annotation has a bad value (Warning).
+    pub const INVALID_ANNOTATION: &str = "InvalidFollowAnnotation";
+}
+
+/// What follows changes for the process runtime's containers. Cloning shares it.
+#[derive(Clone)]
+pub struct FollowChange {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: ProcessRuntime,
+    events: Arc<dyn EventSink>,
+    dirs: PodDirs,
+    defaults: FollowDefaults,
+    /// What each replaced bind shows now, by container.
+    bound: Mutex<HashMap<ContainerKey, Bound>>,
+    bursts: reload::Bursts<ContainerKey>,
+    /// The bad annotations already reported, by pod (each reported once).
+    reported: Mutex<HashMap<PodUid, Vec<AnnotationError>>>,
+}
+
+type ContainerKey = (PodUid, String);
+
+/// The replaced binds of one running instance.
+#[derive(Debug, Default)]
+struct Bound {
+    pid: i32,
+    /// Target in the container → the source it shows.
+    sources: HashMap<PathBuf, PathBuf>,
+}
+
+impl std::fmt::Debug for FollowChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FollowChange")
+            .field("defaults", &self.inner.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FollowChange {
+    /// Follows changes for `runtime`'s containers, pods under `root_dir`, events to `events`.
+    pub fn new(
+        runtime: ProcessRuntime,
+        events: Arc<dyn EventSink>,
+        root_dir: &Path,
+        defaults: FollowDefaults,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                runtime,
+                events,
+                dirs: PodDirs::new(root_dir),
+                defaults,
+                bound: Mutex::default(),
+                bursts: reload::Bursts::new(),
+                reported: Mutex::default(),
+            }),
+        }
+    }
+
+    /// What `pod` asks for (its annotations over the node's defaults; bad values left out).
+    pub fn settings(&self, pod: &AdmittedPod) -> PodFollow {
+        pod_follow(pod, &self.inner.defaults).0
+    }
+
+    /// Checks `pod`'s annotations when the agent sees it: each bad value gets one Warning
+    /// event [`reasons::INVALID_ANNOTATION`] naming the annotation and the value (again only
+    /// once the value changed).
+    pub fn pod_seen(&self, pod: &AdmittedPod) {
+        let (_, errors) = pod_follow(pod, &self.inner.defaults);
+        let mut reported = self.inner.reported.lock();
+        let before = reported.get(pod.uid());
+        let new: Vec<&AnnotationError> = errors
+            .iter()
+            .filter(|e| before.is_none_or(|b| !b.contains(e)))
+            .collect();
+        for e in new {
+            tracing::warn!(
+                pod.namespace = pod.namespace(),
+                pod.name = pod.name(),
+                annotation = %e.annotation,
+                value = %e.value,
+                reason = %e.reason,
+                "invalid nodelet.io annotation"
+            );
+            self.inner.events.event(
+                pod,
+                EventType::Warning,
+                reasons::INVALID_ANNOTATION,
+                format!("Pod {}/{}: {e}", pod.namespace(), pod.name()),
+            );
+        }
+        if errors.is_empty() {
+            reported.remove(pod.uid());
+        } else {
+            reported.insert(pod.uid().clone(), errors);
+        }
+    }
+
+    /// Forgets what is kept for pod `uid` (it is gone).
+    pub fn forget_pod(&self, uid: &PodUid) {
+        self.inner.reported.lock().remove(uid);
+        self.inner.bound.lock().retain(|(u, _), _| u != uid);
+    }
+
+    /// Steps 1 and 2 of the module docs for `update`, a volume of `pod` set up again. Does
+    /// nothing when no new content was written.
+    pub async fn volume_updated(&self, pod: &AdmittedPod, update: &VolumeUpdate) {
+        if !update.written || update.pod_uid != *pod.uid() {
+            return;
+        }
+        let settings = self.settings(pod);
+        if !settings.any() {
+            return;
+        }
+        let Some(volume) = pod.volume(&update.volume) else {
+            return;
+        };
+        let followable = volume.config_map().is_some()
+            || volume.secret().is_some()
+            || volume.projected().is_some()
+            || volume.downward_api().is_some();
+        if !followable {
+            return;
+        }
+        let registry = PluginRegistry::default();
+        let Some(plugin) = registry.find(&volume.to_volume()) else {
+            return;
+        };
+        let volume_dir = self
+            .inner
+            .dirs
+            .volume(pod.uid(), plugin.name(), volume.name());
+        let spec = pod.spec.iter();
+        let containers = spec.flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
+        for container in containers {
+            let Some(wants) = settings.container(&container.name) else {
+                continue;
+            };
+            let mounts: Vec<_> = container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .filter(|m| m.name == update.volume)
+                .collect();
+            if mounts.is_empty() {
+                continue;
+            }
+            // (1)
+            let sub_path = mounts.iter().any(|m| {
+                m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                    || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+            });
+            if wants.sub_path && sub_path {
+                self.follow_sub_paths(pod, &container.name, &update.volume, &volume_dir)
+                    .await;
+            }
+            // (2)
+            if wants.reloads() {
+                self.reload(pod, &container.name, wants, &settings);
+            }
+        }
+    }
+
+    /// Step 1 for one container.
+    async fn follow_sub_paths(
+        &self,
+        pod: &AdmittedPod,
+        container: &str,
+        volume: &str,
+        volume_dir: &Path,
+    ) {
+        let runtime = &self.inner.runtime;
+        let running = match runtime.running_mounts(pod.uid(), container) {
+            Ok(r) => r,
+            Err(LiveError::NotRunning { .. }) => return,
+            Err(e) => return self.subpath_failed(pod, container, volume, None, &e.to_string()),
+        };
+        let key = (pod.uid().clone(), container.to_owned());
+        let bound = {
+            let mut all = self.inner.bound.lock();
+            let entry = all.entry(key.clone()).or_default();
+            if entry.pid != running.pid {
+                *entry = Bound {
+                    pid: running.pid,
+                    sources: HashMap::new(),
+                };
+            }
+            entry.sources.clone()
+        };
+        let plan = subpath::plan(volume_dir, &running.mounts, &bound);
+        for (target, why) in &plan.kept {
+            self.subpath_failed(pod, container, volume, Some(target), &why.to_string());
+        }
+        if plan.rebinds.is_empty() {
+            return;
+        }
+        let rebinds = plan.rebinds.clone();
+        let result = runtime
+            .rebind(pod.uid(), container, running.pid, plan.rebinds)
+            .await;
+        match result {
+            Ok(()) => {
+                let mut all = self.inner.bound.lock();
+                if let Some(entry) = all.get_mut(&key).filter(|e| e.pid == running.pid) {
+                    for r in rebinds {
+                        entry.sources.insert(r.target, r.source);
+                    }
+                }
+                tracing::debug!(
+                    pod.namespace = pod.namespace(),
+                    pod.name = pod.name(),
+                    container,
+                    volume,
+                    "subPath binds replaced"
+                );
+            }
+            Err(LiveError::NotRunning { .. }) => {}
+            Err(e) => self.subpath_failed(pod, container, volume, None, &error_chain(&e)),
+        }
+    }
+
+    fn subpath_failed(
+        &self,
+        pod: &AdmittedPod,
+        container: &str,
+        volume: &str,
+        target: Option<&Path>,
+        why: &str,
+    ) {
+        let at = target.map_or(String::new(), |t| format!(" at {}", t.display()));
+        let message = format!(
+            "subPath mount{at} of volume {volume:?} in container {container:?} kept its old \
+             content: {why}"
+        );
+        tracing::warn!(
+            pod.namespace = pod.namespace(),
+            pod.name = pod.name(),
+            container,
+            volume,
+            %message,
+            "subPath not updated"
+        );
+        self.inner.events.event(
+            pod,
+            EventType::Warning,
+            reasons::FAILED_SUBPATH_UPDATE,
+            message,
+        );
+    }
+
+    /// Step 2 for one container.
+    fn reload(
+        &self,
+        pod: &AdmittedPod,
+        container: &str,
+        wants: &ContainerFollow,
+        settings: &PodFollow,
+    ) {
+        let key = (pod.uid().clone(), container.to_owned());
+        let this = Arc::downgrade(&self.inner);
+        let (pod, container, wants) = (pod.clone(), container.to_owned(), wants.clone());
+        self.inner.bursts.update(key, settings.debounce, async move {
+            if let Some(inner) = this.upgrade() {
+                deliver(&inner, &pod, &container, &wants).await;
+            }
+        });
+    }
+}
+
+/// The end of a burst: the signal, then the POST, to the instance running now.
+async fn deliver(inner: &Inner, pod: &AdmittedPod, container: &str, wants: &ContainerFollow) {
+    let failed = |what: String| {
+        tracing::warn!(
+            pod.namespace = pod.namespace(),
+            pod.name = pod.name(),
+            container,
+            message = %what,
+            "reload not delivered"
+        );
+        inner.events.event(
+            pod,
+            EventType::Warning,
+            reasons::FAILED_RELOAD,
+            format!("Reload of container {container:?} after a volume update failed: {what}"),
+        );
+    };
+    if let Some(signal) = wants.signal {
+        match inner.runtime.signal(pod.uid(), container, signal) {
+            Ok(pid) => tracing::debug!(container, pid, %signal, "reload signal sent"),
+            Err(LiveError::NotRunning { .. }) => return,
+            Err(e) => failed(e.to_string()),
+        }
+    }
+    if let Some(url) = &wants.url {
+        if inner.runtime.exec_target(pod.uid(), container).is_none() {
+            return;
+        }
+        match post(url).await {
+            Ok(()) => tracing::debug!(container, %url, "reload URL answered"),
+            Err(e) => failed(e.to_string()),
+        }
+    }
+}
+
+/// `e` and its sources, `: `-separated.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
