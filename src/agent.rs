@@ -130,6 +130,14 @@ impl Agent {
                     .as_ref()
                     .is_some_and(nodelet_runtime::ProcessRuntime::pod_ipc_namespaces),
             )?,
+            follow: processes.as_ref().map(|p| {
+                nodelet_podworker::follow::FollowChange::new(
+                    p.clone(),
+                    Arc::new(events.clone()),
+                    &config.root_dir,
+                    config.follow.clone(),
+                )
+            }),
             processes,
             probes,
             known_pods: parking_lot::RwLock::default(),
@@ -151,6 +159,9 @@ impl Agent {
             state.clone(),
             tasks.shutdown.clone(),
         ));
+        tasks
+            .tracker
+            .spawn(crate::follow::run(state.clone(), tasks.shutdown.clone()));
         if config.register_node {
             let port = kubelet_addr.map(|a| a.port());
             crate::parts::register_node(&config, port, client, &state, &tasks);

@@ -111,6 +111,9 @@ pub struct AgentConfig {
     /// heap in `/metrics`, and the trim after each burst of volume work. The `nodelet` binary
     /// sets it; default none.
     pub allocator: Option<crate::AllocatorHooks>,
+    /// What follows a configuration change for pods that do not say (config file
+    /// `followChange`; FC-2): default nothing, as the kubelet. Process runtime only.
+    pub follow: nodelet_podworker::follow::FollowDefaults,
 }
 
 /// One taint of `--register-with-taints` (`key[=value]:Effect`).
@@ -240,6 +243,7 @@ impl AgentConfig {
             client_ca_file: None,
             kubernetes_service: None,
             allocator: None,
+            follow: nodelet_podworker::follow::FollowDefaults::default(),
         }
     }
 }
@@ -476,6 +480,20 @@ struct FileConfig {
     allowed_unsafe_sysctls: Option<Vec<String>>,
     /// nodelet's own: `cluster` or `api-server`.
     kubernetes_service: Option<String>,
+    /// nodelet's own: the node-wide defaults of configuration that follows a change (FC-2).
+    follow_change: Option<FileFollowChange>,
+}
+
+/// `followChange` (nodelet's own, FC-2): what a pod without `nodelet.io/` annotations gets.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileFollowChange {
+    /// subPath mounts follow updates (`nodelet.io/follow-subpath`).
+    sub_path: Option<bool>,
+    /// A reload signal (`nodelet.io/reload-signal`).
+    reload_signal: Option<String>,
+    /// The quiet time that ends a burst (`nodelet.io/reload-debounce`).
+    reload_debounce: Option<String>,
 }
 
 /// KubeletConfiguration `authentication` (the part nodelet reads).
@@ -717,6 +735,9 @@ impl RunArgs {
                 .map_err(|e| invalid("allowedUnsafeSysctls", e.to_string()))?;
             agent.allowed_unsafe_sysctls = list;
         }
+        if let Some(follow) = &file.follow_change {
+            agent.follow = follow_defaults(follow)?;
+        }
         let kubelet_address = match &file.address {
             Some(address) => address
                 .parse()
@@ -793,6 +814,26 @@ impl RunArgs {
     }
 }
 
+/// The node-wide `followChange` defaults, each bad value named (FC-2).
+fn follow_defaults(
+    file: &FileFollowChange,
+) -> Result<nodelet_podworker::follow::FollowDefaults, ConfigError> {
+    use nodelet_podworker::follow::options;
+    let mut defaults = nodelet_podworker::follow::FollowDefaults {
+        sub_path: file.sub_path.unwrap_or(false),
+        ..Default::default()
+    };
+    if let Some(signal) = &file.reload_signal {
+        defaults.reload_signal = options::parse_signal(signal)
+            .map_err(|e| invalid("followChange.reloadSignal", format!("{signal:?}: {e}")))?;
+    }
+    if let Some(quiet) = &file.reload_debounce {
+        defaults.debounce = options::parse_debounce(quiet)
+            .map_err(|e| invalid("followChange.reloadDebounce", format!("{quiet:?}: {e}")))?;
+    }
+    Ok(defaults)
+}
+
 fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
@@ -862,6 +903,44 @@ mod tests {
                 .map(|a| a.port()),
             Some(11250)
         );
+    }
+
+    #[test]
+    fn follow_change_defaults_come_from_the_config_file_and_bad_values_are_named() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("config.yaml");
+        let f = file.to_str().unwrap_or_default();
+        let args = ["--node-name", "n1", "--root-dir", "/r", "--config", f];
+        std::fs::write(&file, "kind: KubeletConfiguration\n").unwrap_or_else(|e| panic!("{e}"));
+        let s = cli(&args).settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.agent.follow,
+            nodelet_podworker::follow::FollowDefaults::default()
+        );
+        assert!(!s.agent.follow.sub_path);
+
+        let yaml = "followChange:\n  subPath: true\n  reloadSignal: HUP\n  reloadDebounce: 50ms\n";
+        std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
+        let s = cli(&args).settings().unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.agent.follow.sub_path);
+        assert_eq!(
+            s.agent.follow.reload_signal,
+            Some(nix::sys::signal::Signal::SIGHUP)
+        );
+        assert_eq!(s.agent.follow.debounce, Duration::from_millis(50));
+
+        std::fs::write(&file, "followChange:\n  reloadSignal: SIGKILL\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = cli(&args).settings().err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid configuration: followChange.reloadSignal: \"SIGKILL\": SIGKILL cannot \
+                 be caught, so it cannot ask for a reload"
+            )
+        );
+        std::fs::write(&file, "followChange:\n  subpath: true\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(cli(&args).settings().is_err(), "unknown fields are refused");
     }
 
     #[test]

@@ -63,6 +63,7 @@ mod api_health;
 pub mod cli;
 mod config;
 mod events;
+mod follow;
 mod http;
 pub mod inspect;
 mod kubelet_host;

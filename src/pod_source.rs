@@ -255,6 +255,7 @@ pub(crate) async fn run(
                     .known_pods
                     .write()
                     .insert(pod.uid().clone(), pod.clone());
+                crate::follow::pod_seen(&state, &pod);
                 workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
             }
             Ok(Event::InitDone) => {
@@ -295,6 +296,7 @@ pub(crate) async fn run(
                     .known_pods
                     .write()
                     .insert(pod.uid().clone(), pod.clone());
+                crate::follow::pod_seen(&state, &pod);
                 // A pod that finished on its own and is now being deleted: its worker is done,
                 // so the agent completes the deletion (as the kubelet's status manager does).
                 if pod.metadata.deletion_timestamp.is_some()
@@ -312,6 +314,7 @@ pub(crate) async fn run(
                     continue;
                 }
                 state.known_pods.write().remove(pod.uid());
+                crate::follow::pod_gone(&state, pod.uid());
                 workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
             }
             Err(error) => {

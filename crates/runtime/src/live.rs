@@ -17,7 +17,8 @@
 //!    a detached copy of the bind, not yet visible anywhere.
 //! 3. `unshare(CLONE_FS)` (the thread alone), `setns` into the container's namespace, then
 //!    `unshare(CLONE_NEWNS)`: a copy of it that only this thread sees, every mount private.
-//! 4. In that copy, for each mount: attach the detached copy over the target, make it
+//! 4. In that copy, for each mount: detach the old mount (its root is the old source, which
+//!    the swap removed: nothing can be mounted on it), attach the detached copy at the target, make it
 //!    read-only when asked (keeping `nosuid`, `nodev`, `noexec`) and a slave (it receives the
 //!    host's mounts, never sends any, as the binds the container started with), and clone it
 //!    again: a detached, read-only copy. So the container never sees a writable instant.
@@ -175,7 +176,11 @@ impl ProcessRuntime {
     ///
     /// # Errors
     /// [`LiveError::NotRunning`], or the spec could not be read.
-    pub fn running_mounts(&self, uid: &PodUid, container: &str) -> Result<RunningMounts, LiveError> {
+    pub fn running_mounts(
+        &self,
+        uid: &PodUid,
+        container: &str,
+    ) -> Result<RunningMounts, LiveError> {
         let (pid, path) = self
             .exec_target(uid, container)
             .ok_or_else(|| not_running(container))?;
@@ -183,8 +188,8 @@ impl ProcessRuntime {
             path: path.clone(),
             source,
         })?;
-        let spec: LaunchSpec =
-            serde_json::from_slice(&text).map_err(|source| LiveError::ParseLaunch { path, source })?;
+        let spec: LaunchSpec = serde_json::from_slice(&text)
+            .map_err(|source| LiveError::ParseLaunch { path, source })?;
         Ok(RunningMounts {
             pid,
             mounts: spec.mounts,
@@ -220,7 +225,9 @@ impl ProcessRuntime {
             })
             .map_err(LiveError::Thread)?;
         rx.await.map_err(|_| {
-            LiveError::Thread(io::Error::other("the remount thread ended without an answer"))
+            LiveError::Thread(io::Error::other(
+                "the remount thread ended without an answer",
+            ))
         })?
     }
 
@@ -232,7 +239,11 @@ impl ProcessRuntime {
         let (pid, _) = self
             .exec_target(uid, container)
             .ok_or_else(|| not_running(container))?;
-        kill(Pid::from_raw(pid), signal).map_err(|errno| LiveError::Signal { pid, signal, errno })?;
+        kill(Pid::from_raw(pid), signal).map_err(|errno| LiveError::Signal {
+            pid,
+            signal,
+            errno,
+        })?;
         Ok(pid)
     }
 }
@@ -293,7 +304,17 @@ fn rebind_in(ns: &File, binds: &[Rebind]) -> Result<(), LiveError> {
 /// Step 4 for one mount, in the thread's private copy of the container's namespace.
 fn stage(tree: &OwnedFd, b: &Rebind, clone: OpenTreeFlags) -> Result<OwnedFd, Errno> {
     let target: &Path = &b.target;
-    move_mount(tree, "", CWD, target, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH).map_err(errno)?;
+    // The old mount's root is the old source, removed by the swap: nothing can be mounted on
+    // it. In this copy only, it goes first.
+    umount2(target, MntFlags::MNT_DETACH)?;
+    move_mount(
+        tree,
+        "",
+        CWD,
+        target,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(errno)?;
     if b.read_only {
         crate::sandbox::binds::remount_read_only(target)?;
     }

@@ -184,33 +184,39 @@ impl FollowChange {
             .inner
             .dirs
             .volume(pod.uid(), plugin.name(), volume.name());
-        let spec = pod.spec.iter();
-        let containers = spec.flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
-        for container in containers {
-            let Some(wants) = settings.container(&container.name) else {
-                continue;
-            };
-            let mounts: Vec<_> = container
-                .volume_mounts
+        // The containers that mount the volume, and whether with a subPath.
+        let mut mounting: Vec<(String, bool)> = Vec::new();
+        if let Some(spec) = &pod.spec {
+            for container in spec
+                .init_containers
                 .iter()
                 .flatten()
-                .filter(|m| m.name == update.volume)
-                .collect();
-            if mounts.is_empty() {
-                continue;
+                .chain(&spec.containers)
+            {
+                let mounts = container.volume_mounts.iter().flatten();
+                let mut mounts = mounts.filter(|m| m.name == update.volume).peekable();
+                if mounts.peek().is_none() {
+                    continue;
+                }
+                let sub_path = mounts.any(|m| {
+                    m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                        || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+                });
+                mounting.push((container.name.clone(), sub_path));
             }
+        }
+        for (container, sub_path) in mounting {
+            let Some(wants) = settings.container(&container) else {
+                continue;
+            };
             // (1)
-            let sub_path = mounts.iter().any(|m| {
-                m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
-                    || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
-            });
             if wants.sub_path && sub_path {
-                self.follow_sub_paths(pod, &container.name, &update.volume, &volume_dir)
+                self.follow_sub_paths(pod, &container, &update.volume, &volume_dir)
                     .await;
             }
             // (2)
             if wants.reloads() {
-                self.reload(pod, &container.name, wants, &settings);
+                self.reload(pod, &container, wants, &settings);
             }
         }
     }
@@ -313,11 +319,13 @@ impl FollowChange {
         let key = (pod.uid().clone(), container.to_owned());
         let this = Arc::downgrade(&self.inner);
         let (pod, container, wants) = (pod.clone(), container.to_owned(), wants.clone());
-        self.inner.bursts.update(key, settings.debounce, async move {
-            if let Some(inner) = this.upgrade() {
-                deliver(&inner, &pod, &container, &wants).await;
-            }
-        });
+        self.inner
+            .bursts
+            .update(key, settings.debounce, async move {
+                if let Some(inner) = this.upgrade() {
+                    deliver(&inner, &pod, &container, &wants).await;
+                }
+            });
     }
 }
 

@@ -192,7 +192,12 @@ pub fn pod_follow(pod: &Pod, defaults: &FollowDefaults) -> (PodFollow, Vec<Annot
             Some((s, c)) => (s, Some(c)),
             None => (key, None),
         };
-        let known = ["follow-subpath", "reload-signal", "reload-url", "reload-debounce"];
+        let known = [
+            "follow-subpath",
+            "reload-signal",
+            "reload-url",
+            "reload-debounce",
+        ];
         if !known.contains(&setting) {
             continue;
         }
@@ -203,7 +208,9 @@ pub fn pod_follow(pod: &Pod, defaults: &FollowDefaults) -> (PodFollow, Vec<Annot
         };
         match (setting, container) {
             ("reload-debounce", Some(_)) => {
-                errors.push(fail("the quiet time is the pod's, for every container".into()));
+                errors.push(fail(
+                    "the quiet time is the pod's, for every container".into(),
+                ));
             }
             ("reload-debounce", None) => match parse_debounce(value) {
                 Ok(d) => debounce = d,
@@ -296,7 +303,9 @@ pub fn parse_signal(value: &str) -> Result<Option<Signal>, String> {
     let signal = Signal::from_str(&name)
         .map_err(|_| "not a signal name such as SIGHUP, HUP or SIGUSR1".to_owned())?;
     if matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
-        return Err(format!("{signal} cannot be caught, so it cannot ask for a reload"));
+        return Err(format!(
+            "{signal} cannot be caught, so it cannot ask for a reload"
+        ));
     }
     Ok(Some(signal))
 }
@@ -386,7 +395,9 @@ mod tests {
             reload_signal: Some(Signal::SIGUSR1),
             debounce: Duration::from_millis(5),
         };
-        let p = pod(json!({"nodelet.io/reload-signal.app": "none", "nodelet.io/follow-subpath.app": "false"}));
+        let p = pod(
+            json!({"nodelet.io/reload-signal.app": "none", "nodelet.io/follow-subpath.app": "false"}),
+        );
         let (f, errors) = pod_follow(&p, &defaults);
         assert!(errors.is_empty());
         assert_eq!(f.container("app").unwrap(), &ContainerFollow::default());

@@ -75,7 +75,8 @@ pub(crate) fn plan(
         let text = inner.display().to_string();
         let candidate = real_volume.join("..data").join(&inner);
         let Ok(new) = resolve_within(&candidate, &real_volume) else {
-            out.kept.push((m.target.clone(), Kept::Gone { inner: text }));
+            out.kept
+                .push((m.target.clone(), Kept::Gone { inner: text }));
             continue;
         };
         if &new == current {

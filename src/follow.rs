@@ -1,0 +1,78 @@
+//! Feeds configuration-following (`nodelet_podworker::follow`, FC-1 … FC-9) from the volume
+//! manager's [`VolumeUpdate`]s, one at a time, in order, with the pod as the pod source last
+//! saw it; and tells it of pods seen (their annotations checked) and gone. Only with the
+//! process runtime.
+//!
+//! When updates were lost to a burst (the broadcast lagged), every volume of every pod that
+//! asks for something is taken as updated: a subPath bind already current is left alone, a
+//! reload may come once more than needed, never once less.
+
+use std::sync::Arc;
+
+use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_volume_manager::VolumeUpdate;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::AgentState;
+
+pub(crate) async fn run(state: Arc<AgentState>, shutdown: CancellationToken) {
+    let Some(follow) = state.follow.clone() else {
+        return;
+    };
+    let mut updates = state.volumes.subscribe_updates();
+    loop {
+        let update = tokio::select! {
+            () = shutdown.cancelled() => return,
+            u = updates.recv() => u,
+        };
+        match update {
+            Ok(u) => {
+                if !u.written {
+                    continue;
+                }
+                let pod = state.known_pods.read().get(&u.pod_uid).cloned();
+                if let Some(pod) = pod {
+                    follow.volume_updated(&pod, &u).await;
+                }
+            }
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "volume updates missed; following every volume again"
+                );
+                let pods: Vec<AdmittedPod> = state.known_pods.read().values().cloned().collect();
+                for pod in pods.iter().filter(|p| follow.settings(p).any()) {
+                    for volume in pod.volumes() {
+                        let now = tokio::time::Instant::now();
+                        let update = VolumeUpdate {
+                            pod_uid: pod.uid().clone(),
+                            namespace: pod.namespace().to_owned(),
+                            volume: volume.name().to_owned(),
+                            objects: Vec::new(),
+                            written: true,
+                            change_seen: now,
+                            at: now,
+                        };
+                        follow.volume_updated(pod, &update).await;
+                    }
+                }
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The pod source saw `pod` (added or changed): its annotations are checked.
+pub(crate) fn pod_seen(state: &AgentState, pod: &AdmittedPod) {
+    if let Some(follow) = &state.follow {
+        follow.pod_seen(pod);
+    }
+}
+
+/// The pod source saw pod `uid` deleted.
+pub(crate) fn pod_gone(state: &AgentState, uid: &PodUid) {
+    if let Some(follow) = &state.follow {
+        follow.forget_pod(uid);
+    }
+}
