@@ -69,6 +69,8 @@ impl Agent {
         );
         // One detection for env vars, volumes and the Node status' quantities.
         let allocatable = NodeAllocatable::detect(&config.root_dir);
+        // Set once the process runtime's configuration-following exists (FC-3).
+        let follow_hook = Arc::new(std::sync::OnceLock::new());
         let volumes = crate::parts::volume_manager(
             &config,
             allocatable,
@@ -76,6 +78,7 @@ impl Agent {
             (&configmaps, &secrets),
             &events,
             &tasks,
+            &follow_hook,
         )?;
         let status = StatusWriter::start(
             client.clone(),
@@ -131,12 +134,13 @@ impl Agent {
                     .is_some_and(nodelet_runtime::ProcessRuntime::pod_ipc_namespaces),
             )?,
             follow: processes.as_ref().map(|p| {
-                nodelet_podworker::follow::FollowChange::new(
+                let follow = nodelet_podworker::follow::FollowChange::new(
                     p.clone(),
                     Arc::new(events.clone()),
-                    &config.root_dir,
                     config.follow.clone(),
-                )
+                );
+                let _ = follow_hook.set(follow.clone());
+                follow
             }),
             processes,
             probes,

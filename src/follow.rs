@@ -1,11 +1,11 @@
-//! Feeds configuration-following (`nodelet_podworker::follow`, FC-1 … FC-9) from the volume
-//! manager's [`VolumeUpdate`]s, one at a time, in order, with the pod as the pod source last
-//! saw it; and tells it of pods seen (their annotations checked) and gone. Only with the
-//! process runtime.
+//! Feeds reloads (`nodelet_podworker::follow`, FC-7, FC-8) from the volume manager's
+//! [`VolumeUpdate`]s, in order, with the pod as the pod source last saw it; and tells it of
+//! pods seen (their annotations checked) and gone. Only with the process runtime. (subPath
+//! binds move inside the volume's write: `parts::volume_manager` installs the hook.)
 //!
 //! When updates were lost to a burst (the broadcast lagged), every volume of every pod that
-//! asks for something is taken as updated: a subPath bind already current is left alone, a
-//! reload may come once more than needed, never once less.
+//! asks for a reload is taken as updated: a reload may come once more than needed, never once
+//! less.
 
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ pub(crate) async fn run(state: Arc<AgentState>, shutdown: CancellationToken) {
                 }
                 let pod = state.known_pods.read().get(&u.pod_uid).cloned();
                 if let Some(pod) = pod {
-                    follow.volume_updated(&pod, &u).await;
+                    follow.volume_updated(&pod, &u);
                 }
             }
             Err(RecvError::Lagged(missed)) => {
@@ -54,7 +54,7 @@ pub(crate) async fn run(state: Arc<AgentState>, shutdown: CancellationToken) {
                             change_seen: now,
                             at: now,
                         };
-                        follow.volume_updated(pod, &update).await;
+                        follow.volume_updated(pod, &update);
                     }
                 }
             }

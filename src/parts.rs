@@ -162,8 +162,21 @@ pub(crate) fn volume_manager(
     (configmaps, secrets): (&ConfigMapManager, &SecretManager),
     events: &EventPublisher,
     tasks: &Tasks,
+    follow: &Arc<std::sync::OnceLock<nodelet_podworker::follow::FollowChange>>,
 ) -> anyhow::Result<VolumeManager> {
     let mut vm_config = nodelet_volume_manager::Config::new(config.root_dir.clone());
+    // FC-3: running containers' subPath binds move between a volume's switch and the removal
+    // of its old data.
+    if config.runtime == RuntimeKind::Process {
+        let follow = follow.clone();
+        vm_config.after_swap = Some(nodelet_volume_manager::AfterSwap(Arc::new(
+            move |pod, volume, dir| {
+                if let Some(follow) = follow.get() {
+                    follow.after_swap(pod, volume, dir);
+                }
+            },
+        )));
+    }
     vm_config.node_allocatable = Some(allocatable);
     if config.volumes_on_disk {
         vm_config.memory_medium = MemoryMedium::Disk;

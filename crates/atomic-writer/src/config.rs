@@ -2,6 +2,12 @@
 
 use std::fmt;
 use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A hook called between the switch and the removal of the old data: see
+/// [`WriterConfig::on_switch`].
+pub type SwitchHook = Arc<dyn Fn(&Path) + Send + Sync>;
 
 /// Options of an [`AtomicWriter`](crate::AtomicWriter).
 ///
@@ -21,6 +27,14 @@ pub struct WriterConfig {
     /// Default: `true`. Turn it off for data that is rebuilt after a reboot anyway (tmpfs
     /// volumes, tests), where it only costs latency.
     pub fsync: bool,
+    /// Called once per write that switched `..data` to a new data directory, with that
+    /// directory's path, after the switch and the names are durable and before the old data
+    /// directory is removed (between steps (11) and (12)): while it runs, a reader holding a
+    /// path into the old data still finds it. The hook must not touch the target directory.
+    ///
+    /// Default: none. nodelet uses it to move a running container's bind of an item of the
+    /// old data to the new data before the old is removed.
+    pub on_switch: Option<SwitchHook>,
     /// Test-only seam, see [`fault`]. Not part of the stable API.
     #[doc(hidden)]
     pub fault_hook: Option<fault::FaultHook>,
@@ -30,6 +44,7 @@ impl Default for WriterConfig {
     fn default() -> Self {
         Self {
             fsync: true,
+            on_switch: None,
             fault_hook: None,
         }
     }
@@ -40,6 +55,13 @@ impl WriterConfig {
     #[must_use]
     pub fn fsync(mut self, enabled: bool) -> Self {
         self.fsync = enabled;
+        self
+    }
+
+    /// Sets [`WriterConfig::on_switch`].
+    #[must_use]
+    pub fn on_switch(mut self, hook: SwitchHook) -> Self {
+        self.on_switch = Some(hook);
         self
     }
 
@@ -63,6 +85,7 @@ impl fmt::Debug for WriterConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriterConfig")
             .field("fsync", &self.fsync)
+            .field("on_switch", &self.on_switch.as_ref().map(|_| "<hook>"))
             .field("fault_hook", &self.fault_hook.as_ref().map(|_| "<hook>"))
             .finish()
     }

@@ -252,9 +252,9 @@ mod target;
 mod validate;
 mod writer;
 
-pub use config::WriterConfig;
 #[doc(hidden)]
 pub use config::fault;
+pub use config::{SwitchHook, WriterConfig};
 pub use error::{Error, InvalidPath};
 #[doc(hidden)]
 pub use fsops::probe;

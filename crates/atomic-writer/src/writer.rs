@@ -199,6 +199,11 @@ impl AtomicWriter {
             self.sync_target()?;
         }
 
+        // Between the switch and the removal of the old data: the caller's hook.
+        if changed && let Some(hook) = &self.config.on_switch {
+            hook(&self.target.join(&current));
+        }
+
         // (12) Remove the old data directory and any orphan left by a crash.
         target.remove_old_data_dirs(&current)?;
 
@@ -428,6 +433,49 @@ mod tests {
         assert_send_sync::<AtomicWriter>();
         assert_send_sync::<Payload>();
         assert_send_sync::<Error>();
+    }
+
+    #[test]
+    fn the_switch_hook_runs_once_per_switch_while_the_old_data_is_still_there() {
+        use std::sync::{Arc, Mutex};
+        let tmp = tempfile::tempdir().unwrap();
+        let seen: Arc<Mutex<Vec<(String, Option<String>)>>> = Arc::default();
+        let record = seen.clone();
+        let target = tmp.path().to_path_buf();
+        let hook: crate::SwitchHook = Arc::new(move |new: &std::path::Path| {
+            // The old data directory, if any, besides the new one.
+            let mut old = std::fs::read_dir(&target)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("..") && n.len() > 2 && !n.starts_with("..data"))
+                .filter(|n| Some(n.as_str()) != new.file_name().and_then(|f| f.to_str()))
+                .map(|n| std::fs::read_to_string(target.join(n).join("k")).unwrap());
+            let content = std::fs::read_to_string(new.join("k")).unwrap();
+            record.lock().unwrap().push((content, old.next()));
+        });
+        let config = WriterConfig::default().fsync(false).on_switch(hook);
+        let mut writer = AtomicWriter::new(tmp.path(), config).unwrap();
+        let payload = |v: &str| {
+            let mut p = Payload::new();
+            p.insert(
+                "k",
+                crate::FileProjection::new(v.as_bytes().to_vec(), 0o644),
+            );
+            p
+        };
+        writer.write(&payload("1"), None).unwrap();
+        writer.write(&payload("1"), None).unwrap();
+        writer.write(&payload("2"), None).unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                ("1".to_owned(), None),
+                ("2".to_owned(), Some("1".to_owned()))
+            ],
+            "a first write, no call for an unchanged payload, then the old data still readable"
+        );
     }
 
     #[test]

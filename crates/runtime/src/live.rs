@@ -198,13 +198,11 @@ impl ProcessRuntime {
 
     /// Replaces each of `binds` in the running instance `pid` of `container` (module docs,
     /// steps 1 to 5), in order; stops at the first failure (the binds before it are done).
+    /// Blocks until done (a millisecond or two): call it from a blocking context.
     ///
     /// # Errors
     /// [`LiveError`]: the step that failed.
-    ///
-    /// # Cancel safety
-    /// The work runs on a thread of its own and completes even if this future is dropped.
-    pub async fn rebind(
+    pub fn rebind(
         &self,
         uid: &PodUid,
         container: &str,
@@ -217,18 +215,16 @@ impl ProcessRuntime {
         if self.exec_target(uid, container).map(|(p, _)| p) != Some(pid) {
             return Err(not_running(container));
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("nodelet-rebind".into())
-            .spawn(move || {
-                let _ = tx.send(rebind_in(&ns, &binds));
-            })
-            .map_err(LiveError::Thread)?;
-        rx.await.map_err(|_| {
-            LiveError::Thread(io::Error::other(
-                "the remount thread ended without an answer",
-            ))
-        })?
+            .spawn(move || rebind_in(&ns, &binds))
+            .map_err(LiveError::Thread)?
+            .join()
+            .map_err(|_| {
+                LiveError::Thread(io::Error::other(
+                    "the remount thread ended without an answer",
+                ))
+            })?
     }
 
     /// Sends `signal` to the main process of `container`'s running instance; returns its pid.

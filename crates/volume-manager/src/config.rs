@@ -1,10 +1,11 @@
 //! [`Config`]: the volume manager's options, with the kubelet's timing constants as defaults
 //! (VM-1, VM-9).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use nodelet_core::NodeAllocatable;
+use nodelet_core::{AdmittedPod, NodeAllocatable};
 
 use crate::plugins::PluginRegistry;
 
@@ -48,6 +49,24 @@ pub struct Config {
     pub node_allocatable: Option<NodeAllocatable>,
     /// The volume plugins (default: configMap, secret, projected, downwardAPI, emptyDir).
     pub plugins: PluginRegistry,
+    /// Called in each write of a configMap, secret, projected or downwardAPI volume that
+    /// switched `..data`, before the old data is removed (default none).
+    pub after_swap: Option<AfterSwap>,
+}
+
+/// A hook the writer of a configMap, secret, projected or downwardAPI volume calls between
+/// the `..data` switch and the removal of the old data directory
+/// (`nodelet_atomic_writer::WriterConfig::on_switch`), with the pod, the volume's name and
+/// its directory. It runs on the write's blocking thread, before the SetUp completes (so
+/// before its [`VolumeUpdate`](crate::VolumeUpdate)); it must not touch the volume directory.
+/// The agent uses it to move running containers' subPath binds to the new data (FC-3).
+#[derive(Clone)]
+pub struct AfterSwap(pub Arc<dyn Fn(&AdmittedPod, &str, &Path) + Send + Sync>);
+
+impl std::fmt::Debug for AfterSwap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AfterSwap(<hook>)")
+    }
 }
 
 impl Config {
@@ -63,6 +82,7 @@ impl Config {
             resync_interval: Some(Duration::from_secs(60)),
             node_allocatable: None,
             plugins: PluginRegistry::default(),
+            after_swap: None,
         }
     }
 }

@@ -128,6 +128,7 @@ impl VolumeManager {
             tmpfs,
             config.fsync,
             allocatable,
+            config.after_swap.clone(),
         );
         let state = State {
             dsw: DesiredState::default(),

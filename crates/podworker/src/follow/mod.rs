@@ -5,23 +5,27 @@
 //! over the node's [`FollowDefaults`]); a pod that asks nothing is left exactly as the kubelet
 //! leaves it.
 //!
-//! # On a volume update (FC-3, FC-7)
+//! # subPath binds (FC-3, FC-4)
+//!
+//! The volume manager calls [`FollowChange::after_swap`] from the write of a configMap,
+//! secret, projected or downwardAPI volume, after its `..data` switch and before the old data
+//! directory is removed (`nodelet_volume_manager::AfterSwap`). For each container and init
+//! container of the pod that asks for `follow-subpath` and mounts the volume with a subPath:
+//! read the binds of its running instance, plan the new sources (`subpath.rs`) and replace
+//! them in its mount namespace (`nodelet_runtime::ProcessRuntime::rebind`). The old data is
+//! still there meanwhile, so a subPath file or directory never shows missing or empty. A bind
+//! that cannot follow keeps its old content, and a Warning event
+//! [`reasons::FAILED_SUBPATH_UPDATE`] says why.
+//!
+//! # Reloads (FC-7, FC-8)
 //!
 //! The agent hands each `nodelet_volume_manager::VolumeUpdate` that wrote new content (the
-//! swap is complete) to [`FollowChange::volume_updated`], one at a time, in order. For each
-//! container and init container of the pod that mounts the volume:
-//!
-//! 1. With `follow-subpath` and a subPath mount of that volume: read the binds of its running
-//!    instance, plan the new sources (`subpath.rs`) and replace them in its mount namespace
-//!    (`nodelet_runtime::ProcessRuntime::rebind`); a bind that cannot follow keeps its old
-//!    content, and a Warning event [`reasons::FAILED_SUBPATH_UPDATE`] says why.
-//! 2. With a reload signal or URL: record an update in the container's burst (`reload.rs`);
-//!    when the burst ends, the signal goes to the main process of the instance running then,
-//!    then the POST; each failure is a Warning event [`reasons::FAILED_RELOAD`]. A container
-//!    not running gets nothing (it reads its configuration when it starts).
-//!
-//! Step 1 completes before step 2 records the update, so a reload comes after the container's
-//! subPath files are new.
+//! SetUp is complete, subPath binds included) to [`FollowChange::volume_updated`]. Each
+//! container of the pod that mounts the volume and asks for a reload signal or URL records an
+//! update in its burst (`reload.rs`); when the burst ends, the signal goes to the main process
+//! of the instance running then, then the POST; each failure is a Warning event
+//! [`reasons::FAILED_RELOAD`]. A container not running gets nothing (it reads its
+//! configuration when it starts).
 
 pub mod options;
 mod reload;
@@ -32,9 +36,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nodelet_core::events::EventType;
-use nodelet_core::{AdmittedPod, PodDirs, PodUid};
+use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_runtime::{LiveError, ProcessRuntime};
-use nodelet_volume_manager::{PluginRegistry, VolumeUpdate};
+use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
 use crate::seams::EventSink;
@@ -63,7 +67,6 @@ pub struct FollowChange {
 struct Inner {
     runtime: ProcessRuntime,
     events: Arc<dyn EventSink>,
-    dirs: PodDirs,
     defaults: FollowDefaults,
     /// What each replaced bind shows now, by container.
     bound: Mutex<HashMap<ContainerKey, Bound>>,
@@ -91,18 +94,16 @@ impl std::fmt::Debug for FollowChange {
 }
 
 impl FollowChange {
-    /// Follows changes for `runtime`'s containers, pods under `root_dir`, events to `events`.
+    /// Follows changes for `runtime`'s containers, events to `events`.
     pub fn new(
         runtime: ProcessRuntime,
         events: Arc<dyn EventSink>,
-        root_dir: &Path,
         defaults: FollowDefaults,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 runtime,
                 events,
-                dirs: PodDirs::new(root_dir),
                 defaults,
                 bound: Mutex::default(),
                 bursts: reload::Bursts::new(),
@@ -156,79 +157,38 @@ impl FollowChange {
         self.inner.bound.lock().retain(|(u, _), _| u != uid);
     }
 
-    /// Steps 1 and 2 of the module docs for `update`, a volume of `pod` set up again. Does
-    /// nothing when no new content was written.
-    pub async fn volume_updated(&self, pod: &AdmittedPod, update: &VolumeUpdate) {
+    /// The subPath binds of `pod`'s running containers that read `volume` (at `dir`) move to
+    /// its new data (module docs). Called between the switch and the removal of the old data;
+    /// blocks while the binds are replaced.
+    pub fn after_swap(&self, pod: &AdmittedPod, volume: &str, dir: &Path) {
+        let settings = self.settings(pod);
+        for (container, sub_path) in mounting(pod, volume) {
+            let wants = settings.container(&container);
+            if sub_path && wants.is_some_and(|w| w.sub_path) {
+                self.follow_sub_paths(pod, &container, volume, dir);
+            }
+        }
+    }
+
+    /// Reloads (module docs) for `update`, a volume of `pod` set up again. Does nothing when
+    /// no new content was written.
+    pub fn volume_updated(&self, pod: &AdmittedPod, update: &VolumeUpdate) {
         if !update.written || update.pod_uid != *pod.uid() {
             return;
         }
         let settings = self.settings(pod);
-        if !settings.any() {
+        if !settings.containers.values().any(ContainerFollow::reloads) {
             return;
         }
-        let Some(volume) = pod.volume(&update.volume) else {
-            return;
-        };
-        let followable = volume.config_map().is_some()
-            || volume.secret().is_some()
-            || volume.projected().is_some()
-            || volume.downward_api().is_some();
-        if !followable {
-            return;
-        }
-        let registry = PluginRegistry::default();
-        let Some(plugin) = registry.find(&volume.to_volume()) else {
-            return;
-        };
-        let volume_dir = self
-            .inner
-            .dirs
-            .volume(pod.uid(), plugin.name(), volume.name());
-        // The containers that mount the volume, and whether with a subPath.
-        let mut mounting: Vec<(String, bool)> = Vec::new();
-        if let Some(spec) = &pod.spec {
-            for container in spec
-                .init_containers
-                .iter()
-                .flatten()
-                .chain(&spec.containers)
-            {
-                let mounts = container.volume_mounts.iter().flatten();
-                let mut mounts = mounts.filter(|m| m.name == update.volume).peekable();
-                if mounts.peek().is_none() {
-                    continue;
-                }
-                let sub_path = mounts.any(|m| {
-                    m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
-                        || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
-                });
-                mounting.push((container.name.clone(), sub_path));
-            }
-        }
-        for (container, sub_path) in mounting {
-            let Some(wants) = settings.container(&container) else {
-                continue;
-            };
-            // (1)
-            if wants.sub_path && sub_path {
-                self.follow_sub_paths(pod, &container, &update.volume, &volume_dir)
-                    .await;
-            }
-            // (2)
-            if wants.reloads() {
+        for (container, _) in mounting(pod, &update.volume) {
+            if let Some(wants) = settings.container(&container).filter(|w| w.reloads()) {
                 self.reload(pod, &container, wants, &settings);
             }
         }
     }
 
-    /// Step 1 for one container.
-    async fn follow_sub_paths(
-        &self,
-        pod: &AdmittedPod,
-        container: &str,
-        volume: &str,
-        volume_dir: &Path,
-    ) {
+    /// subPath binds for one container.
+    fn follow_sub_paths(&self, pod: &AdmittedPod, container: &str, volume: &str, dir: &Path) {
         let runtime = &self.inner.runtime;
         let running = match runtime.running_mounts(pod.uid(), container) {
             Ok(r) => r,
@@ -247,7 +207,7 @@ impl FollowChange {
             }
             entry.sources.clone()
         };
-        let plan = subpath::plan(volume_dir, &running.mounts, &bound);
+        let plan = subpath::plan(dir, &running.mounts, &bound);
         for (target, why) in &plan.kept {
             self.subpath_failed(pod, container, volume, Some(target), &why.to_string());
         }
@@ -255,10 +215,7 @@ impl FollowChange {
             return;
         }
         let rebinds = plan.rebinds.clone();
-        let result = runtime
-            .rebind(pod.uid(), container, running.pid, plan.rebinds)
-            .await;
-        match result {
+        match runtime.rebind(pod.uid(), container, running.pid, plan.rebinds) {
             Ok(()) => {
                 let mut all = self.inner.bound.lock();
                 if let Some(entry) = all.get_mut(&key).filter(|e| e.pid == running.pid) {
@@ -327,6 +284,33 @@ impl FollowChange {
                 }
             });
     }
+}
+
+/// The containers and init containers of `pod` that mount `volume`, and whether one of those
+/// mounts has a subPath.
+fn mounting(pod: &AdmittedPod, volume: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let Some(spec) = &pod.spec else {
+        return out;
+    };
+    for container in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        let mounts = container.volume_mounts.iter().flatten();
+        let mut mounts = mounts.filter(|m| m.name == volume).peekable();
+        if mounts.peek().is_none() {
+            continue;
+        }
+        let sub_path = mounts.any(|m| {
+            m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+        });
+        out.push((container.name.clone(), sub_path));
+    }
+    out
 }
 
 /// The end of a burst: the signal, then the POST, to the instance running now.

@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nodelet_atomic_writer::{AtomicWriter, Payload, WriteOutcome, WriterConfig};
+use nodelet_atomic_writer::{AtomicWriter, Payload, SwitchHook, WriteOutcome, WriterConfig};
 use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs, PodUid, PodVolume};
 use nodelet_object_manager::{ConfigMapManager, SecretManager};
 use nodelet_sources::Sources;
@@ -72,6 +72,8 @@ pub struct VolumeHost {
     tmpfs: bool,
     fsync: bool,
     allocatable: NodeAllocatable,
+    /// Called between a write's switch and the removal of the old data.
+    after_swap: Option<crate::AfterSwap>,
     /// [`WRITE_SLOTS`] places for payloads being built and written ([`VolumeHost::write_slot`]).
     write_slots: Arc<Semaphore>,
 }
@@ -110,6 +112,7 @@ impl VolumeHost {
         tmpfs: bool,
         fsync: bool,
         allocatable: NodeAllocatable,
+        after_swap: Option<crate::AfterSwap>,
     ) -> Self {
         Self {
             dirs: PodDirs::new(root_dir),
@@ -119,6 +122,7 @@ impl VolumeHost {
             tmpfs,
             fsync,
             allocatable,
+            after_swap,
             write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
         }
     }
@@ -207,6 +211,16 @@ impl VolumeHost {
             fs_group: ctx.fs_group,
             nested: nested_mountpoints(ctx.pod, ctx.volume.name()),
             remount: ctx.remount,
+            on_switch: self.after_swap.clone().map(|hook| {
+                let (pod, volume, dir) = (
+                    ctx.pod.clone(),
+                    ctx.volume.name().to_owned(),
+                    ctx.dir.to_path_buf(),
+                );
+                let on_switch: SwitchHook =
+                    Arc::new(move |_new: &Path| (hook.0)(&pod, &volume, &dir));
+                on_switch
+            }),
         };
         let dir = job.dir.clone();
         tokio::task::spawn_blocking(move || job.run(&payload))
@@ -264,6 +278,8 @@ struct WriteJob {
     fs_group: Option<u32>,
     nested: Vec<String>,
     remount: bool,
+    /// [`crate::AfterSwap`] bound to this volume.
+    on_switch: Option<SwitchHook>,
 }
 
 impl WriteJob {
@@ -291,7 +307,8 @@ impl WriteJob {
             }
         })?;
         // (8) The writer; tmpfs content does not survive a reboot, so no fsync there.
-        let config = WriterConfig::default().fsync(self.fsync && !self.tmpfs);
+        let mut config = WriterConfig::default().fsync(self.fsync && !self.tmpfs);
+        config.on_switch = self.on_switch.clone();
         let mut writer =
             AtomicWriter::new(&self.dir, config).map_err(|e| SetUpError::Write(Arc::new(e)))?;
         // (9) Write; fsGroup is applied to the whole volume directory when data changes.
@@ -478,6 +495,7 @@ mod tests {
             fs_group: None,
             nested: Vec::new(),
             remount,
+            on_switch: None,
         }
     }
 

@@ -321,6 +321,7 @@ mod tests {
             false,
             false,
             NodeAllocatable::detect(Path::new("/")),
+            None,
         )
     }
 
