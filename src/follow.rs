@@ -1,4 +1,4 @@
-//! Feeds reloads (`nodelet_podworker::follow`, FC-7, FC-8) from the volume manager's
+//! Feeds reloads (`nodelet_podworker::follow`, FC-5, FC-6) from the volume manager's
 //! [`VolumeUpdate`]s, in order, with the pod as the pod source last saw it; and tells it of
 //! pods seen (their annotations checked) and gone. Only with the process runtime. (subPath
 //! binds move inside the volume's write: `parts::volume_manager` installs the hook.)

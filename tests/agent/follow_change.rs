@@ -1,4 +1,4 @@
-//! Configuration that follows a change (nodelet's own, FC-1 … FC-9) under the process runtime,
+//! Configuration that follows a change (nodelet's own, FC-1 … FC-7) under the process runtime,
 //! against `nodelet-apiserver`: a subPath file and directory replaced in the running container
 //! while a reader loops on them, a reload signal per burst of updates, a reload URL, bad
 //! annotations and failed deliveries as Warning events, and a container without annotations

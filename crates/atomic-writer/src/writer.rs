@@ -439,7 +439,9 @@ mod tests {
     fn the_switch_hook_runs_once_per_switch_while_the_old_data_is_still_there() {
         use std::sync::{Arc, Mutex};
         let tmp = tempfile::tempdir().unwrap();
-        let seen: Arc<Mutex<Vec<(String, Option<String>)>>> = Arc::default();
+        /// (new content, old content still there) per call.
+        type Calls = Vec<(String, Option<String>)>;
+        let seen: Arc<Mutex<Calls>> = Arc::default();
         let record = seen.clone();
         let target = tmp.path().to_path_buf();
         let hook: crate::SwitchHook = Arc::new(move |new: &std::path::Path| {

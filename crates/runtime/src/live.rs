@@ -1,5 +1,5 @@
 //! Changes made to a running container from outside it, for configuration that follows a
-//! change (nodelet's own, FC-3, FC-8): a bind mount replaced in place by a new host path
+//! change (nodelet's own, FC-3, FC-5): a bind mount replaced in place by a new host path
 //! ([`ProcessRuntime::rebind`]), and a signal to the container's main process
 //! ([`ProcessRuntime::signal`]). The runtime only does what it is asked; which mount, which
 //! path and when are the pod worker's (`nodelet_podworker::follow`).

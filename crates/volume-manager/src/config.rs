@@ -61,7 +61,10 @@ pub struct Config {
 /// before its [`VolumeUpdate`](crate::VolumeUpdate)); it must not touch the volume directory.
 /// The agent uses it to move running containers' subPath binds to the new data (FC-3).
 #[derive(Clone)]
-pub struct AfterSwap(pub Arc<dyn Fn(&AdmittedPod, &str, &Path) + Send + Sync>);
+pub struct AfterSwap(pub Arc<AfterSwapFn>);
+
+/// The function an [`AfterSwap`] holds: pod, volume name, volume directory.
+pub type AfterSwapFn = dyn Fn(&AdmittedPod, &str, &Path) + Send + Sync;
 
 impl std::fmt::Debug for AfterSwap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -268,7 +268,7 @@ mod reconstruct;
 mod snapshot;
 mod updates;
 
-pub use config::{AfterSwap, Config, MemoryMedium};
+pub use config::{AfterSwap, AfterSwapFn, Config, MemoryMedium};
 pub use error::{Error, NodeFault, SetUpError, WaitCause};
 pub use manager::VolumeManager;
 pub use plugins::{PluginRegistry, VolumePlugin};

@@ -128,8 +128,8 @@ impl VolumeManager {
             tmpfs,
             config.fsync,
             allocatable,
-            config.after_swap.clone(),
-        );
+        )
+        .with_after_swap(config.after_swap.clone());
         let state = State {
             dsw: DesiredState::default(),
             asw: ActualState::default(),

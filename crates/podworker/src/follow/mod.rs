@@ -1,4 +1,4 @@
-//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-9), under
+//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-7), under
 //! the process runtime: after a volume's `..data` swap, the subPath binds of the containers
 //! that mount it are replaced in place, and the containers that ask for it get a reload
 //! signal or a POST to a local URL. Opt-in per pod ([`options`]: `nodelet.io/` annotations
@@ -17,7 +17,7 @@
 //! that cannot follow keeps its old content, and a Warning event
 //! [`reasons::FAILED_SUBPATH_UPDATE`] says why.
 //!
-//! # Reloads (FC-7, FC-8)
+//! # Reloads (FC-5, FC-6)
 //!
 //! The agent hands each `nodelet_volume_manager::VolumeUpdate` that wrote new content (the
 //! SetUp is complete, subPath binds included) to [`FollowChange::volume_updated`]. Each

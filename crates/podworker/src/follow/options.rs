@@ -24,14 +24,14 @@ use nix::sys::signal::Signal;
 pub const PREFIX: &str = "nodelet.io/";
 /// subPath mounts follow updates (FC-3).
 pub const FOLLOW_SUBPATH: &str = "nodelet.io/follow-subpath";
-/// A signal to the main process after a volume update (FC-7).
+/// A signal to the main process after a volume update (FC-5).
 pub const RELOAD_SIGNAL: &str = "nodelet.io/reload-signal";
-/// A POST to a local URL after a volume update (FC-7).
+/// A POST to a local URL after a volume update (FC-5).
 pub const RELOAD_URL: &str = "nodelet.io/reload-url";
-/// The quiet time that ends a burst of updates (FC-8).
+/// The quiet time that ends a burst of updates (FC-6).
 pub const RELOAD_DEBOUNCE: &str = "nodelet.io/reload-debounce";
 
-/// The default quiet time that ends a burst (FC-8).
+/// The default quiet time that ends a burst (FC-6).
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
 /// The longest quiet time a pod may ask for.
 pub const MAX_DEBOUNCE: Duration = Duration::from_secs(60);

@@ -1,8 +1,8 @@
-//! Reload requests (FC-7, FC-8): a burst of volume updates for one container becomes one
+//! Reload requests (FC-5, FC-6): a burst of volume updates for one container becomes one
 //! delivery, after a quiet time; the delivery is a signal to the main process or a POST to a
 //! local URL (as configmap-reload does).
 //!
-//! # The burst (FC-8)
+//! # The burst (FC-6)
 //!
 //! 1. The first update of a container with no burst open opens one: a task waits.
 //! 2. Each later update restarts the quiet time: the burst ends when `quiet` passed without an
@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::options::ReloadUrl;
 
-/// The longest a burst is held open (FC-8).
+/// The longest a burst is held open (FC-6).
 pub const MAX_BURST: Duration = Duration::from_secs(5);
 /// How long a reload URL may take to answer.
 pub const URL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,10 +57,10 @@ impl<K: Eq + Hash + Clone + Send + 'static> Bursts<K> {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let mut open = self.open.lock();
-        if let Some(tx) = open.get(&key) {
-            if tx.send(()).is_ok() {
-                return;
-            }
+        if let Some(tx) = open.get(&key)
+            && tx.send(()).is_ok()
+        {
+            return;
         }
         // (1)
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -112,7 +112,6 @@ impl VolumeHost {
         tmpfs: bool,
         fsync: bool,
         allocatable: NodeAllocatable,
-        after_swap: Option<crate::AfterSwap>,
     ) -> Self {
         Self {
             dirs: PodDirs::new(root_dir),
@@ -122,9 +121,16 @@ impl VolumeHost {
             tmpfs,
             fsync,
             allocatable,
-            after_swap,
+            after_swap: None,
             write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
         }
+    }
+
+    /// This host with `hook` called in each write between the switch and the removal of the
+    /// old data ([`crate::Config::after_swap`]).
+    pub(crate) fn with_after_swap(mut self, hook: Option<crate::AfterSwap>) -> Self {
+        self.after_swap = hook;
+        self
     }
 
     /// Waits for one of [`WRITE_SLOTS`] places to build and write a payload. A plugin takes it

@@ -321,7 +321,6 @@ mod tests {
             false,
             false,
             NodeAllocatable::detect(Path::new("/")),
-            None,
         )
     }
 
