@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
 use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
 use nodelet_podworker::{EnvSources, SyncerParts};
+use nodelet_reporting::{EventConfig, EventPublisher};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -17,7 +18,6 @@ use tracing::{info_span, warn};
 
 use crate::api_client::ApiClient;
 use crate::config::AgentConfig;
-use crate::events::EventPublisher;
 use crate::metrics::Metrics;
 use crate::parts::{Gates, Tasks};
 use crate::pods_view::PodsView;
@@ -61,9 +61,9 @@ impl Agent {
         let metrics = Metrics::for_transport(counters, config.allocator);
         let (configmaps, secrets) = crate::parts::object_managers(&config, &client)?;
         let events = EventPublisher::start(
+            EventConfig::new(&config.node_name),
             client.clone(),
-            &config.node_name,
-            metrics.clone(),
+            metrics.reporting(),
             tasks.shutdown.clone(),
             &tasks.tracker,
         );

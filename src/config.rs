@@ -86,9 +86,6 @@ pub struct AgentConfig {
     /// The taints the Node is created with (`--register-with-taints`); `None`: the
     /// `nodelet.io/agent` NoSchedule taint.
     pub register_with_taints: Option<Vec<NodeTaint>>,
-    /// The port published as the Node's `daemonEndpoints.kubeletEndpoint.Port` (set by the
-    /// agent once its kubelet API listens).
-    pub kubelet_advertised_port: Option<u16>,
     /// Where the kubelet API listens (`--kubelet-port` and KubeletConfiguration `address` /
     /// `port`; port 0 here: any free port). `None`: not served. [`AgentConfig::new`] leaves it
     /// off; the command line's default is `0.0.0.0:10250` (`--kubelet-port 0` turns it off).
@@ -236,7 +233,6 @@ impl AgentConfig {
             node_ip: None,
             crash_backoff: nodelet_runtime::Backoff::default(),
             register_with_taints: None,
-            kubelet_advertised_port: None,
             kubelet_listen: None,
             tls_cert_file: None,
             tls_private_key_file: None,

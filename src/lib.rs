@@ -62,7 +62,6 @@ mod api_client;
 mod api_health;
 pub mod cli;
 mod config;
-mod events;
 mod follow;
 mod http;
 pub mod inspect;
@@ -71,7 +70,6 @@ mod lock;
 pub mod logs_cmd;
 mod memory;
 mod metrics;
-mod node;
 mod parts;
 mod pod_source;
 mod pod_watch;
@@ -104,7 +102,7 @@ pub use config::{
 };
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
-pub use node::AGENT_TAINT_KEY;
+pub use nodelet_reporting::AGENT_TAINT_KEY;
 
 /// An embedded API server seeded from a manifests directory, with the agent's client.
 #[cfg(feature = "embedded")]

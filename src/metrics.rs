@@ -12,31 +12,12 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
+use nodelet_reporting::{Counters as ReportCounters, EventDrop, WriteTarget};
 use nodelet_transport::Counters;
 
 use crate::memory::AllocatorHooks;
 
 type Labels = Vec<(String, String)>;
-
-/// Why a pod event was not published (`reason` of `nodelet_events_dropped_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EventDrop {
-    /// The publisher's queue was full.
-    QueueFull,
-    /// The spam filter had no token for the pod.
-    SpamFilter,
-}
-
-impl EventDrop {
-    const ALL: [EventDrop; 2] = [EventDrop::QueueFull, EventDrop::SpamFilter];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            EventDrop::QueueFull => "queue_full",
-            EventDrop::SpamFilter => "spam_filter",
-        }
-    }
-}
 
 /// The agent's metrics. Cheap to clone.
 #[derive(Clone)]
@@ -71,6 +52,9 @@ struct Inner {
     /// open connections are read from it at each scrape.
     transport: Option<Counters>,
     events_dropped: Family<Labels, Counter>,
+    /// What the reporting parts (events, node, lease) count: write failures and dropped
+    /// events are read from it at each scrape.
+    reporting: ReportCounters,
     /// Refreshed from the allocator at each scrape; `None` where it gives no figure.
     heap_allocated: Option<Gauge>,
     /// What the program's allocator reports (installed by the binary); `None`: nothing.
@@ -218,26 +202,23 @@ impl Metrics {
                 watch_last_success,
                 transport,
                 events_dropped,
+                reporting: ReportCounters::default(),
                 heap_allocated,
                 allocator,
             }),
         }
     }
 
-    /// Count one failed write that was logged (`what`: pod_status, event, node_registration,
-    /// lease, node_status).
-    pub fn api_write_failed(&self, what: &str) {
+    /// The counters the reporting parts (`nodelet-reporting`) count in; read at each scrape.
+    pub(crate) fn reporting(&self) -> ReportCounters {
+        self.inner.reporting.clone()
+    }
+
+    /// Count one failed write that was logged (`what`: pod_status).
+    pub(crate) fn api_write_failed(&self, what: &str) {
         self.inner
             .api_write_failures
             .get_or_create(&vec![("what".to_owned(), what.to_owned())])
-            .inc();
-    }
-
-    /// Count one pod event that was not published.
-    pub(crate) fn event_dropped(&self, reason: EventDrop) {
-        self.inner
-            .events_dropped
-            .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())])
             .inc();
     }
 
@@ -319,6 +300,7 @@ impl Metrics {
             if let Some(counters) = &self.inner.transport {
                 self.refresh_from(counters);
             }
+            self.refresh_reporting();
             if let (Some(gauge), Some(bytes)) = (
                 &self.inner.heap_allocated,
                 self.inner.allocator.and_then(|a| (a.allocated_bytes)()),
@@ -328,6 +310,21 @@ impl Metrics {
             let _ = encode(&mut out, &registry);
         }
         out
+    }
+
+    /// Copies the reporting parts' counts into the write-failure and dropped-event counters.
+    fn refresh_reporting(&self) {
+        let counters = &self.inner.reporting;
+        for target in WriteTarget::ALL {
+            let n = counters.write_failures(target);
+            if n > 0 {
+                follow(&self.inner.api_write_failures, "what", target.as_str(), n);
+            }
+        }
+        for reason in EventDrop::ALL {
+            let n = counters.events_dropped(reason);
+            follow(&self.inner.events_dropped, "reason", reason.as_str(), n);
+        }
     }
 
     /// Copies the transport's counts into the request, retry and connection metrics.
@@ -367,6 +364,16 @@ impl Metrics {
     }
 }
 
+/// Advances the counter `label=value` of `family` to `n`: the source's count only grows, the
+/// Prometheus counter follows it.
+fn follow(family: &Family<Labels, Counter>, label: &str, value: &str, n: u64) {
+    let counter = family.get_or_create(&vec![(label.to_owned(), value.to_owned())]);
+    let seen = counter.get();
+    if n > seen {
+        counter.inc_by(n - seen);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,6 +406,32 @@ mod tests {
             Some(42.0),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_reporting_parts_counts_are_exported_and_the_dropped_series_exist_from_the_start() {
+        let metrics = Metrics::new();
+        let line = |text: &str, series: &str| {
+            text.lines()
+                .find(|l| l.starts_with(series))
+                .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+        };
+        let queue_full = "nodelet_events_dropped_total{reason=\"queue_full\"}";
+        let lease = "nodelet_api_write_failures_total{what=\"lease\"}";
+        let text = metrics.encode();
+        assert_eq!(line(&text, queue_full).as_deref(), Some("0"), "{text}");
+        assert_eq!(line(&text, lease), None, "{text}");
+        let counters = metrics.reporting();
+        for _ in 0..3 {
+            counters.event_dropped(EventDrop::QueueFull);
+        }
+        counters.write_failed(WriteTarget::Lease);
+        let text = metrics.encode();
+        assert_eq!(line(&text, queue_full).as_deref(), Some("3"), "{text}");
+        assert_eq!(line(&text, lease).as_deref(), Some("1"), "{text}");
+        // A second scrape counts nothing twice.
+        let text = metrics.encode();
+        assert_eq!(line(&text, queue_full).as_deref(), Some("3"), "{text}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Taint};
 use nodelet_core::{Feature, FeatureGates, NodeAllocatable};
 use nodelet_kubelet_api::KubeletApiConfig;
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
@@ -21,10 +21,10 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, info};
 
 use crate::config::{AgentConfig, RuntimeKind};
-use crate::events::EventPublisher;
 use crate::kubelet_host::AgentHost;
 use crate::pod_source::Admission;
 use crate::state::AgentState;
+use nodelet_reporting::{EventPublisher, NodeConfig};
 
 /// The agent's background tasks: one cancellation token and one tracker for all.
 #[derive(Default)]
@@ -118,13 +118,38 @@ pub(crate) fn register_node(
     state: &AgentState,
     tasks: &Tasks,
 ) {
-    let mut node_config = config.clone();
-    node_config.kubelet_advertised_port = port;
+    let mut node = NodeConfig::new(&config.node_name, &config.root_dir);
+    node.labels = config.node_labels.clone();
+    node.taints = config.register_with_taints.as_ref().map(|taints| {
+        taints
+            .iter()
+            .map(|t| Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                time_added: None,
+            })
+            .collect()
+    });
+    node.lease_renew_interval = config.lease_renew_interval;
+    node.lease_duration_seconds = config.lease_duration_seconds;
+    node.node_ip = config.node_ip;
+    node.kubelet_listen = config.kubelet_listen;
+    node.kubelet_port = port;
+    match config.runtime {
+        RuntimeKind::Config => node.runtime_name = "nodelet-env-file".to_owned(),
+        RuntimeKind::Process => {
+            node.runtime_name = "nodelet-process".to_owned();
+            // The process runtime needs its namespaces.
+            node.runtime_ready =
+                || nodelet_runtime::sandbox::check_support().map_err(|e| e.to_string());
+        }
+    }
     tasks.spawn_in(
-        crate::node::run(
-            node_config,
+        nodelet_reporting::run_node(
+            node,
             client,
-            state.metrics.clone(),
+            state.metrics.reporting(),
             tasks.shutdown.clone(),
         ),
         tracing::info_span!("node", node = %config.node_name),

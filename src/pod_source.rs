@@ -34,8 +34,8 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::events::EventPublisher;
 use crate::state::AgentState;
+use nodelet_reporting::EventPublisher;
 
 /// How often finished workers of pods no longer known are forgotten (the kubelet's
 /// housekeeping period).

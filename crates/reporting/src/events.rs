@@ -74,36 +74,56 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::metrics::{EventDrop, Metrics};
+use crate::counters::{Counters, EventDrop, WriteTarget};
 
 mod limits;
 
-pub(crate) use limits::CACHE_CAPACITY;
+pub use limits::CACHE_CAPACITY;
 use limits::{Aggregated, Aggregator, SimilarKey, SpamFilter, lru_cache, truncate_message};
 
 /// A repeat of an identical event within this time of its last occurrence updates the existing
 /// Event (count, lastTimestamp) instead of creating a new one.
-pub(crate) const AGGREGATION_WINDOW: Duration = Duration::from_secs(10 * 60);
+pub const AGGREGATION_WINDOW: Duration = Duration::from_secs(10 * 60);
 
 /// The component name written to `source.component` and `reportingComponent`.
-pub(crate) const COMPONENT: &str = "nodelet";
+pub const COMPONENT: &str = "nodelet";
 
 /// How many events may wait for the publishing task (client-go's `maxQueuedEvents`); beyond it
 /// new events are dropped and counted (module docs, "The queue").
-pub(crate) const QUEUE_CAPACITY: usize = 1000;
+pub const QUEUE_CAPACITY: usize = 1000;
 
 /// A non-blocking event sink: `event` queues, a background task publishes. Implements the
 /// event seams of both `nodelet-podworker` and `nodelet-volume-manager`.
 #[derive(Debug, Clone)]
-pub(crate) struct EventPublisher {
+pub struct EventPublisher {
     tx: mpsc::Sender<Message>,
-    metrics: Metrics,
+    counters: Counters,
+}
+
+/// How an [`EventPublisher`] publishes. [`EventConfig::new`] gives client-go's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventConfig {
+    /// The node's name: `source.host` and `reportingInstance` of every Event.
+    pub node_name: String,
+    /// How many events may wait for the publishing task ([`QUEUE_CAPACITY`]; at least one).
+    pub queue_capacity: usize,
+}
+
+impl EventConfig {
+    /// Events of node `node_name` with a queue of [`QUEUE_CAPACITY`].
+    pub fn new(node_name: impl Into<String>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            queue_capacity: QUEUE_CAPACITY,
+        }
+    }
 }
 
 /// [`EventPublisher::forget`] found the queue full: nothing was forgotten; ask again later.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the event queue is full: pod {0} not forgotten yet")]
-pub(crate) struct QueueFull(pub(crate) PodUid);
+pub struct QueueFull(pub PodUid);
 
 /// What the queue carries, in order.
 // By value: a queue slot is an event's size either way, and forgets are rare (one per pod).
@@ -169,32 +189,21 @@ pub(crate) struct Correlator {
 }
 
 impl EventPublisher {
-    /// A publisher for `node` through `client` with a queue of [`QUEUE_CAPACITY`]; the task
-    /// ends on `shutdown` (pending events are dropped).
-    pub(crate) fn start(
+    /// A publisher as `config` says through `client`, counting what it drops and fails to
+    /// write in `counters`; its task (one of `tracker`'s) ends on `shutdown` (pending events
+    /// are dropped).
+    pub fn start(
+        config: EventConfig,
         client: kube::Client,
-        node: &str,
-        metrics: Metrics,
+        counters: Counters,
         shutdown: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
-        Self::with_capacity(client, node, metrics, shutdown, tracker, QUEUE_CAPACITY)
-    }
-
-    /// [`start`](Self::start) with a queue of `capacity` events (at least one).
-    fn with_capacity(
-        client: kube::Client,
-        node: &str,
-        metrics: Metrics,
-        shutdown: CancellationToken,
-        tracker: &tokio_util::task::TaskTracker,
-        capacity: usize,
-    ) -> Self {
-        let (tx, mut rx) = mpsc::channel::<Message>(capacity.max(1));
+        let (tx, mut rx) = mpsc::channel::<Message>(config.queue_capacity.max(1));
         let mut writer = Writer {
             client,
-            node: node.to_owned(),
-            metrics: metrics.clone(),
+            node: config.node_name,
+            counters: counters.clone(),
             correlator: Correlator::new(AGGREGATION_WINDOW, CACHE_CAPACITY),
             aggregator: Aggregator::default(),
             spam: SpamFilter::default(),
@@ -220,7 +229,7 @@ impl EventPublisher {
                 }
             }
         });
-        Self { tx, metrics }
+        Self { tx, counters }
     }
 
     /// Forgets what the caches hold about pod `uid` once the events queued before are
@@ -229,7 +238,7 @@ impl EventPublisher {
     ///
     /// # Errors
     /// [`QueueFull`]: the queue has no room; nothing was forgotten, call again later.
-    pub(crate) fn forget(&self, uid: &PodUid) -> Result<(), QueueFull> {
+    pub fn forget(&self, uid: &PodUid) -> Result<(), QueueFull> {
         match self.tx.try_send(Message::Forget(uid.clone())) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => Err(QueueFull(uid.clone())),
@@ -256,7 +265,7 @@ impl EventPublisher {
         match self.tx.try_send(Message::Event(event)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(Message::Event(event))) => {
-                self.metrics.event_dropped(EventDrop::QueueFull);
+                self.counters.event_dropped(EventDrop::QueueFull);
                 debug!(
                     reason = %event.reason,
                     pod.namespace = event.pod.namespace.as_deref().unwrap_or_default(),
@@ -347,7 +356,7 @@ impl EventNames {
 struct Writer {
     client: kube::Client,
     node: String,
-    metrics: Metrics,
+    counters: Counters,
     correlator: Correlator,
     aggregator: Aggregator,
     spam: SpamFilter,
@@ -400,7 +409,7 @@ impl Writer {
         let step = self.correlator.step(&key, at);
         // (3) The spam filter, for creations and repeats alike.
         if !self.spam.allow(&uid, at) {
-            self.metrics.event_dropped(EventDrop::SpamFilter);
+            self.counters.event_dropped(EventDrop::SpamFilter);
             debug!(
                 reason = %event.reason,
                 pod.namespace = %namespace,
@@ -454,7 +463,7 @@ impl Writer {
                 },
             ),
             Err(error) => {
-                self.metrics.api_write_failed("event");
+                self.counters.write_failed(WriteTarget::Event);
                 debug!(
                     %error,
                     reason = %event.reason,
@@ -531,14 +540,15 @@ mod tests {
         }
 
         /// A publisher for node `n1` with a queue of `capacity`.
-        fn publisher(&self, metrics: Metrics, capacity: usize) -> EventPublisher {
-            EventPublisher::with_capacity(
+        fn publisher(&self, counters: Counters, capacity: usize) -> EventPublisher {
+            let mut config = EventConfig::new("n1");
+            config.queue_capacity = capacity;
+            EventPublisher::start(
+                config,
                 self.server.client(),
-                "n1",
-                metrics,
+                counters,
                 self.shutdown.clone(),
                 &self.tracker,
-                capacity,
             )
         }
 
@@ -691,7 +701,7 @@ mod tests {
 
         let bed = Bed::start().await;
         let client = bed.server.client();
-        let publisher = bed.publisher(Metrics::new(), QUEUE_CAPACITY);
+        let publisher = bed.publisher(Counters::default(), QUEUE_CAPACITY);
         let p = PodBuilder::new("default", "p").uid("u1").build();
         let q = PodBuilder::new("default", "q").uid("u2").build();
         let uid = PodUid::new("u1").unwrap_or_else(|e| panic!("{e}"));
@@ -731,14 +741,14 @@ mod tests {
             "p's Event of two, then a new one after the forget"
         );
         // Queue full: the forget is refused (nothing dropped silently) and can be asked again.
-        let full = bed.publisher(Metrics::new(), 1);
+        let full = bed.publisher(Counters::default(), 1);
         full.push(&p, EventType::Warning, "FailedMount", failed());
         assert_eq!(full.forget(&uid), Err(QueueFull(uid.clone())));
         bed.stop().await;
     }
 
     /// A burst larger than the queue while the publishing task cannot run: the queue keeps
-    /// its bound, the rest is dropped and counted in `/metrics`, and what was queued is
+    /// its bound, the rest is dropped and counted, and what was queued is
     /// published once the task runs (each event about its own pod, so neither aggregation nor
     /// the spam filter removes any).
     #[tokio::test(flavor = "current_thread")]
@@ -750,20 +760,10 @@ mod tests {
         const BURST: usize = 100;
         let bed = Bed::start().await;
         let client = bed.server.client();
-        let metrics = Metrics::new();
-        let dropped = |metrics: &Metrics| -> Option<String> {
-            metrics
-                .encode()
-                .lines()
-                .find(|l| l.starts_with("nodelet_events_dropped_total{reason=\"queue_full\"}"))
-                .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
-        };
-        assert_eq!(
-            dropped(&metrics).as_deref(),
-            Some("0"),
-            "the series exists from the start"
-        );
-        let publisher = bed.publisher(metrics.clone(), CAPACITY);
+        let counters = Counters::default();
+        let dropped = |counters: &Counters| counters.events_dropped(EventDrop::QueueFull);
+        assert_eq!(dropped(&counters), 0);
+        let publisher = bed.publisher(counters.clone(), CAPACITY);
         // No await in this loop: on a current-thread runtime the task cannot take any.
         for n in 0..BURST {
             let pod = PodBuilder::new("default", &format!("p{n}"))
@@ -772,8 +772,7 @@ mod tests {
             publisher.push(&pod, EventType::Warning, "FailedMount", format!("m{n}"));
         }
         assert_eq!(publisher.tx.capacity(), 0, "the queue is full, not larger");
-        let expected = (BURST - CAPACITY).to_string();
-        assert_eq!(dropped(&metrics).as_deref(), Some(expected.as_str()));
+        assert_eq!(dropped(&counters), (BURST - CAPACITY) as u64);
 
         let api: Api<Event> = Api::namespaced(client, "default");
         let last = format!("p{}", CAPACITY - 1);
@@ -818,7 +817,7 @@ mod tests {
 
         let bed = Bed::start().await;
         let client = bed.server.client();
-        let publisher = bed.publisher(Metrics::new(), QUEUE_CAPACITY);
+        let publisher = bed.publisher(Counters::default(), QUEUE_CAPACITY);
         let pod = |name: &str, uid: &str| PodBuilder::new("default", name).uid(uid).build();
         let failing = pod("p", "u1");
         for n in 1..=40 {

@@ -1,5 +1,6 @@
-//! `--register-node`: the agent's Node (labels, a NoSchedule taint, Ready condition) and its
-//! Lease in `kube-node-lease`, renewed every 10 s.
+//! [`run_node`]: the agent's Node (labels, a NoSchedule taint, Ready condition) and its Lease
+//! in `kube-node-lease`, renewed every [`NodeConfig::lease_renew_interval`] (10 s), as a
+//! kubelet started with `--register-node` keeps them.
 //!
 //! A Node that already exists (left by a kubelet, created by hand or by an older nodelet) is
 //! reconciled as the kubelet does under NodeRestriction: labels and status only. Its taints
@@ -7,10 +8,12 @@
 //! `nodelet.io/agent` taint is reported once as a warning.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -19,8 +22,7 @@ use tracing::{info, warn};
 
 use nodelet_core::NodeAllocatable;
 
-use crate::config::AgentConfig;
-use crate::metrics::Metrics;
+use crate::counters::{Counters, WriteTarget};
 
 /// The taint that keeps ordinary pods away from a nodelet node (unless `--register-with-taints`
 /// says otherwise): it runs no containers, or runs them as local processes on a dev machine.
@@ -28,11 +30,63 @@ pub const AGENT_TAINT_KEY: &str = "nodelet.io/agent";
 /// How often the Node's Ready condition heartbeat is refreshed.
 const STATUS_INTERVAL: Duration = Duration::from_secs(60);
 
+/// What the Node says and how its Lease is kept. [`NodeConfig::new`] gives the kubelet's
+/// defaults.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeConfig {
+    /// The Node's and the Lease's name.
+    pub node_name: String,
+    /// Labels besides the agent's own (`kubernetes.io/hostname`, `os`, `arch`,
+    /// `instance-type`, [`AGENT_TAINT_KEY`]); these win.
+    pub labels: BTreeMap<String, String>,
+    /// The taints a Node this agent creates gets; `None`: `nodelet.io/agent=true:NoSchedule`.
+    /// An existing Node's taints are never changed.
+    pub taints: Option<Vec<Taint>>,
+    /// How often the Lease is renewed (the kubelet's 10 s).
+    pub lease_renew_interval: Duration,
+    /// The Lease's `leaseDurationSeconds` (the kubelet's 40).
+    pub lease_duration_seconds: i32,
+    /// The directory whose filesystem is the node's ephemeral storage (capacity, allocatable).
+    pub root_dir: PathBuf,
+    /// The node's `InternalIP` address.
+    pub node_ip: Option<IpAddr>,
+    /// Where the kubelet API listens: the host name is reported as an address only when it
+    /// leads there.
+    pub kubelet_listen: Option<SocketAddr>,
+    /// The kubelet API's port, advertised in `daemonEndpoints` (with the WebSocket feature).
+    pub kubelet_port: Option<u16>,
+    /// The container runtime's name in `containerRuntimeVersion` (`<name>://<version>`).
+    pub runtime_name: String,
+    /// Whether the runtime can run containers now (`Err`: why not), asked at each heartbeat.
+    pub runtime_ready: fn() -> Result<(), String>,
+}
+
+impl NodeConfig {
+    /// The Node `node_name` with the agent's labels and taint, its ephemeral storage the
+    /// filesystem of `root_dir`, a Lease renewed every 10 s for 40 s, a runtime always ready.
+    pub fn new(node_name: impl Into<String>, root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            labels: BTreeMap::new(),
+            taints: None,
+            lease_renew_interval: Duration::from_secs(10),
+            lease_duration_seconds: 40,
+            root_dir: root_dir.into(),
+            node_ip: None,
+            kubelet_listen: None,
+            kubelet_port: None,
+            runtime_name: "nodelet".to_owned(),
+            runtime_ready: || Ok(()),
+        }
+    }
+}
+
 /// The node's capacity and allocatable as Kubernetes quantities, from the one detection the
 /// volume plugins and `resourceFieldRef` env vars also use (`NodeAllocatable::detect`): cpu,
 /// memory, ephemeral-storage (the filesystem holding the root directory) and pods (110, the
 /// kubelet's default `maxPods`).
-pub(crate) fn quantities(detected: &NodeAllocatable) -> BTreeMap<String, String> {
+fn quantities(detected: &NodeAllocatable) -> BTreeMap<String, String> {
     let cpu = if detected.cpu_millis % 1000 == 0 {
         (detected.cpu_millis / 1000).to_string()
     } else {
@@ -63,11 +117,11 @@ fn now_secs() -> String {
 }
 
 /// Registers the Node, then renews the Lease and refreshes the Ready heartbeat until
-/// `shutdown`. Failures are logged and retried on the next tick.
-pub(crate) async fn run(
-    config: AgentConfig,
+/// `shutdown`. Failures are logged, counted in `counters` and retried on the next tick.
+pub async fn run_node(
+    config: NodeConfig,
     client: kube::Client,
-    metrics: Metrics,
+    counters: Counters,
     shutdown: CancellationToken,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -87,20 +141,20 @@ pub(crate) async fn run(
                         }
                         Err(error) => {
                             warn!(%error, "node registration failed; retrying");
-                            metrics.api_write_failed("node_registration");
+                            counters.write_failed(WriteTarget::NodeRegistration);
                             continue;
                         }
                     }
                 }
                 if let Err(error) = renew_lease(&leases, &nodes, &config).await {
                     warn!(%error, "lease renewal failed");
-                    metrics.api_write_failed("lease");
+                    counters.write_failed(WriteTarget::Lease);
                 }
             }
             _ = status_tick.tick(), if registered => {
                 if let Err(error) = patch_status(&nodes, &config).await {
                     warn!(%error, "node status update failed");
-                    metrics.api_write_failed("node_status");
+                    counters.write_failed(WriteTarget::NodeStatus);
                 }
             }
         }
@@ -112,9 +166,9 @@ pub(crate) async fn run(
 const DECLARED_WEBSOCKETS: &str = "ExtendWebSocketsToKubelet";
 
 /// The Kubernetes version whose kubelet nodelet follows (the Node's `kubeletVersion`).
-pub(crate) const KUBELET_VERSION: &str = "v1.36.2";
+pub const KUBELET_VERSION: &str = "v1.36.2";
 
-fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
+fn labels(config: &NodeConfig) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
         (
             "kubernetes.io/hostname".to_owned(),
@@ -134,27 +188,21 @@ fn labels(config: &AgentConfig) -> BTreeMap<String, String> {
         ),
         (AGENT_TAINT_KEY.to_owned(), "true".to_owned()),
     ]);
-    labels.extend(config.node_labels.clone());
+    labels.extend(config.labels.clone());
     labels
 }
 
 /// The taints the Node is created with: `--register-with-taints`, else `nodelet.io/agent`
 /// NoSchedule (ordinary pods must not land on a dev machine by accident).
-fn taints(config: &AgentConfig) -> Value {
-    match &config.register_with_taints {
-        Some(taints) => json!(
-            taints
-                .iter()
-                .map(|t| {
-                    let mut v = json!({"key": t.key, "effect": t.effect});
-                    if let Some(value) = &t.value {
-                        v["value"] = json!(value);
-                    }
-                    v
-                })
-                .collect::<Vec<_>>()
-        ),
-        None => json!([{"key": AGENT_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]),
+fn taints(config: &NodeConfig) -> Vec<Taint> {
+    match &config.taints {
+        Some(taints) => taints.clone(),
+        None => vec![Taint {
+            key: AGENT_TAINT_KEY.to_owned(),
+            value: Some("true".to_owned()),
+            effect: "NoSchedule".to_owned(),
+            time_added: None,
+        }],
     }
 }
 
@@ -196,7 +244,7 @@ impl Registration {
 /// what NodeRestriction lets a node change (its labels, its status), never its taints, which a
 /// node may set only when it creates itself. Annotations (the TTL controller's
 /// `node.alpha.kubernetes.io/ttl`) are never touched.
-async fn register(nodes: &Api<Node>, config: &AgentConfig) -> Result<Registration, kube::Error> {
+async fn register(nodes: &Api<Node>, config: &NodeConfig) -> Result<Registration, kube::Error> {
     let mut existing = nodes.get_opt(&config.node_name).await?;
     if existing.is_none() {
         let node: Node = serde_json::from_value(json!({
@@ -297,18 +345,7 @@ fn ready_condition(
     })
 }
 
-/// Whether the runtime can run containers now: the process runtime needs its namespaces
-/// (`nodelet_runtime::sandbox::check_support`); the env-file runtime always can.
-fn runtime_health(config: &AgentConfig) -> Result<(), String> {
-    match config.runtime {
-        crate::config::RuntimeKind::Config => Ok(()),
-        crate::config::RuntimeKind::Process => {
-            nodelet_runtime::sandbox::check_support().map_err(|e| e.to_string())
-        }
-    }
-}
-
-async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kube::Error> {
+async fn patch_status(nodes: &Api<Node>, config: &NodeConfig) -> Result<(), kube::Error> {
     let current = nodes.get_opt(&config.node_name).await?;
     let previous = current
         .as_ref()
@@ -339,15 +376,12 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
     {
         addresses.push(json!({"type": "Hostname", "address": hostname}));
     }
-    let runtime = match config.runtime {
-        crate::config::RuntimeKind::Config => "nodelet-env-file",
-        crate::config::RuntimeKind::Process => "nodelet-process",
-    };
+    let runtime = &config.runtime_name;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let machine_id = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
     let mut status = json!({"status": {
-        "conditions": [ready_condition(previous, &now, runtime_health(config))],
+        "conditions": [ready_condition(previous, &now, (config.runtime_ready)())],
         "addresses": addresses,
         "capacity": allocatable, "allocatable": allocatable,
         "nodeInfo": {
@@ -360,7 +394,7 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
             "kernelVersion": kernel.trim(), "osImage": "nodelet",
         },
     }});
-    if let Some(port) = config.kubelet_advertised_port {
+    if let Some(port) = config.kubelet_port {
         status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": port}});
         // The kubelet API serves exec over WebSocket itself: a v1.36 API server
         // (ExtendWebSocketsToKubelet, on by default) then proxies kubectl's WebSocket straight
@@ -380,7 +414,7 @@ async fn patch_status(nodes: &Api<Node>, config: &AgentConfig) -> Result<(), kub
 async fn renew_lease(
     leases: &Api<Lease>,
     nodes: &Api<Node>,
-    config: &AgentConfig,
+    config: &NodeConfig,
 ) -> Result<(), kube::Error> {
     let name = &config.node_name;
     let renew = json!({"spec": {"renewTime": now_micro(), "holderIdentity": name,
@@ -463,7 +497,7 @@ mod tests {
     #[test]
     fn the_agents_own_labels_are_ones_a_node_may_set() {
         use nodelet_core::node_labels::node_may_set_label;
-        let config = AgentConfig::new("n1", "/r");
+        let config = NodeConfig::new("n1", "/r");
         for key in labels(&config).keys() {
             assert!(node_may_set_label(key), "{key}");
         }

@@ -37,7 +37,7 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// The most event identities, objects or aggregate groups remembered, each cache evicting the
 /// least recently seen (upstream `maxLruCacheEntries`).
-pub(crate) const CACHE_CAPACITY: usize = 4096;
+pub const CACHE_CAPACITY: usize = 4096;
 
 /// [`CACHE_CAPACITY`] as the LRU caches take it.
 const CAPACITY: NonZeroUsize = match NonZeroUsize::new(CACHE_CAPACITY) {
