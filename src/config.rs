@@ -324,8 +324,10 @@ pub enum LogFormat {
 }
 
 /// The agent's flags: what `nodelet` without a subcommand runs with (flattened into the
-/// command line, `nodelet::cli::Cli`).
-#[derive(Debug, clap::Args)]
+/// binary's command line). Parsed on their own ([`clap::Parser`]), they are the agent's
+/// command line without subcommands, as a program embedding the agent takes them.
+#[derive(Debug, clap::Parser)]
+#[command(name = "nodelet")]
 pub struct RunArgs {
     /// Kubeconfig file (default: `KUBECONFIG`, in-cluster config, `~/.kube/config`).
     #[arg(long, value_name = "PATH", conflicts_with = "manifests")]
@@ -878,9 +880,7 @@ mod tests {
     fn cli(args: &[&str]) -> RunArgs {
         let mut all = vec!["nodelet"];
         all.extend_from_slice(args);
-        crate::Cli::try_parse_from(all)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .run
+        RunArgs::try_parse_from(all).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

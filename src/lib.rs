@@ -1,20 +1,25 @@
-//! nodelet, the agent: the part of a kubelet that turns a pod's ConfigMap and Secret references
-//! into files and environment variables, as a library so tests can run it in-process.
+//! nodelet, the agent: a node agent that runs the pods bound to its node — their ConfigMaps,
+//! Secrets and other volumes as files, their environment, and with the process runtime their
+//! containers as local processes — as a library, so tests and other programs can run it
+//! in-process. The `nodelet` binary adds the command line, logging, its subcommands and the
+//! global allocator.
 //!
 //! # Principal types
 //!
 //! * [`AgentConfig`]: node name, root directory, strategy, sync frequency, node registration,
-//!   listen address. [`Cli`] parses the command line (the agent's flags, [`RunArgs`], or a
-//!   subcommand of [`cli`]); [`RunArgs::settings`] adds a KubeletConfiguration subset and
-//!   gives [`Settings`].
+//!   listen addresses, runtime. [`RunArgs`] parses the agent's command line (clap) and
+//!   [`RunArgs::settings`] adds a KubeletConfiguration subset to give [`Settings`].
 //! * [`Agent`]: started with an [`ApiClient`] (a `kube::Client`, and the counters of the
-//!   `nodelet-transport` under it for `/metrics`; a plain `kube::Client` converts); runs the object managers, the volume manager,
-//!   the pod workers (`nodelet-podworker`), the pod source (a watch of pods with
-//!   `spec.nodeName=<node>`), the event publisher, the pod-status writer, node registration and
-//!   the HTTP endpoints; stopped with [`Agent::shutdown`].
+//!   `nodelet-transport` under it for `/metrics`; a plain `kube::Client` converts); runs the
+//!   object managers, the volume manager, the pod workers (`nodelet-podworker`), the pod source
+//!   (a watch of pods with `spec.nodeName=<node>`), the event publisher and Node registration
+//!   (`nodelet-reporting`), the pod-status writer, the kubelet API (`nodelet-kubelet-api`) and
+//!   the HTTP endpoints; stopped with [`Agent::shutdown`]. [`Agent::pods_view`] is what `/pods`
+//!   serves ([`PodsView`]).
 //! * [`run`]: what the binary does: connect (or start the embedded API server for
-//!   `--manifests`), start an [`Agent`], tell systemd when its first pod list is synced
-//!   ([`service`]), wait for a stop signal, shut down within 5 s.
+//!   `--manifests`), start an [`Agent`], tell systemd when its first pod list is synced, wait
+//!   for a stop signal, shut down within 5 s ([`remove_pods`] after it with
+//!   `--cleanup-on-exit`).
 //!
 //! # Features
 //!
@@ -31,7 +36,7 @@
 //! pods (watch spec.nodeName=N) ─► PodWorkers ─► ConfigSyncer ─► VolumeManager (files)
 //!                                              │             └► EnvFileRuntime (env files)
 //!                                              └► StatusWriter (pods/status), EventPublisher (events)
-//! Node + Lease (--register-node)      /healthz /readyz /metrics /pods (--listen)
+//! Node + Lease (--register-node)      /healthz /readyz /metrics /pods (--listen), kubelet API
 //! ```
 //!
 //! # Invariants
@@ -60,23 +65,20 @@
 mod agent;
 mod api_client;
 mod api_health;
-pub mod cli;
+mod cleanup;
 mod config;
 mod follow;
 mod http;
-pub mod inspect;
 mod kubelet_host;
 mod lock;
-pub mod logs_cmd;
 mod memory;
 mod metrics;
 mod parts;
 mod pod_source;
 mod pod_watch;
-pub mod pods_view;
+mod pods_view;
 mod propagation;
-pub mod reset;
-pub mod service;
+mod service;
 mod state;
 mod status;
 mod views;
@@ -94,15 +96,17 @@ use tracing::warn;
 
 pub use agent::Agent;
 pub use api_client::ApiClient;
-pub use cli::Cli;
+pub use cleanup::{PodsRemoved, remove_pods};
 pub use config::{
     AgentConfig, ApiSource, ConfigError, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR,
     DEFAULT_LISTEN, DEFAULT_ROOT_DIR, KubernetesServiceEnv, LogFormat, NodeTaint, RunArgs,
     RuntimeKind, Settings, default_images, parse_taints, service_endpoint_of,
 };
+pub use lock::LOCK_FILE_NAME;
 pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
 pub use nodelet_reporting::AGENT_TAINT_KEY;
+pub use pods_view::{ApiView, ObjectView, PodView, PodsView, VolumeView, WatchView};
 
 /// An embedded API server seeded from a manifests directory, with the agent's client.
 #[cfg(feature = "embedded")]
@@ -270,7 +274,7 @@ fn local_address_towards(url: &str) -> Option<std::net::IpAddr> {
 
 /// Runs the agent described by `settings` until `stop` completes, then shuts it down (at most
 /// 5 s). Logs a one-line summary at start. Under systemd (`NOTIFY_SOCKET`) it sends `READY=1`
-/// once the first pod list is synced (see [`service`]) and `STOPPING=1` when `stop`
+/// once the first pod list is synced (the moment `/readyz` turns 200) and `STOPPING=1` when `stop`
 /// completes.
 ///
 /// First locks the root directory (`<root-dir>/nodelet.lock`, `flock(2)`, held until it
@@ -363,9 +367,8 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     agent.shutdown().await;
     if settings.cleanup_on_exit {
         // Still under the root directory's lock: no other agent can be adopting these volumes.
-        let mut report = reset::ResetReport::default();
-        match reset::remove_pods(&config.root_dir, false, &mut report) {
-            Ok(()) => info!(
+        match remove_pods(&config.root_dir, false) {
+            Ok(report) => info!(
                 unmounted = report.unmounted.len(),
                 "pods' directories removed (--cleanup-on-exit)"
             ),

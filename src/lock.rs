@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 /// The lock file's name inside the root directory. It holds the holder's pid.
-pub(crate) const LOCK_FILE_NAME: &str = "nodelet.lock";
+pub const LOCK_FILE_NAME: &str = "nodelet.lock";
 
 /// The held lock; released when dropped (or when the process exits).
 #[derive(Debug)]

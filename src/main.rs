@@ -1,19 +1,29 @@
-//! The `nodelet` binary: parse the command line (`nodelet::Cli`, one clap definition), set up
+//! The `nodelet` binary: parse the command line (`cli::Cli`, one clap definition), set up
 //! logging, exit 64 on bad configuration, run the agent until SIGINT/SIGTERM; or run one of its
 //! subcommands: `reset`, `pods`, `logs`, and the internal `container-init` (a container's first
 //! process) and `container-exec` (a command in a running container).
 
 use std::process::ExitCode;
 
-// The binary's own modules (the library never compiles them): the global allocator.
+// The binary's own modules (the library never compiles them): the global allocator, the
+// command line, the subcommands and the journal's log format.
 #[path = "main/allocator.rs"]
 mod allocator;
+#[path = "main/cli.rs"]
+mod cli;
+#[path = "main/inspect.rs"]
+mod inspect;
+#[path = "main/journal.rs"]
+mod journal;
+#[path = "main/logs.rs"]
+mod logs;
+#[path = "main/reset.rs"]
+mod reset;
 
-use nodelet::cli::{Command, LogsArgs, PodsArgs, ResetArgs};
-use nodelet::reset::Deletion;
-use nodelet::{Cli, LogFormat, RunArgs};
-use nodelet_transport::Protocol;
+use nodelet::{LogFormat, RunArgs};
 use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
 
 /// The allocator the cargo features select (`allocator`): the system's by default.
 #[global_allocator]
@@ -44,9 +54,6 @@ fn log_filter_from(rust_log: Option<String>) -> EnvFilter {
 /// `EX_USAGE`: invalid configuration.
 const EXIT_CONFIG: u8 = 64;
 
-/// `EX_TEMPFAIL`: `nodelet reset` refused because an agent runs on the directory.
-const EXIT_IN_USE: u8 = 75;
-
 /// Parses the command line; `--help`/`--version` exit 0, bad usage exits 64, both after
 /// printing.
 fn parse() -> Result<Cli, ExitCode> {
@@ -58,127 +65,6 @@ fn parse() -> Result<Cli, ExitCode> {
             ExitCode::SUCCESS
         }
     })
-}
-
-fn reset_main(cli: ResetArgs) -> ExitCode {
-    let would = if cli.dry_run { "would " } else { "" };
-    let mut code = match nodelet::reset::reset(&cli.root_dir, cli.dry_run) {
-        Ok(report) => {
-            for m in &report.unmounted {
-                println!("{would}unmount {}", m.display());
-            }
-            for p in &report.removed {
-                println!("{would}remove {}", p.display());
-            }
-            for p in &report.left {
-                println!("{would}leave {} (not nodelet's)", p.display());
-            }
-            if report.unmounted.is_empty() && report.removed.is_empty() {
-                println!("nothing of nodelet's in {}", cli.root_dir.display());
-            }
-            ExitCode::SUCCESS
-        }
-        // A running agent would register its Node and Lease again: nothing is deleted.
-        Err(e @ nodelet::reset::ResetError::InUse { .. }) => {
-            eprintln!("nodelet reset: {e}");
-            return ExitCode::from(EXIT_IN_USE);
-        }
-        Err(e) => {
-            eprintln!("nodelet reset: {e:#}");
-            ExitCode::FAILURE
-        }
-    };
-    if let (true, Some(node)) = (cli.delete_node, cli.node_name.as_deref())
-        && !delete_node(cli.kubeconfig.as_deref(), node, cli.dry_run)
-    {
-        code = ExitCode::FAILURE;
-    }
-    code
-}
-
-/// `--delete-node`: prints what happened to the node's Lease and Node; `false` if either may
-/// still exist.
-fn delete_node(kubeconfig: Option<&std::path::Path>, node: &str, dry_run: bool) -> bool {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("nodelet reset: starting the runtime: {e}");
-            return false;
-        }
-    };
-    let outcomes = runtime.block_on(async {
-        let (client, _url) = nodelet::cluster_client(kubeconfig, Protocol::Auto).await?;
-        anyhow::Ok(nodelet::reset::delete_node(client.client, node, dry_run).await)
-    });
-    let outcomes = match outcomes {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("nodelet reset: --delete-node: {e:#}");
-            return false;
-        }
-    };
-    for object in &outcomes {
-        let what = &object.what;
-        match &object.outcome {
-            Deletion::Deleted => println!("delete {what}"),
-            Deletion::WouldDelete => println!("would delete {what}"),
-            Deletion::NotFound => println!("{what} not found"),
-            Deletion::Forbidden(message) => {
-                eprintln!("nodelet reset: {what} not deleted: forbidden: {message}");
-            }
-            Deletion::Failed(message) => eprintln!("nodelet reset: {what} not deleted: {message}"),
-        }
-    }
-    !outcomes.iter().any(|o| o.outcome.is_failure())
-}
-
-fn pods_main(cli: PodsArgs) -> ExitCode {
-    match nodelet::inspect::fetch_pods(cli.listen) {
-        Ok(pods) if cli.output == "json" => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&pods).unwrap_or_default()
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(pods) => {
-            print!("{}", nodelet::inspect::render_table(&pods));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("nodelet pods: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn logs_main(cli: LogsArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("nodelet logs: starting the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let printed = runtime.block_on(async {
-        tokio::select! {
-            r = nodelet::logs_cmd::print_logs(&cli) => r,
-            _ = tokio::signal::ctrl_c() => Ok(()),
-        }
-    });
-    match printed {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("nodelet logs: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 /// The most threads the runtime starts for blocking work (volume writes, env files, the
@@ -210,9 +96,9 @@ fn main() -> ExitCode {
             let code = nodelet_runtime::sandbox::exec_main(sandbox.args);
             ExitCode::from(u8::try_from(code).unwrap_or(126))
         }
-        Some(Command::Reset(args)) => reset_main(args),
-        Some(Command::Pods(args)) => pods_main(args),
-        Some(Command::Logs(args)) => logs_main(args),
+        Some(Command::Reset(args)) => reset::main(args),
+        Some(Command::Pods(args)) => inspect::main(args),
+        Some(Command::Logs(args)) => logs::main(args),
         None => agent_main(&cli.run),
     }
 }
@@ -232,7 +118,7 @@ fn agent_main(run: &RunArgs) -> ExitCode {
     match settings.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Journal => journal(builder),
-        LogFormat::Auto if nodelet::service::stdout_is_journal() => journal(builder),
+        LogFormat::Auto if journal::stdout_is_journal() => journal(builder),
         // Colours only for a terminal: a log redirected to a file stays plain text.
         LogFormat::Text | LogFormat::Auto => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -281,7 +167,7 @@ fn agent_main(run: &RunArgs) -> ExitCode {
     }
 }
 
-/// Logs for the systemd journal (`nodelet::service::JournalFormat`).
+/// Logs for the systemd journal (`journal::JournalFormat`).
 fn journal(
     builder: tracing_subscriber::fmt::SubscriberBuilder<
         tracing_subscriber::fmt::format::DefaultFields,
@@ -291,7 +177,7 @@ fn journal(
 ) {
     builder
         .with_ansi(false)
-        .event_format(nodelet::service::JournalFormat::default())
+        .event_format(journal::JournalFormat::default())
         .init();
 }
 

@@ -210,7 +210,7 @@ async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_r
     let manifests = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     write(manifests.path(), "cm.yaml", &config_map("hello"));
-    let cli = nodelet::Cli::try_parse_from([
+    let cli = nodelet::RunArgs::try_parse_from([
         "nodelet",
         "--manifests",
         manifests.path().to_str().unwrap_or_default(),
@@ -221,7 +221,7 @@ async fn the_embedded_mode_writes_an_https_admin_kubeconfig_only_its_owner_can_r
         "--register-node=false",
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    let settings = cli.run.settings().unwrap_or_else(|e| panic!("{e}"));
+    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(nodelet::run(settings, async {
         let _ = stop_rx.await;

@@ -609,7 +609,7 @@ async fn a_relative_root_dir_from_the_command_line_still_mounts_a_config_map_int
     let world = World::start_with(|c| {
         // The world's temporary directory stands for the directory the agent is started in.
         let base = c.root_dir.clone();
-        let cli = nodelet::Cli::try_parse_from([
+        let cli = nodelet::RunArgs::try_parse_from([
             "nodelet",
             "--node-name",
             NODE,
@@ -619,7 +619,7 @@ async fn a_relative_root_dir_from_the_command_line_still_mounts_a_config_map_int
             "process",
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-        let settings = cli.run.settings_in(&base).unwrap_or_else(|e| panic!("{e}"));
+        let settings = cli.settings_in(&base).unwrap_or_else(|e| panic!("{e}"));
         c.root_dir = settings.agent.root_dir;
         c.runtime = settings.agent.runtime;
         c.container_init = Some(vec![

@@ -158,13 +158,13 @@ fn the_systemd_unit_is_type_notify_and_starts_the_agent_with_flags_it_accepts() 
         args.first().map(String::as_str),
         Some("/usr/local/bin/nodelet")
     );
-    let cli = nodelet::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{e}"));
+    let cli = nodelet::RunArgs::try_parse_from(&args).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        cli.run.config.as_deref(),
+        cli.config.as_deref(),
         Some(std::path::Path::new("/etc/nodelet/config.yaml"))
     );
     assert_eq!(
-        cli.run.root_dir, None,
+        cli.root_dir, None,
         "the service uses the default root directory"
     );
     // The config file it names, as shipped, is valid.
@@ -176,9 +176,8 @@ fn the_systemd_unit_is_type_notify_and_starts_the_agent_with_flags_it_accepts() 
         .position(|a| a == "/etc/nodelet/config.yaml")
         .unwrap_or_else(|| panic!("no config path"));
     shipped[at] = config.display().to_string();
-    let settings = nodelet::Cli::try_parse_from(&shipped)
+    let settings = nodelet::RunArgs::try_parse_from(&shipped)
         .unwrap_or_else(|e| panic!("{e}"))
-        .run
         .settings()
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(

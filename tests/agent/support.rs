@@ -29,7 +29,7 @@ pub(crate) fn gates_from_config_file(gates: &[(&str, bool)]) -> nodelet_core::Fe
         yaml.push_str(&format!("  {name}: {on}\n"));
     }
     std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
-    let cli = nodelet::Cli::try_parse_from([
+    let cli = nodelet::RunArgs::try_parse_from([
         "nodelet",
         "--node-name",
         NODE,
@@ -37,7 +37,7 @@ pub(crate) fn gates_from_config_file(gates: &[(&str, bool)]) -> nodelet_core::Fe
         file.to_str().unwrap_or_default(),
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    let settings = cli.run.settings().unwrap_or_else(|e| panic!("{e}"));
+    let settings = cli.settings().unwrap_or_else(|e| panic!("{e}"));
     settings.agent.feature_gates
 }
 

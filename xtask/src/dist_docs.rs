@@ -1,5 +1,5 @@
 //! `cargo xtask dist-docs --out DIR`: shell completions and man pages for `nodelet`, generated
-//! from the agent's own clap definitions (`nodelet::cli::command`), so they never drift from
+//! from the agent's own clap definitions (`src/main/cli.rs`, `command`), so they never drift from
 //! `--help`.
 //!
 //! Layout under `DIR` (what a package installs where):
@@ -15,6 +15,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap_complete::Shell;
+
+// The agent binary's command line, compiled here from the binary's own file: the binary's
+// modules are not part of the `nodelet` library. Only `command` is used here.
+#[allow(dead_code)]
+#[path = "../../src/main/cli.rs"]
+mod cli;
 
 const USAGE: &str = "\
 usage: cargo xtask dist-docs [--out DIR]
@@ -50,7 +56,7 @@ pub(crate) fn main(args: Vec<String>) -> anyhow::Result<()> {
 
 /// Writes the completions and man pages under `out` (module docs); returns the files written.
 pub(crate) fn generate(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let cmd = nodelet::cli::command();
+    let cmd = cli::command();
     let name = cmd.get_name().to_owned();
     let completions = out.join("completions");
     std::fs::create_dir_all(&completions)

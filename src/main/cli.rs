@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::CommandFactory as _;
 
-use crate::config::{DEFAULT_LISTEN, DEFAULT_ROOT_DIR, RunArgs};
+use nodelet::{DEFAULT_LISTEN, DEFAULT_ROOT_DIR, RunArgs};
 
 /// `nodelet [FLAGS]` runs the agent; `nodelet SUBCOMMAND ...` does one thing else. The agent's
 /// flags and a subcommand exclude each other.
@@ -19,18 +19,18 @@ use crate::config::{DEFAULT_LISTEN, DEFAULT_ROOT_DIR, RunArgs};
     after_help = "Under systemd (`Type=notify`) the agent sends READY=1 once its first pod list is synced.",
     args_conflicts_with_subcommands = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The agent's flags, used when no subcommand is given.
     #[command(flatten)]
-    pub run: RunArgs,
+    pub(crate) run: RunArgs,
     /// What to do instead of running the agent.
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub(crate) command: Option<Command>,
 }
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// `nodelet reset`: undo what the agent left in a root directory (see `nodelet::reset`).
     #[command(
         about = "Unmount and remove what nodelet left in its root directory",
@@ -62,81 +62,83 @@ pub enum Command {
 
 /// `nodelet reset`'s flags.
 #[derive(Debug, clap::Args)]
-pub struct ResetArgs {
+pub(crate) struct ResetArgs {
     /// The agent's root directory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_ROOT_DIR)]
-    pub root_dir: PathBuf,
+    pub(crate) root_dir: PathBuf,
     /// Say what would be done; change nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Also delete the node's Lease (`kube-node-lease/<node>`) and its Node. A node identity
     /// may delete its Lease but not its Node (the Node authorizer grants no delete): that
     /// refusal is reported and the local cleanup is done all the same.
     #[arg(long, requires = "node_name")]
-    pub delete_node: bool,
+    pub(crate) delete_node: bool,
     /// Kubeconfig file for --delete-node (default: `KUBECONFIG`, in-cluster config,
     /// `~/.kube/config`).
     #[arg(long, value_name = "PATH", requires = "delete_node")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// The node whose Lease and Node --delete-node deletes.
     #[arg(long, value_name = "NAME", requires = "delete_node")]
-    pub node_name: Option<String>,
+    pub(crate) node_name: Option<String>,
 }
 
 /// `nodelet pods`' flags.
 #[derive(Debug, clap::Args)]
-pub struct PodsArgs {
+pub(crate) struct PodsArgs {
     /// The agent's --listen address.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-    pub listen: std::net::SocketAddr,
+    pub(crate) listen: std::net::SocketAddr,
     /// `table` (default) or `json` (the endpoint's JSON as is).
     #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "table",
           value_parser = ["table", "json"])]
-    pub output: String,
+    pub(crate) output: String,
 }
 
 /// `nodelet logs`' arguments.
 #[derive(Debug, clap::Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// The pod's name.
     #[arg(value_name = "POD")]
-    pub pod: String,
+    pub(crate) pod: String,
     /// The pod's namespace.
     #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The container (default: the pod's only container).
     #[arg(short = 'c', long, value_name = "CONTAINER")]
-    pub container: Option<String>,
+    pub(crate) container: Option<String>,
     /// Keep printing as the log grows (and across restarts of the container) until Ctrl-C.
     #[arg(short = 'f', long)]
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// The previous instance's log.
     #[arg(short = 'p', long)]
-    pub previous: bool,
+    pub(crate) previous: bool,
     /// Only the last N lines.
     #[arg(long, value_name = "N")]
-    pub tail: Option<usize>,
+    pub(crate) tail: Option<usize>,
     /// Prefix each line with its RFC 3339 timestamp.
     #[arg(long)]
-    pub timestamps: bool,
+    pub(crate) timestamps: bool,
     /// The agent's root directory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_ROOT_DIR)]
-    pub root_dir: PathBuf,
+    pub(crate) root_dir: PathBuf,
 }
 
 /// The arguments of `container-init` and `container-exec`, as the agent passed them: their
 /// format belongs to `nodelet_runtime::sandbox`, which writes and reads it (and answers a bad
 /// one with its own exit code).
 #[derive(Debug, clap::Args)]
-pub struct SandboxArgs {
+pub(crate) struct SandboxArgs {
     /// Everything after the subcommand's name, `--` included.
     #[arg(value_name = "ARGS", num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<OsString>,
+    pub(crate) args: Vec<OsString>,
 }
 
 /// [`Cli`] as a clap `Command`: what `cargo xtask dist-docs` turns into shell completions and
-/// man pages (the hidden subcommands are left out of both).
-pub fn command() -> clap::Command {
+/// man pages (the hidden subcommands are left out of both). xtask compiles this file for it;
+/// the binary itself parses with [`Cli`].
+#[allow(dead_code)]
+pub(crate) fn command() -> clap::Command {
     Cli::command()
 }
 

@@ -21,6 +21,7 @@
 //! and what to do instead (`kubectl delete node` as an admin); admin credentials delete both.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,7 +31,13 @@ use kube::api::DeleteParams;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::lock::LOCK_FILE_NAME;
+use nodelet::LOCK_FILE_NAME;
+use nodelet_transport::Protocol;
+
+use crate::cli::ResetArgs;
+
+/// `EX_TEMPFAIL`: `nodelet reset` refused because an agent runs on the directory.
+const EXIT_IN_USE: u8 = 75;
 
 /// Files the agent writes at the top of its root directory.
 const AGENT_FILES: [&str; 3] = ["admin.kubeconfig", "kubelet-client-ca.crt", LOCK_FILE_NAME];
@@ -40,7 +47,7 @@ const LOGS_DIR: &str = "logs";
 
 /// Why a reset did not run or did not finish.
 #[derive(Debug, thiserror::Error)]
-pub enum ResetError {
+pub(crate) enum ResetError {
     /// An agent holds the root directory (step 1).
     #[error("root directory {} is in use by a running nodelet ({holder}): stop it first", root.display())]
     InUse {
@@ -56,13 +63,13 @@ pub enum ResetError {
 
 /// What a reset did (or, with `dry_run`, would do).
 #[derive(Debug, Default)]
-pub struct ResetReport {
+pub(crate) struct ResetReport {
     /// Mount points unmounted.
-    pub unmounted: Vec<PathBuf>,
+    pub(crate) unmounted: Vec<PathBuf>,
     /// Paths removed.
-    pub removed: Vec<PathBuf>,
+    pub(crate) removed: Vec<PathBuf>,
     /// Entries of the root directory left in place (not the agent's).
-    pub left: Vec<PathBuf>,
+    pub(crate) left: Vec<PathBuf>,
 }
 
 /// The namespace of node Leases.
@@ -70,16 +77,16 @@ const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// One API object of the node and what [`delete_node`] did with it.
 #[derive(Debug)]
-pub struct NodeObject {
+pub(crate) struct NodeObject {
     /// `Lease kube-node-lease/<node>` or `Node <node>`.
-    pub what: String,
+    pub(crate) what: String,
     /// What happened.
-    pub outcome: Deletion,
+    pub(crate) outcome: Deletion,
 }
 
 /// What happened to one of the node's API objects.
 #[derive(Debug)]
-pub enum Deletion {
+pub(crate) enum Deletion {
     /// Deleted.
     Deleted,
     /// Exists and would be deleted (`dry_run`).
@@ -94,14 +101,18 @@ pub enum Deletion {
 
 impl Deletion {
     /// Whether the object is not deleted although it may exist (a refusal or a failure).
-    pub fn is_failure(&self) -> bool {
+    pub(crate) fn is_failure(&self) -> bool {
         matches!(self, Deletion::Forbidden(_) | Deletion::Failed(_))
     }
 }
 
 /// Deletes the Lease, then the Node, of `node` through `client` (module docs); with `dry_run`
 /// only reads them. Never stops at a failure: each object's outcome is returned.
-pub async fn delete_node(client: kube::Client, node: &str, dry_run: bool) -> Vec<NodeObject> {
+pub(crate) async fn delete_node(
+    client: kube::Client,
+    node: &str,
+    dry_run: bool,
+) -> Vec<NodeObject> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let nodes: Api<Node> = Api::all(client);
     let lease = NodeObject {
@@ -146,7 +157,7 @@ where
 /// # Errors
 /// [`ResetError::InUse`] while an agent holds the directory; [`ResetError::Failed`] when a
 /// mount or a file could not be removed (what was done before is in the message).
-pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
+pub(crate) fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
     let mut report = ResetReport::default();
     if !root.exists() {
         return Ok(report);
@@ -157,7 +168,9 @@ pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
     // (1)
     let _lock = lock(&root)?;
     // (2), (3)
-    remove_pods(&root, dry_run, &mut report)?;
+    let pods = nodelet::remove_pods(&root, dry_run)?;
+    report.unmounted = pods.unmounted;
+    report.removed.extend(pods.removed);
     let logs = root.join(LOGS_DIR);
     if logs.symlink_metadata().is_ok_and(|m| m.is_dir()) {
         if !dry_run {
@@ -194,46 +207,6 @@ pub fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetError> {
     Ok(report)
 }
 
-/// Steps (2) and (3) for `DIR/pods` alone: unmount every mount inside it, then remove it if
-/// nothing stays mounted. What it did is added to `report`. The caller holds the root
-/// directory's lock (`nodelet reset`, or the agent itself at exit with `--cleanup-on-exit`).
-///
-/// # Errors
-/// A mount that would not go (then nothing is removed), or a file that could not be removed.
-pub fn remove_pods(root: &Path, dry_run: bool, report: &mut ResetReport) -> anyhow::Result<()> {
-    let pods = nodelet_core::PodDirs::new(root).pods();
-    let Ok(pods) = pods.canonicalize() else {
-        return Ok(());
-    };
-    // (2)
-    let mounts = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
-    for mount in mounts {
-        if !dry_run {
-            nix::mount::umount2(&mount, nix::mount::MntFlags::empty())
-                .or_else(|e| match e {
-                    Errno::EBUSY => nix::mount::umount2(&mount, nix::mount::MntFlags::MNT_DETACH),
-                    other => Err(other),
-                })
-                .with_context(|| format!("unmounting {}", mount.display()))?;
-        }
-        report.unmounted.push(mount);
-    }
-    // (3)
-    if !dry_run {
-        let still = mounts_inside(&pods).context("reading /proc/self/mountinfo")?;
-        if let Some(m) = still.first() {
-            anyhow::bail!(
-                "{} is still mounted; nothing under {} was removed",
-                m.display(),
-                pods.display()
-            );
-        }
-        std::fs::remove_dir_all(&pods).with_context(|| format!("removing {}", pods.display()))?;
-    }
-    report.removed.push(pods);
-    Ok(())
-}
-
 /// The root directory's lock, if no agent holds it (1).
 fn lock(root: &Path) -> Result<Option<Flock<std::fs::File>>, ResetError> {
     let path = root.join(LOCK_FILE_NAME);
@@ -259,52 +232,78 @@ fn lock(root: &Path) -> Result<Option<Flock<std::fs::File>>, ResetError> {
     }
 }
 
-/// Mount points strictly inside `dir`, deepest first (2). `dir` is canonical, so a symlink can
-/// never lead outside it here: mount points in `mountinfo` are canonical paths too.
-fn mounts_inside(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let mut found: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape(field)))
-        .filter(|p| p.starts_with(dir) && p != dir)
-        .collect();
-    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    found.dedup();
-    Ok(found)
+/// `nodelet reset`: prints what it did (or would do); the exit code says how it went.
+pub(crate) fn main(cli: ResetArgs) -> ExitCode {
+    let would = if cli.dry_run { "would " } else { "" };
+    let mut code = match reset(&cli.root_dir, cli.dry_run) {
+        Ok(report) => {
+            for m in &report.unmounted {
+                println!("{would}unmount {}", m.display());
+            }
+            for p in &report.removed {
+                println!("{would}remove {}", p.display());
+            }
+            for p in &report.left {
+                println!("{would}leave {} (not nodelet's)", p.display());
+            }
+            if report.unmounted.is_empty() && report.removed.is_empty() {
+                println!("nothing of nodelet's in {}", cli.root_dir.display());
+            }
+            ExitCode::SUCCESS
+        }
+        // A running agent would register its Node and Lease again: nothing is deleted.
+        Err(e @ ResetError::InUse { .. }) => {
+            eprintln!("nodelet reset: {e}");
+            return ExitCode::from(EXIT_IN_USE);
+        }
+        Err(e) => {
+            eprintln!("nodelet reset: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    if let (true, Some(node)) = (cli.delete_node, cli.node_name.as_deref())
+        && !delete_node_main(cli.kubeconfig.as_deref(), node, cli.dry_run)
+    {
+        code = ExitCode::FAILURE;
+    }
+    code
 }
 
-/// `mountinfo` escapes space, tab, newline and backslash as `\NNN` (octal).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+/// `--delete-node`: prints what happened to the node's Lease and Node; `false` if either may
+/// still exist.
+fn delete_node_main(kubeconfig: Option<&std::path::Path>, node: &str, dry_run: bool) -> bool {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nodelet reset: starting the runtime: {e}");
+            return false;
+        }
+    };
+    let outcomes = runtime.block_on(async {
+        let (client, _url) = nodelet::cluster_client(kubeconfig, Protocol::Auto).await?;
+        anyhow::Ok(delete_node(client.client, node, dry_run).await)
+    });
+    let outcomes = match outcomes {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("nodelet reset: --delete-node: {e:#}");
+            return false;
+        }
+    };
+    for object in &outcomes {
+        let what = &object.what;
+        match &object.outcome {
+            Deletion::Deleted => println!("delete {what}"),
+            Deletion::WouldDelete => println!("would delete {what}"),
+            Deletion::NotFound => println!("{what} not found"),
+            Deletion::Forbidden(message) => {
+                eprintln!("nodelet reset: {what} not deleted: forbidden: {message}");
+            }
+            Deletion::Failed(message) => eprintln!("nodelet reset: {what} not deleted: {message}"),
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape("/a\\040b/c\\134d"), "/a b/c\\d");
-        assert_eq!(unescape("/plain"), "/plain");
-        assert_eq!(unescape("/trailing\\04"), "/trailing\\04");
-    }
+    !outcomes.iter().any(|o| o.outcome.is_failure())
 }

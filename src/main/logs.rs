@@ -2,6 +2,7 @@
 //! prints it.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -16,7 +17,7 @@ const RESTART_POLL: Duration = Duration::from_millis(250);
 ///
 /// # Errors
 /// No log directory for the pod, an ambiguous or unknown container, no log file, a read error.
-pub async fn print_logs(cli: &LogsArgs) -> anyhow::Result<()> {
+pub(crate) async fn print_logs(cli: &LogsArgs) -> anyhow::Result<()> {
     let pod_dir = find_pod_dir(&cli.root_dir, &cli.namespace, &cli.pod)?;
     let container = match &cli.container {
         Some(c) => c.clone(),
@@ -123,5 +124,32 @@ fn only_container(pod_dir: &Path, pod: &str) -> anyhow::Result<String> {
             "a container name must be specified for pod {pod}, choose one of: [{}]",
             names.join(" ")
         ),
+    }
+}
+
+/// `nodelet logs`: prints the log until it ends (or, following, until Ctrl-C).
+pub(crate) fn main(cli: LogsArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nodelet logs: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let printed = runtime.block_on(async {
+        tokio::select! {
+            r = print_logs(&cli) => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    });
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nodelet logs: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

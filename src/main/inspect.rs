@@ -3,11 +3,14 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::pods_view::{PodsView, VolumeView};
+use nodelet::{PodsView, VolumeView};
+
+use crate::cli::PodsArgs;
 
 /// How long `nodelet pods` waits for the agent.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -16,7 +19,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// # Errors
 /// Nothing answers on `addr`, or the answer is not the agent's JSON.
-pub fn fetch_pods(addr: SocketAddr) -> anyhow::Result<PodsView> {
+pub(crate) fn fetch_pods(addr: SocketAddr) -> anyhow::Result<PodsView> {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
         .with_context(|| format!("no nodelet answers on {addr} (its --listen address)"))?;
     stream.set_read_timeout(Some(TIMEOUT))?;
@@ -64,7 +67,7 @@ fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
 
 /// The `/pods` JSON as a table: pod, phase, volumes (mounted of all, failed), the objects they
 /// project with their resourceVersions, and the last error of the pod or a volume.
-pub fn render_table(pods: &PodsView) -> String {
+pub(crate) fn render_table(pods: &PodsView) -> String {
     let mut rows = vec![[
         "POD".to_owned(),
         "PHASE".to_owned(),
@@ -136,6 +139,27 @@ pub fn render_table(pods: &PodsView) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `nodelet pods`: the running agent's `/pods`, as a table or JSON.
+pub(crate) fn main(cli: PodsArgs) -> ExitCode {
+    match fetch_pods(cli.listen) {
+        Ok(pods) if cli.output == "json" => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&pods).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(pods) => {
+            print!("{}", render_table(&pods));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nodelet pods: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[cfg(test)]
