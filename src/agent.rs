@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
 use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
 use nodelet_podworker::{EnvSources, SyncerParts};
-use nodelet_reporting::{EventConfig, EventPublisher};
+use nodelet_reporting::{EventConfig, EventPublisher, StatusConfig, StatusWriter};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,6 @@ use crate::metrics::Metrics;
 use crate::parts::{Gates, Tasks};
 use crate::pods_view::PodsView;
 use crate::state::AgentState;
-use crate::status::StatusWriter;
 use crate::views::{metrics_text, pods_view};
 
 /// A running agent. Stop it with [`Agent::shutdown`]: volumes and env files stay on disk and a
@@ -81,8 +80,9 @@ impl Agent {
             &follow_hook,
         )?;
         let status = StatusWriter::start(
+            StatusConfig::default(),
             client.clone(),
-            metrics.clone(),
+            metrics.reporting(),
             tasks.shutdown.clone(),
             &tasks.tracker,
         );

@@ -80,7 +80,6 @@ mod pods_view;
 mod propagation;
 mod service;
 mod state;
-mod status;
 mod views;
 
 use std::future::Future;

@@ -214,14 +214,6 @@ impl Metrics {
         self.inner.reporting.clone()
     }
 
-    /// Count one failed write that was logged (`what`: pod_status).
-    pub(crate) fn api_write_failed(&self, what: &str) {
-        self.inner
-            .api_write_failures
-            .get_or_create(&vec![("what".to_owned(), what.to_owned())])
-            .inc();
-    }
-
     /// Set how many LISTs the service watch has made.
     pub fn set_service_watch_lists(&self, n: u64) {
         self.inner

@@ -355,7 +355,9 @@ fn reject(
         rejection.reason,
         rejection.message.clone(),
     );
-    state.status.rejected(pod, &rejection);
+    state
+        .status
+        .rejected(pod, rejection.reason, rejection.status_message());
     rejected.insert(pod.uid().clone());
     true
 }

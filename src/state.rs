@@ -24,7 +24,7 @@ pub(crate) struct AgentState {
     /// The pod watch's health (`/metrics`, `/pods`).
     pub(crate) pod_watch: crate::pod_watch::PodWatchHealth,
     /// Pod status patches and deletions.
-    pub(crate) status: crate::status::StatusWriter,
+    pub(crate) status: nodelet_reporting::StatusWriter,
     /// The process runtime, when containers run as processes (`--runtime process`).
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
     /// Configuration that follows a change (FC-1 … FC-7), with the process runtime.

@@ -1,10 +1,15 @@
-//! What a node agent reports to the API server, as a kubelet does: pod events through
-//! client-go's event correlator ([`EventPublisher`]), and the Node with its Lease
-//! ([`run_node`]). Each part takes a small config of its own and counts the writes it could
+//! What a node agent reports to the API server, as a kubelet does: pod statuses
+//! ([`StatusWriter`], the kubelet's status manager), pod events through client-go's event
+//! correlator ([`EventPublisher`]), and the Node with its Lease ([`run_node`]). Each part takes a small config of its own and counts the writes it could
 //! not make in shared [`Counters`] for the agent's metrics.
 //!
 //! # Principal types
 //!
+//! * [`StatusWriter`] ([`StatusConfig`]): a non-blocking `nodelet_core::StatusSink`; the
+//!   newest status per pod wins, a task sends it as a strategic merge patch of `pods/status`
+//!   (skipping one equal to the last sent; a condition's `lastTransitionTime` moves only when
+//!   its status does) and deletes a pod being deleted once it has terminated (grace period 0,
+//!   UID precondition).
 //! * [`EventPublisher`] ([`EventConfig`]): a non-blocking `nodelet_core::EventSink`; a bounded
 //!   queue and one task that aggregates, rate-limits and creates or updates core/v1 Events
 //!   (see the [`events`](EventPublisher) docs for the steps).
@@ -14,6 +19,7 @@
 //! * [`Counters`]: failed writes by [`WriteTarget`], events not published by [`EventDrop`].
 //!
 //! ```text
+//! pod workers ─► StatusWriter (newest per pod) ─► task: PATCH pods/status │ DELETE pod
 //! pod workers, volume manager ─► EventPublisher (queue ≤ 1000) ─► task: aggregate ─► correlate
 //!                                                                  ─► spam filter ─► POST/PATCH events
 //! run_node: register Node ─► every 10 s: renew Lease; every 60 s: Node status (Ready)
@@ -22,8 +28,8 @@
 //! # Invariants
 //!
 //! * Every request is one a node identity may make under the Node authorizer and
-//!   NodeRestriction: events, its own Node (labels and status only once it exists), its own
-//!   Lease.
+//!   NodeRestriction: the status of its own pods and their deletion, events, its own Node
+//!   (labels and status only once it exists), its own Lease.
 //! * Nothing blocks the caller: events are queued or dropped and counted; a failed write is
 //!   logged, counted and retried on the next tick (Node, Lease) or forgotten (events).
 //! * Event messages are never logged (reason and pod only).
@@ -67,6 +73,7 @@
 mod counters;
 mod events;
 mod node;
+mod status;
 
 pub use counters::{Counters, EventDrop, WriteTarget};
 pub use events::{
@@ -74,3 +81,4 @@ pub use events::{
     QueueFull,
 };
 pub use node::{AGENT_TAINT_KEY, KUBELET_VERSION, NodeConfig, run_node};
+pub use status::{StatusConfig, StatusWriter};

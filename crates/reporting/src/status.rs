@@ -16,21 +16,21 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use nodelet_core::StatusSink;
 use nodelet_core::{AdmittedPod, PodUid};
-use nodelet_podworker::StatusSink;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::metrics::Metrics;
+use crate::counters::{Counters, WriteTarget};
 
 /// A [`StatusSink`]: newest status per pod wins; a background task patches `pods/status`
 /// (strategic merge patch) and, for terminated pods, deletes the pod with grace period 0 and a UID
 /// precondition, as the kubelet's status manager does.
 #[derive(Clone)]
-pub(crate) struct StatusWriter {
+pub struct StatusWriter {
     shared: Arc<Shared>,
 }
 
@@ -73,10 +73,31 @@ enum Work {
     },
 }
 
+/// How a [`StatusWriter`] writes. [`StatusConfig::default`]: a failed write is tried again
+/// after 1 s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatusConfig {
+    /// How long after a failed write it is tried again (the newest status of the pod, if one
+    /// came meanwhile).
+    pub retry_after: Duration,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        Self {
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
 impl StatusWriter {
-    pub(crate) fn start(
+    /// A writer through `client` as `config` says, counting failed writes in `counters`; its
+    /// task (one of `tracker`'s) ends on `shutdown` (what is pending is dropped).
+    pub fn start(
+        config: StatusConfig,
         client: kube::Client,
-        metrics: Metrics,
+        counters: Counters,
         shutdown: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
@@ -98,7 +119,7 @@ impl StatusWriter {
                     }
                     if let Err(error) = run(&client, &work).await {
                         warn!(pod.uid = %uid, %error, "pod status not written");
-                        metrics.api_write_failed("pod_status");
+                        counters.write_failed(WriteTarget::PodStatus);
                         retry.push((uid, work));
                     }
                 }
@@ -113,7 +134,7 @@ impl StatusWriter {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = wake.notified() => {}
-                    () = tokio::time::sleep(Duration::from_secs(1)), if retry_later => {}
+                    () = tokio::time::sleep(config.retry_after), if retry_later => {}
                 }
             }
         });
@@ -314,14 +335,14 @@ impl StatusSink for StatusWriter {
 }
 
 impl StatusWriter {
-    /// PW-40: `pod` was not admitted. Its status becomes `Failed` with the rejection's reason
-    /// and `Pod was rejected: <message>`, as the kubelet's `rejectPod` writes it; nothing else
-    /// of the pod is reported afterwards.
-    pub(crate) fn rejected(&self, pod: &AdmittedPod, rejection: &nodelet_podworker::Rejection) {
+    /// `pod` was not admitted: its status becomes `Failed` with `reason` and `message` (the
+    /// kubelet's `rejectPod` writes `Pod was rejected: <why>`), started now; nothing else of
+    /// the pod is to be reported afterwards.
+    pub fn rejected(&self, pod: &AdmittedPod, reason: &str, message: String) {
         let status = PodStatus {
             phase: Some("Failed".to_owned()),
-            reason: Some(rejection.reason.to_owned()),
-            message: Some(rejection.status_message()),
+            reason: Some(reason.to_owned()),
+            message: Some(message),
             start_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
             ..PodStatus::default()
         };
