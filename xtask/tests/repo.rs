@@ -1,5 +1,6 @@
 //! Checks on the repository itself, run by `cargo test --workspace` like any other test:
-//! no import circles between files, every cited kubelet rule ID defined in `docs/rules.md`, and
+//! no import circles between files, every cited kubelet rule ID defined in `docs/rules.md`,
+//! ARCHITECTURE.md true of the tree (dependencies, files, type names), and
 //! no reference to our tracker or to texts a crate user cannot read (an issue number, the team's
 //! style guide, the private spec's section signs) in code or docs.
 
@@ -40,6 +41,11 @@ fn no_file_imports_a_file_that_imports_it_back() {
 #[test]
 fn every_cited_rule_id_is_defined_in_docs_rules_md() {
     python_check("rule-ids");
+}
+
+#[test]
+fn architecture_md_names_only_dependencies_files_and_types_the_tree_has() {
+    python_check("architecture");
 }
 
 /// The `.rs`, `.md` and `.toml` files of the repository, but build outputs, hidden directories
