@@ -146,37 +146,8 @@ impl Agent {
             probes,
             known_pods: parking_lot::RwLock::default(),
         });
-        // The kubelet's API (logs through the API server), before the Node publishes its port.
-        let kubelet_addr = crate::parts::kubelet_api(&state, &client, &tasks).await?;
-        tasks.spawn_in(
-            crate::pod_source::run(
-                state.clone(),
-                client.clone(),
-                gates.admission,
-                events,
-                ready_tx,
-                tasks.shutdown.clone(),
-            ),
-            info_span!("pod source", node = %config.node_name),
-        );
-        tasks.tracker.spawn(crate::propagation::track(
-            state.clone(),
-            tasks.shutdown.clone(),
-        ));
-        tasks
-            .tracker
-            .spawn(crate::follow::run(state.clone(), tasks.shutdown.clone()));
-        if config.register_node {
-            let port = kubelet_addr.map(|a| a.port());
-            crate::parts::register_node(&config, port, client, &state, &tasks);
-        }
-        let http_addr = match config.listen {
-            Some(addr) => Some(
-                crate::http::serve(addr, state.clone(), tasks.shutdown.clone(), &tasks.tracker)
-                    .await?,
-            ),
-            None => None,
-        };
+        let (kubelet_addr, http_addr) =
+            start_tasks(&state, client, gates.admission, events, ready_tx, &tasks).await?;
         let Tasks { shutdown, tracker } = tasks;
         Ok(Agent {
             state,
@@ -245,4 +216,49 @@ impl Agent {
             warn!(?timeout, "agent tasks did not stop in time");
         }
     }
+}
+
+/// Starts what runs beside the pod workers: the kubelet API (before the Node publishes its
+/// port), the pod source, the propagation tracker, the configuration following, node
+/// registration and the HTTP endpoints. Returns the kubelet API's and the endpoints' addresses.
+async fn start_tasks(
+    state: &Arc<AgentState>,
+    client: kube::Client,
+    admission: crate::pod_source::Admission,
+    events: EventPublisher,
+    ready: watch::Sender<bool>,
+    tasks: &Tasks,
+) -> anyhow::Result<(Option<SocketAddr>, Option<SocketAddr>)> {
+    let config = &state.config;
+    // The kubelet's API (logs through the API server), before the Node publishes its port.
+    let kubelet_addr = crate::parts::kubelet_api(state, &client, tasks).await?;
+    tasks.spawn_in(
+        crate::pod_source::run(
+            state.clone(),
+            client.clone(),
+            admission,
+            events,
+            ready,
+            tasks.shutdown.clone(),
+        ),
+        info_span!("pod source", node = %config.node_name),
+    );
+    tasks.tracker.spawn(crate::propagation::track(
+        state.clone(),
+        tasks.shutdown.clone(),
+    ));
+    tasks
+        .tracker
+        .spawn(crate::follow::run(state.clone(), tasks.shutdown.clone()));
+    if config.register_node {
+        let port = kubelet_addr.map(|a| a.port());
+        crate::parts::register_node(config, port, client, state, tasks);
+    }
+    let http_addr = match config.listen {
+        Some(addr) => Some(
+            crate::http::serve(addr, state.clone(), tasks.shutdown.clone(), &tasks.tracker).await?,
+        ),
+        None => None,
+    };
+    Ok((kubelet_addr, http_addr))
 }

@@ -156,34 +156,7 @@ impl Metrics {
             "Oldest last answer from the API server among the running watches of a resource (Unix time; 0 = never answered)",
             watch_last_success.clone(),
         );
-        let events_dropped = Family::<Labels, Counter>::default();
-        registry.register(
-            "events_dropped",
-            "Pod events not published, by reason: queue_full (the publisher's queue of 1000 was full) or spam_filter (the pod's burst of 25 was spent)",
-            events_dropped.clone(),
-        );
-        for reason in EventDrop::ALL {
-            // The series exist at 0 from the start.
-            let _ = events_dropped
-                .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())]);
-        }
-        registry.register(
-            "build",
-            "What this agent was built with: the global allocator",
-            Info::new(vec![(
-                "allocator".to_owned(),
-                allocator.map_or("unknown", |a| a.name).to_owned(),
-            )]),
-        );
-        let heap_allocated = allocator.and_then(|a| (a.allocated_bytes)()).map(|_| {
-            let gauge = Gauge::default();
-            registry.register(
-                "heap_allocated_bytes",
-                "Bytes in live heap allocations, as the allocator counts them (glibc: mallinfo2 uordblks + hblkhd; jemalloc: stats.allocated); absent with mimalloc",
-                gauge.clone(),
-            );
-            gauge
-        });
+        let (events_dropped, heap_allocated) = register_agent_metrics(&mut registry, allocator);
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -354,6 +327,43 @@ impl Metrics {
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
+}
+
+/// Registers what the agent itself counts and is: the dropped events (their series at 0 from
+/// the start), the build's allocator, the live heap when the allocator gives it.
+fn register_agent_metrics(
+    registry: &mut Registry,
+    allocator: Option<AllocatorHooks>,
+) -> (Family<Labels, Counter>, Option<Gauge>) {
+    let events_dropped = Family::<Labels, Counter>::default();
+    registry.register(
+        "events_dropped",
+        "Pod events not published, by reason: queue_full (the publisher's queue of 1000 was full) or spam_filter (the pod's burst of 25 was spent)",
+        events_dropped.clone(),
+    );
+    for reason in EventDrop::ALL {
+        // The series exist at 0 from the start.
+        let _ =
+            events_dropped.get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())]);
+    }
+    registry.register(
+        "build",
+        "What this agent was built with: the global allocator",
+        Info::new(vec![(
+            "allocator".to_owned(),
+            allocator.map_or("unknown", |a| a.name).to_owned(),
+        )]),
+    );
+    let heap_allocated = allocator.and_then(|a| (a.allocated_bytes)()).map(|_| {
+        let gauge = Gauge::default();
+        registry.register(
+            "heap_allocated_bytes",
+            "Bytes in live heap allocations, as the allocator counts them (glibc: mallinfo2 uordblks + hblkhd; jemalloc: stats.allocated); absent with mimalloc",
+            gauge.clone(),
+        );
+        gauge
+    });
+    (events_dropped, heap_allocated)
 }
 
 /// Advances the counter `label=value` of `family` to `n`: the source's count only grows, the

@@ -112,98 +112,37 @@ pub(crate) async fn run(
     let mut stream = watch_pods();
     // The probe found the API server unreachable since the pod watch last answered.
     let mut unreachable = false;
-    let workers = &state.workers;
     let mut configmap_changes = state.configmaps.subscribe();
     let mut secret_changes = state.secrets.subscribe();
-    let mut listing: Option<HashSet<PodUid>> = None;
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
-    let mut first_list = true;
     let mut container_changes = state.processes.as_ref().map(|p| p.changes());
-    // Pods the node did not admit (PW-40): reported once, never handed to the workers.
-    let mut rejected: HashSet<PodUid> = HashSet::new();
     let mut probe_updates = state.probes.as_ref().map(|p| p.updates());
-    // Pods whose worker was forgotten while the event queue was full: forgotten by the event
-    // publisher at a later housekeeping.
-    let mut unforgotten: Vec<PodUid> = Vec::new();
+    let mut source = Source {
+        state: state.clone(),
+        admission,
+        events,
+        ready,
+        listing: None,
+        first_list: true,
+        rejected: HashSet::new(),
+        unforgotten: Vec::new(),
+    };
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
-            // (6)
             _ = housekeeping.tick() => {
-                let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
-                unforgotten.extend(workers.sync_known_pods(&desired));
-                // The kubelet's sync loop handlers: a pod past its active deadline (PW-26) is
-                // synced now, to be failed and killed.
-                let now = std::time::SystemTime::now();
-                let due: Vec<AdmittedPod> = state
-                    .known_pods
-                    .read()
-                    .values()
-                    .filter(|p| {
-                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                        !matches!(phase, Some("Succeeded" | "Failed"))
-                            && nodelet_podworker::past_active_deadline(p, now)
-                    })
-                    .cloned()
-                    .collect();
-                for pod in due {
-                    workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
-                }
-                forget_events(&events, &mut unforgotten);
-                // Not before the first list: every pod would look deleted.
-                if let (Some(processes), false) = (&state.processes, first_list) {
-                    processes.remove_logs_except(&desired);
+                source.housekeeping();
+                continue;
+            }
+            uid = next(&mut container_changes) => {
+                if !source.container_changed(uid) {
+                    container_changes = None;
                 }
                 continue;
             }
-            // (4)
-            // The kubelet's PLEG: a container changed state (ended, back-off over): sync its pod.
-            uid = async { match container_changes.as_mut() {
-                Some(rx) => rx.recv().await,
-                None => std::future::pending().await,
-            } } => {
-                match uid {
-                    Ok(uid) => {
-                        let pod = state.known_pods.read().get(&uid).cloned();
-                        if let Some(pod) = pod {
-                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let pods: Vec<AdmittedPod> =
-                            state.known_pods.read().values().cloned().collect();
-                        for pod in pods {
-                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Closed) => container_changes = None,
-                }
-                continue;
-            }
-            // A probe result changed: the pod's status says so at once (also while its
-            // worker is busy stopping it), and the pod is synced (a failed liveness probe
-            // kills the container there).
-            update = async { match probe_updates.as_mut() {
-                Some(rx) => rx.recv().await,
-                None => std::future::pending().await,
-            } } => {
-                match update {
-                    Ok(update) => {
-                        workers.syncer().probe_result_changed(&update.pod_uid);
-                        let pod = state.known_pods.read().get(&update.pod_uid).cloned();
-                        if let (Some(pod), true) = (pod, update.needs_sync()) {
-                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let pods: Vec<AdmittedPod> =
-                            state.known_pods.read().values().cloned().collect();
-                        for pod in pods {
-                            workers.syncer().probe_result_changed(pod.uid());
-                            workers.update_pod(PodUpdate::new(UpdateType::Sync, pod));
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Closed) => probe_updates = None,
+            update = next(&mut probe_updates) => {
+                if !source.probe_result_changed(update) {
+                    probe_updates = None;
                 }
                 continue;
             }
@@ -229,93 +168,159 @@ pub(crate) async fn run(
             e = stream.next() => e,
         };
         let Some(event) = event else { break };
-        match &event {
-            Ok(_) => {
-                state.pod_watch.success();
-                unreachable = false;
+        if event.is_ok() {
+            unreachable = false;
+        }
+        source.watch_event(event);
+    }
+    state.metrics.set_watches("pods", 0);
+}
+
+/// The next message of `receiver`; pending forever without one.
+async fn next<T: Clone>(
+    receiver: &mut Option<broadcast::Receiver<T>>,
+) -> Result<T, broadcast::error::RecvError> {
+    match receiver.as_mut() {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What the pod source keeps between events.
+struct Source {
+    state: Arc<AgentState>,
+    admission: Admission,
+    events: EventPublisher,
+    ready: watch::Sender<bool>,
+    /// The UIDs of the list in progress (between `Init` and `InitDone`).
+    listing: Option<HashSet<PodUid>>,
+    first_list: bool,
+    /// Pods the node did not admit (PW-40): reported once, never handed to the workers.
+    rejected: HashSet<PodUid>,
+    /// Pods whose worker was forgotten while the event queue was full: forgotten by the event
+    /// publisher at a later housekeeping.
+    unforgotten: Vec<PodUid>,
+}
+
+impl Source {
+    /// (6) Finished workers of pods no longer known are forgotten, with their event entries;
+    /// pods past their active deadline (PW-26) are synced, to be failed and killed (the
+    /// kubelet's sync loop handlers); logs of pods no longer known are removed.
+    fn housekeeping(&mut self) {
+        let state = &self.state;
+        let desired: HashSet<PodUid> = state.known_pods.read().keys().cloned().collect();
+        self.unforgotten
+            .extend(state.workers.sync_known_pods(&desired));
+        let now = std::time::SystemTime::now();
+        let due: Vec<AdmittedPod> = state
+            .known_pods
+            .read()
+            .values()
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                !matches!(phase, Some("Succeeded" | "Failed"))
+                    && nodelet_podworker::past_active_deadline(p, now)
+            })
+            .cloned()
+            .collect();
+        for pod in due {
+            self.sync(pod);
+        }
+        forget_events(&self.events, &mut self.unforgotten);
+        // Not before the first list: every pod would look deleted.
+        if let (Some(processes), false) = (&state.processes, self.first_list) {
+            processes.remove_logs_except(&desired);
+        }
+    }
+
+    /// (4) The kubelet's PLEG: a container changed state (ended, back-off over): its pod is
+    /// synced (every pod when changes were dropped). Whether changes may still come.
+    fn container_changed(&self, uid: Result<PodUid, broadcast::error::RecvError>) -> bool {
+        match uid {
+            Ok(uid) => {
+                let pod = self.state.known_pods.read().get(&uid).cloned();
+                if let Some(pod) = pod {
+                    self.sync(pod);
+                }
             }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                for pod in self.known() {
+                    self.sync(pod);
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return false,
+        }
+        true
+    }
+
+    /// (4) A probe result changed: the pod's status says so at once (also while its worker is
+    /// busy stopping it), and the pod is synced (a failed liveness probe kills the container
+    /// there). Whether updates may still come.
+    fn probe_result_changed(
+        &self,
+        update: Result<nodelet_podworker::ProbeUpdate, broadcast::error::RecvError>,
+    ) -> bool {
+        let workers = &self.state.workers;
+        match update {
+            Ok(update) => {
+                workers.syncer().probe_result_changed(&update.pod_uid);
+                let pod = self.state.known_pods.read().get(&update.pod_uid).cloned();
+                if let (Some(pod), true) = (pod, update.needs_sync()) {
+                    self.sync(pod);
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                for pod in self.known() {
+                    workers.syncer().probe_result_changed(pod.uid());
+                    self.sync(pod);
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return false,
+        }
+        true
+    }
+
+    /// One event of the pod watch.
+    fn watch_event(&mut self, event: Result<Event<Pod>, watcher::Error>) {
+        let state = self.state.clone();
+        match &event {
+            Ok(_) => state.pod_watch.success(),
             Err(error) => state.pod_watch.failure(&error.to_string()),
         }
         match event {
-            Ok(Event::Init) => {
-                listing = Some(HashSet::new());
-            }
+            Ok(Event::Init) => self.listing = Some(HashSet::new()),
             // (1)
             Ok(Event::InitApply(pod)) => {
-                let Some(pod) = admit(pod, admission) else {
-                    continue;
-                };
-                if reject(&state, &events, &mut rejected, &pod) {
-                    continue;
-                }
-                if let Some(l) = listing.as_mut() {
+                let Some(pod) = self.admit(pod) else { return };
+                if let Some(l) = self.listing.as_mut() {
                     l.insert(pod.uid().clone());
                 }
-                state
-                    .known_pods
-                    .write()
-                    .insert(pod.uid().clone(), pod.clone());
-                crate::follow::pod_seen(&state, &pod);
-                workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
+                self.remember(&pod);
+                self.update(pod, UpdateType::Update);
             }
-            Ok(Event::InitDone) => {
-                state.metrics.set_watches("pods", 1);
-                let listed = listing.take().unwrap_or_default();
-                let gone: Vec<AdmittedPod> = {
-                    let mut known = state.known_pods.write();
-                    let gone: Vec<PodUid> = known
-                        .keys()
-                        .filter(|u| !listed.contains(*u))
-                        .cloned()
-                        .collect();
-                    gone.iter().filter_map(|u| known.remove(u)).collect()
-                };
-                for pod in gone {
-                    workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
-                }
-                if first_list {
-                    first_list = false;
-                    // (2)
-                    terminate_orphans(&state, &listed);
-                    // Every listed live pod is desired by now: `update_pod` made it so before
-                    // returning, so reconstructed volumes of listed pods are adopted, never torn
-                    // down and set up again.
-                    state.volumes.pods_synced();
-                    let _ = ready.send(true);
-                    info!(pods = listed.len(), "initial pods synced");
-                }
-            }
+            Ok(Event::InitDone) => self.listed(),
             Ok(Event::Apply(pod)) => {
-                let Some(pod) = admit(pod, admission) else {
-                    continue;
-                };
-                if reject(&state, &events, &mut rejected, &pod) {
-                    continue;
-                }
-                state
-                    .known_pods
-                    .write()
-                    .insert(pod.uid().clone(), pod.clone());
-                crate::follow::pod_seen(&state, &pod);
+                let Some(pod) = self.admit(pod) else { return };
+                self.remember(&pod);
                 // A pod that finished on its own and is now being deleted: its worker is done,
                 // so the agent completes the deletion (as the kubelet's status manager does).
                 if pod.metadata.deletion_timestamp.is_some()
-                    && workers.phase(pod.uid()) == Some(WorkerPhase::Finished)
+                    && state.workers.phase(pod.uid()) == Some(WorkerPhase::Finished)
                 {
                     state.status.terminated(&pod);
                 }
-                workers.update_pod(PodUpdate::new(UpdateType::Update, pod));
+                self.update(pod, UpdateType::Update);
             }
             Ok(Event::Delete(pod)) => {
-                let Some(pod) = admit(pod, admission) else {
-                    continue;
+                let Some(pod) = admit(pod, self.admission) else {
+                    return;
                 };
-                if rejected.remove(pod.uid()) {
-                    continue;
+                if self.rejected.remove(pod.uid()) {
+                    return;
                 }
                 state.known_pods.write().remove(pod.uid());
                 crate::follow::pod_gone(&state, pod.uid());
-                workers.update_pod(PodUpdate::new(UpdateType::Kill, pod));
+                self.update(pod, UpdateType::Kill);
             }
             Err(error) => {
                 state.metrics.set_watches("pods", 0);
@@ -323,7 +328,65 @@ pub(crate) async fn run(
             }
         }
     }
-    state.metrics.set_watches("pods", 0);
+
+    /// A complete list: pods known but not listed are killed; the first list makes the agent
+    /// ready, after the orphans on disk were terminated (2).
+    fn listed(&mut self) {
+        let state = self.state.clone();
+        state.metrics.set_watches("pods", 1);
+        let listed = self.listing.take().unwrap_or_default();
+        let gone: Vec<AdmittedPod> = {
+            let mut known = state.known_pods.write();
+            let gone: Vec<PodUid> = known
+                .keys()
+                .filter(|u| !listed.contains(*u))
+                .cloned()
+                .collect();
+            gone.iter().filter_map(|u| known.remove(u)).collect()
+        };
+        for pod in gone {
+            self.update(pod, UpdateType::Kill);
+        }
+        if self.first_list {
+            self.first_list = false;
+            // (2)
+            terminate_orphans(&state, &listed);
+            // Every listed live pod is desired by now: `update_pod` made it so before
+            // returning, so reconstructed volumes of listed pods are adopted, never torn
+            // down and set up again.
+            state.volumes.pods_synced();
+            let _ = self.ready.send(true);
+            info!(pods = listed.len(), "initial pods synced");
+        }
+    }
+
+    /// (1), (5) A watched pod admitted and not rejected.
+    fn admit(&mut self, pod: Pod) -> Option<AdmittedPod> {
+        let pod = admit(pod, self.admission)?;
+        (!reject(&self.state, &self.events, &mut self.rejected, &pod)).then_some(pod)
+    }
+
+    /// `pod` as the pod source last saw it (`known_pods`), told to the configuration
+    /// following (its annotations checked).
+    fn remember(&self, pod: &AdmittedPod) {
+        self.state
+            .known_pods
+            .write()
+            .insert(pod.uid().clone(), pod.clone());
+        crate::follow::pod_seen(&self.state, pod);
+    }
+
+    fn known(&self) -> Vec<AdmittedPod> {
+        self.state.known_pods.read().values().cloned().collect()
+    }
+
+    fn sync(&self, pod: AdmittedPod) {
+        self.update(pod, UpdateType::Sync);
+    }
+
+    fn update(&self, pod: AdmittedPod, kind: UpdateType) {
+        self.state.workers.update_pod(PodUpdate::new(kind, pod));
+    }
 }
 
 /// PW-40, PW-56, the kubelet's admission of a pod it has not seen yet: a pod with a sysctl it
