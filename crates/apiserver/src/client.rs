@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::auth::User;
+use crate::access::auth::User;
 use crate::config::Authentication;
 use crate::error::Error;
 use crate::server::ApiServer;

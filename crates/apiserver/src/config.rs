@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::auth::{AllowAll, Authenticator, Authorizer};
+use crate::access::auth::{AllowAll, Authenticator, Authorizer};
 use crate::cost::CostModel;
 use crate::error::Error;
 use crate::resources::{Served, ServedError};

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 
 use parking_lot::RwLock;
 
-use crate::auth::User;
-use crate::cluster_ca::ClusterCa;
+use crate::access::auth::User;
 use crate::config::Config;
+use crate::credentials::cluster_ca::ClusterCa;
+use crate::credentials::tls::TlsMaterial;
+use crate::credentials::token_signer::Signer;
 use crate::error::Error;
-use crate::kubelet_client::KubeletClient;
-use crate::tls::TlsMaterial;
-use crate::token_signer::Signer;
+use crate::kubelet::kubelet_client::KubeletClient;
 
 /// The state behind the optional capabilities, one per server.
 pub(crate) struct Extras {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::auth::User;
+use crate::access::auth::User;
 use crate::control::{OpenConnections, RequestRecord, Restart};
 use crate::error::Error;
 use crate::registry::{DeleteOptions, WriteOptions, meta_str};

@@ -84,69 +84,47 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-mod auth;
+mod access;
 mod certificates;
 #[cfg(feature = "client")]
 mod client;
-mod cluster_ca;
 mod config;
 mod control;
 mod cost;
-mod defaults;
-mod ephemeral;
+mod credentials;
 mod error;
 mod extras;
 mod handle;
 mod http;
-mod kubeconfig;
-mod kubelet_client;
-mod lagged_graph;
-mod log_options;
-mod manifests;
+mod kubelet;
 #[cfg(test)]
 mod model_tests;
-mod node_authorizer;
-mod node_restriction;
+mod objects;
+mod offline;
 mod openapi;
-mod pod_exec;
-mod pod_log;
-mod pod_refs;
 mod protobuf;
 mod registry;
 mod resources;
-mod reviews;
-mod scheduler;
-mod selectors;
 mod server;
-mod services;
 mod state;
 mod status;
 mod store;
-mod strategic;
-mod strategy;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod tls;
-mod token_auth;
-mod token_request;
-mod token_signer;
-mod typed;
-mod validation;
-mod yaml;
 
-pub use auth::{
+pub use access::auth::{
     AllowAll, Attributes, Authenticator, Authorizer, Decision, Headers, Unauthenticated, User,
 };
+pub use access::node_authorizer::NodeAuthorizer;
+pub use access::token_auth::TokenAuthenticator;
 pub use config::{Authentication, Authorization, Config};
 pub use control::{OpenConnections, RequestRecord, Restart};
 pub use cost::CostModel;
 pub use error::Error;
 pub use handle::ServerHandle;
-pub use manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
-pub use node_authorizer::NodeAuthorizer;
+pub use offline::manifests::{FileProblem, ManifestError, ManifestSync, SyncReport};
 pub use server::ApiServer;
 pub use status::{ApiError, Cause};
-pub use token_auth::TokenAuthenticator;
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

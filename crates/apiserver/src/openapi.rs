@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::access::reviews::REVIEWS;
 use crate::resources::{ResourceInfo, Served};
-use crate::reviews::REVIEWS;
 use crate::status::ApiError;
 
 /// Answers `/openapi/v3` and `/openapi/v3/{api/v1 | apis/group/version}`.

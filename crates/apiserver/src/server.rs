@@ -9,18 +9,18 @@ use serde_json::json;
 use tokio::sync::{Mutex as AsyncMutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Authenticator, Authorizer, User};
+use crate::access::auth::{Authenticator, Authorizer, User};
+use crate::access::node_authorizer::NodeAuthorizer;
+use crate::access::token_auth::TokenAuthenticator;
 use crate::config::{Authentication, Authorization, Config};
 use crate::control::{Controls, Restart};
 use crate::error::Error;
 use crate::extras::Extras;
 use crate::handle::ServerHandle;
-use crate::node_authorizer::NodeAuthorizer;
 use crate::registry::{Registry, WriteOptions};
 use crate::resources::NAMESPACES;
 use crate::state::{Listener, Shared};
 use crate::store::Store;
-use crate::token_auth::TokenAuthenticator;
 
 /// A running in-memory API server. Dropping it stops every background task.
 pub struct ApiServer {
@@ -81,7 +81,7 @@ impl ApiServer {
                 .create(
                     crate::resources::SERVICES,
                     "default",
-                    crate::services::master_service(addr.port()),
+                    crate::objects::services::master_service(addr.port()),
                     WriteOptions::default(),
                 )
                 .map_err(Error::Rejected)?;
@@ -125,7 +125,7 @@ impl ApiServer {
         shared.listener.lock().await.task = Some(task);
         spawn_bookmark_ticker(Arc::downgrade(&shared));
         if let Some(node) = shared.config.schedule_to.clone() {
-            crate::scheduler::spawn(&shared, node);
+            crate::offline::scheduler::spawn(&shared, node);
         }
         spawn_restarter(Arc::downgrade(&shared), restart_requests);
         tracing::debug!(%addr, "API server listening");

@@ -9,13 +9,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Authenticator, Authorizer};
+use crate::access::auth::{Authenticator, Authorizer};
+use crate::access::token_auth::TokenAuthenticator;
 use crate::config::Config;
 use crate::control::{Controls, Restart};
 use crate::extras::Extras;
 use crate::registry::Registry;
 use crate::store::Notice;
-use crate::token_auth::TokenAuthenticator;
 
 /// The running listener: its token ends the accept loop and every connection on it.
 pub(crate) struct Listener {

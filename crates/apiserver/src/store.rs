@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::lagged_graph::LaggedPodGraph;
+use crate::access::lagged_graph::LaggedPodGraph;
 use crate::resources::{PODS, ResourceId};
 
 /// Identifies one stored object: resource, namespace (`""` for cluster-scoped) and name.

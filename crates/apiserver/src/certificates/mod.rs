@@ -8,8 +8,8 @@ pub(crate) mod pod_request;
 pub(crate) mod pod_status;
 pub(crate) mod trust_bundle;
 
+use crate::objects::validation::{dns1123_label, dns1123_subdomain};
 use crate::status::FieldError;
-use crate::validation::{dns1123_label, dns1123_subdomain};
 
 /// One PEM block as Go's `encoding/pem` decodes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,8 +26,8 @@ use serde_json::{Value, json};
 
 use super::keys::{self, KeyKind, SubjectKey};
 use super::{is_kubernetes_signer, signer_name};
+use crate::objects::validation::{dns1123_subdomain, object_meta};
 use crate::status::{FieldError, FieldErrorKind};
-use crate::validation::{dns1123_subdomain, object_meta};
 
 /// `spec.maxExpirationSeconds` when a request leaves it out: 24 hours.
 pub(crate) const DEFAULT_MAX_EXPIRATION_SECONDS: i64 = 86_400;
@@ -103,7 +103,7 @@ pub(crate) fn requested_key(obj: &Value) -> Option<SubjectKey> {
 /// (2)–(4) Validation on create.
 pub(crate) fn validate_create(obj: &Value) -> Vec<FieldError> {
     // (2)
-    let mut errs = object_meta(obj, crate::validation::NameRule::Subdomain);
+    let mut errs = object_meta(obj, crate::objects::validation::NameRule::Subdomain);
     let signer = spec_str(obj, "signerName");
     errs.extend(signer_name("spec.signerName", signer));
     errs.extend(user_annotations(obj));
@@ -187,7 +187,7 @@ fn user_annotations(obj: &Value) -> Vec<FieldError> {
             errs.push(FieldError::required(FIELD, ""));
             continue;
         }
-        let msgs = crate::validation::qualified_name(&key);
+        let msgs = crate::objects::validation::qualified_name(&key);
         if !msgs.is_empty() {
             errs.extend(
                 msgs.into_iter()
@@ -311,7 +311,7 @@ fn pkix_key(obj: &Value, pkix: &[u8], proof: &[u8]) -> Vec<FieldError> {
 
 /// Validation of an update of the main resource: the spec is immutable.
 pub(crate) fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
-    let mut errs = object_meta(new, crate::validation::NameRule::Subdomain);
+    let mut errs = object_meta(new, crate::objects::validation::NameRule::Subdomain);
     let spec = |o: &Value| o.get("spec").cloned().unwrap_or(Value::Null);
     if spec(new) != spec(old) {
         errs.push(FieldError::invalid_raw(

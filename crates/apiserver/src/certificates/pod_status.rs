@@ -110,7 +110,7 @@ fn condition_errors(conds: &[Value]) -> Vec<FieldError> {
                 detail: String::new(),
             });
         }
-        for m in crate::validation::qualified_name(ty) {
+        for m in crate::objects::validation::qualified_name(ty) {
             errs.push(FieldError::invalid(at("type"), ty, m));
         }
         let status = c["status"].as_str().unwrap_or("");

@@ -11,8 +11,8 @@ use serde_json::Value;
 use x509_parser::prelude::FromDer as _;
 
 use super::{pem_blocks, signer_name};
+use crate::objects::validation::{dns1123_subdomain, object_meta_with};
 use crate::status::FieldError;
-use crate::validation::{dns1123_subdomain, object_meta_with};
 
 /// Largest `spec.trustBundle`: 1 MiB.
 const MAX_TRUST_BUNDLE: usize = 1024 * 1024;

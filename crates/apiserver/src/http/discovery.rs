@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::response::{self, Body};
+use crate::access::reviews::{self, REVIEWS};
 use crate::resources::Served;
-use crate::reviews::{self, REVIEWS};
 use crate::state::Shared;
 use crate::status::ApiError;
 

@@ -29,7 +29,9 @@ pub(crate) async fn resource(
     req: http::Request<Incoming>,
     token: CancellationToken,
 ) -> Result<http::Response<Body>, ApiError> {
-    if let Some(r) = crate::reviews::find(&info.api_group, &info.api_version, &info.resource) {
+    if let Some(r) =
+        crate::access::reviews::find(&info.api_group, &info.api_version, &info.resource)
+    {
         return review(shared, info, r, req).await;
     }
     let res = shared
@@ -120,7 +122,7 @@ pub(crate) async fn resource(
 async fn review(
     shared: &Arc<Shared>,
     info: &RequestInfo,
-    r: &crate::reviews::ReviewResource,
+    r: &crate::access::reviews::ReviewResource,
     req: http::Request<Incoming>,
 ) -> Result<http::Response<Body>, ApiError> {
     if info.name.is_some() || info.namespace.is_some() != r.namespaced {
@@ -131,11 +133,11 @@ async fn review(
     }
     let user = req
         .extensions()
-        .get::<crate::auth::User>()
+        .get::<crate::access::auth::User>()
         .cloned()
-        .unwrap_or_else(crate::auth::User::admin);
+        .unwrap_or_else(crate::access::auth::User::admin);
     let body = read_json(req).await?;
-    let answer = crate::reviews::create(shared, r, info.namespace.as_deref(), &user, body)?;
+    let answer = crate::access::reviews::create(shared, r, info.namespace.as_deref(), &user, body)?;
     Ok(response::json(201, &answer))
 }
 
@@ -184,24 +186,27 @@ async fn subresource(
             ))
         }
         ("log", "get") => {
-            match crate::pod_log::get(shared, &ns, &name, &info.query, token).await? {
-                crate::pod_log::LogAnswer::NoContent => Ok(response::empty(204)),
-                crate::pod_log::LogAnswer::Stream(body) => Ok(response::stream("text/plain", body)),
+            match crate::kubelet::pod_log::get(shared, &ns, &name, &info.query, token).await? {
+                crate::kubelet::pod_log::LogAnswer::NoContent => Ok(response::empty(204)),
+                crate::kubelet::pod_log::LogAnswer::Stream(body) => {
+                    Ok(response::stream("text/plain", body))
+                }
             }
         }
         (sub @ ("exec" | "attach"), "get" | "create") => {
             let kind = if sub == "exec" {
-                crate::pod_exec::StreamKind::Exec
+                crate::kubelet::pod_exec::StreamKind::Exec
             } else {
-                crate::pod_exec::StreamKind::Attach
+                crate::kubelet::pod_exec::StreamKind::Attach
             };
             let pairs = super::request_info::query_pairs(req.uri().query().unwrap_or(""));
-            crate::pod_exec::connect(shared, kind, &ns, &name, &pairs, req, token).await
+            crate::kubelet::pod_exec::connect(shared, kind, &ns, &name, &pairs, req, token).await
         }
         ("token", "create") => {
-            let user = req.extensions().get::<crate::auth::User>().cloned();
+            let user = req.extensions().get::<crate::access::auth::User>().cloned();
             let body = read_json(req).await?;
-            let tr = crate::token_request::create(shared, &ns, &name, user.as_ref(), body)?;
+            let tr =
+                crate::credentials::token_request::create(shared, &ns, &name, user.as_ref(), body)?;
             Ok(response::json(201, &tr))
         }
         _ => Err(ApiError::method_not_allowed()),
@@ -241,7 +246,7 @@ async fn patch(
     let bytes = read_body(req).await?;
     let body: Value = if kind == PatchKind::Apply {
         serde_json::from_slice(&bytes)
-            .or_else(|_| crate::yaml::yaml_from_slice(&bytes))
+            .or_else(|_| crate::objects::yaml::yaml_from_slice(&bytes))
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
     } else {
         serde_json::from_slice(&bytes)
@@ -302,7 +307,7 @@ async fn read_json(req: http::Request<Incoming>) -> Result<Value, ApiError> {
     }
     let bytes = read_body(req).await?;
     serde_json::from_slice(&bytes)
-        .or_else(|_| crate::yaml::yaml_from_slice(&bytes))
+        .or_else(|_| crate::objects::yaml::yaml_from_slice(&bytes))
         .map_err(|e| {
             ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
         })
@@ -331,7 +336,7 @@ fn write_options<B>(info: &RequestInfo, req: &http::Request<B>) -> Result<WriteO
     }
     let node = req
         .extensions()
-        .get::<crate::auth::User>()
+        .get::<crate::access::auth::User>()
         .and_then(|u| u.node_name())
         .map(String::from);
     let user_agent = req

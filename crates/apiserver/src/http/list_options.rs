@@ -3,9 +3,9 @@
 //! watches.
 
 use super::request_info::RequestInfo;
+use crate::objects::selectors::{FieldSelector, LabelSelector};
 use crate::registry::ListOptions;
 use crate::resources::ResourceId;
-use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, FieldError};
 
 /// The [`ListOptions`] of a `list` or `watch` request for `res`.

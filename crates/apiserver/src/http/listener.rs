@@ -119,9 +119,12 @@ pub(crate) fn spawn_listener(
 
 /// Serves one accepted connection, after a TLS handshake when TLS is on.
 async fn serve(shared: Weak<Shared>, stream: TcpStream, token: CancellationToken) {
-    let acceptor = shared
-        .upgrade()
-        .and_then(|s| s.extras.tls.as_ref().map(crate::tls::TlsMaterial::acceptor));
+    let acceptor = shared.upgrade().and_then(|s| {
+        s.extras
+            .tls
+            .as_ref()
+            .map(crate::credentials::tls::TlsMaterial::acceptor)
+    });
     let Some(acceptor) = acceptor else {
         return serve_connection(shared, stream, token).await;
     };

@@ -23,7 +23,7 @@ use tracing::Instrument as _;
 use super::request_info::{RequestInfo, parse_query};
 use super::response::{self, Body};
 use super::{discovery, handlers};
-use crate::auth::{Attributes, Decision};
+use crate::access::auth::{Attributes, Decision};
 use crate::control::{RequestRecord, Restart};
 use crate::cost::Cost;
 use crate::state::Shared;
@@ -118,7 +118,7 @@ pub(crate) async fn handle(
                                 );
                                 shared.controls.costs.pay(cost, &info.resource).await;
                             }
-                            let req = crate::token_request::with_user(req, user);
+                            let req = crate::credentials::token_request::with_user(req, user);
                             match dispatch(&shared, &info, req, token).instrument(span).await {
                                 Ok(r) => r,
                                 Err(e) => response::error(&e),
@@ -200,7 +200,8 @@ fn forbidden(info: &RequestInfo, attrs: &Attributes, reason: &str) -> ApiError {
     let res = crate::resources::by_path_any(&info.api_group, &info.api_version, &info.resource)
         .map(|r| r.info());
     if res.is_none()
-        && let Some(r) = crate::reviews::find(&info.api_group, &info.api_version, &info.resource)
+        && let Some(r) =
+            crate::access::reviews::find(&info.api_group, &info.api_version, &info.resource)
     {
         // `tokenreviews.authentication.k8s.io is forbidden: ...`
         return ApiError::new(

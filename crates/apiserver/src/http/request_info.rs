@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::selectors::name_from_field_selector;
+use crate::objects::selectors::name_from_field_selector;
 
 /// The request, classified.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -18,11 +18,11 @@ use crate::resources::{
 
 /// The annotation upstream's root-ca-cert-publisher puts on `kube-root-ca.crt`.
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
-use crate::selectors::{FieldSelector, LabelSelector};
+use crate::objects::selectors::{FieldSelector, LabelSelector};
+use crate::objects::strategy;
+use crate::objects::typed::json_type;
 use crate::status::ApiError;
 use crate::store::{Inner, Key, Store};
-use crate::strategy;
-use crate::typed::json_type;
 
 mod delete;
 mod list;
@@ -185,7 +185,7 @@ fn check_body(res: ResourceId, ns: &str, body: &mut Value) -> Result<(), ApiErro
     let managed = meta.remove("managedFields");
     // Every field must fit its type, as the real server's typed decoder demands; the JSON
     // itself is what gets stored.
-    crate::typed::check(res, body)?;
+    crate::objects::typed::check(res, body)?;
     if let (Some(m @ Value::Array(_)), Some(meta)) = (managed, meta_mut(body)) {
         meta.insert("managedFields".into(), m);
     }
@@ -352,12 +352,12 @@ impl Registry {
             && let Some(node) = &opts.node
         {
             let name = meta_str(&body, "name").unwrap_or("");
-            crate::node_restriction::admit_node(node, name, &body, None)?;
+            crate::access::node_restriction::admit_node(node, name, &body, None)?;
         }
         if res == POD_CERTIFICATE_REQUESTS
             && let Some(node) = &opts.node
         {
-            crate::node_restriction::admit_pod_certificate_request(
+            crate::access::node_restriction::admit_pod_certificate_request(
                 s,
                 node,
                 ns,
@@ -372,8 +372,8 @@ impl Registry {
         }
         // The service IP allocator, before validation as in the real registry.
         if res == crate::resources::SERVICES {
-            crate::services::allocate(s, ns, &mut body).map_err(|e| {
-                crate::services::allocation_error(meta_str(&body, "name").unwrap_or(""), e)
+            crate::objects::services::allocate(s, ns, &mut body).map_err(|e| {
+                crate::objects::services::allocation_error(meta_str(&body, "name").unwrap_or(""), e)
             })?;
         }
         // (4) validate
@@ -503,7 +503,7 @@ impl Registry {
         if res == NODES
             && let Some(node) = &opts.node
         {
-            crate::node_restriction::admit_node(node, &name, &new, Some(old))?;
+            crate::access::node_restriction::admit_node(node, &name, &new, Some(old))?;
         }
         // (3) strategy; system metadata comes from the stored object
         strategy::prepare_for_update(res, sub, &mut new, old);
@@ -605,7 +605,7 @@ impl Registry {
                 if kind == PatchKind::Merge {
                     json_patch::merge(&mut patched, patch);
                 } else {
-                    crate::strategic::apply(&mut patched, patch);
+                    crate::objects::strategic::apply(&mut patched, patch);
                 }
             }
             PatchKind::Json => {

@@ -17,12 +17,12 @@ use k8s_openapi::api::authentication::v1 as authn;
 use k8s_openapi::api::authorization::v1 as authz;
 use serde_json::{Value, json};
 
-use crate::auth::{Attributes, Decision, User};
+use crate::access::auth::{Attributes, Decision, User};
+use crate::access::token_auth::TokenInfo;
 use crate::config::Authentication;
+use crate::objects::typed::decode_as;
 use crate::state::Shared;
 use crate::status::{ApiError, FieldError};
-use crate::token_auth::TokenInfo;
-use crate::typed::decode_as;
 
 /// A review resource, for routing and discovery.
 #[derive(Debug)]

@@ -25,7 +25,7 @@ use rustls::{AlertDescription, DigitallySignedStruct, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::cluster_ca::ClusterCa;
+use crate::credentials::cluster_ca::ClusterCa;
 use crate::error::Error;
 
 /// The common name of the client certificate presented to kubelets.

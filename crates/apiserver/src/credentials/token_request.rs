@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use crate::auth::User;
+use crate::access::auth::User;
 use crate::config::Authorization;
 use crate::registry::now;
 use crate::resources::{NODES, PODS, ResourceInfo, SECRETS, SERVICEACCOUNTS};

@@ -39,9 +39,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::handle::ServerHandle;
+use crate::objects::yaml::first_line;
 use crate::registry::meta_str;
 use crate::resources;
-use crate::yaml::first_line;
 
 /// Quiet period after a file-system event before a pass runs (editors write in bursts).
 const DEBOUNCE: Duration = Duration::from_millis(100);

@@ -37,8 +37,10 @@ use http_body_util::BodyExt as _;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::log_options::query_escape;
-use crate::pod_log::{LogBody, MAX_ERROR_BODY, container, error_body, kubelet_address, unknown};
+use crate::kubelet::log_options::query_escape;
+use crate::kubelet::pod_log::{
+    LogBody, MAX_ERROR_BODY, container, error_body, kubelet_address, unknown,
+};
 use crate::resources::PODS;
 use crate::state::Shared;
 use crate::status::ApiError;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::cluster_ca::ClusterCa;
+use crate::credentials::cluster_ca::ClusterCa;
 use crate::error::Error;
 
 /// The acceptor serving the server certificate the cluster CA signed.

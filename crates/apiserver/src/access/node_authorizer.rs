@@ -63,8 +63,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::auth::{Attributes, Authorizer, Decision};
-use crate::pod_refs::RefKind;
+use crate::access::auth::{Attributes, Authorizer, Decision};
+use crate::access::pod_refs::RefKind;
 use crate::registry::Registry;
 use crate::resources::{
     CLUSTER_TRUST_BUNDLE_GATE, POD_CERTIFICATE_REQUEST_GATE, POD_CERTIFICATE_REQUESTS, PODS,

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use nodelet_core::kubeconfig::{Credentials, Kubeconfig, KubeconfigSpec};
 
-use crate::auth::User;
+use crate::access::auth::User;
 use crate::error::Error;
 use crate::server::ApiServer;
 

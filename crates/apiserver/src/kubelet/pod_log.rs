@@ -29,8 +29,8 @@ use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::kubelet_client::join_host_port;
-use crate::log_options::LogOptions;
+use crate::kubelet::kubelet_client::join_host_port;
+use crate::kubelet::log_options::LogOptions;
 use crate::registry::Registry;
 use crate::resources::{NODES, PODS};
 use crate::state::Shared;

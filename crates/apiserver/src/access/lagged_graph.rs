@@ -34,7 +34,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::pod_refs::{PodGraph, RefKind};
+use crate::access::pod_refs::{PodGraph, RefKind};
 
 /// The pod graph as the Node authorizer sees it (see the module docs). Starts empty, with a
 /// lag of 0 (immediately consistent).

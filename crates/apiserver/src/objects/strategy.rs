@@ -4,13 +4,13 @@
 use serde_json::{Value, json};
 
 use crate::certificates::{pod_request, pod_status, trust_bundle};
-use crate::defaults;
+use crate::objects::defaults;
+use crate::objects::validation::{self, NameRule};
 use crate::resources::{
     CLUSTER_TRUST_BUNDLES, CONFIGMAPS, NAMESPACES, NODES, POD_CERTIFICATE_REQUESTS, PODS,
     ResourceId, SECRETS, SERVICES,
 };
 use crate::status::FieldError;
-use crate::validation::{self, NameRule};
 
 /// Whether objects of `res` carry `metadata.generation` (bumped on spec changes).
 pub(crate) fn has_generation(res: ResourceId) -> bool {
@@ -35,7 +35,7 @@ pub(crate) fn prepare_for_create(res: ResourceId, obj: &mut Value) {
     } else if res == NAMESPACES {
         defaults::namespace(obj);
     } else if res == SERVICES {
-        crate::services::default(obj);
+        crate::objects::services::default(obj);
     } else if res == POD_CERTIFICATE_REQUESTS {
         pod_request::prepare_for_create(obj);
     }
@@ -53,8 +53,8 @@ pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut V
         defaults::secret(new);
     }
     if res == SERVICES && sub.is_none() {
-        crate::services::default(new);
-        crate::services::keep_cluster_ip(new, old);
+        crate::objects::services::default(new);
+        crate::objects::services::keep_cluster_ip(new, old);
     }
     if res == PODS {
         defaults::pod_spec(new);
@@ -88,8 +88,8 @@ pub(crate) fn prepare_for_update(res: ResourceId, sub: Option<&str>, new: &mut V
             map.insert("spec".into(), spec.clone());
         }
     }
-    if res == PODS && sub == Some(crate::ephemeral::SUBRESOURCE) {
-        crate::ephemeral::prepare_for_update(new, old);
+    if res == PODS && sub == Some(crate::objects::ephemeral::SUBRESOURCE) {
+        crate::objects::ephemeral::prepare_for_update(new, old);
         return;
     }
     if !has_status(res) {
@@ -190,7 +190,7 @@ pub(crate) fn validate_create(res: ResourceId, obj: &Value) -> Vec<FieldError> {
     } else if res == PODS {
         errs.extend(validate_pod_spec(obj));
     } else if res == SERVICES {
-        errs.extend(crate::services::validate(obj));
+        errs.extend(crate::objects::services::validate(obj));
     }
     errs
 }
@@ -248,9 +248,9 @@ pub(crate) fn validate_update(
         if ty(new) != ty(old) {
             errs.push(FieldError::invalid("type", &ty(new), "field is immutable"));
         }
-    } else if res == PODS && sub == Some(crate::ephemeral::SUBRESOURCE) {
+    } else if res == PODS && sub == Some(crate::objects::ephemeral::SUBRESOURCE) {
         errs.extend(validate_pod_spec(new));
-        errs.extend(crate::ephemeral::validate_update(new, old));
+        errs.extend(crate::objects::ephemeral::validate_update(new, old));
     } else if res == PODS && sub.is_none() {
         errs.extend(validate_pod_spec(new));
         if pod_spec_mask(new.get("spec")) != pod_spec_mask(old.get("spec")) {
@@ -260,8 +260,8 @@ pub(crate) fn validate_update(
             ));
         }
     } else if res == SERVICES && sub.is_none() {
-        errs.extend(crate::services::validate(new));
-        errs.extend(crate::services::validate_update(new, old));
+        errs.extend(crate::objects::services::validate(new));
+        errs.extend(crate::objects::services::validate_update(new, old));
     }
     // No new finalizers once deletion has started.
     if old.pointer("/metadata/deletionTimestamp").is_some() {

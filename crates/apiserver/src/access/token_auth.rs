@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::auth::{Authenticator, Headers, Unauthenticated, User};
+use crate::access::auth::{Authenticator, Headers, Unauthenticated, User};
 use crate::extras::Extras;
 use crate::registry::Registry;
 use crate::resources::{PODS, SERVICEACCOUNTS};
