@@ -104,7 +104,7 @@ pub use object_ref::{ObjectKind, ObjectRef};
 pub use pod_uid::{PodUid, PodUidError};
 pub use sources::{SourceChange, SourceRef};
 pub use status::{NoStatus, StatusSink};
-pub use volume::{PodVolume, VolumeSource};
+pub use volume::{PodVolume, VolumeSource, volume_type};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

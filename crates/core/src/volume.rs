@@ -109,6 +109,20 @@ impl PodVolume {
         }
     }
 
+    /// The volume's type as the API spells its source field (`configMap`, `hostPath`,
+    /// `persistentVolumeClaim`, ...): the first source set, `unknown` for none.
+    pub fn type_name(&self) -> &'static str {
+        match &self.source {
+            VolumeSource::ConfigMap(_) => "configMap",
+            VolumeSource::Secret(_) => "secret",
+            VolumeSource::Projected(_) => "projected",
+            VolumeSource::DownwardApi(_) => "downwardAPI",
+            VolumeSource::EmptyDir(_) => "emptyDir",
+            VolumeSource::HostPath(_) => "hostPath",
+            VolumeSource::Other(volume) => volume_type(volume),
+        }
+    }
+
     /// The k8s-openapi [`Volume`] this was made from, rebuilt (over 3 KB: for a call that
     /// takes a `Volume`, not to keep).
     pub fn to_volume(&self) -> Volume {
@@ -119,6 +133,55 @@ impl PodVolume {
         self.source.clone().set_in(&mut volume);
         volume
     }
+}
+
+/// The first source field set on `volume`, as the API spells it; `unknown` for none.
+pub fn volume_type(volume: &Volume) -> &'static str {
+    let sources = [
+        (
+            volume.aws_elastic_block_store.is_some(),
+            "awsElasticBlockStore",
+        ),
+        (volume.azure_disk.is_some(), "azureDisk"),
+        (volume.azure_file.is_some(), "azureFile"),
+        (volume.cephfs.is_some(), "cephfs"),
+        (volume.cinder.is_some(), "cinder"),
+        (volume.config_map.is_some(), "configMap"),
+        (volume.csi.is_some(), "csi"),
+        (volume.downward_api.is_some(), "downwardAPI"),
+        (volume.empty_dir.is_some(), "emptyDir"),
+        (volume.ephemeral.is_some(), "ephemeral"),
+        (volume.fc.is_some(), "fc"),
+        (volume.flex_volume.is_some(), "flexVolume"),
+        (volume.flocker.is_some(), "flocker"),
+        (volume.gce_persistent_disk.is_some(), "gcePersistentDisk"),
+        (volume.git_repo.is_some(), "gitRepo"),
+        (volume.glusterfs.is_some(), "glusterfs"),
+        (volume.host_path.is_some(), "hostPath"),
+        (volume.image.is_some(), "image"),
+        (volume.iscsi.is_some(), "iscsi"),
+        (volume.nfs.is_some(), "nfs"),
+        (
+            volume.persistent_volume_claim.is_some(),
+            "persistentVolumeClaim",
+        ),
+        (
+            volume.photon_persistent_disk.is_some(),
+            "photonPersistentDisk",
+        ),
+        (volume.portworx_volume.is_some(), "portworxVolume"),
+        (volume.projected.is_some(), "projected"),
+        (volume.quobyte.is_some(), "quobyte"),
+        (volume.rbd.is_some(), "rbd"),
+        (volume.scale_io.is_some(), "scaleIO"),
+        (volume.secret.is_some(), "secret"),
+        (volume.storageos.is_some(), "storageos"),
+        (volume.vsphere_volume.is_some(), "vsphereVolume"),
+    ];
+    sources
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+        .unwrap_or("unknown")
 }
 
 impl From<Volume> for PodVolume {

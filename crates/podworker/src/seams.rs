@@ -3,6 +3,9 @@
 //! from `nodelet-core`) and what a sync knows of a pod ([`PodConfigStatus`]), with fakes for
 //! tests.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
 use async_trait::async_trait;
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_volume_manager::{Error as VolumeManagerError, VolumeManager, WaitCause};
@@ -40,6 +43,10 @@ pub trait Volumes: Send + Sync + 'static {
     /// the desired state), or [`VolumeError::Interrupted`] (the volume manager shut down).
     async fn wait_for_attach_and_mount(&self, pod: &AdmittedPod) -> Result<(), VolumeError>;
 
+    /// The mounted volumes of pod `uid` by name, each with the path a container mounts (the
+    /// kubelet's `GetMountedVolumesForPod`, VM-7): what `make_mounts` binds.
+    fn mounted_volumes(&self, uid: &PodUid) -> BTreeMap<String, PathBuf>;
+
     /// Wait until no volume of pod `uid` is mounted any more (VM-12).
     ///
     /// # Errors
@@ -64,6 +71,10 @@ impl Volumes for VolumeManager {
         VolumeManager::wait_for_attach_and_mount(self, pod)
             .await
             .map_err(volume_error)
+    }
+
+    fn mounted_volumes(&self, uid: &PodUid) -> BTreeMap<String, PathBuf> {
+        VolumeManager::mounted_volumes(self, uid)
     }
 
     async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError> {
@@ -280,6 +291,10 @@ mod fakes {
                 Some(error) => Err(VolumeError::Failed(error)),
                 None => Ok(()),
             }
+        }
+        /// None: the fake mounts nothing on disk.
+        fn mounted_volumes(&self, _uid: &PodUid) -> BTreeMap<String, std::path::PathBuf> {
+            BTreeMap::new()
         }
         async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError> {
             self.record("unmount", uid.as_str());

@@ -283,11 +283,12 @@ impl ConfigSyncer {
         container: &Container,
         env: &crate::env::ContainerEnv,
     ) -> Result<ContainerLaunch, crate::mounts::MountError> {
-        let dirs = PodDirs::new(&self.config.root_dir);
         let dir = self.pod_dir(pod.uid());
         let hosts = crate::mounts::should_mount_hosts_file(pod, &self.config.host_ips)
             .then(|| dir.join(HOSTS_FILE));
-        let mut mounts = crate::mounts::make_mounts(pod, container, &dirs, env, hosts.as_deref())?;
+        let volumes = self.parts.volumes.mounted_volumes(pod.uid());
+        let mut mounts =
+            crate::mounts::make_mounts(pod, container, &volumes, env, hosts.as_deref())?;
         if !mounts
             .iter()
             .any(|m| m.container_path == Path::new("/etc/hostname"))

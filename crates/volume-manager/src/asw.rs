@@ -5,7 +5,7 @@
 //! here the unique volume name already contains the pod UID (VM-2), so one entry per unique
 //! name is the same thing, flatter.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -89,15 +89,22 @@ impl ActualState {
     }
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's fully mounted volumes, sorted.
-    pub(crate) fn mounted_for_pod(&self, pod_uid: &PodUid) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .volumes
+    /// The pod's mounted volumes: outer name → the path containers mount (the node's own
+    /// path for a hostPath volume, else the volume's directory).
+    pub(crate) fn mounted_for_pod(&self, pod_uid: &PodUid) -> BTreeMap<String, PathBuf> {
+        self.volumes
             .values()
             .filter(|v| &v.pod_uid == pod_uid && v.state == MountState::Mounted)
-            .map(|v| v.outer_name.clone())
-            .collect();
-        names.sort();
-        names
+            .map(|v| {
+                let host_path = v
+                    .pod
+                    .as_ref()
+                    .and_then(|pod| pod.volume(&v.outer_name))
+                    .and_then(|volume| v.plugin.host_path(volume));
+                let path = host_path.unwrap_or_else(|| v.dir.clone());
+                (v.outer_name.clone(), path)
+            })
+            .collect()
     }
 
     /// Outer names of every volume of the pod still on disk (mounted or uncertain), sorted.

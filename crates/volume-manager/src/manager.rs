@@ -1,6 +1,8 @@
 //! [`VolumeManager`]: the public face: desired pods in, mounted volumes out, waits and a
 //! snapshot.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -368,8 +370,10 @@ impl VolumeManager {
         Err(Error::VolumesStillMounted { mounted, cause })
     }
 
-    /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's mounted volumes, sorted.
-    pub fn mounted_volumes(&self, pod_uid: &PodUid) -> Vec<String> {
+    /// VM-7 `GetMountedVolumesForPod`: the pod's mounted volumes, by outer name, each with the
+    /// path a container mounts (its directory under the pod, or the node's own path for a
+    /// hostPath volume, PL-33).
+    pub fn mounted_volumes(&self, pod_uid: &PodUid) -> BTreeMap<String, PathBuf> {
         self.inner.state.lock().asw.mounted_for_pod(pod_uid)
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::Pod;
 use nodelet_core::{AdmittedPod, PodUid, PodVolume};
 
 use crate::dsw::{DesiredPod, DesiredVolume, MAX_POD_ERRORS, UnsupportedVolume, VolumeInPod};
@@ -79,7 +79,7 @@ pub(crate) fn desired_pod(pod: &AdmittedPod, registry: &PluginRegistry) -> Desir
             // (`VolumeInPod::new` is `Some`: the index came from this pod's own list.)
             _ => unsupported.push(UnsupportedVolume {
                 name: volume.name.clone(),
-                volume_type: volume_type(&volume),
+                volume_type: nodelet_core::volume_type(&volume).to_owned(),
             }),
         }
     }
@@ -108,18 +108,6 @@ pub(crate) fn expected_volumes(
                 .map(|p| (name.to_owned(), unique_volume_name(p.name(), uid, name)))
         })
         .collect()
-}
-
-/// The source field set on a volume (`hostPath`, `persistentVolumeClaim`, ...).
-fn volume_type(volume: &Volume) -> String {
-    match serde_json::to_value(volume) {
-        Ok(serde_json::Value::Object(map)) => map
-            .keys()
-            .find(|k| k.as_str() != "name")
-            .cloned()
-            .unwrap_or_else(|| "unknown".into()),
-        _ => "unknown".into(),
-    }
 }
 
 fn is_directory_name(name: &str) -> bool {

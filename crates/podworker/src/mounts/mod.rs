@@ -14,10 +14,11 @@
 //! [`make_mounts`] follows the kubelet. First (0) the pod's host name, domain and override
 //! must be valid DNS names (the kubelet checks them before it makes the mounts). Then for each
 //! `volumeMounts[]` entry, in order:
-//! 1. The pod volume of that name (`cannot find volume ...` when missing); its directory is
-//!    `PodDirs::volume(uid, plugin, name)`, or for a hostPath volume the node's path itself
-//!    (PL-34). A volume type without a nodelet plugin (persistentVolumeClaim, csi, ...) fails
-//!    naming the volume and its type.
+//! 1. The pod volume of that name (`cannot find volume ...` when missing); its path is the one
+//!    the volume manager mounted (`Volumes::mounted_volumes`: `PodDirs::volume(uid, plugin,
+//!    name)`, or for a hostPath volume the node's path itself, PL-34). A volume the volume
+//!    manager did not mount, a type without a nodelet plugin (persistentVolumeClaim, csi, ...),
+//!    fails naming the volume and its type.
 //! 2. The subPath: `subPathExpr` (which wins over `subPath`) expanded with the container's
 //!    environment, `$(VAR)` syntax; a referenced variable that is unset or empty is an error.
 //!    The result must be relative and must not contain a `..` element.
@@ -50,12 +51,12 @@ mod error;
 mod hosts;
 mod subpath;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, VolumeMount};
 use nodelet_core::runtime::ContainerMount;
-use nodelet_core::{AdmittedPod, PodDirs, PodVolume};
-use nodelet_volume_manager::PluginRegistry;
+use nodelet_core::{AdmittedPod, PodVolume};
 
 use crate::env::ContainerEnv;
 use error::MountAt;
@@ -70,7 +71,8 @@ pub use hosts::{
 };
 
 /// The bind mounts of `container`, one of `pod`'s containers: its volume mounts in order,
-/// then `hosts_file` at `/etc/hosts` (steps 0 … 7 of the module docs). `env` is the
+/// then `hosts_file` at `/etc/hosts` (steps 0 … 7 of the module docs). `volumes` are the
+/// pod's mounted volumes by name, with their paths (`Volumes::mounted_volumes`). `env` is the
 /// container's resolved environment (for `subPathExpr`); `hosts_file` is the pod's
 /// `etc-hosts`, already written, or `None` when the pod gets none (see
 /// [`should_mount_hosts_file`]).
@@ -84,7 +86,7 @@ pub use hosts::{
 pub fn make_mounts(
     pod: &AdmittedPod,
     container: &Container,
-    dirs: &PodDirs,
+    volumes: &BTreeMap<String, PathBuf>,
     env: &ContainerEnv,
     hosts_file: Option<&Path>,
 ) -> Result<Vec<ContainerMount>, MountError> {
@@ -92,7 +94,6 @@ pub fn make_mounts(
     if let Some(invalid) = generate_hostname(pod, DEFAULT_CLUSTER_DOMAIN).invalid {
         return Err(invalid);
     }
-    let registry = PluginRegistry::default();
     let mut mount_hosts_file = hosts_file.is_some();
     let mut mounts = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
@@ -108,18 +109,16 @@ pub fn make_mounts(
                 container: at.container.to_owned(),
                 volume: at.volume.to_owned(),
             })?;
-        // The plugin API takes a k8s `Volume`: one built for the lookup, not kept.
-        let full = volume.to_volume();
-        let plugin = registry
-            .find(&full)
-            .ok_or_else(|| MountError::UnsupportedVolume {
-                container: at.container.to_owned(),
-                volume: at.volume.to_owned(),
-                volume_type: volume_type(&full),
-            })?;
-        let volume_path = plugin
-            .host_path(volume)
-            .unwrap_or_else(|| dirs.volume(pod.uid(), plugin.name(), volume.name()));
+        // Every volume a plugin supports is mounted before containers start.
+        let volume_path =
+            volumes
+                .get(volume.name())
+                .cloned()
+                .ok_or_else(|| MountError::UnsupportedVolume {
+                    container: at.container.to_owned(),
+                    volume: at.volume.to_owned(),
+                    volume_type: volume.type_name().to_owned(),
+                })?;
         // (2), (3)
         let host_path = match sub_path(m, env, &at)? {
             Some(sub_path) => prepare_sub_path(&volume_path, Path::new(&sub_path), &at)?,
@@ -157,18 +156,6 @@ fn read_only_by_nature(volume: &PodVolume) -> bool {
         || volume.secret().is_some()
         || volume.projected().is_some()
         || volume.downward_api().is_some()
-}
-
-/// The source field set on a volume (`hostPath`, `persistentVolumeClaim`, ...).
-fn volume_type(volume: &Volume) -> String {
-    match serde_json::to_value(volume) {
-        Ok(serde_json::Value::Object(map)) => map
-            .keys()
-            .find(|k| k.as_str() != "name")
-            .cloned()
-            .unwrap_or_else(|| "unknown".into()),
-        _ => "unknown".into(),
-    }
 }
 
 /// (4) `mountPath` as an absolute path: a relative one is cleaned below `/`.
@@ -242,7 +229,7 @@ mod tests {
     use std::os::unix::fs::{PermissionsExt, symlink};
 
     use k8s_openapi::api::core::v1::Pod;
-    use nodelet_core::PodUid;
+    use nodelet_core::{PodDirs, PodUid};
     use serde_json::json;
 
     use super::*;
@@ -313,12 +300,29 @@ mod tests {
             dir
         }
 
+        /// What the volume manager reports mounted for `pod`: each volume of a type it
+        /// supports, at its plugin's directory (a hostPath volume at the node's path).
+        fn mounted(&self, pod: &AdmittedPod) -> BTreeMap<String, PathBuf> {
+            pod.volumes()
+                .iter()
+                .filter_map(|v| {
+                    let path = match v.type_name() {
+                        "hostPath" => PathBuf::from(&v.host_path()?.path),
+                        "emptyDir" => self.dirs.volume(&uid(), EMPTY_DIR, v.name()),
+                        "configMap" => self.dirs.volume(&uid(), CONFIGMAP, v.name()),
+                        _ => return None,
+                    };
+                    Some((v.name().to_owned(), path))
+                })
+                .collect()
+        }
+
         fn mounts(
             &self,
             pod: &AdmittedPod,
             env: &ContainerEnv,
         ) -> Result<Vec<ContainerMount>, MountError> {
-            make_mounts(pod, &container(pod), &self.dirs, env, None)
+            make_mounts(pod, &container(pod), &self.mounted(pod), env, None)
         }
 
         fn error(&self, pod: &AdmittedPod, env: &ContainerEnv) -> String {
@@ -713,7 +717,13 @@ mod tests {
         let data = fx.volume(EMPTY_DIR, "data", 0o777);
         let pod = pod_with(data_volume(), json!([{"name": "data", "mountPath": "/d"}]));
         let hosts = fx.dirs.pod(&uid()).join("etc-hosts");
-        let mounts = make_mounts(&pod, &container(&pod), &fx.dirs, &env(&[]), Some(&hosts));
+        let mounts = make_mounts(
+            &pod,
+            &container(&pod),
+            &fx.mounted(&pod),
+            &env(&[]),
+            Some(&hosts),
+        );
         let expected = [
             ContainerMount {
                 host_path: data,
@@ -738,8 +748,14 @@ mod tests {
             json!([{"name": "data", "mountPath": "/etc/hosts", "subPath": "h"}]),
         );
         let hosts = fx.dirs.pod(&uid()).join("etc-hosts");
-        let mounts =
-            make_mounts(&pod, &container(&pod), &fx.dirs, &env(&[]), Some(&hosts)).unwrap();
+        let mounts = make_mounts(
+            &pod,
+            &container(&pod),
+            &fx.mounted(&pod),
+            &env(&[]),
+            Some(&hosts),
+        )
+        .unwrap();
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].container_path, Path::new("/etc/hosts"));
         assert!(
