@@ -4,8 +4,8 @@
 //!
 //! The patches are strategic merge patches, as the kubelet's: the conditions the agent owns
 //! merge by type, so conditions others set (`PodScheduled`, a readiness gate's) stay, and an
-//! absent reason or message is sent as `null` so that an earlier one goes; the init and
-//! regular container status lists are replaced whole. A condition keeps its `lastTransitionTime`
+//! absent reason or message is sent as `null` so that an earlier one goes; the container
+//! status lists, atomic in the API, are sent whole and replace the pod's. A condition keeps its `lastTransitionTime`
 //! while its status stays (the time of the last patch that changed it, else the pod's own).
 
 use std::collections::HashMap;
@@ -219,8 +219,9 @@ async fn run(client: &kube::Client, work: &Work) -> Result<(), kube::Error> {
 
 /// The strategic merge patch that makes `status` the pod's (before the conditions'
 /// transition times, [`stamp_transitions`]): each condition's absent reason and message as
-/// `null`, the init and regular container lists replaced whole (the kubelet's patch deletes
-/// what is gone; ephemeral containers are never removed, so theirs merge by name).
+/// `null`. The container status lists have no merge key in the API (they are atomic): each
+/// one the patch names replaces the pod's whole, with no `$patch` directive, which the API
+/// server would keep as an element of its own.
 fn status_patch(status: &PodStatus) -> Value {
     let mut fields = serde_json::to_value(status).unwrap_or_default();
     let conditions = fields.get_mut("conditions").and_then(Value::as_array_mut);
@@ -231,13 +232,6 @@ fn status_patch(status: &PodStatus) -> Value {
     {
         for key in ["reason", "message"] {
             c.entry(key).or_insert(Value::Null);
-        }
-    }
-    for list in ["initContainerStatuses", "containerStatuses"] {
-        if let Some(items) = fields.get_mut(list).and_then(Value::as_array_mut) {
-            let mut replace = Map::new();
-            replace.insert("$patch".to_owned(), Value::from("replace"));
-            items.push(Value::Object(replace));
         }
     }
     wrap_status(fields)
@@ -474,13 +468,14 @@ mod tests {
                 && ready.get("reason").is_some_and(Value::is_null),
             "an absent reason or message deletes an earlier one: {ready}"
         );
-        for list in ["containerStatuses", "initContainerStatuses"] {
-            let items = patch["status"][list]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            assert_eq!(items.last(), Some(&json!({"$patch": "replace"})), "{list}");
-        }
+        // Atomic lists: sent whole, no directive (a real API server keeps one as an element).
+        let items = patch["status"]["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(items.len(), 1);
+        assert!(items.iter().all(|i| i.get("$patch").is_none()));
+        assert_eq!(patch["status"]["initContainerStatuses"], json!([]));
         assert_eq!(patch["status"]["startTime"], "1970-01-01T00:00:00Z");
         assert_eq!(
             patch["status"]["containerStatuses"][0]["lastState"],

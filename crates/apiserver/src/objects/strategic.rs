@@ -19,9 +19,6 @@ fn merge_key(field: &str) -> Option<&'static str> {
         | "env"
         | "volumeMounts"
         | "imagePullSecrets"
-        | "containerStatuses"
-        | "initContainerStatuses"
-        | "ephemeralContainerStatuses"
         | "resourceClaims"
         | "schedulingGates" => "name",
         "volumeDevices" => "devicePath",
@@ -194,6 +191,21 @@ mod tests {
             obj,
             json!({"metadata": {"finalizers": ["b"], "labels": {"y": "2"}},
             "spec": {"volumes": [{"name": "v2"}], "tolerations": [{"key": "new"}]}})
+        );
+    }
+
+    // The container status lists are atomic in the API (no merge key): a patch naming one
+    // replaces it whole, as the real server does.
+    #[test]
+    fn container_status_lists_are_replaced_whole() {
+        let mut pod = json!({"status": {"containerStatuses": [{"name": "a"}, {"name": "b"}]}});
+        apply(
+            &mut pod,
+            &json!({"status": {"containerStatuses": [{"name": "b", "ready": true}]}}),
+        );
+        assert_eq!(
+            pod,
+            json!({"status": {"containerStatuses": [{"name": "b", "ready": true}]}})
         );
     }
 
