@@ -11,6 +11,12 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+/// Whether `container`, one of a pod's `initContainers`, is a sidecar: a restartable init
+/// container (`restartPolicy: Always`, PW-60), which keeps running beside the app containers.
+pub fn is_sidecar(container: &k8s_openapi::api::core::v1::Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
 /// One bind mount of a container: a host path shown at a path inside the container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerMount {
@@ -110,13 +116,16 @@ impl ContainerStatus {
 }
 
 /// What a pod sync does now (the kubelet's `computePodActions`): the containers to start, in
-/// order, and those waiting for their crash back-off.
+/// order, those waiting for their crash back-off, and the sidecars to stop.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Containers to create and start now, in order.
     pub start: Vec<String>,
     /// Containers waiting for their crash back-off to pass, with the kubelet's message.
     pub back_off: Vec<(String, String)>,
+    /// Running sidecars to stop now, in the pod's order, because every app container ended
+    /// for good (PW-63); the syncer stops them as a pod's termination does (PW-62).
+    pub stop: Vec<String>,
 }
 
 /// The network a pod's sandbox is in.

@@ -10,7 +10,8 @@
 //!                   ─► kill_container("FailedPostStartHook") ─► waiting PostStartHookError
 //! sync_terminating_pod: stop_running ─► for each running container, side by side:
 //!     kill_container: Normal Killing ─► pre_stop (within the grace period; failed ─► Warning
-//!     FailedPreStopHook "PreStopHook failed") ─► stop_container(grace left, at least 2 s)
+//!     FailedPreStopHook "PreStopHook failed") ─► a sidecar waits for its turn (PW-62,
+//!     `TerminationOrder`) ─► stop_container(grace left, at least 2 s)
 //! ```
 //!
 //! A handler's own text (its output, its error) goes only to the log: the kubelet keeps it
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
+use nodelet_core::runtime::is_sidecar;
 use nodelet_core::{AdmittedPod, EventType};
 use nodelet_runtime::format_pod;
 use nodelet_runtime::handlers::HttpGet;
@@ -29,6 +31,7 @@ use tracing::{debug, info};
 use crate::error::RuntimeError;
 use crate::runtime::RuntimeHook;
 use crate::seams::EventSink;
+use crate::termination_order::TerminationOrder;
 
 /// The waiting reason of a container whose `postStart` hook failed (the kubelet's
 /// `ErrPostStartHook`).
@@ -109,7 +112,8 @@ impl Lifecycle {
     }
 
     /// PW-21, PW-22: stops every running container of `pod` as the kubelet's `killPod`,
-    /// side by side, each with `grace_period` ([`Self::kill_container`]).
+    /// side by side, each with `grace_period` ([`Self::kill_container`]); a pod with sidecars
+    /// stops them after its app containers, in reverse order (PW-62).
     ///
     /// # Errors
     /// The first container that would not stop.
@@ -127,11 +131,22 @@ impl Lifecycle {
             .filter(|s| s.is_running() && !s.container_id.is_empty())
             .filter_map(|s| container_spec(pod, &s.name).cloned())
             .collect();
+        // PW-62: with sidecars, the app containers stop first, then the sidecars in reverse
+        // order.
+        let has_sidecars = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .any(is_sidecar);
+        let order = has_sidecars.then(|| {
+            let names: Vec<String> = running.iter().map(|c| c.name.clone()).collect();
+            Arc::new(TerminationOrder::new(pod, &names))
+        });
         let mut kills = JoinSet::new();
         for container in running {
-            let (this, pod) = (self.clone(), pod.clone());
+            let (this, pod, order) = (self.clone(), pod.clone(), order.clone());
             kills.spawn(async move {
-                this.kill_container(&pod, &container, "", grace_period)
+                this.kill_in_order(&pod, &container, "", grace_period, order.as_deref())
                     .await
             });
         }
@@ -163,6 +178,22 @@ impl Lifecycle {
         container: &Container,
         message: &str,
         grace_period: Duration,
+    ) -> Result<bool, RuntimeError> {
+        self.kill_in_order(pod, container, message, grace_period, None)
+            .await
+    }
+
+    /// [`kill_container`](Self::kill_container) within a pod's [`TerminationOrder`] (PW-62):
+    /// after the `preStop` hook, the container waits for its turn (within what is left of
+    /// the grace period, whose waited whole seconds come off it), and its stop lets the
+    /// containers waiting for it go on.
+    async fn kill_in_order(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        message: &str,
+        grace_period: Duration,
+        order: Option<&TerminationOrder>,
     ) -> Result<bool, RuntimeError> {
         let message = if message.is_empty() {
             format!("Stopping container {}", container.name)
@@ -199,9 +230,18 @@ impl Lifecycle {
             }
             grace = grace.saturating_sub(Duration::from_secs(started.elapsed().as_secs()));
         }
-        self.runtime
+        if let Some(order) = order {
+            let waited = order.wait_for_turn(&container.name, grace).await;
+            grace = grace.saturating_sub(Duration::from_secs(waited));
+        }
+        let stopped = self
+            .runtime
             .stop_container(pod.uid(), &container.name, grace.max(MIN_GRACE))
-            .await
+            .await?;
+        if let Some(order) = order {
+            order.stopped(&container.name);
+        }
+        Ok(stopped)
     }
 
     /// The kubelet's handler runner: `Err` with its text when the handler failed.
@@ -299,7 +339,7 @@ impl Lifecycle {
 
 /// The grace period the kubelet gives a container it kills on its own (a failed `postStart`):
 /// the pod's deletion grace period, else its `terminationGracePeriodSeconds`, else 2 s.
-fn kill_grace(pod: &AdmittedPod) -> Duration {
+pub(crate) fn kill_grace(pod: &AdmittedPod) -> Duration {
     let seconds = pod.metadata.deletion_grace_period_seconds.or_else(|| {
         pod.spec
             .as_ref()

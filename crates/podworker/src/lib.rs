@@ -156,6 +156,7 @@ mod seams;
 mod status;
 mod sync;
 mod sysctls;
+mod termination_order;
 mod workers;
 
 pub use admission::{NODE_OS, Rejection, admit, rejection_reasons, runtime_class_refusal};
@@ -172,7 +173,7 @@ pub use mounts::{
     DEFAULT_CLUSTER_DOMAIN, MountError, SubPathError, hostname_file_content, hosts_file_content,
     kernel_hostname, make_mounts, pod_hostname, should_mount_hosts_file,
 };
-pub use phase::{PodPhase, pod_phase};
+pub use phase::{PodPhase, pod_phase, pod_phase_with};
 pub use probe::{
     ContainerProbeStatus, ProbeConfig, ProbeKill, ProbeKind, ProbeManager, ProbeResult,
     ProbeTarget, ProbeUpdate,

@@ -2,7 +2,7 @@
 //! (`getPhase`).
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_core::runtime::{ContainerState, ContainerStatus};
+use nodelet_core::runtime::{ContainerState, ContainerStatus, is_sidecar};
 
 /// A pod's phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,34 +34,73 @@ impl PodPhase {
     }
 }
 
-/// The phase of `pod` given the runtime's `statuses` (containers never started are absent):
-/// 1. an init container that failed under `restartPolicy: Never` fails the pod;
-/// 2. an init container that has not succeeded keeps the pod Pending;
-/// 3. an app container never started, or waiting without having run, keeps it Pending;
-/// 4. one running container makes it Running;
-/// 5. all ended: Running under `Always` (they restart), Succeeded when all exited 0, Failed
-///    under `Never`, Running under `OnFailure` (the failed ones restart).
+/// The phase of `pod` given the runtime's `statuses` (containers never started are absent),
+/// every running sidecar counted as started; [`pod_phase_with`] when the prober says which
+/// sidecars started.
 pub fn pod_phase(pod: &Pod, statuses: &[ContainerStatus]) -> PodPhase {
+    pod_phase_with(pod, statuses, &|_| true)
+}
+
+/// The phase of `pod` given the runtime's `statuses` and `started` (whether a running
+/// sidecar's instance started, PW-60):
+/// 1. a regular init container that failed (ended, or waits to restart after ending, with a
+///    non-zero code) under `restartPolicy: Never` fails the pod;
+/// 2. a regular init container that has not succeeded keeps the pod Pending, and so does a
+///    sidecar not started yet while no app container has run;
+/// 3. an app container never started, or waiting without having run, keeps it Pending;
+/// 4. one running container (app or sidecar) makes it Running;
+/// 5. all app containers ended: Running under `Always` (they restart), Succeeded when all
+///    exited 0, Failed under `Never`, Running under `OnFailure` (the failed ones restart).
+///
+/// Sidecars that ended count for nothing (PW-63): a pod whose app containers succeeded is
+/// Succeeded whatever its stopped sidecars' exit codes.
+pub fn pod_phase_with(
+    pod: &Pod,
+    statuses: &[ContainerStatus],
+    started: &dyn Fn(&str) -> bool,
+) -> PodPhase {
     let Some(spec) = pod.spec.as_ref() else {
         return PodPhase::Pending;
     };
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let status = |name: &str| statuses.iter().find(|s| s.name == name);
+    let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let (mut unknown, mut waiting, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for c in spec.init_containers.iter().flatten() {
-        match status(&c.name).map(|s| (&s.state, &s.last_state)) {
-            Some((ContainerState::Terminated(t), _)) if t.exit_code == 0 => {}
-            // (1)
-            Some((ContainerState::Terminated(_), _)) if policy == "Never" => {
-                return PodPhase::Failed;
+        let s = status(&c.name);
+        if is_sidecar(c) {
+            match s.map(|s| (&s.state, &s.last_state)) {
+                None => unknown += 1,
+                Some((ContainerState::Running { .. }, _)) => {
+                    if !started(&c.name) {
+                        pending_sidecars += 1;
+                    }
+                    running += 1;
+                }
+                Some(
+                    (ContainerState::Terminated(_), _) | (ContainerState::Waiting { .. }, Some(_)),
+                ) => {}
+                Some((ContainerState::Waiting { .. }, None)) => {
+                    pending_sidecars += 1;
+                    waiting += 1;
+                }
             }
-            // (2)
-            _ => return PodPhase::Pending,
+            continue;
+        }
+        match s.map(|s| (&s.state, &s.last_state)) {
+            Some(
+                (ContainerState::Terminated(t), _) | (ContainerState::Waiting { .. }, Some(t)),
+            ) => {
+                if t.exit_code != 0 {
+                    failed_init += 1;
+                }
+            }
+            _ => pending_init += 1,
         }
     }
-    let (mut waiting, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for c in &spec.containers {
         match status(&c.name) {
-            None => waiting += 1,
+            None => unknown += 1,
             Some(s) => match &s.state {
                 ContainerState::Running { .. } => running += 1,
                 ContainerState::Terminated(t) => {
@@ -75,12 +114,18 @@ pub fn pod_phase(pod: &Pod, statuses: &[ContainerStatus]) -> PodPhase {
             },
         }
     }
-    // (3) … (5)
-    if waiting > 0 {
+    // The kubelet's "has an app container started": one has a status.
+    let app_started = spec.containers.iter().any(|c| status(&c.name).is_some());
+    // (1)
+    if failed_init > 0 && policy == "Never" {
+        return PodPhase::Failed;
+    }
+    // (2) … (5)
+    if pending_init > 0 || (pending_sidecars > 0 && !app_started) || waiting > 0 {
         PodPhase::Pending
-    } else if running > 0 {
+    } else if running > 0 && unknown == 0 {
         PodPhase::Running
-    } else if stopped > 0 {
+    } else if running == 0 && stopped > 0 && unknown == 0 {
         if policy == "Always" {
             PodPhase::Running
         } else if stopped == succeeded {
@@ -168,6 +213,66 @@ mod tests {
         assert_eq!(
             pod_phase(&pod("Never"), &[ended("i", 0), running("a"), ended("b", 0)]),
             PodPhase::Running
+        );
+    }
+
+    fn with_sidecar(policy: &str) -> Pod {
+        PodBuilder::new("ns", "p")
+            .init_container(json!({"name": "i", "image": "x"}))
+            .init_container(json!({"name": "s", "image": "x", "restartPolicy": "Always"}))
+            .container(json!({"name": "a", "image": "x"}))
+            .spec(json!({"restartPolicy": policy}))
+            .build()
+    }
+
+    #[test]
+    fn pw63_stopped_sidecars_count_for_nothing_once_the_app_containers_ended() {
+        let pod = with_sidecar("Never");
+        let killed = ended("s", 143);
+        assert_eq!(
+            pod_phase(&pod, &[ended("i", 0), killed.clone(), ended("a", 0)]),
+            PodPhase::Succeeded
+        );
+        assert_eq!(
+            pod_phase(&pod, &[ended("i", 0), killed, ended("a", 1)]),
+            PodPhase::Failed
+        );
+        assert_eq!(
+            pod_phase(&pod, &[ended("i", 0), running("s"), ended("a", 0)]),
+            PodPhase::Running,
+            "the sidecar still runs: not terminal until it is stopped"
+        );
+        assert_eq!(
+            pod_phase(
+                &with_sidecar("Always"),
+                &[ended("i", 0), ended("s", 1), running("a")]
+            ),
+            PodPhase::Running,
+            "a crashed sidecar does not fail the pod"
+        );
+    }
+
+    #[test]
+    fn pw60_a_sidecar_not_started_keeps_the_pod_pending_until_an_app_container_ran() {
+        let pod = with_sidecar("Always");
+        let not_started = |_: &str| false;
+        assert_eq!(
+            pod_phase_with(&pod, &[ended("i", 0), running("s")], &not_started),
+            PodPhase::Pending
+        );
+        assert_eq!(
+            pod_phase_with(
+                &pod,
+                &[ended("i", 0), running("s"), running("a")],
+                &not_started
+            ),
+            PodPhase::Running,
+            "a restarting sidecar's startup probe does not send the pod back to Pending"
+        );
+        assert_eq!(
+            pod_phase(&pod, &[ended("i", 0), running("s")]),
+            PodPhase::Pending,
+            "the app container has not started"
         );
     }
 }

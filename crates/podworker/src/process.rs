@@ -34,8 +34,8 @@ impl RuntimeHook for ProcessRuntime {
         }))
     }
 
-    async fn plan(&self, pod: &AdmittedPod) -> Result<Plan, RuntimeError> {
-        Ok(ProcessRuntime::plan(self, pod))
+    async fn plan(&self, pod: &AdmittedPod, started: &[String]) -> Result<Plan, RuntimeError> {
+        Ok(ProcessRuntime::plan(self, pod, started))
     }
 
     async fn create_container(

@@ -44,11 +44,13 @@ pub trait RuntimeHook: Send + Sync + 'static {
     /// [`RuntimeError::Sandbox`]: nothing of the pod starts (PW-41, PW-58).
     async fn run_pod_sandbox(&self, pod: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError>;
 
-    /// Which containers of `pod` to start now, in order, and which wait for a back-off.
+    /// Which containers of `pod` to start now, in order, which wait for a back-off and which
+    /// sidecars to stop. `started` names, by container ID, the sidecar instances that started
+    /// (their startup probe passed, or they have none; PW-60).
     ///
     /// # Errors
     /// [`RuntimeError`] when the runtime cannot tell.
-    async fn plan(&self, pod: &AdmittedPod) -> Result<Plan, RuntimeError>;
+    async fn plan(&self, pod: &AdmittedPod, started: &[String]) -> Result<Plan, RuntimeError>;
 
     /// Create and start `container` of `pod` with environment `env` and `launch` (mounts,
     /// command line; empty for a pod without a sandbox);
@@ -238,7 +240,7 @@ impl RuntimeHook for EnvFileRuntime {
         Ok(None)
     }
 
-    async fn plan(&self, pod: &AdmittedPod) -> Result<Plan, RuntimeError> {
+    async fn plan(&self, pod: &AdmittedPod, _started: &[String]) -> Result<Plan, RuntimeError> {
         let created = self.created_containers(pod)?;
         for name in &created {
             let time = fs::metadata(self.containers_dir(pod.uid()).join(name).join(ENV_FILE))
@@ -255,7 +257,7 @@ impl RuntimeHook for EnvFileRuntime {
             .collect();
         Ok(Plan {
             start,
-            back_off: Vec::new(),
+            ..Plan::default()
         })
     }
 

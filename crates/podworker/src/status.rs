@@ -1,5 +1,5 @@
 //! [`generate_pod_status`]: a pod's API status from what its last sync knows (the kubelet's
-//! `generateAPIPodStatus`, beside [`pod_phase`], its `getPhase`), for every runtime.
+//! `generateAPIPodStatus`, beside [`pod_phase`](crate::pod_phase), its `getPhase`), for every runtime.
 //!
 //! The input is typed: the runtime's container states ([`ContainerStatus`]), the probes'
 //! `started`/`ready`, and the config side's verdicts ([`PodConfigStatus`]). The output is the
@@ -19,9 +19,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use nodelet_core::go;
-use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination};
+use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination, is_sidecar};
 
-use crate::phase::{PodPhase, pod_phase};
+use crate::phase::{PodPhase, pod_phase_with};
+use crate::probe::ContainerProbeStatus;
 use crate::seams::{ContainerConfigState, ContainerConfigStatus, PodConfigStatus};
 
 /// The pod condition telling whether every container's configuration (environment, pull
@@ -37,8 +38,11 @@ pub fn generate_pod_status(
     status: &PodConfigStatus,
     start_time: SystemTime,
 ) -> PodStatus {
-    let phase = pod_phase(pod, &status.statuses);
     let view = ContainerView { pod, status };
+    // PW-60: a running sidecar whose startup probe has not passed keeps the pod Pending until
+    // an app container ran (without a prober, running is started).
+    let started = |name: &str| view.probed(name).is_none_or(|p| p.started);
+    let phase = pod_phase_with(pod, &status.statuses, &started);
     let init: Vec<ApiStatus> = view
         .init_containers()
         .map(|c| view.status(c, true))
@@ -47,16 +51,45 @@ pub fn generate_pod_status(
         .regular_containers()
         .map(|c| view.status(c, false))
         .collect();
-    let unready: Vec<&str> = regular
+    // PW-64: a sidecar's readiness counts for the pod's, before the app containers'.
+    let sidecars: Vec<&str> = view
+        .init_containers()
+        .filter(|c| is_sidecar(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    let unready: Vec<&str> = init
         .iter()
+        .filter(|s| sidecars.contains(&s.name.as_str()))
+        .chain(&regular)
         .filter(|c| !c.ready)
         .map(|c| c.name.as_str())
         .collect();
+    // PW-65: a sidecar is complete once it started, a regular init container once it
+    // succeeded.
     let incomplete: Vec<&str> = view
         .init_containers()
-        .filter(|c| !succeeded(view.runtime(&c.name)))
+        .filter(|c| {
+            if is_sidecar(c) {
+                !init
+                    .iter()
+                    .any(|s| s.name == c.name && s.started == Some(true))
+            } else {
+                !succeeded(view.runtime(&c.name))
+            }
+        })
         .map(|c| c.name.as_str())
         .collect();
+    // Once an app container ran (it runs or ended) the pod was initialized, whatever its
+    // sidecars do since; a pod that succeeded with every init container known was too.
+    let app_ran = view.regular_containers().any(|c| {
+        view.runtime(&c.name)
+            .is_some_and(|s| !matches!(s.state, ContainerState::Waiting { .. }))
+    });
+    let completed = phase == PodPhase::Succeeded
+        && view.init_containers().next().is_some()
+        && view
+            .init_containers()
+            .all(|c| view.runtime(&c.name).is_some());
     let containers_ready = containers_ready(phase, &unready);
     let conditions = vec![
         condition(
@@ -71,7 +104,7 @@ pub fn generate_pod_status(
             (!status.config.ready).then(|| "ConfigNotResolved".to_owned()),
             status.config.message.clone(),
         ),
-        initialized(&incomplete),
+        initialized(&incomplete, app_ran, completed),
         containers_ready.clone(),
         pod_ready(pod, containers_ready),
     ];
@@ -215,14 +248,19 @@ impl<'a> ContainerView<'a> {
         }
     }
 
+    /// The probes' verdict on container `name`, if it is probed.
+    fn probed(&self, name: &str) -> Option<&'a ContainerProbeStatus> {
+        self.status.probes.iter().find(|p| p.name == name)
+    }
+
     /// PW-33: a regular container's `started` and `ready` are its probes' (without any,
-    /// running is both); an init container is ready once it succeeded, started while it runs.
+    /// running is both), and so are a sidecar's (PW-64); an init container is ready once it
+    /// succeeded, started while it runs.
     fn status(&self, c: &Container, init: bool) -> ApiStatus {
         let s = self.runtime(&c.name);
         let running = s.is_some_and(ContainerStatus::is_running);
-        let probed = self.status.probes.iter().find(|p| p.name == c.name);
-        let (ready, started) = match probed {
-            _ if init => (succeeded(s), running),
+        let (ready, started) = match self.probed(&c.name) {
+            _ if init && !is_sidecar(c) => (succeeded(s), running),
             Some(p) => (p.ready, p.started),
             None => (running, running),
         };
@@ -305,13 +343,18 @@ fn condition(
     }
 }
 
-/// `Initialized`: every init container succeeded.
-fn initialized(incomplete: &[&str]) -> PodCondition {
-    let done = incomplete.is_empty();
+/// `Initialized` (PW-65): every init container done (`incomplete` empty), or an app container
+/// ran; `PodCompleted` for a pod that `completed`.
+fn initialized(incomplete: &[&str], app_ran: bool, completed: bool) -> PodCondition {
+    let done = incomplete.is_empty() || app_ran || completed;
     condition(
         "Initialized",
         done,
-        (!done).then(|| "ContainersNotInitialized".to_owned()),
+        if done {
+            completed.then(|| "PodCompleted".to_owned())
+        } else {
+            Some("ContainersNotInitialized".to_owned())
+        },
         (!done).then(|| {
             format!(
                 "containers with incomplete status: [{}]",

@@ -613,12 +613,20 @@ impl ConfigSyncer {
                 }
                 SyncError::Runtime { source }
             })?;
+        let started = self.started_sidecars(pod);
         let plan = self
             .parts
             .runtime
-            .plan(pod)
+            .plan(pod, &started)
             .await
             .map_err(|source| SyncError::Runtime { source })?;
+        // PW-63: every app container ended for good: the sidecars stop as on termination.
+        if !plan.stop.is_empty() {
+            self.lifecycle()
+                .stop_running(pod, crate::hooks::kill_grace(pod))
+                .await
+                .map_err(|source| SyncError::Runtime { source })?;
+        }
         for (name, _) in &plan.back_off {
             self.event(
                 pod,
@@ -762,6 +770,22 @@ impl ConfigSyncer {
             return;
         };
         self.publish_locked(&mut published, &pod, status);
+    }
+
+    /// The container IDs of `pod`'s running sidecar instances that have started (PW-60): as
+    /// the prober says, or, without one, every running sidecar.
+    fn started_sidecars(&self, pod: &AdmittedPod) -> Vec<String> {
+        let statuses = self.parts.runtime.statuses(pod.uid());
+        if let Some(probes) = &self.parts.probes {
+            return probes.started_sidecars(pod, &statuses);
+        }
+        pod.spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| nodelet_core::runtime::is_sidecar(c))
+            .filter_map(|c| statuses.iter().find(|s| s.name == c.name && s.is_running()))
+            .map(|s| s.container_id.clone())
+            .collect()
     }
 
     /// PW-34: kills each running container whose liveness (or startup) probe failed, as the

@@ -60,6 +60,7 @@ mod ipc;
 mod launch;
 mod live;
 pub mod logs;
+mod plan;
 mod records;
 mod recovery;
 pub mod sandbox;

@@ -20,12 +20,14 @@
 //! 6. record the instance running (state file for a restarted agent); a task follows it to its
 //!    end, then records the termination and announces the pod on [`ProcessRuntime::changes`].
 //!
-//! Restarts ([`ProcessRuntime::plan`], the kubelet's `computePodActions`): init containers one
-//! after the other, each only after the one before it succeeded; then every app container.
+//! Restarts ([`ProcessRuntime::plan`], the kubelet's `computePodActions`, in [`crate::plan`]):
+//! init containers one after the other, each only after the one before it succeeded (a
+//! sidecar: runs and has started, PW-60); then every app container. Sidecars keep running
+//! beside them and are stopped once every app container ended for good (PW-61, PW-63).
 //! Ephemeral containers start once each, never again (PW-57).
 //! An ended container is restarted as `restartPolicy` says (`Always`; `OnFailure` for exit
-//! codes other than 0; never for `Never`), the first time at once, then after a back-off of
-//! 10 s doubling up to 5 min, reset when an instance ran 10 min.
+//! codes other than 0; never for `Never`; a sidecar always), the first time at once, then
+//! after a back-off of 10 s doubling up to 5 min, reset when an instance ran 10 min.
 //!
 //! A restarted agent cannot follow the processes its previous run started (they are not its
 //! children): [`ProcessRuntime::new`] finds them from the state files, kills their process
@@ -52,7 +54,7 @@ use tracing::{info, warn};
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, StartError};
-use crate::records::{Inner, LAUNCH_FILE};
+use crate::records::{Inner, LAUNCH_FILE, Record};
 use crate::users::format_pod;
 
 /// The process runtime. Cheap to clone; every clone is the same runtime.
@@ -145,91 +147,35 @@ impl ProcessRuntime {
         self.inner.ipc.prepare(pod)
     }
 
-    /// Which containers of `pod` to start now (the kubelet's `computePodActions`; module docs).
-    /// A container in back-off is shown waiting with `CrashLoopBackOff`, and the pod is
-    /// announced on [`changes`](Self::changes) when the back-off ends.
-    pub fn plan(&self, pod: &AdmittedPod) -> Plan {
+    /// Which containers of `pod` to start now, and which sidecars to stop (the kubelet's
+    /// `computePodActions`; module docs and [`crate::plan`]). `started` names, by container
+    /// ID, the sidecar instances that started (startup probe passed, or none): until then the
+    /// init containers after a sidecar wait (PW-60). A container in back-off is shown waiting
+    /// with `CrashLoopBackOff`, and the pod is announced on [`changes`](Self::changes) when
+    /// the back-off ends.
+    pub fn plan(&self, pod: &AdmittedPod, started: &[String]) -> Plan {
         let Some(spec) = pod.spec.as_ref() else {
             return Plan::default();
         };
-        let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-        let now = Instant::now();
-        let mut plan = Plan::default();
-        let mut wake: Option<Instant> = None;
-        let mut pods = self.inner.pods.lock();
-        let records = pods.entry(pod.uid().clone()).or_default();
-        let mut consider = |c: &Container, init: bool, plan: &mut Plan| -> bool {
-            // Returns whether the container has succeeded (for init containers).
-            let Some(r) = records.get_mut(&c.name) else {
-                plan.start.push(c.name.clone());
-                return false;
-            };
-            let ended = match &r.state {
-                ContainerState::Running { .. } => return false,
-                ContainerState::Terminated(t) => Some(t.clone()),
-                ContainerState::Waiting { .. } => r.last_state.clone(),
-            };
-            let Some(t) = ended else {
-                // Waiting for its first start (a config or image error): try again.
-                plan.start.push(c.name.clone());
-                return false;
-            };
-            if t.exit_code == 0 && (init || policy != "Always") {
-                return true;
-            }
-            let restart = match policy {
-                "Never" => false,
-                "OnFailure" => t.exit_code != 0,
-                _ => true,
-            };
-            if !restart {
-                return false;
-            }
-            match r.not_before {
-                Some(at) if at > now => {
-                    let message = format!(
-                        "back-off {} restarting failed container={} pod={}",
-                        go_duration(r.backoff),
-                        c.name,
-                        format_pod(pod)
-                    );
-                    if let ContainerState::Terminated(t) = &r.state {
-                        r.last_state = Some(t.clone());
-                    }
-                    r.state = ContainerState::Waiting {
-                        reason: "CrashLoopBackOff".to_owned(),
-                        message: Some(message.clone()),
-                    };
-                    plan.back_off.push((c.name.clone(), message));
-                    wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
-                }
-                _ => plan.start.push(c.name.clone()),
-            }
-            false
+        let message = |c: &Container, r: &Record| {
+            format!(
+                "back-off {} restarting failed container={} pod={}",
+                go_duration(r.backoff),
+                c.name,
+                format_pod(pod)
+            )
         };
-        let mut initialized = true;
-        for c in spec.init_containers.iter().flatten() {
-            if !consider(c, true, &mut plan) {
-                initialized = false;
-                break;
-            }
-        }
-        if initialized {
-            for c in &spec.containers {
-                consider(c, false, &mut plan);
-            }
-        }
-        // PW-57: an ephemeral container starts once, whatever the init containers do, and is
-        // never restarted; one that never started (a configuration error) is tried again.
-        for c in spec.ephemeral_containers.iter().flatten() {
-            let started = records
-                .get(&c.name)
-                .is_some_and(|r| r.state_is_running() || r.starts > 0);
-            if !started {
-                plan.start.push(c.name.clone());
-            }
-        }
-        drop(pods);
+        let walk = crate::plan::Walk {
+            policy: spec.restart_policy.as_deref().unwrap_or("Always"),
+            now: Instant::now(),
+            started,
+            message: &message,
+        };
+        let (plan, wake) = {
+            let mut pods = self.inner.pods.lock();
+            let records = pods.entry(pod.uid().clone()).or_default();
+            walk.plan(spec, records)
+        };
         if let Some(at) = wake {
             let tx = self.inner.changes.clone();
             let uid = pod.uid().clone();

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use nodelet_core::events::EventSink;
-use nodelet_core::runtime::ContainerStatus;
+use nodelet_core::runtime::{ContainerStatus, is_sidecar};
 use nodelet_core::{AdmittedPod, PodUid};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -82,13 +82,11 @@ impl ProbeManager {
         self.shared.subscribe()
     }
 
-    /// Starts a worker for each probe of `pod`'s regular containers that has none (the
-    /// kubelet's `AddPod`). Idempotent; must be called inside a tokio runtime.
+    /// Starts a worker for each probe of `pod`'s regular containers and sidecars (PW-64)
+    /// that has none (the kubelet's `AddPod`). Idempotent; must be called inside a tokio
+    /// runtime.
     pub fn add_pod(&self, pod: &AdmittedPod) {
-        let Some(spec) = pod.spec.as_ref() else {
-            return;
-        };
-        for container in &spec.containers {
+        for container in probed_containers(pod) {
             for kind in ProbeKind::ALL {
                 if let Some(worker) = Worker::new(&self.shared, pod, container, kind) {
                     self.tracker.spawn(worker.run());
@@ -109,17 +107,17 @@ impl ProbeManager {
         self.shared.stop_workers(uid, |_| true);
     }
 
-    /// `started` and `ready` of each regular container of `pod` with a status in
-    /// `statuses` (the kubelet's `UpdatePodStatus`, PW-33). A started container whose
-    /// readiness probe has no success yet has that probe run at once.
+    /// `started` and `ready` of each regular container and sidecar of `pod` with a status
+    /// in `statuses` (the kubelet's `UpdatePodStatus`, PW-33, PW-64). A started container
+    /// whose readiness probe has no success yet has that probe run at once.
     pub fn container_states(
         &self,
         pod: &AdmittedPod,
         statuses: &[ContainerStatus],
     ) -> Vec<ContainerProbeStatus> {
         let uid = pod.uid();
-        regular_containers(pod)
-            .filter_map(|name| statuses.iter().find(|s| s.name == name))
+        probed_containers(pod)
+            .filter_map(|c| statuses.iter().find(|s| s.name == c.name))
             .map(|s| {
                 let started =
                     s.is_running() && self.shared.is_started(uid, &s.name, &s.container_id);
@@ -146,6 +144,21 @@ impl ProbeManager {
             .collect()
     }
 
+    /// The container IDs of `pod`'s running sidecar instances that started (PW-60): their
+    /// startup probe succeeded, or they have none. The runtime's plan lets the init container
+    /// after a sidecar start only then.
+    pub fn started_sidecars(&self, pod: &AdmittedPod, statuses: &[ContainerStatus]) -> Vec<String> {
+        let uid = pod.uid();
+        pod.spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| is_sidecar(c))
+            .filter_map(|c| statuses.iter().find(|s| s.name == c.name))
+            .filter(|s| s.is_running() && self.shared.is_started(uid, &s.name, &s.container_id))
+            .map(|s| s.container_id.clone())
+            .collect()
+    }
+
     /// The running containers of `pod` whose current instance failed its liveness probe
     /// (else its startup probe): each is to be killed, and restarted unless `restartPolicy`
     /// is `Never` (the kubelet's `computePodActions`, PW-34).
@@ -155,8 +168,7 @@ impl ProbeManager {
             return Vec::new();
         };
         let restart = spec.restart_policy.as_deref() != Some("Never");
-        spec.containers
-            .iter()
+        probed_containers(pod)
             .filter_map(|c| {
                 let s = statuses.iter().find(|s| s.name == c.name)?;
                 if !s.is_running() {
@@ -174,12 +186,19 @@ impl ProbeManager {
                     .into_iter()
                     .find(|k| failed(*k))?;
                 let probe = kind.of(c)?;
+                let sidecar = !spec.containers.iter().any(|a| a.name == c.name);
                 let mut message = format!(
-                    "Container {} failed {} probe",
+                    "{} {} failed {} probe",
+                    if sidecar {
+                        "Init container"
+                    } else {
+                        "Container"
+                    },
                     c.name,
                     kind.as_str().to_lowercase()
                 );
-                if restart {
+                // PW-64: a sidecar always restarts, and its message does not say so.
+                if restart && !sidecar {
                     message.push_str(", will be restarted");
                 }
                 Some(ProbeKill {
@@ -193,12 +212,16 @@ impl ProbeManager {
     }
 }
 
-/// The names of `pod`'s regular containers.
-fn regular_containers(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod.spec
-        .iter()
-        .flat_map(|s| &s.containers)
-        .map(|c| c.name.as_str())
+/// The containers of `pod` that are probed: its sidecars (PW-64), then its regular
+/// containers.
+fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    pod.spec.iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c))
+            .chain(&s.containers)
+    })
 }
 
 /// How long a container killed for a failed probe has before SIGKILL (the kubelet's

@@ -10,7 +10,7 @@
 //!   container unknown / never started ─────────────────────────────► wait
 //!   new container instance ─► result = the kind's initial one, probing resumes
 //!   on hold (liveness/startup failed this instance) ───────────────► wait
-//!   not running ─► result Failure; ended under restartPolicy Never ─► end
+//!   not running ─► result Failure; ended under restartPolicy Never (not a sidecar) ─► end
 //!   pod being deleted and liveness/startup ─► result Success ───────► end
 //!   running < initialDelaySeconds ─────────────────────────────────► wait
 //!   startup probe of a started container / other probe of one not started ─► wait
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 use nodelet_core::AdmittedPod;
-use nodelet_core::runtime::ContainerState;
+use nodelet_core::runtime::{ContainerState, is_sidecar};
 use tokio::sync::Notify;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -154,7 +154,9 @@ impl Worker {
                 .as_ref()
                 .and_then(|s| s.restart_policy.as_deref());
             let ended = matches!(status.state, ContainerState::Terminated(_));
-            return !(ended && policy == Some("Never"));
+            // A sidecar is restarted whatever the pod's policy says (PW-61).
+            let restarts = policy != Some("Never") || is_sidecar(&self.container);
+            return !ended || restarts;
         };
         if self.pod.metadata.deletion_timestamp.is_some()
             && matches!(kind, ProbeKind::Liveness | ProbeKind::Startup)
