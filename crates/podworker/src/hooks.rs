@@ -18,7 +18,7 @@
 //! out of events, which anyone who can read the pod can read.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
 use nodelet_core::runtime::is_sidecar;
@@ -212,7 +212,7 @@ impl Lifecycle {
             .as_ref()
             .and_then(|l| l.pre_stop.as_ref());
         if let Some(handler) = pre_stop.filter(|_| !grace.is_zero()) {
-            let started = Instant::now();
+            let started = tokio::time::Instant::now();
             match tokio::time::timeout(grace, self.run(pod, container, handler)).await {
                 Ok(Ok(())) => debug!(container = %container.name, "preStop hook completed"),
                 Ok(Err(message)) => {

@@ -6,6 +6,8 @@ mod desired;
 mod env;
 // Service variables (PW-15 … PW-17).
 mod services;
+// Sidecar containers: started sidecars handed to the plan, stop order, phase (PW-60 … PW-64).
+mod sidecars;
 // ConfigSyncer: SyncPod / SyncTerminatedPod order, events, status, env files (PW-4 … PW-14).
 mod sync;
 // Fixtures shared by the modules above.
