@@ -530,6 +530,94 @@ mod tests {
         assert!(init.ready && init.started == Some(false));
     }
 
+    /// A pod with sidecar `s` (running, restarted twice; its probes say `started`, `ready`)
+    /// before app container `a`, which runs when `app_ran`.
+    fn with_sidecar(started: bool, ready: bool, app_ran: bool) -> PodStatus {
+        let p = PodBuilder::new("ns", "p")
+            .uid("u")
+            .init_container(json!({"name": "s", "image": "x", "restartPolicy": "Always"}))
+            .container(json!({"name": "a", "image": "x"}))
+            .build();
+        let mut status = synced(true, true);
+        status.statuses = vec![ContainerStatus {
+            restart_count: 2,
+            ..running("s")
+        }];
+        status.probes = vec![ContainerProbeStatus {
+            name: "s".into(),
+            started,
+            ready,
+        }];
+        if app_ran {
+            status.statuses.push(running("a"));
+            status.probes.push(ContainerProbeStatus {
+                name: "a".into(),
+                started: true,
+                ready: true,
+            });
+        }
+        generate_pod_status(&p, &status, T0)
+    }
+
+    #[test]
+    fn pw60_pw64_pw65_a_sidecar_reports_its_probes_and_its_readiness_counts_for_the_pods() {
+        let init = |status: &PodStatus| {
+            let s = &status
+                .init_container_statuses
+                .as_deref()
+                .unwrap_or_default()[0];
+            (s.started, s.ready, s.restart_count)
+        };
+        let status = with_sidecar(false, false, false);
+        assert_eq!(init(&status), (Some(false), false, 2));
+        assert_eq!(
+            condition(&status, "Initialized").message.as_deref(),
+            Some("containers with incomplete status: [s]")
+        );
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        let status = with_sidecar(true, false, false);
+        assert_eq!(
+            condition(&status, "Initialized").status,
+            "True",
+            "a started sidecar is complete"
+        );
+        let status = with_sidecar(true, false, true);
+        assert_eq!(
+            condition(&status, "ContainersReady").message.as_deref(),
+            Some("containers with unready status: [s]")
+        );
+        let status = with_sidecar(false, false, true);
+        assert_eq!(
+            condition(&status, "Initialized").status,
+            "True",
+            "once an app container ran, a restarting sidecar does not undo initialization"
+        );
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let status = with_sidecar(true, true, true);
+        assert_eq!(init(&status), (Some(true), true, 2));
+        assert_eq!(condition(&status, "Ready").status, "True");
+    }
+
+    #[test]
+    fn pw63_pw65_a_pod_whose_app_succeeded_is_completed_whatever_its_stopped_sidecar_exited_with() {
+        let p = PodBuilder::new("ns", "p")
+            .uid("u")
+            .init_container(json!({"name": "s", "image": "x", "restartPolicy": "Always"}))
+            .container(json!({"name": "a", "image": "x"}))
+            .spec(json!({"restartPolicy": "Never"}))
+            .build();
+        let mut status = synced(true, true);
+        status.statuses = vec![ended("s", 143), ended("a", 0)];
+        status.probes = Vec::new();
+        let status = generate_pod_status(&p, &status, T0);
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        let initialized = condition(&status, "Initialized");
+        assert_eq!(
+            (initialized.status.as_str(), initialized.reason.as_deref()),
+            ("True", Some("PodCompleted"))
+        );
+    }
+
     #[test]
     fn pw35_ready_waits_for_every_readiness_gate_to_be_true() {
         let gated = |conditions: serde_json::Value| {
