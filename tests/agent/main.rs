@@ -59,6 +59,9 @@ mod follow_change;
 // Lifecycle hooks (postStart, preStop: exec, httpGet, sleep) and termination messages under
 // the process runtime (needs root), PW-20 … PW-25.
 mod lifecycle;
+// Sidecar containers (restartable init containers) under the process runtime (needs root):
+// start order, restarts under `Never`, stop order, phase (PW-60 … PW-65).
+mod sidecars;
 // The service environment in running containers and an in-cluster kube-rs client (PW-15 … PW-17).
 mod service_env;
 // emptyDir (a sized tmpfs for medium Memory), hostPath types, readOnlyRootFilesystem,
