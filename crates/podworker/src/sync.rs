@@ -120,7 +120,9 @@ pub struct SyncerParts {
 ///    (PW-57: ephemeral containers are started once, never again): resolve its
 ///    environment (PW-8 … PW-11) and hand it to the runtime hook; a resolution error → Warning
 ///    event `Failed` `Error: <text>` and the container waits with
-///    `CreateContainerConfigError` (PW-12); the sync fails and is retried.
+///    `CreateContainerConfigError` (PW-12); the sync fails and is retried. The runtime's plan
+///    is told which sidecar instances started (PW-60); sidecars it lists to stop (every app
+///    container done, PW-63) are stopped first, as a pod's termination stops them (PW-62).
 /// 7. Publish the pod's config status.
 ///
 /// `sync_terminating_pod`: the runtime stops the containers (a `Killing` event for each one
