@@ -671,4 +671,42 @@ mod tests {
             )]
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn pw64_a_sidecars_probes_run_and_its_failed_liveness_probe_kills_it_to_restart() {
+        // Container `c` as a sidecar: moved to the init containers, `restartPolicy: Always`.
+        let mut pod = Pod::clone(&pod(json!({
+            "livenessProbe": exec("alive", json!({"failureThreshold": 1})),
+            "readinessProbe": exec("ready", json!({})),
+        })));
+        if let Some(spec) = pod.spec.as_mut() {
+            let mut sidecar = spec.containers.remove(0);
+            sidecar.restart_policy = Some("Always".into());
+            spec.init_containers = Some(vec![sidecar]);
+            spec.containers = vec![Container {
+                name: "app".into(),
+                ..Container::default()
+            }];
+            spec.restart_policy = Some("Never".into());
+        }
+        let pod = AdmittedPod::new(pod).unwrap_or_else(|e| panic!("{e}"));
+        let f = fixture(
+            pod,
+            Box::new(|command, _| Ok(i32::from(command == "alive"))),
+        )
+        .await;
+        f.run_until(1).await;
+        assert_eq!(
+            f.states(),
+            [ContainerProbeStatus {
+                name: "c".into(),
+                started: true,
+                ready: true,
+            }]
+        );
+        let statuses = f.runtime.statuses.lock().clone();
+        assert_eq!(f.probes.started_sidecars(&f.pod, &statuses), ["c-1"]);
+        let kills: Vec<String> = f.kills().into_iter().map(|k| k.message).collect();
+        assert_eq!(kills, ["Init container c failed liveness probe"]);
+    }
 }
