@@ -14,6 +14,7 @@ use crate::process_runtime::{
     BUSYBOX, create, delete_and_wait, event_is, events_for, pod, start, wait_for_phase,
     wait_for_pod,
 };
+use crate::support::PATIENCE;
 
 /// A container `name` running `script` in busybox with the shared directory at `/shared`.
 fn container(name: &str, script: &str, extra: Value) -> Value {
@@ -61,6 +62,17 @@ fn condition<'a>(pod: &'a Value, type_: &str) -> &'a Value {
         .map_or(&Value::Null, |c| &c["status"])
 }
 
+/// Waits (bounded by [`PATIENCE`]) until the file at `path` has `n` lines.
+async fn wait_for_lines(path: &Path, n: usize) {
+    let waited = tokio::time::timeout(PATIENCE, async {
+        while lines(path).len() < n {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never {n} lines: {:?}", lines(path));
+}
+
 fn lines(path: &Path) -> Vec<String> {
     fs::read_to_string(path)
         .unwrap_or_default()
@@ -74,10 +86,13 @@ async fn sidecars_start_in_order_restart_under_never_and_stop_after_the_app_in_r
     let (world, _reaper) = start(true).await;
     let shared = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let order = shared.path().join("order");
-    let startup = json!({"startupProbe": {
-        "exec": {"command": ["grep", "-q", "proxy-start", "/shared/order"]},
-        "periodSeconds": 1,
-    }});
+    // Each sidecar has started once its line is in the file: the next container starts after.
+    let startup = |name: &str| {
+        json!({"startupProbe": {
+            "exec": {"command": ["grep", "-q", format!("{name}-start"), "/shared/order"]},
+            "periodSeconds": 1,
+        }})
+    };
     let created = create(
         &world,
         pod("sidecars")
@@ -87,8 +102,8 @@ async fn sidecars_start_in_order_restart_under_never_and_stop_after_the_app_in_r
                 "securityContext": {"runAsUser": 0},
             }))
             .init_container(container("setup", "echo setup >> /shared/order", json!({})))
-            .init_container(sidecar("proxy", startup))
-            .init_container(sidecar("logs", json!({})))
+            .init_container(sidecar("proxy", startup("proxy")))
+            .init_container(sidecar("logs", startup("logs")))
             .container(container(
                 "c",
                 "echo app >> /shared/order; \
@@ -109,6 +124,7 @@ async fn sidecars_start_in_order_restart_under_never_and_stop_after_the_app_in_r
             })
             && condition(p, "Initialized") == "True"
             && condition(p, "Ready") == "True"
+            && lines(&order).len() == 4
     })
     .await;
     assert_eq!(
@@ -126,6 +142,7 @@ async fn sidecars_start_in_order_restart_under_never_and_stop_after_the_app_in_r
             && s["lastState"]["terminated"]["exitCode"] == 3
     })
     .await;
+    wait_for_lines(&order, 6).await;
 
     // PW-62, PW-63: the app succeeds; the sidecars then get SIGTERM, the last declared first,
     // and the pod succeeds whatever they exit with.
