@@ -20,7 +20,7 @@
 //! 6. record the instance running (state file for a restarted agent); a task follows it to its
 //!    end, then records the termination and announces the pod on [`ProcessRuntime::changes`].
 //!
-//! Restarts ([`ProcessRuntime::plan`], the kubelet's `computePodActions`, in [`crate::plan`]):
+//! Restarts ([`ProcessRuntime::plan`], the kubelet's `computePodActions`, in `plan.rs`):
 //! init containers one after the other, each only after the one before it succeeded (a
 //! sidecar: runs and has started, PW-60); then every app container. Sidecars keep running
 //! beside them and are stopped once every app container ended for good (PW-61, PW-63).
@@ -148,7 +148,7 @@ impl ProcessRuntime {
     }
 
     /// Which containers of `pod` to start now, and which sidecars to stop (the kubelet's
-    /// `computePodActions`; module docs and [`crate::plan`]). `started` names, by container
+    /// `computePodActions`; module docs and `plan.rs`). `started` names, by container
     /// ID, the sidecar instances that started (startup probe passed, or none): until then the
     /// init containers after a sidecar wait (PW-60). A container in back-off is shown waiting
     /// with `CrashLoopBackOff`, and the pod is announced on [`changes`](Self::changes) when
