@@ -14,9 +14,9 @@ use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Te
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
-    ConfigSyncer, ContainerEnv, FakeVolumes, PodPhase, PodSyncer, ProbeConfig, ProbeManager,
-    ProbeTarget, RecordingEvents, RecordingStatus, RuntimeError, RuntimeHook, StartPlan,
-    SyncOutcome, SyncerConfig, SyncerParts, TerminatingPod,
+    ConfigSyncer, ContainerEnv, FakeVolumes, PodSyncer, ProbeConfig, ProbeManager, ProbeTarget,
+    RecordingEvents, RecordingStatus, RuntimeError, RuntimeHook, StartPlan, SyncOutcome,
+    SyncerConfig, SyncerParts, TerminatingPod,
 };
 use nodelet_runtime::handlers::{ExecError, ExecResult};
 use nodelet_testutil::PodBuilder;
@@ -129,8 +129,8 @@ impl RuntimeHook for Processes {
         Ok(())
     }
 
-    fn statuses(&self, _uid: &PodUid) -> Option<Vec<ContainerStatus>> {
-        Some(Self::lock(&self.statuses).clone())
+    fn statuses(&self, _uid: &PodUid) -> Vec<ContainerStatus> {
+        Self::lock(&self.statuses).clone()
     }
 
     async fn stop_container(
@@ -327,13 +327,8 @@ async fn pw63_the_sidecars_stop_once_the_app_containers_ended_and_the_pod_succee
     f.processes.script(plan(&["s1", "s2", "a"], &[]));
     let first = f.syncer.sync_pod(&pod).await;
     assert_eq!(first.ok(), Some(SyncOutcome::Running));
-    let phase = |f: &Fixture| {
-        f.status
-            .status("u1")
-            .and_then(|s| s.runtime)
-            .map(|r| r.phase)
-    };
-    assert_eq!(phase(&f), Some(PodPhase::Running));
+    let phase = |f: &Fixture| f.status.status("u1").and_then(|s| s.phase);
+    assert_eq!(phase(&f).as_deref(), Some("Running"));
     // The app container is done; the sidecars still run: the pod is not done yet.
     f.processes.end("a", 0);
     f.processes.script(plan(&[], &["s1", "s2"]));
@@ -348,8 +343,8 @@ async fn pw63_the_sidecars_stop_once_the_app_containers_ended_and_the_pod_succee
         .collect();
     assert_eq!(stops, ["stop s2 grace=20", "stop s1 grace=20"]);
     assert_eq!(
-        phase(&f),
-        Some(PodPhase::Succeeded),
+        phase(&f).as_deref(),
+        Some("Succeeded"),
         "the killed sidecars (143) do not fail the pod"
     );
 }
@@ -389,12 +384,14 @@ async fn pw60_the_plan_learns_a_sidecar_started_only_once_its_startup_probe_pass
         "s counts once its startup probe passed; t has none and counts once it runs"
     );
     // Its status: started and ready (no readiness probe) once the startup probe passed.
-    let probes = f
+    let init = f
         .status
         .status("u1")
-        .and_then(|s| s.runtime)
-        .map(|r| r.probes)
+        .and_then(|s| s.init_container_statuses)
         .unwrap_or_default();
-    let s = probes.iter().find(|p| p.name == "s");
-    assert!(s.is_some_and(|s| s.started && s.ready), "{probes:?}");
+    let s = init.iter().find(|c| c.name == "s");
+    assert!(
+        s.is_some_and(|s| s.started == Some(true) && s.ready),
+        "{init:?}"
+    );
 }
