@@ -10,13 +10,15 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
-use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Termination};
+use nodelet_core::runtime::{
+    ContainerLaunch, ContainerState, ContainerStatus, Plan, PodNetwork, PodSandbox, Termination,
+};
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::Strategy;
 use nodelet_podworker::{
     ConfigSyncer, ContainerEnv, FakeVolumes, PodSyncer, ProbeConfig, ProbeManager, ProbeTarget,
-    RecordingEvents, RecordingStatus, RuntimeError, RuntimeHook, StartPlan, SyncOutcome,
-    SyncerConfig, SyncerParts, TerminatingPod,
+    RecordingEvents, RecordingStatus, RuntimeError, RuntimeHook, SyncOutcome, SyncerConfig,
+    SyncerParts, TerminatingPod,
 };
 use nodelet_runtime::handlers::{ExecError, ExecResult};
 use nodelet_testutil::PodBuilder;
@@ -36,7 +38,7 @@ struct Processes {
     statuses: Mutex<Vec<ContainerStatus>>,
     /// `(seconds since t0, what)`: `start <c>`, `stop <c> grace=<s>`.
     log: Mutex<Vec<(u64, String)>>,
-    plans: Mutex<VecDeque<StartPlan>>,
+    plans: Mutex<VecDeque<Plan>>,
     started_args: Mutex<Vec<Vec<String>>>,
     /// What an exec probe answers: exit 0 when set.
     probe_passes: AtomicBool,
@@ -58,7 +60,7 @@ impl Processes {
         m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn script(&self, plan: StartPlan) {
+    fn script(&self, plan: Plan) {
         Self::lock(&self.plans).push_back(plan);
     }
 
@@ -103,17 +105,18 @@ impl Processes {
 
 #[async_trait]
 impl RuntimeHook for Processes {
-    async fn plan(
+    async fn run_pod_sandbox(
         &self,
         _pod: &AdmittedPod,
-        started: &[String],
-    ) -> Result<StartPlan, RuntimeError> {
-        Self::lock(&self.started_args).push(started.to_vec());
-        Ok(Self::lock(&self.plans).pop_front().unwrap_or_default())
+    ) -> Result<Option<PodSandbox>, RuntimeError> {
+        Ok(Some(PodSandbox {
+            network: PodNetwork::Host,
+        }))
     }
 
-    fn runs_processes(&self) -> bool {
-        true
+    async fn plan(&self, _pod: &AdmittedPod, started: &[String]) -> Result<Plan, RuntimeError> {
+        Self::lock(&self.started_args).push(started.to_vec());
+        Ok(Self::lock(&self.plans).pop_front().unwrap_or_default())
     }
 
     async fn create_container(
@@ -243,11 +246,11 @@ fn admitted(pod: Pod, f: &Fixture) -> AdmittedPod {
     pod
 }
 
-fn plan(start: &[&str], stop: &[&str]) -> StartPlan {
-    StartPlan {
+fn plan(start: &[&str], stop: &[&str]) -> Plan {
+    Plan {
         start: start.iter().map(|s| (*s).to_owned()).collect(),
         stop: stop.iter().map(|s| (*s).to_owned()).collect(),
-        ..StartPlan::default()
+        ..Plan::default()
     }
 }
 
