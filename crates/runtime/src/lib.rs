@@ -6,8 +6,9 @@
 //! * [`ProcessRuntime`]: starts containers ([`ProcessRuntime::start_container`]), follows them
 //!   to their end, decides what to start or restart on each pod sync ([`ProcessRuntime::plan`],
 //!   the kubelet's `computePodActions`: init containers in order, sidecars kept running,
-//!   `restartPolicy`, crash back-off 10 s doubling to 5 min; a [`Plan`]), stops them on termination (SIGTERM to the process group,
-//!   SIGKILL after the grace period) and reports [`ContainerStatus`]es. A restarted agent kills
+//!   `restartPolicy`, crash back-off 10 s doubling to 5 min; a
+//!   [`Plan`](nodelet_core::runtime::Plan)), stops them on termination (SIGTERM to the process
+//!   group, SIGKILL after the grace period) and reports [`ContainerStatus`]es. A restarted agent kills
 //!   the containers its previous run left and reports them ended: no process runs untracked.
 //! * [`ImageTable`] / [`ImageEntry`]: images → local programs (glob patterns), with the image's
 //!   default arguments, `PATH` directories, user and working directory;
