@@ -31,7 +31,7 @@ pub(crate) struct Cli {
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// `nodelet reset`: undo what the agent left in a root directory (see `nodelet::reset`).
+    /// `nodelet reset`: undo what the agent left in a root directory (see `src/main/reset.rs`).
     #[command(
         about = "Unmount and remove what nodelet left in its root directory",
         long_about = "Unmount and remove what nodelet left in its root directory (pods' volumes, admin.kubeconfig, the lock); anything else stays. With --delete-node, also delete the node's Lease and Node from the cluster. Exit codes: 0 done, 1 failed (a mount that would not go, or an API object not deleted), 64 bad usage, 75 an agent is running on the directory."
