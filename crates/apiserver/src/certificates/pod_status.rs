@@ -200,9 +200,11 @@ fn parse_time(v: &Value) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// The field an issued chain is in.
+const CHAIN: &str = "status.certificateChain";
+
 /// (8) An `Issued` status.
 fn issued(new: &Value, old: &Value, now: DateTime<Utc>) -> Vec<FieldError> {
-    const CHAIN: &str = "status.certificateChain";
     let chain = new
         .pointer("/status/certificateChain")
         .and_then(Value::as_str)
@@ -223,49 +225,7 @@ fn issued(new: &Value, old: &Value, now: DateTime<Utc>) -> Vec<FieldError> {
     let Ok((_, leaf)) = x509_parser::certificate::X509Certificate::from_der(&leaf_block.der) else {
         return bad_chain("leaf certificate does not parse as valid X.509");
     };
-    let mut errs = Vec::new();
-    if let Ok(Some(san)) = leaf.subject_alternative_name() {
-        for name in &san.value.general_names {
-            match name {
-                x509_parser::extensions::GeneralName::DNSName(dns) => {
-                    if dns.is_empty() {
-                        errs.push(FieldError::invalid(
-                            CHAIN,
-                            dns,
-                            "leaf certificate should not contain empty DNSName",
-                        ));
-                    }
-                    if dns.contains("..") {
-                        errs.push(FieldError::invalid(
-                            CHAIN,
-                            dns,
-                            "leaf certificate's DNSName should not contain '..'",
-                        ));
-                    }
-                    if dns.starts_with('.') || dns.ends_with('.') {
-                        errs.push(FieldError::invalid(
-                            CHAIN,
-                            dns,
-                            "leaf certificate's DNSName should not start or end with '.'",
-                        ));
-                    }
-                }
-                x509_parser::extensions::GeneralName::RFC822Name(mail) => {
-                    let ok = mail
-                        .split_once('@')
-                        .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty() && !d.contains('@'));
-                    if !ok {
-                        errs.push(FieldError::invalid(
-                            CHAIN,
-                            mail,
-                            "leaf certificate should not contain invalid EmailAddress",
-                        ));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
+    let mut errs = leaf_name_errors(&leaf);
     // Was the certificate issued to the requested key? (The spec is the stored one.)
     let wanted = requested_key(old);
     let Some(wanted) = wanted else {
@@ -311,66 +271,8 @@ fn issued(new: &Value, old: &Value, now: DateTime<Utc>) -> Vec<FieldError> {
     if !errs.is_empty() {
         return errs;
     }
-    let shown = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-    let leaf_nb = leaf.validity().not_before.timestamp();
-    let leaf_na = leaf.validity().not_after.timestamp();
-    if not_before.timestamp() != leaf_nb {
-        return vec![FieldError::invalid(
-            "status.notBefore",
-            &shown(not_before),
-            "must be set to the NotBefore time encoded in the leaf certificate",
-        )];
-    }
-    let skew = chrono::Duration::minutes(5);
-    if !(not_before > now - skew && not_before < now + skew) {
-        return vec![FieldError::invalid(
-            "status.notBefore",
-            &shown(not_before),
-            "must be set to within 5 minutes of kube-apiserver's current time",
-        )];
-    }
-    if not_after.timestamp() != leaf_na {
-        return vec![FieldError::invalid(
-            "status.notAfter",
-            &shown(not_after),
-            "must be set to the NotAfter time encoded in the leaf certificate",
-        )];
-    }
-    let lifetime = leaf_na - leaf_nb;
-    // Go prints a time.Duration as JSON: nanoseconds.
-    let lifetime_ns = (lifetime * 1_000_000_000).to_string();
-    if lifetime < 3600 {
-        return vec![FieldError::invalid_raw(
-            CHAIN,
-            lifetime_ns,
-            "leaf certificate lifetime must be >= 1 hour",
-        )];
-    }
-    let max = old
-        .pointer("/spec/maxExpirationSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(DEFAULT_MAX_EXPIRATION_SECONDS);
-    if lifetime > max {
-        return vec![FieldError::invalid_raw(
-            CHAIN,
-            lifetime_ns,
-            format!("leaf certificate lifetime must be <= spec.maxExpirationSeconds ({max})"),
-        )];
-    }
-    let ten = chrono::Duration::minutes(10);
-    if refresh < not_before + ten {
-        return vec![FieldError::invalid(
-            "status.beginRefreshAt",
-            &shown(refresh),
-            "must be at least 10 minutes after status.notBefore",
-        )];
-    }
-    if refresh > not_after - ten {
-        return vec![FieldError::invalid(
-            "status.beginRefreshAt",
-            &shown(refresh),
-            "must be at least 10 minutes before status.notAfter",
-        )];
+    if let Some(errs) = validity_errors(&leaf, old, (not_before, not_after, refresh), now) {
+        return errs;
     }
     for block in &blocks[1..] {
         if block.label != "CERTIFICATE" {
@@ -384,4 +286,124 @@ fn issued(new: &Value, old: &Value, now: DateTime<Utc>) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// (8) The leaf certificate's DNS names and email addresses, as upstream checks them.
+fn leaf_name_errors(leaf: &x509_parser::certificate::X509Certificate<'_>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if let Ok(Some(san)) = leaf.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                x509_parser::extensions::GeneralName::DNSName(dns) => {
+                    if dns.is_empty() {
+                        errs.push(FieldError::invalid(
+                            CHAIN,
+                            dns,
+                            "leaf certificate should not contain empty DNSName",
+                        ));
+                    }
+                    if dns.contains("..") {
+                        errs.push(FieldError::invalid(
+                            CHAIN,
+                            dns,
+                            "leaf certificate's DNSName should not contain '..'",
+                        ));
+                    }
+                    if dns.starts_with('.') || dns.ends_with('.') {
+                        errs.push(FieldError::invalid(
+                            CHAIN,
+                            dns,
+                            "leaf certificate's DNSName should not start or end with '.'",
+                        ));
+                    }
+                }
+                x509_parser::extensions::GeneralName::RFC822Name(mail) => {
+                    let ok = mail
+                        .split_once('@')
+                        .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty() && !d.contains('@'));
+                    if !ok {
+                        errs.push(FieldError::invalid(
+                            CHAIN,
+                            mail,
+                            "leaf certificate should not contain invalid EmailAddress",
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    errs
+}
+
+/// (8) `notBefore`, `notAfter` and `beginRefreshAt` against the leaf certificate, the
+/// server's clock and the spec's `maxExpirationSeconds`: the first error, if any.
+fn validity_errors(
+    leaf: &x509_parser::certificate::X509Certificate<'_>,
+    old: &Value,
+    (not_before, not_after, refresh): (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+    now: DateTime<Utc>,
+) -> Option<Vec<FieldError>> {
+    let shown = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    let leaf_nb = leaf.validity().not_before.timestamp();
+    let leaf_na = leaf.validity().not_after.timestamp();
+    if not_before.timestamp() != leaf_nb {
+        return Some(vec![FieldError::invalid(
+            "status.notBefore",
+            &shown(not_before),
+            "must be set to the NotBefore time encoded in the leaf certificate",
+        )]);
+    }
+    let skew = chrono::Duration::minutes(5);
+    if !(not_before > now - skew && not_before < now + skew) {
+        return Some(vec![FieldError::invalid(
+            "status.notBefore",
+            &shown(not_before),
+            "must be set to within 5 minutes of kube-apiserver's current time",
+        )]);
+    }
+    if not_after.timestamp() != leaf_na {
+        return Some(vec![FieldError::invalid(
+            "status.notAfter",
+            &shown(not_after),
+            "must be set to the NotAfter time encoded in the leaf certificate",
+        )]);
+    }
+    let lifetime = leaf_na - leaf_nb;
+    // Go prints a time.Duration as JSON: nanoseconds.
+    let lifetime_ns = (lifetime * 1_000_000_000).to_string();
+    if lifetime < 3600 {
+        return Some(vec![FieldError::invalid_raw(
+            CHAIN,
+            lifetime_ns,
+            "leaf certificate lifetime must be >= 1 hour",
+        )]);
+    }
+    let max = old
+        .pointer("/spec/maxExpirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_MAX_EXPIRATION_SECONDS);
+    if lifetime > max {
+        return Some(vec![FieldError::invalid_raw(
+            CHAIN,
+            lifetime_ns,
+            format!("leaf certificate lifetime must be <= spec.maxExpirationSeconds ({max})"),
+        )]);
+    }
+    let ten = chrono::Duration::minutes(10);
+    if refresh < not_before + ten {
+        return Some(vec![FieldError::invalid(
+            "status.beginRefreshAt",
+            &shown(refresh),
+            "must be at least 10 minutes after status.notBefore",
+        )]);
+    }
+    if refresh > not_after - ten {
+        return Some(vec![FieldError::invalid(
+            "status.beginRefreshAt",
+            &shown(refresh),
+            "must be at least 10 minutes before status.notAfter",
+        )]);
+    }
+    None
 }
