@@ -565,26 +565,7 @@ impl RunArgs {
             Some(path) => read_file_config(path)?,
             None => FileConfig::default(),
         };
-        if let Some(kind) = file
-            .kind
-            .as_deref()
-            .filter(|k| *k != "KubeletConfiguration")
-        {
-            return Err(invalid(
-                "kind",
-                format!("must be KubeletConfiguration, not {kind:?}"),
-            ));
-        }
-        if let Some(v) = file
-            .api_version
-            .as_deref()
-            .filter(|v| !v.starts_with("kubelet.config.k8s.io/"))
-        {
-            return Err(invalid(
-                "apiVersion",
-                format!("must be kubelet.config.k8s.io/v1beta1, not {v:?}"),
-            ));
-        }
+        check_kind(&file)?;
         let embedded = self.manifests.is_some();
         if embedded && !cfg!(feature = "embedded") {
             return Err(invalid("--manifests", NO_EMBEDDED));
@@ -618,160 +599,11 @@ impl RunArgs {
         };
         let mut agent = AgentConfig::new(node_name, root_dir);
 
-        let (strategy_field, strategy) = match (
-            &self.change_detection_strategy,
-            &file.config_map_and_secret_change_detection_strategy,
-        ) {
-            (Some(s), _) => ("--change-detection-strategy", Some(s)),
-            (None, Some(s)) => ("configMapAndSecretChangeDetectionStrategy", Some(s)),
-            (None, None) => ("", None),
-        };
-        if let Some(s) = strategy {
-            agent.strategy =
-                Strategy::from_str(s).map_err(|e| invalid(strategy_field, e.to_string()))?;
-        }
-        let (sync_field, sync) = match (&self.sync_frequency, &file.sync_frequency) {
-            (Some(s), _) => ("--sync-frequency", Some(s)),
-            (None, Some(s)) => ("syncFrequency", Some(s)),
-            (None, None) => ("", None),
-        };
-        if let Some(s) = sync {
-            let d = nodelet_core::go::parse_duration(s).ok_or_else(|| {
-                invalid(sync_field, format!("{s:?} is not a duration such as 1m0s"))
-            })?;
-            if d.is_zero() {
-                return Err(invalid(sync_field, "must be greater than 0"));
-            }
-            agent.sync_frequency = d;
-        }
-        agent.register_node = match self.register_node {
-            Some(v) => v.unwrap_or(true),
-            None => file.register_node.unwrap_or(embedded),
-        };
-        agent.node_labels = file.node_labels.unwrap_or_default();
-        agent.feature_gates =
-            nodelet_core::FeatureGates::from_map(file.feature_gates.unwrap_or_default());
-        // As the kubelet: a gate on whose dependency is off refuses to start.
-        if let Some((feature, off)) = agent.feature_gates.unmet_dependencies().first() {
-            let off: Vec<&str> = off.iter().map(|f| f.name()).collect();
-            return Err(invalid(
-                "featureGates",
-                format!(
-                    "{feature} is enabled, but depends on features that are disabled: [{}]",
-                    off.join(" ")
-                ),
-            ));
-        }
-        // As the kubelet: a label NodeRestriction refuses would stall registration forever.
-        let refused: Vec<&str> = agent
-            .node_labels
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !nodelet_core::node_labels::node_may_set_label(k))
-            .collect();
-        if !refused.is_empty() {
-            return Err(invalid(
-                "nodeLabels",
-                format!(
-                    "a node may not set {refused:?}: labels in the kubernetes.io and k8s.io \
-                     namespaces must be under kubelet.kubernetes.io or node.kubernetes.io or one \
-                     of the well-known node labels (NodeRestriction)"
-                ),
-            ));
-        }
-        if let Some(secs) = file.node_lease_duration_seconds {
-            if secs <= 0 {
-                return Err(invalid(
-                    "nodeLeaseDurationSeconds",
-                    "must be greater than 0",
-                ));
-            }
-            agent.lease_duration_seconds = secs;
-        }
-        let listen = match (
-            self.listen.as_deref(),
-            &file.healthz_bind_address,
-            file.healthz_port,
-        ) {
-            (Some("none" | ""), _, _) => None,
-            (Some(l), _, _) => Some(("--listen", l.to_owned())),
-            (None, Some(addr), port) => Some((
-                "healthzBindAddress",
-                format!("{addr}:{}", port.unwrap_or(10248)),
-            )),
-            (None, None, Some(port)) => Some(("healthzPort", format!("127.0.0.1:{port}"))),
-            (None, None, None) if embedded => Some(("--listen", DEFAULT_LISTEN.to_owned())),
-            (None, None, None) => None,
-        };
-        agent.listen = match listen {
-            None => None,
-            Some((field, text)) => Some(
-                text.parse::<SocketAddr>()
-                    .map_err(|e| invalid(field, format!("{text:?}: {e}")))?,
-            ),
-        };
-        let (runtime_field, runtime) = match (&self.runtime, &file.runtime) {
-            (Some(r), _) => ("--runtime", Some(r)),
-            (None, Some(r)) => ("runtime", Some(r)),
-            (None, None) => ("", None),
-        };
-        if let Some(r) = runtime {
-            agent.runtime = RuntimeKind::from_str(r).map_err(|e| invalid(runtime_field, e))?;
-        }
-        if let Some(entries) = file.images {
-            for (i, e) in entries.iter().enumerate() {
-                if e.image.is_empty() {
-                    return Err(invalid(&format!("images[{i}].image"), "must not be empty"));
-                }
-            }
-            agent.images = nodelet_runtime::ImageTable::new(entries);
-        }
-        agent.allow_root_containers =
-            self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
-        if let Some(list) = file.allowed_unsafe_sysctls {
-            nodelet_podworker::SysctlPolicy::new(&list, true)
-                .map_err(|e| invalid("allowedUnsafeSysctls", e.to_string()))?;
-            agent.allowed_unsafe_sysctls = list;
-        }
-        if let Some(follow) = &file.follow_change {
-            agent.follow = follow_defaults(follow)?;
-        }
-        let kubelet_address = match &file.address {
-            Some(address) => address
-                .parse()
-                .map_err(|e| invalid("address", format!("{address:?}: {e}")))?,
-            None => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        };
-        agent.kubelet_listen = match self.kubelet_port.or(file.port) {
-            Some(0) => None,
-            Some(port) => Some(SocketAddr::new(kubelet_address, port)),
-            // Offline, only the in-process API server calls it: any free loopback port (the
-            // Node publishes it), never a real kubelet's 10250 on the same machine.
-            None if embedded && file.address.is_none() => Some(SocketAddr::new(
-                std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-                0,
-            )),
-            None => Some(SocketAddr::new(
-                kubelet_address,
-                nodelet_kubelet_api::DEFAULT_PORT,
-            )),
-        };
-        agent.tls_cert_file = self.tls_cert_file.clone().or(file.tls_cert_file);
-        agent.tls_private_key_file = self
-            .tls_private_key_file
-            .clone()
-            .or(file.tls_private_key_file);
-        if agent.tls_cert_file.is_some() != agent.tls_private_key_file.is_some() {
-            return Err(invalid(
-                "tlsCertFile",
-                "tlsCertFile and tlsPrivateKeyFile must be given together",
-            ));
-        }
-        agent.client_ca_file = self.client_ca_file.clone().or_else(|| {
-            file.authentication
-                .and_then(|a| a.x509)
-                .and_then(|x| x.client_ca_file)
-        });
+        self.sync_options(&file, &mut agent)?;
+        self.node_options(&file, embedded, &mut agent)?;
+        self.listen_options(&file, embedded, &mut agent)?;
+        self.runtime_options(&file, &mut agent)?;
+        self.kubelet_api_options(&file, embedded, &mut agent)?;
         if let Some(taints) = &self.register_with_taints {
             agent.register_with_taints =
                 Some(parse_taints(taints).map_err(|e| invalid("--register-with-taints", e))?);
@@ -810,6 +642,233 @@ impl RunArgs {
             kubernetes_service,
         })
     }
+
+    /// `--change-detection-strategy` and `--sync-frequency`, else the file's.
+    fn sync_options(&self, file: &FileConfig, agent: &mut AgentConfig) -> Result<(), ConfigError> {
+        let (strategy_field, strategy) = match (
+            &self.change_detection_strategy,
+            &file.config_map_and_secret_change_detection_strategy,
+        ) {
+            (Some(s), _) => ("--change-detection-strategy", Some(s)),
+            (None, Some(s)) => ("configMapAndSecretChangeDetectionStrategy", Some(s)),
+            (None, None) => ("", None),
+        };
+        if let Some(s) = strategy {
+            agent.strategy =
+                Strategy::from_str(s).map_err(|e| invalid(strategy_field, e.to_string()))?;
+        }
+        let (sync_field, sync) = match (&self.sync_frequency, &file.sync_frequency) {
+            (Some(s), _) => ("--sync-frequency", Some(s)),
+            (None, Some(s)) => ("syncFrequency", Some(s)),
+            (None, None) => ("", None),
+        };
+        if let Some(s) = sync {
+            let d = nodelet_core::go::parse_duration(s).ok_or_else(|| {
+                invalid(sync_field, format!("{s:?} is not a duration such as 1m0s"))
+            })?;
+            if d.is_zero() {
+                return Err(invalid(sync_field, "must be greater than 0"));
+            }
+            agent.sync_frequency = d;
+        }
+        Ok(())
+    }
+
+    /// Node registration: whether, with which labels, the feature gates, the Lease.
+    fn node_options(
+        &self,
+        file: &FileConfig,
+        embedded: bool,
+        agent: &mut AgentConfig,
+    ) -> Result<(), ConfigError> {
+        agent.register_node = match self.register_node {
+            Some(v) => v.unwrap_or(true),
+            None => file.register_node.unwrap_or(embedded),
+        };
+        agent.node_labels = file.node_labels.clone().unwrap_or_default();
+        agent.feature_gates =
+            nodelet_core::FeatureGates::from_map(file.feature_gates.clone().unwrap_or_default());
+        // As the kubelet: a gate on whose dependency is off refuses to start.
+        if let Some((feature, off)) = agent.feature_gates.unmet_dependencies().first() {
+            let off: Vec<&str> = off.iter().map(|f| f.name()).collect();
+            return Err(invalid(
+                "featureGates",
+                format!(
+                    "{feature} is enabled, but depends on features that are disabled: [{}]",
+                    off.join(" ")
+                ),
+            ));
+        }
+        // As the kubelet: a label NodeRestriction refuses would stall registration forever.
+        let refused: Vec<&str> = agent
+            .node_labels
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !nodelet_core::node_labels::node_may_set_label(k))
+            .collect();
+        if !refused.is_empty() {
+            return Err(invalid(
+                "nodeLabels",
+                format!(
+                    "a node may not set {refused:?}: labels in the kubernetes.io and k8s.io \
+                     namespaces must be under kubelet.kubernetes.io or node.kubernetes.io or one \
+                     of the well-known node labels (NodeRestriction)"
+                ),
+            ));
+        }
+        if let Some(secs) = file.node_lease_duration_seconds {
+            if secs <= 0 {
+                return Err(invalid(
+                    "nodeLeaseDurationSeconds",
+                    "must be greater than 0",
+                ));
+            }
+            agent.lease_duration_seconds = secs;
+        }
+        Ok(())
+    }
+
+    /// The endpoints' address (`--listen`, else the file's healthz address and port).
+    fn listen_options(
+        &self,
+        file: &FileConfig,
+        embedded: bool,
+        agent: &mut AgentConfig,
+    ) -> Result<(), ConfigError> {
+        let listen = match (
+            self.listen.as_deref(),
+            &file.healthz_bind_address,
+            file.healthz_port,
+        ) {
+            (Some("none" | ""), _, _) => None,
+            (Some(l), _, _) => Some(("--listen", l.to_owned())),
+            (None, Some(addr), port) => Some((
+                "healthzBindAddress",
+                format!("{addr}:{}", port.unwrap_or(10248)),
+            )),
+            (None, None, Some(port)) => Some(("healthzPort", format!("127.0.0.1:{port}"))),
+            (None, None, None) if embedded => Some(("--listen", DEFAULT_LISTEN.to_owned())),
+            (None, None, None) => None,
+        };
+        agent.listen = match listen {
+            None => None,
+            Some((field, text)) => Some(
+                text.parse::<SocketAddr>()
+                    .map_err(|e| invalid(field, format!("{text:?}: {e}")))?,
+            ),
+        };
+        Ok(())
+    }
+
+    /// What runs containers: the runtime, its images, root, sysctls, configuration following.
+    fn runtime_options(
+        &self,
+        file: &FileConfig,
+        agent: &mut AgentConfig,
+    ) -> Result<(), ConfigError> {
+        let (runtime_field, runtime) = match (&self.runtime, &file.runtime) {
+            (Some(r), _) => ("--runtime", Some(r)),
+            (None, Some(r)) => ("runtime", Some(r)),
+            (None, None) => ("", None),
+        };
+        if let Some(r) = runtime {
+            agent.runtime = RuntimeKind::from_str(r).map_err(|e| invalid(runtime_field, e))?;
+        }
+        if let Some(entries) = &file.images {
+            for (i, e) in entries.iter().enumerate() {
+                if e.image.is_empty() {
+                    return Err(invalid(&format!("images[{i}].image"), "must not be empty"));
+                }
+            }
+            agent.images = nodelet_runtime::ImageTable::new(entries.clone());
+        }
+        agent.allow_root_containers =
+            self.allow_root_containers || file.allow_root_containers.unwrap_or(false);
+        if let Some(list) = &file.allowed_unsafe_sysctls {
+            nodelet_podworker::SysctlPolicy::new(list, true)
+                .map_err(|e| invalid("allowedUnsafeSysctls", e.to_string()))?;
+            agent.allowed_unsafe_sysctls = list.clone();
+        }
+        if let Some(follow) = &file.follow_change {
+            agent.follow = follow_defaults(follow)?;
+        }
+        Ok(())
+    }
+
+    /// The kubelet API: its address and port, serving certificate, client CA.
+    fn kubelet_api_options(
+        &self,
+        file: &FileConfig,
+        embedded: bool,
+        agent: &mut AgentConfig,
+    ) -> Result<(), ConfigError> {
+        let kubelet_address = match &file.address {
+            Some(address) => address
+                .parse()
+                .map_err(|e| invalid("address", format!("{address:?}: {e}")))?,
+            None => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        };
+        agent.kubelet_listen = match self.kubelet_port.or(file.port) {
+            Some(0) => None,
+            Some(port) => Some(SocketAddr::new(kubelet_address, port)),
+            // Offline, only the in-process API server calls it: any free loopback port (the
+            // Node publishes it), never a real kubelet's 10250 on the same machine.
+            None if embedded && file.address.is_none() => Some(SocketAddr::new(
+                std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                0,
+            )),
+            None => Some(SocketAddr::new(
+                kubelet_address,
+                nodelet_kubelet_api::DEFAULT_PORT,
+            )),
+        };
+        agent.tls_cert_file = self
+            .tls_cert_file
+            .clone()
+            .or_else(|| file.tls_cert_file.clone());
+        agent.tls_private_key_file = self
+            .tls_private_key_file
+            .clone()
+            .or_else(|| file.tls_private_key_file.clone());
+        if agent.tls_cert_file.is_some() != agent.tls_private_key_file.is_some() {
+            return Err(invalid(
+                "tlsCertFile",
+                "tlsCertFile and tlsPrivateKeyFile must be given together",
+            ));
+        }
+        agent.client_ca_file = self.client_ca_file.clone().or_else(|| {
+            file.authentication
+                .as_ref()
+                .and_then(|a| a.x509.as_ref())
+                .and_then(|x| x.client_ca_file.clone())
+        });
+        Ok(())
+    }
+}
+
+/// The config file must be a KubeletConfiguration (when it names its kind and version).
+fn check_kind(file: &FileConfig) -> Result<(), ConfigError> {
+    if let Some(kind) = file
+        .kind
+        .as_deref()
+        .filter(|k| *k != "KubeletConfiguration")
+    {
+        return Err(invalid(
+            "kind",
+            format!("must be KubeletConfiguration, not {kind:?}"),
+        ));
+    }
+    if let Some(v) = file
+        .api_version
+        .as_deref()
+        .filter(|v| !v.starts_with("kubelet.config.k8s.io/"))
+    {
+        return Err(invalid(
+            "apiVersion",
+            format!("must be kubelet.config.k8s.io/v1beta1, not {v:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The node-wide `followChange` defaults, each bad value named (FC-2).
