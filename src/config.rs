@@ -82,7 +82,7 @@ pub struct AgentConfig {
     pub node_ip: Option<std::net::IpAddr>,
     /// The process runtime's crash back-off (default the kubelet's: 10 s doubling to 5 min,
     /// reset after 10 min running).
-    pub crash_backoff: nodelet_runtime::Backoff,
+    pub crash_backoff: nodelet_core::backoff::Schedule,
     /// The taints the Node is created with (`--register-with-taints`); `None`: the
     /// `nodelet.io/agent` NoSchedule taint.
     pub register_with_taints: Option<Vec<NodeTaint>>,
@@ -231,7 +231,7 @@ impl AgentConfig {
             allowed_unsafe_sysctls: Vec::new(),
             container_init: None,
             node_ip: None,
-            crash_backoff: nodelet_runtime::Backoff::default(),
+            crash_backoff: nodelet_core::backoff::Schedule::CRASH_LOOP,
             register_with_taints: None,
             kubelet_listen: None,
             tls_cert_file: None,

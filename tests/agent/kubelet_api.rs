@@ -92,10 +92,10 @@ impl Bed {
                 c.kubelet_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
                 c.node_ip = Some(IpAddr::from([127, 0, 0, 1]));
                 c.client_ca_file = Some(client_ca);
-                c.crash_backoff = nodelet_runtime::Backoff {
+                c.crash_backoff = nodelet_core::backoff::Schedule {
                     initial: Duration::from_millis(200),
                     max: Duration::from_secs(1),
-                    reset_after: Duration::from_secs(600),
+                    ..nodelet_core::backoff::Schedule::CRASH_LOOP
                 };
             },
         )

@@ -103,10 +103,10 @@ pub(crate) async fn start_on(
                 env!("CARGO_BIN_EXE_nodelet").into(),
                 "container-init".into(),
             ]);
-            c.crash_backoff = nodelet_runtime::Backoff {
+            c.crash_backoff = nodelet_core::backoff::Schedule {
                 initial: Duration::from_millis(200),
                 max: Duration::from_secs(1),
-                reset_after: Duration::from_secs(600),
+                ..nodelet_core::backoff::Schedule::CRASH_LOOP
             };
             c.allow_root_containers = allow_root;
             tweak(c, server);

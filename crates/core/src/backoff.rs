@@ -1,5 +1,7 @@
 //! [`Backoff`] and [`Jitter`]: the one exponential back-off and the one jitter of the node
-//! crates (reflector reconnects, volume operation retries, pod worker resyncs, outage probes).
+//! crates (reflector reconnects, volume operation retries, pod worker resyncs, outage probes),
+//! and [`Schedule`]: a back-off's values, with the kubelet's schedules as constants (crash
+//! loop, image pull, the object watches, the Service watch).
 
 use std::time::Duration;
 
@@ -114,6 +116,84 @@ impl Backoff {
     }
 }
 
+/// The values of a back-off: its first and largest delay, its jitter, and how long a run
+/// lasts before it starts over (for a back-off that counts failures of something that runs).
+/// [`Schedule::backoff`] makes a [`Backoff`] of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// The first delay.
+    pub initial: Duration,
+    /// The largest delay.
+    pub max: Duration,
+    /// The spread of each delay.
+    pub jitter: Jitter,
+    /// A run this long resets the back-off (`None`: only success does).
+    pub reset_after: Option<Duration>,
+}
+
+impl Schedule {
+    /// The kubelet's crash-loop back-off of a container that ended: 10 s doubling to 5 min
+    /// (`MaxContainerBackOff`), reset after an instance ran 10 min.
+    pub const CRASH_LOOP: Self = Self {
+        initial: Duration::from_secs(10),
+        max: Duration::from_secs(300),
+        jitter: Jitter::None,
+        reset_after: Some(Duration::from_secs(600)),
+    };
+
+    /// The kubelet's image pull back-off (`ImagePullBackOff`): 10 s doubling to 5 min.
+    pub const IMAGE_PULL: Self = Self {
+        initial: Duration::from_secs(10),
+        max: Duration::from_secs(300),
+        jitter: Jitter::None,
+        reset_after: None,
+    };
+
+    /// An object watch's reconnect (client-go's reflector): 800 ms doubling to 30 s, each
+    /// delay plus up to 100 %.
+    pub const WATCH: Self = Self {
+        initial: Duration::from_millis(800),
+        max: Duration::from_secs(30),
+        jitter: Jitter::Scale {
+            low: 1.0,
+            high: 2.0,
+        },
+        reset_after: None,
+    };
+
+    /// The node's Service watch after a failed request: 1 s doubling to 30 s (client-go's
+    /// informer's cap), each delay plus up to a half.
+    pub const SERVICE_WATCH: Self = Self {
+        initial: Duration::from_secs(1),
+        max: Duration::from_secs(30),
+        jitter: Jitter::Scale {
+            low: 1.0,
+            high: 1.5,
+        },
+        reset_after: None,
+    };
+
+    /// A fresh [`Backoff`] on this schedule.
+    pub fn backoff(self) -> Backoff {
+        Backoff::new(self.initial, self.max).with_jitter(self.jitter)
+    }
+
+    /// The delay after a run that lasted `ran`, when the previous delay was `previous`
+    /// (zero: none yet) and `first` says whether this was the first run: none after the
+    /// first run or a run of at least [`reset_after`](Self::reset_after), then `initial`,
+    /// then doubled up to `max` (the kubelet's crash loop: the first restart is at once).
+    pub fn after_run(self, ran: Duration, previous: Duration, first: bool) -> Duration {
+        let reset = self.reset_after.is_some_and(|after| ran >= after);
+        if reset || previous.is_zero() && first {
+            Duration::ZERO
+        } else if previous.is_zero() {
+            self.initial
+        } else {
+            previous.saturating_mul(2).min(self.max)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +213,28 @@ mod tests {
         b.reset();
         assert_eq!(b.last_delay(), None);
         assert_eq!(b.next_delay(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn the_crash_loop_restarts_at_once_then_waits_10s_doubling_to_5min_and_a_long_run_resets() {
+        let s = Schedule::CRASH_LOOP;
+        let secs = Duration::from_secs;
+        assert_eq!(s.after_run(secs(1), Duration::ZERO, true), Duration::ZERO);
+        assert_eq!(s.after_run(secs(1), Duration::ZERO, false), secs(10));
+        assert_eq!(s.after_run(secs(1), secs(10), false), secs(20));
+        assert_eq!(s.after_run(secs(1), secs(160), false), secs(300));
+        assert_eq!(s.after_run(secs(1), secs(300), false), secs(300));
+        assert_eq!(s.after_run(secs(600), secs(300), false), Duration::ZERO);
+        assert_eq!(
+            Schedule::IMAGE_PULL.after_run(secs(600), secs(10), false),
+            secs(20)
+        );
+        let mut watch = Schedule::SERVICE_WATCH.backoff();
+        let first = watch.next_delay();
+        assert!(
+            first >= secs(1) && first < Duration::from_millis(1500),
+            "{first:?}"
+        );
     }
 
     #[test]

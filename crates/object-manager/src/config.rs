@@ -4,6 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use nodelet_core::backoff::Schedule;
+
 use crate::Error;
 
 /// How a manager keeps objects fresh: the kubelet's `configMapAndSecretChangeDetectionStrategy`
@@ -108,8 +110,8 @@ impl Default for ManagerConfig {
             default_ttl: Duration::from_secs(60),
             sync_timeout: Duration::from_secs(1),
             idle_check_interval: Duration::from_secs(60),
-            initial_backoff: Duration::from_millis(800),
-            max_backoff: Duration::from_secs(30),
+            initial_backoff: Schedule::WATCH.initial,
+            max_backoff: Schedule::WATCH.max,
             relationship_grace: Duration::from_secs(30),
             notify_capacity: 1024,
             recovery_probe_interval: Duration::from_millis(250),

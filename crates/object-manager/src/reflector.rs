@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Resource;
-use nodelet_core::backoff::{Backoff, Jitter};
+use nodelet_core::backoff::{Backoff, Schedule};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -111,7 +111,12 @@ impl BackoffConfig {
     /// A fresh reconnect back-off: doubling from `initial` to `max`, each delay plus up to
     /// 100 % jitter.
     fn start(self) -> Backoff {
-        Backoff::new(self.initial, self.max).with_jitter(Jitter::up_to(1.0))
+        Schedule {
+            initial: self.initial,
+            max: self.max,
+            ..Schedule::WATCH
+        }
+        .backoff()
     }
 }
 

@@ -17,7 +17,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use nodelet_core::backoff::{Backoff, Jitter};
+use nodelet_core::backoff::{Backoff, Schedule};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -34,20 +34,18 @@ pub struct ServiceListerConfig {
     /// [`ServiceListError::NotSynced`]. Default 10 s (the kubelet does not wait: its informer
     /// started with the node, long before the first pod).
     pub first_list_wait: Duration,
-    /// The pause after a failed request (a LIST or a WATCH), doubling up to
-    /// [`max_backoff`](Self::max_backoff), jittered by up to a half; reset by the next event.
-    /// Default 1 s (a restarting server is not asked again and again while it comes up).
-    pub initial_backoff: Duration,
-    /// Cap of the pause after failures. Default 30 s, client-go's informer's.
-    pub max_backoff: Duration,
+    /// The pause after a failed request (a LIST or a WATCH), reset by the next event.
+    /// Default [`Schedule::SERVICE_WATCH`]: 1 s (a restarting server is not asked again and
+    /// again while it comes up) doubling to 30 s (client-go's informer's cap), plus up to a
+    /// half.
+    pub backoff: Schedule,
 }
 
 impl Default for ServiceListerConfig {
     fn default() -> Self {
         Self {
             first_list_wait: Duration::from_secs(10),
-            initial_backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(30),
+            backoff: Schedule::SERVICE_WATCH,
         }
     }
 }
@@ -271,11 +269,7 @@ impl ServiceLister {
         let config = watcher::Config::default().fields(SERVICE_FIELD_SELECTOR);
         // The watcher retries at once when polled after an error: `run` pauses first.
         let stream = watcher::watcher(api, config).boxed();
-        let backoff = Backoff::new(
-            self.shared.config.initial_backoff,
-            self.shared.config.max_backoff,
-        )
-        .with_jitter(Jitter::up_to(0.5));
+        let backoff = self.shared.config.backoff.backoff();
         debug!("starting the service watch");
         tokio::spawn(run(
             Arc::downgrade(&self.shared),

@@ -1,32 +1,11 @@
-//! [`RuntimeConfig`]: the process runtime's options, and its crash [`Backoff`].
+//! [`RuntimeConfig`]: the process runtime's options.
 
+use nodelet_core::backoff::Schedule;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::images::ImageTable;
 use crate::logs::LogConfig;
-
-/// The kubelet's crash back-off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The first delay (10 s).
-    pub initial: Duration,
-    /// The longest delay (5 min).
-    pub max: Duration,
-    /// An instance that ran this long resets the delay (10 min).
-    pub reset_after: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            initial: Duration::from_secs(10),
-            max: Duration::from_secs(300),
-            reset_after: Duration::from_secs(600),
-        }
-    }
-}
 
 /// Options of a [`ProcessRuntime`](crate::ProcessRuntime).
 #[derive(Debug, Clone)]
@@ -48,8 +27,8 @@ pub struct RuntimeConfig {
     pub exec_command: Vec<OsString>,
     /// Log file size and count.
     pub logs: LogConfig,
-    /// Crash back-off.
-    pub backoff: Backoff,
+    /// The crash back-off ([`Schedule::CRASH_LOOP`] by default).
+    pub backoff: Schedule,
     /// Host directories hidden from containers (the root directory is always hidden).
     pub masked: Vec<PathBuf>,
 }
@@ -64,7 +43,7 @@ impl RuntimeConfig {
             init_command,
             exec_command: Vec::new(),
             logs: LogConfig::default(),
-            backoff: Backoff::default(),
+            backoff: Schedule::CRASH_LOOP,
             masked: Vec::new(),
         }
     }

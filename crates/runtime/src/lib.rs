@@ -71,7 +71,7 @@ mod supervisor;
 mod termination;
 mod users;
 
-pub use config::{Backoff, RuntimeConfig};
+pub use config::RuntimeConfig;
 pub use error::{Error, StartError};
 pub use images::{ImageEntry, ImageTable, glob_match, normalize};
 pub use ipc::PodSandboxError;

@@ -130,13 +130,7 @@ impl Inner {
             r.pgid = None;
             r.ended.send_replace(true);
             // The first restart is immediate, then 10 s doubling to 5 min; a long run resets.
-            r.backoff = if ran >= backoff.reset_after || r.backoff.is_zero() && r.starts <= 1 {
-                Duration::ZERO
-            } else if r.backoff.is_zero() {
-                backoff.initial
-            } else {
-                (r.backoff * 2).min(backoff.max)
-            };
+            r.backoff = backoff.after_run(ran, r.backoff, r.starts <= 1);
             r.not_before = Some(Instant::now() + r.backoff);
         }
         let _ = self.changes.send(uid.clone());

@@ -160,7 +160,7 @@ impl ProcessRuntime {
         let message = |c: &Container, r: &Record| {
             format!(
                 "back-off {} restarting failed container={} pod={}",
-                go_duration(r.backoff),
+                nodelet_core::go::format(r.backoff),
                 c.name,
                 format_pod(pod)
             )
@@ -462,16 +462,6 @@ fn group_has_live_member(pgid: i32) -> bool {
         let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
         group == Some(pgid) && state != Some("Z") && state != Some("X")
     })
-}
-
-/// `10s`, `5m0s`: Go's duration text, as the kubelet's back-off message prints it.
-fn go_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    if secs >= 60 {
-        format!("{}m{}s", secs / 60, secs % 60)
-    } else {
-        format!("{secs}s")
-    }
 }
 
 fn remove_tree(dir: &Path) -> Result<(), Error> {

@@ -51,7 +51,7 @@ pub(crate) async fn check(host: &str, port: i32, service: &str, timeout: Duratio
     let timed_out = || {
         Verdict::Failure(format!(
             "timeout: health rpc did not complete within {}",
-            go_duration(timeout)
+            go::format(timeout)
         ))
     };
     // (1)
@@ -59,7 +59,7 @@ pub(crate) async fn check(host: &str, port: i32, service: &str, timeout: Duratio
         return Verdict::Failure(format!(
             "timeout: failed to connect service {} within {}: context deadline exceeded",
             go::quote(&addr),
-            go_duration(timeout)
+            go::format(timeout)
         ));
     };
     // (2) … (4)
@@ -367,11 +367,6 @@ fn percent_decode(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `d` as Go's `time.Duration` prints it (`1s`, `1m30s`).
-fn go_duration(d: Duration) -> String {
-    go::format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 /// gRPC's code names, as grpc-go prints them.
 fn code_name(code: u32) -> String {
     let name = match code {
@@ -525,8 +520,8 @@ mod tests {
         assert_eq!(serving_status(&[]), 0);
         assert_eq!(serving_status_name(7), "7");
         assert_eq!(percent_decode(b"a%20b%zz"), "a b%zz");
-        assert_eq!(go_duration(Duration::from_secs(1)), "1s");
-        assert_eq!(go_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(go::format(Duration::from_secs(1)), "1s");
+        assert_eq!(go::format(Duration::from_secs(90)), "1m30s");
         assert_eq!(code_name(5), "NotFound");
     }
 }
