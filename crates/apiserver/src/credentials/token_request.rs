@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::access::auth::User;
 use crate::config::Authorization;
-use crate::registry::now;
+use crate::registry::{Registry, now};
 use crate::resources::{NODES, PODS, ResourceInfo, SECRETS, SERVICEACCOUNTS};
 use crate::state::Shared;
 use crate::status::{ApiError, FieldError};
@@ -64,27 +64,7 @@ pub(crate) fn create(
     }
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
     // (2) validation
-    let expiration = spec
-        .get("expirationSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(DEFAULT_EXPIRATION);
-    let mut errs = Vec::new();
-    if expiration < MIN_EXPIRATION {
-        errs.push(FieldError::invalid_raw(
-            "spec.expirationSeconds",
-            expiration.to_string(),
-            "may not specify a duration less than 10 minutes",
-        ));
-    } else if expiration > 1 << 32 {
-        errs.push(FieldError::invalid_raw(
-            "spec.expirationSeconds",
-            expiration.to_string(),
-            "may not specify a duration larger than 2^32 seconds",
-        ));
-    }
-    if !errs.is_empty() {
-        return Err(ApiError::invalid(&TOKEN_REQUEST, "", &errs));
-    }
+    let expiration = expiration_of(&spec)?;
     // (3) the service account, and the bound object, exist
     let reg = &shared.registry;
     let account = reg.get(SERVICEACCOUNTS, ns, sa)?;
@@ -101,55 +81,7 @@ pub(crate) fn create(
         node_restriction(shared, ns, sa, node, bound)?;
     }
     if let Some(b) = bound {
-        let kind = b.get("kind").and_then(Value::as_str).unwrap_or("");
-        let name = b.get("name").and_then(Value::as_str).unwrap_or("");
-        let res = match kind {
-            "Pod" => PODS,
-            "Secret" => SECRETS,
-            "Node" => NODES,
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "cannot bind token for serviceaccount {sa:?} to object of kind {other:?}"
-                )));
-            }
-        };
-        let obj = reg.get(res, if kind == "Node" { "" } else { ns }, name)?;
-        if let Some(want) = b
-            .get("uid")
-            .and_then(Value::as_str)
-            .filter(|u| !u.is_empty())
-            && Some(want) != obj.pointer("/metadata/uid").and_then(Value::as_str)
-        {
-            return Err(ApiError::new(
-                409,
-                "Conflict",
-                format!(
-                    "the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated"
-                ),
-            ));
-        }
-        let claim = json!({"name": name, "uid": uid(&obj)});
-        match kind {
-            "Pod" => {
-                let pod_sa = obj
-                    .pointer("/spec/serviceAccountName")
-                    .and_then(Value::as_str)
-                    .unwrap_or("default");
-                if pod_sa != sa {
-                    return Err(ApiError::bad_request(format!(
-                        "cannot bind token for serviceaccount {sa:?} to pod running with different serviceaccount name."
-                    )));
-                }
-                k8s["pod"] = claim;
-                if let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str)
-                    && let Ok(n) = reg.get(NODES, "", node)
-                {
-                    k8s["node"] = json!({"name": node, "uid": uid(&n)});
-                }
-            }
-            "Secret" => k8s["secret"] = claim,
-            _ => k8s["node"] = claim,
-        }
+        bind(reg, ns, sa, b, &mut k8s)?;
     }
     // (4) sign
     let issuer = &shared.config.service_account_issuer;
@@ -182,6 +114,88 @@ pub(crate) fn create(
         "spec": out_spec,
         "status": {"token": token, "expirationTimestamp": expires},
     }))
+}
+
+/// (2) `spec.expirationSeconds`, 1 h by default, validated as upstream does.
+fn expiration_of(spec: &Value) -> Result<i64, ApiError> {
+    let expiration = spec
+        .get("expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_EXPIRATION);
+    let mut errs = Vec::new();
+    if expiration < MIN_EXPIRATION {
+        errs.push(FieldError::invalid_raw(
+            "spec.expirationSeconds",
+            expiration.to_string(),
+            "may not specify a duration less than 10 minutes",
+        ));
+    } else if expiration > 1 << 32 {
+        errs.push(FieldError::invalid_raw(
+            "spec.expirationSeconds",
+            expiration.to_string(),
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(&TOKEN_REQUEST, "", &errs));
+    }
+    Ok(expiration)
+}
+
+/// (3) The object the token is bound to (`boundObjectRef` `b`) exists, with the UID asked
+/// for; its claims go into `k8s` (a pod's also name its node).
+fn bind(reg: &Registry, ns: &str, sa: &str, b: &Value, k8s: &mut Value) -> Result<(), ApiError> {
+    let uid = |v: &Value| v.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
+    let kind = b.get("kind").and_then(Value::as_str).unwrap_or("");
+    let name = b.get("name").and_then(Value::as_str).unwrap_or("");
+    let res = match kind {
+        "Pod" => PODS,
+        "Secret" => SECRETS,
+        "Node" => NODES,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "cannot bind token for serviceaccount {sa:?} to object of kind {other:?}"
+            )));
+        }
+    };
+    let obj = reg.get(res, if kind == "Node" { "" } else { ns }, name)?;
+    if let Some(want) = b
+        .get("uid")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+        && Some(want) != obj.pointer("/metadata/uid").and_then(Value::as_str)
+    {
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated"
+            ),
+        ));
+    }
+    let claim = json!({"name": name, "uid": uid(&obj)});
+    match kind {
+        "Pod" => {
+            let pod_sa = obj
+                .pointer("/spec/serviceAccountName")
+                .and_then(Value::as_str)
+                .unwrap_or("default");
+            if pod_sa != sa {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount {sa:?} to pod running with different serviceaccount name."
+                )));
+            }
+            k8s["pod"] = claim;
+            if let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str)
+                && let Ok(n) = reg.get(NODES, "", node)
+            {
+                k8s["node"] = json!({"name": node, "uid": uid(&n)});
+            }
+        }
+        "Secret" => k8s["secret"] = claim,
+        _ => k8s["node"] = claim,
+    }
+    Ok(())
 }
 
 /// NodeRestriction on a node's TokenRequest: it must be bound (by name and uid) to a pod that
