@@ -287,59 +287,87 @@ impl Syncer {
         }
         // (4) + (5)
         for (path, docs) in &mut changed {
-            // Namespaces, then ServiceAccounts (pods are admitted against them), then the rest.
-            docs.sort_by_key(|d| {
-                match d
-                    .object
-                    .as_ref()
-                    .ok()
-                    .and_then(|o| o.get("kind"))
-                    .and_then(Value::as_str)
-                {
-                    Some("Namespace") => 0,
-                    Some("ServiceAccount") => 1,
-                    _ => 2,
-                }
-            });
-            let mut keys = Vec::new();
-            let mut failures: Vec<DocProblem> = Vec::new();
-            let mut unreadable = false;
-            for doc in docs.iter() {
-                let result = match &doc.object {
-                    // Still defined by the file: a rejected update must not delete it.
-                    Ok(obj) => self
-                        .apply(obj)
-                        .inspect_err(|_| keys.extend(key_of(&self.handle, obj))),
-                    Err(e) => {
-                        unreadable = true;
-                        Err(e.clone())
-                    }
-                };
-                match result {
-                    Ok(k) => keys.push(k),
-                    Err(error) => failures.push((Some(doc.index), error)),
-                }
-            }
-            if unreadable {
-                // A document that no longer says what it defines keeps what it defined.
-                if let Some(before) = self.files.get(path.as_path()) {
-                    keys.extend(before.objects.iter().cloned());
-                }
-            }
-            if !failures.is_empty() {
-                failures.sort_by_key(|(n, _)| *n);
-                self.problems.insert(path.clone(), failures);
-            }
             let bytes = now.get(path.as_path()).cloned().unwrap_or_default();
-            self.files.insert(
-                path.clone(),
-                FileState {
-                    bytes,
-                    objects: keys,
-                },
-            );
+            self.apply_file(path, docs, bytes);
         }
         // (6)
+        self.delete_gone(&old);
+        self.log_problems(&now);
+        self.passes += 1;
+        SyncReport {
+            passes: self.passes,
+            problems: self
+                .problems
+                .iter()
+                .flat_map(|(p, list)| {
+                    list.iter().map(|(document, error)| FileProblem {
+                        path: p.clone(),
+                        document: *document,
+                        error: error.clone(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// (4) + (5) Applies the documents of one changed file, namespaces and service accounts
+    /// first, and records what the file defines (its content `bytes`) and its problems.
+    fn apply_file(&mut self, path: &Path, docs: &mut [Document], bytes: Vec<u8>) {
+        // Namespaces, then ServiceAccounts (pods are admitted against them), then the rest.
+        docs.sort_by_key(|d| {
+            match d
+                .object
+                .as_ref()
+                .ok()
+                .and_then(|o| o.get("kind"))
+                .and_then(Value::as_str)
+            {
+                Some("Namespace") => 0,
+                Some("ServiceAccount") => 1,
+                _ => 2,
+            }
+        });
+        let mut keys = Vec::new();
+        let mut failures: Vec<DocProblem> = Vec::new();
+        let mut unreadable = false;
+        for doc in docs.iter() {
+            let result = match &doc.object {
+                // Still defined by the file: a rejected update must not delete it.
+                Ok(obj) => self
+                    .apply(obj)
+                    .inspect_err(|_| keys.extend(key_of(&self.handle, obj))),
+                Err(e) => {
+                    unreadable = true;
+                    Err(e.clone())
+                }
+            };
+            match result {
+                Ok(k) => keys.push(k),
+                Err(error) => failures.push((Some(doc.index), error)),
+            }
+        }
+        if unreadable {
+            // A document that no longer says what it defines keeps what it defined.
+            if let Some(before) = self.files.get(path) {
+                keys.extend(before.objects.iter().cloned());
+            }
+        }
+        if !failures.is_empty() {
+            failures.sort_by_key(|(n, _)| *n);
+            self.problems.insert(path.to_path_buf(), failures);
+        }
+        self.files.insert(
+            path.to_path_buf(),
+            FileState {
+                bytes,
+                objects: keys,
+            },
+        );
+    }
+
+    /// (6) Deletes the objects that the files named in `old` defined and no file defines any
+    /// more.
+    fn delete_gone(&mut self, old: &HashMap<PathBuf, Vec<ObjKey>>) {
         let defined: BTreeSet<&ObjKey> = self.files.values().flat_map(|f| &f.objects).collect();
         let gone: BTreeSet<ObjKey> = old
             .values()
@@ -358,22 +386,6 @@ impl Syncer {
             {
                 tracing::debug!(%error, name, "deleting an object whose manifest is gone");
             }
-        }
-        self.log_problems(&now);
-        self.passes += 1;
-        SyncReport {
-            passes: self.passes,
-            problems: self
-                .problems
-                .iter()
-                .flat_map(|(p, list)| {
-                    list.iter().map(|(document, error)| FileProblem {
-                        path: p.clone(),
-                        document: *document,
-                        error: error.clone(),
-                    })
-                })
-                .collect(),
         }
     }
 
