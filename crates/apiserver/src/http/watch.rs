@@ -118,23 +118,16 @@ fn is_true(info: &RequestInfo, key: &str) -> bool {
     info.query.get(key).is_some_and(|v| v == "true" || v == "1")
 }
 
-/// Starts a watch and answers with the streaming response.
-pub(crate) fn serve(
-    shared: &Arc<Shared>,
+/// The watch-list parameters as upstream validates them: `sendInitialEvents` needs
+/// `resourceVersionMatch=NotOlderThan` and bookmarks, `resourceVersionMatch` needs
+/// `sendInitialEvents`, and a server without the WatchList feature (`watch_list` off)
+/// refuses `sendInitialEvents` itself, true or false.
+fn check_watch_list(
     info: &RequestInfo,
-    res: ResourceId,
-    partial: bool,
-    token: CancellationToken,
-) -> Result<http::Response<Body>, ApiError> {
-    let mut list_info = info.clone();
-    let send_initial = info
-        .query
-        .get("sendInitialEvents")
-        .is_some_and(|v| v == "true");
-    list_info.query.remove("sendInitialEvents");
-    list_info.query.remove("resourceVersionMatch");
-    let opts = list_options(&list_info, res)?;
-    let bookmarks = is_true(info, "allowWatchBookmarks");
+    send_initial: bool,
+    bookmarks: bool,
+    watch_list: bool,
+) -> Result<(), ApiError> {
     let rv_match = info
         .query
         .get("resourceVersionMatch")
@@ -164,15 +157,37 @@ pub(crate) fn serve(
         .query
         .get("sendInitialEvents")
         .is_some_and(|v| !v.is_empty());
-    if initial_given && !shared.controls.watch_list() {
+    if initial_given && !watch_list {
         errs.push(FieldError::forbidden(
             "sendInitialEvents",
             "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
         ));
     }
-    if !errs.is_empty() {
-        return Err(ApiError::invalid_list_options(&errs));
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_list_options(&errs))
     }
+}
+
+/// Starts a watch and answers with the streaming response.
+pub(crate) fn serve(
+    shared: &Arc<Shared>,
+    info: &RequestInfo,
+    res: ResourceId,
+    partial: bool,
+    token: CancellationToken,
+) -> Result<http::Response<Body>, ApiError> {
+    let mut list_info = info.clone();
+    let send_initial = info
+        .query
+        .get("sendInitialEvents")
+        .is_some_and(|v| v == "true");
+    list_info.query.remove("sendInitialEvents");
+    list_info.query.remove("resourceVersionMatch");
+    let opts = list_options(&list_info, res)?;
+    let bookmarks = is_true(info, "allowWatchBookmarks");
+    check_watch_list(info, send_initial, bookmarks, shared.controls.watch_list())?;
     let timeout = match info.query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
         Some(t) => Duration::from_secs(
             t.parse()
