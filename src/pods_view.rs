@@ -77,6 +77,43 @@ pub struct PodView {
     pub last_error: Option<String>,
     /// The pod's volumes.
     pub volumes: Vec<VolumeView>,
+    /// Its running containers and what they see through their volumes (the process runtime
+    /// only; FC-8).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerView>,
+}
+
+/// What a running container sees through its configMap, secret, projected and downwardAPI
+/// volume mounts (FC-8).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ContainerView {
+    /// The container's name.
+    pub name: String,
+    /// Every mount sees the current content.
+    pub current: bool,
+    /// One per such mount.
+    pub mounts: Vec<MountView>,
+}
+
+/// What one mount of a container shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct MountView {
+    /// The volume's name.
+    pub volume: String,
+    /// The mount's path in the container.
+    pub mount_path: String,
+    /// A subPath mount.
+    pub sub_path: bool,
+    /// A subPath mount that follows updates (`nodelet.io/follow-subpath`).
+    pub follows: bool,
+    /// The objects it shows, with the resourceVersion it shows (none when unknown).
+    pub objects: Vec<ObjectView>,
+    /// It shows the volume's current content.
+    pub current: bool,
 }
 
 /// One volume of a pod.

@@ -27,7 +27,7 @@ pub(crate) struct AgentState {
     pub(crate) status: nodelet_reporting::StatusWriter,
     /// The process runtime, when containers run as processes (`--runtime process`).
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
-    /// Configuration that follows a change (FC-1 … FC-7), with the process runtime.
+    /// Configuration that follows a change (FC-1 … FC-8), with the process runtime.
     pub(crate) follow: Option<nodelet_podworker::follow::FollowChange>,
     /// The prober of the process runtime's containers.
     pub(crate) probes: Option<nodelet_podworker::ProbeManager>,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::pods_view::{ObjectView, PodView, PodsView, VolumeView};
+use crate::pods_view::{ContainerView, MountView, ObjectView, PodView, PodsView, VolumeView};
 use crate::state::AgentState;
 
 /// The `/pods` document.
@@ -19,6 +19,7 @@ pub(crate) fn pods_view(state: &AgentState) -> PodsView {
         .snapshot()
         .into_iter()
         .map(|w| PodView {
+            containers: containers_view(state, &w.uid, volumes.get(&w.uid)),
             volumes: volumes
                 .remove(&w.uid)
                 .map(|p| p.volumes.iter().map(volume_view).collect())
@@ -41,6 +42,48 @@ pub(crate) fn pods_view(state: &AgentState) -> PodsView {
     }
 }
 
+/// FC-8: what each running container of pod `uid` sees (the process runtime only).
+fn containers_view(
+    state: &AgentState,
+    uid: &nodelet_core::PodUid,
+    volumes: Option<&nodelet_volume_manager::PodVolumes>,
+) -> Vec<ContainerView> {
+    let (Some(follow), Some(volumes)) = (&state.follow, volumes) else {
+        return Vec::new();
+    };
+    let Some(pod) = state.known_pods.read().get(uid).cloned() else {
+        return Vec::new();
+    };
+    follow
+        .freshness(&pod, &volumes.volumes)
+        .into_iter()
+        .map(|c| ContainerView {
+            current: c.current(),
+            name: c.container,
+            mounts: c
+                .mounts
+                .into_iter()
+                .map(|m| MountView {
+                    objects: m.objects.iter().map(object_view).collect(),
+                    volume: m.volume,
+                    mount_path: m.mount_path,
+                    sub_path: m.sub_path,
+                    follows: m.follows,
+                    current: m.current,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn object_view(o: &nodelet_volume_manager::plugins::ObjectVersion) -> ObjectView {
+    ObjectView {
+        kind: format!("{:?}", o.object.kind),
+        name: o.object.name.clone(),
+        resource_version: o.resource_version.clone(),
+    }
+}
+
 fn volume_view(v: &nodelet_volume_manager::VolumeSnapshot) -> VolumeView {
     VolumeView {
         name: v.name.clone(),
@@ -49,15 +92,7 @@ fn volume_view(v: &nodelet_volume_manager::VolumeSnapshot) -> VolumeView {
         path: v.path.as_ref().map(|p| p.display().to_string()),
         remount_pending: v.remount_pending,
         last_error: v.last_error.clone(),
-        objects: v
-            .objects
-            .iter()
-            .map(|o| ObjectView {
-                kind: format!("{:?}", o.object.kind),
-                name: o.object.name.clone(),
-                resource_version: o.resource_version.clone(),
-            })
-            .collect(),
+        objects: v.objects.iter().map(object_view).collect(),
     }
 }
 

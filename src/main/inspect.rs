@@ -138,6 +138,67 @@ pub(crate) fn render_table(pods: &PodsView) -> String {
         out.push_str(line.join("   ").trim_end());
         out.push('\n');
     }
+    out.push_str(&render_containers(pods));
+    out
+}
+
+/// FC-8: one row per running container's volume mount (the process runtime only): what it
+/// shows, with the resourceVersions, and whether that is current. Empty without such rows.
+fn render_containers(pods: &PodsView) -> String {
+    let mut rows = Vec::new();
+    for pod in &pods.pods {
+        for c in &pod.containers {
+            for m in &c.mounts {
+                let how = match (m.sub_path, m.follows) {
+                    (false, _) => "volume",
+                    (true, true) => "subPath, follows",
+                    (true, false) => "subPath",
+                };
+                let mut objects: Vec<String> = m
+                    .objects
+                    .iter()
+                    .map(|o| {
+                        let rv = o.resource_version.as_deref().unwrap_or("-");
+                        format!("{}/{}@{rv}", o.kind, o.name)
+                    })
+                    .collect();
+                if objects.is_empty() {
+                    objects.push("?".into());
+                }
+                rows.push([
+                    format!("{}/{}/{}", pod.namespace, pod.name, c.name),
+                    format!("{} ({how})", m.mount_path),
+                    objects.join(","),
+                    if m.current { "yes" } else { "no" }.to_owned(),
+                ]);
+            }
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    rows.insert(
+        0,
+        [
+            "CONTAINER".to_owned(),
+            "MOUNT".to_owned(),
+            "SEES".to_owned(),
+            "CURRENT".to_owned(),
+        ],
+    );
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::from("\n");
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
     out
 }
 
@@ -192,6 +253,44 @@ mod tests {
             lines[2].contains("0/0") && lines[2].ends_with(" -"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn running_containers_get_a_row_per_mount_with_what_it_shows_and_whether_it_is_current() {
+        let pods = json!({"node": "n", "pods": [
+            {"namespace": "default", "name": "web", "phase": "Syncing", "volumes": [],
+             "containers": [{"name": "app", "current": false, "mounts": [
+                {"volume": "cfg", "mountPath": "/etc/app.conf", "subPath": true,
+                 "follows": true, "current": true,
+                 "objects": [{"kind": "ConfigMap", "name": "cfg", "resourceVersion": "12"}]},
+                {"volume": "cfg", "mountPath": "/etc/old.conf", "subPath": true,
+                 "follows": false, "current": false, "objects": []}]}]}
+        ]});
+        let pods: PodsView = serde_json::from_value(pods).unwrap_or_else(|e| panic!("{e}"));
+        let table = render_table(&pods);
+        let lines: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("CONTAINER"))
+            .collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[1].starts_with("default/web/app"), "{table}");
+        assert!(
+            lines[1].contains("/etc/app.conf (subPath, follows)"),
+            "{table}"
+        );
+        assert!(
+            lines[1].contains("ConfigMap/cfg@12") && lines[1].ends_with("yes"),
+            "{table}"
+        );
+        assert!(lines[2].contains("/etc/old.conf (subPath)"), "{table}");
+        assert!(
+            lines[2].contains(" ? ") && lines[2].ends_with("no"),
+            "{table}"
+        );
+        let without = json!({"node": "n", "pods": [
+            {"namespace": "default", "name": "web", "phase": "Syncing", "volumes": []}]});
+        let without: PodsView = serde_json::from_value(without).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!render_table(&without).contains("CONTAINER"));
     }
 
     // What the agent serves is what `nodelet pods` reads: one set of types, both ends.

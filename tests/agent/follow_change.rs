@@ -1,4 +1,4 @@
-//! Configuration that follows a change (nodelet's own, FC-1 … FC-7) under the process runtime,
+//! Configuration that follows a change (nodelet's own, FC-1 … FC-8) under the process runtime,
 //! against `nodelet-apiserver`: a subPath file and directory replaced in the running container
 //! while a reader loops on them, a reload signal per burst of updates, a reload URL, bad
 //! annotations and failed deliveries as Warning events, and a container without annotations
@@ -468,4 +468,106 @@ impl WithVolume for PodBuilder {
         self.volume(json!({"name": "cfg", "configMap": {"name": "cfg"}}))
             .json()
     }
+}
+
+/// The version each running container shows through `mount_path`, and whether it is current.
+async fn seen(
+    world: &World,
+    name: &str,
+    container: &str,
+    mount_path: &str,
+) -> (Option<String>, bool) {
+    let view = world.with_agent(|a| a.pods_view()).await;
+    let pod = view.pods.iter().find(|p| p.name == name);
+    let c = pod.and_then(|p| p.containers.iter().find(|c| c.name == container));
+    let m = c.and_then(|c| c.mounts.iter().find(|m| m.mount_path == mount_path));
+    let m = m.unwrap_or_else(|| panic!("no mount {mount_path} of {container} in /pods: {view:?}"));
+    let rv = m.objects.first().and_then(|o| o.resource_version.clone());
+    (rv, m.current)
+}
+
+/// Waits until `container` of pod `fresh` shows version `rv` through `mount_path`, current.
+async fn wait_seen(world: &World, container: &str, mount_path: &str, rv: &str) {
+    let mut last = (None, false);
+    let found = tokio::time::timeout(PATIENCE, async {
+        loop {
+            last = seen(world, "fresh", container, mount_path).await;
+            if last.0.as_deref() == Some(rv) && last.1 {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(
+        found.is_ok(),
+        "{container} never showed {rv} current at {mount_path}: {last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_shows_which_version_each_container_sees_and_whether_it_is_current() {
+    let (world, _reaper) = start(false).await;
+    let cm = create(
+        &world,
+        ConfigMapBuilder::new(NS, "cfg").data("k", "v0").json(),
+    );
+    let first = cm["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mounts = json!([
+        {"name": "cfg", "mountPath": "/cfg"},
+        {"name": "cfg", "mountPath": "/etc/k", "subPath": "k"},
+    ]);
+    let script = "echo ready; while true; do sleep 1 & wait $!; done";
+    create(
+        &world,
+        PodBuilder::new(NS, "fresh")
+            .node(NODE)
+            .annotation("nodelet.io/follow-subpath.app", "true")
+            .spec(json!({"securityContext": {"runAsUser": 1000}}))
+            .container(
+                json!({"name": "app", "image": BUSYBOX, "command": ["sh", "-c", script],
+                "volumeMounts": mounts}),
+            )
+            .container(
+                json!({"name": "other", "image": BUSYBOX, "command": ["sh", "-c", script],
+                "volumeMounts": mounts}),
+            )
+            .volume(json!({"name": "cfg", "configMap": {"name": "cfg"}}))
+            .json(),
+    );
+    wait_all_running(&world, "fresh", &["app", "other"]).await;
+    for c in ["app", "other"] {
+        for path in ["/cfg", "/etc/k"] {
+            wait_seen(&world, c, path, &first).await;
+        }
+    }
+
+    patch(&world, json!({"k": "v1"})).await;
+    let api: Api<ConfigMap> = Api::namespaced(world.admin.clone(), NS);
+    let second = api
+        .get("cfg")
+        .await
+        .ok()
+        .and_then(|c| c.metadata.resource_version)
+        .unwrap_or_default();
+    wait_seen(&world, "app", "/etc/k", &second).await;
+    assert_eq!(
+        seen(&world, "fresh", "app", "/cfg").await,
+        (Some(second.clone()), true)
+    );
+    assert_eq!(
+        seen(&world, "fresh", "other", "/cfg").await,
+        (Some(second.clone()), true)
+    );
+    // Without the annotation, the kubelet's behaviour: the subPath shows what it started with.
+    assert_eq!(
+        seen(&world, "fresh", "other", "/etc/k").await,
+        (Some(first), false)
+    );
+
+    delete_and_wait(&world, "fresh", 1).await;
+    world.stop().await;
 }

@@ -53,7 +53,7 @@ mod trust_bundles;
 // logs, status, events, restarts, deletion, users and mounts, nothing left on the host, and
 // the binary killed hard and started again.
 mod process_runtime;
-// Configuration that follows a change under the process runtime (needs root, FC-1 … FC-7):
+// Configuration that follows a change under the process runtime (needs root, FC-1 … FC-8):
 // subPath binds replaced in place, reload signals and URLs per burst, bad annotations.
 mod follow_change;
 // Lifecycle hooks (postStart, preStop: exec, httpGet, sleep) and termination messages under

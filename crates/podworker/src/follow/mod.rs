@@ -1,4 +1,4 @@
-//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-7), under
+//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-8), under
 //! the process runtime: after a volume's `..data` swap, the subPath binds of the containers
 //! that mount it are replaced in place, and the containers that ask for it get a reload
 //! signal or a POST to a local URL. Opt-in per pod ([`options`]: `nodelet.io/` annotations
@@ -27,6 +27,7 @@
 //! [`reasons::FAILED_RELOAD`]. A container not running gets nothing (it reads its
 //! configuration when it starts).
 
+mod freshness;
 pub mod options;
 mod reload;
 mod subpath;
@@ -42,6 +43,7 @@ use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
 use crate::seams::EventSink;
+pub use freshness::{ContainerFreshness, MountFreshness};
 pub use options::{
     AnnotationError, ContainerFollow, FollowDefaults, PodFollow, ReloadUrl, pod_follow,
 };
@@ -73,6 +75,10 @@ struct Inner {
     bursts: reload::Bursts<ContainerKey>,
     /// The bad annotations already reported, by pod (each reported once).
     reported: Mutex<HashMap<PodUid, Vec<AnnotationError>>>,
+    /// The versions of each volume's recent data directories (FC-8).
+    versions: Mutex<freshness::Versions>,
+    /// Each written volume's directory, by pod and volume name.
+    volume_dirs: Mutex<HashMap<ContainerKey, PathBuf>>,
 }
 
 type ContainerKey = (PodUid, String);
@@ -108,6 +114,8 @@ impl FollowChange {
                 bound: Mutex::default(),
                 bursts: reload::Bursts::new(),
                 reported: Mutex::default(),
+                versions: Mutex::default(),
+                volume_dirs: Mutex::default(),
             }),
         }
     }
@@ -155,12 +163,18 @@ impl FollowChange {
     pub fn forget_pod(&self, uid: &PodUid) {
         self.inner.reported.lock().remove(uid);
         self.inner.bound.lock().retain(|(u, _), _| u != uid);
+        self.inner.versions.lock().forget(uid);
+        self.inner.volume_dirs.lock().retain(|(u, _), _| u != uid);
     }
 
     /// The subPath binds of `pod`'s running containers that read `volume` (at `dir`) move to
     /// its new data (module docs). Called between the switch and the removal of the old data;
     /// blocks while the binds are replaced.
     pub fn after_swap(&self, pod: &AdmittedPod, volume: &str, dir: &Path) {
+        self.inner
+            .volume_dirs
+            .lock()
+            .insert((pod.uid().clone(), volume.to_owned()), dir.to_path_buf());
         let settings = self.settings(pod);
         for (container, sub_path) in mounting(pod, volume) {
             let wants = settings.container(&container);
@@ -176,6 +190,12 @@ impl FollowChange {
         if !update.written || update.pod_uid != *pod.uid() {
             return;
         }
+        let key = (pod.uid().clone(), update.volume.clone());
+        let dir = self.inner.volume_dirs.lock().get(&key).cloned();
+        if let Some(data_dir) = dir.as_deref().and_then(freshness::current_data_dir) {
+            let mut versions = self.inner.versions.lock();
+            versions.note(pod.uid(), &update.volume, &data_dir, &update.objects, true);
+        }
         let settings = self.settings(pod);
         if !settings.containers.values().any(ContainerFollow::reloads) {
             return;
@@ -185,6 +205,98 @@ impl FollowChange {
                 self.reload(pod, &container, wants, &settings);
             }
         }
+    }
+
+    /// What each running container of `pod` sees through its configMap, secret, projected
+    /// and downwardAPI volume mounts (FC-8); `volumes` is the volume manager's snapshot of the
+    /// pod's volumes. Containers not running are absent.
+    pub fn freshness(
+        &self,
+        pod: &AdmittedPod,
+        volumes: &[nodelet_volume_manager::VolumeSnapshot],
+    ) -> Vec<ContainerFreshness> {
+        let settings = self.settings(pod);
+        // The data current now holds the snapshot's versions.
+        let mut current = HashMap::new();
+        for v in volumes {
+            let Some(dir) = &v.path else { continue };
+            let Some(data_dir) = freshness::current_data_dir(dir) else {
+                continue;
+            };
+            self.inner
+                .versions
+                .lock()
+                .note(pod.uid(), &v.name, &data_dir, &v.objects, false);
+            current.insert(v.name.as_str(), (v, data_dir));
+        }
+        let mut out = Vec::new();
+        let Some(spec) = &pod.spec else {
+            return out;
+        };
+        for container in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+        {
+            let Ok(running) = self
+                .inner
+                .runtime
+                .running_mounts(pod.uid(), &container.name)
+            else {
+                continue;
+            };
+            let key = (pod.uid().clone(), container.name.clone());
+            let bound = {
+                let all = self.inner.bound.lock();
+                all.get(&key)
+                    .filter(|b| b.pid == running.pid)
+                    .map(|b| b.sources.clone())
+                    .unwrap_or_default()
+            };
+            let follows = settings
+                .container(&container.name)
+                .is_some_and(|c| c.sub_path);
+            let mut mounts = Vec::new();
+            for m in container.volume_mounts.iter().flatten() {
+                let Some((snapshot, current_dir)) = current.get(m.name.as_str()) else {
+                    continue;
+                };
+                let sub_path = m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                    || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty());
+                let seen_dir = if sub_path {
+                    let target = freshness::container_path(&m.mount_path);
+                    let source = bound.get(&target).cloned().or_else(|| {
+                        let spec = running.mounts.iter().find(|s| s.target == target);
+                        spec.map(|s| s.source.clone())
+                    });
+                    let dir = snapshot.path.as_deref();
+                    source.and_then(|s| dir.and_then(|d| freshness::data_dir_of(d, &s)))
+                } else {
+                    Some(current_dir.clone())
+                };
+                let objects = seen_dir
+                    .as_deref()
+                    .and_then(|d| {
+                        let versions = self.inner.versions.lock();
+                        versions.get(pod.uid(), &m.name, d).map(<[_]>::to_vec)
+                    })
+                    .unwrap_or_default();
+                mounts.push(MountFreshness {
+                    volume: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    sub_path,
+                    follows: sub_path && follows,
+                    objects,
+                    current: seen_dir.as_ref() == Some(current_dir) && !snapshot.remount_pending,
+                });
+            }
+            out.push(ContainerFreshness {
+                container: container.name.clone(),
+                mounts,
+            });
+        }
+        out
     }
 
     /// subPath binds for one container.

@@ -159,7 +159,7 @@ fn read_only_by_nature(volume: &PodVolume) -> bool {
 }
 
 /// (4) `mountPath` as an absolute path: a relative one is cleaned below `/`.
-fn container_path(mount_path: &str) -> PathBuf {
+pub(crate) fn container_path(mount_path: &str) -> PathBuf {
     if mount_path.starts_with('/') {
         return PathBuf::from(mount_path);
     }
