@@ -23,7 +23,7 @@ use tracing::Instrument as _;
 use super::request_info::{RequestInfo, parse_query};
 use super::response::{self, Body};
 use super::{discovery, handlers};
-use crate::access::auth::{Attributes, Decision};
+use crate::access::auth::{Attributes, Decision, User};
 use crate::control::{RequestRecord, Restart};
 use crate::cost::Cost;
 use crate::state::Shared;
@@ -72,37 +72,9 @@ pub(crate) async fn handle(
                     response::error(&ApiError::injected(code))
                 } else {
                     // (6)
-                    let attrs = Attributes {
-                        user: user.clone(),
-                        verb: info.verb.clone(),
-                        resource_request: info.resource_request,
-                        api_group: info.api_group.clone(),
-                        api_version: info.api_version.clone(),
-                        resource: info.resource.clone(),
-                        subresource: info.subresource.clone(),
-                        namespace: info.namespace.clone(),
-                        name: info.name.clone(),
-                        field_selector: info.query.get("fieldSelector").cloned(),
-                        path: info.path.clone(),
-                    };
-                    // A `GET` upgrade of a pod's exec/attach/portforward also needs `create`,
-                    // as kube-apiserver 1.35+ checks (`AuthorizePodWebsocketUpgradeCreatePermission`).
-                    let decision = match shared.authorizer.authorize(&attrs) {
-                        Decision::Allow if needs_create_too(&info) => {
-                            let create = Attributes {
-                                verb: "create".into(),
-                                ..attrs.clone()
-                            };
-                            match shared.authorizer.authorize(&create) {
-                                Decision::Allow => Ok(()),
-                                Decision::Deny(reason) => Err((create, reason)),
-                            }
-                        }
-                        Decision::Allow => Ok(()),
-                        Decision::Deny(reason) => Err((attrs, reason)),
-                    };
+                    let decision = authorize(&shared, &info, user);
                     match decision {
-                        Err((attrs, reason)) => response::error(&forbidden(&info, &attrs, &reason)),
+                        Err(denied) => response::error(&forbidden(&info, &denied.0, &denied.1)),
                         // (7)
                         Ok(()) => {
                             if info.resource_request {
@@ -167,6 +139,43 @@ pub(crate) async fn handle(
         answered: std::time::Instant::now(),
     });
     resp
+}
+
+/// (6) Whether `user` may make the request `info`; else the attributes refused and why.
+fn authorize(
+    shared: &Shared,
+    info: &RequestInfo,
+    user: &User,
+) -> Result<(), Box<(Attributes, String)>> {
+    let attrs = Attributes {
+        user: user.clone(),
+        verb: info.verb.clone(),
+        resource_request: info.resource_request,
+        api_group: info.api_group.clone(),
+        api_version: info.api_version.clone(),
+        resource: info.resource.clone(),
+        subresource: info.subresource.clone(),
+        namespace: info.namespace.clone(),
+        name: info.name.clone(),
+        field_selector: info.query.get("fieldSelector").cloned(),
+        path: info.path.clone(),
+    };
+    // A `GET` upgrade of a pod's exec/attach/portforward also needs `create`,
+    // as kube-apiserver 1.35+ checks (`AuthorizePodWebsocketUpgradeCreatePermission`).
+    match shared.authorizer.authorize(&attrs) {
+        Decision::Allow if needs_create_too(info) => {
+            let create = Attributes {
+                verb: "create".into(),
+                ..attrs.clone()
+            };
+            match shared.authorizer.authorize(&create) {
+                Decision::Allow => Ok(()),
+                Decision::Deny(reason) => Err(Box::new((create, reason))),
+            }
+        }
+        Decision::Allow => Ok(()),
+        Decision::Deny(reason) => Err(Box::new((attrs, reason))),
+    }
 }
 
 /// A `get` of `pods/exec`, `pods/attach` or `pods/portforward` (a WebSocket upgrade).
