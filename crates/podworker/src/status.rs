@@ -51,6 +51,49 @@ pub fn generate_pod_status(
         .regular_containers()
         .map(|c| view.status(c, false))
         .collect();
+    let conditions = node_conditions(&view, phase, &init, &regular);
+    let ephemeral: Vec<ApiStatus> = view
+        .ephemeral_containers()
+        .map(|c| view.ephemeral(c))
+        .collect();
+    let generation = pod.metadata.generation;
+    let mut out = PodStatus {
+        phase: Some(phase.as_str().to_owned()),
+        start_time: Some(time(start_time)),
+        init_container_statuses: Some(init),
+        container_statuses: Some(regular),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
+        conditions: Some(
+            conditions
+                .into_iter()
+                .map(|c| PodCondition {
+                    observed_generation: generation,
+                    ..c
+                })
+                .collect(),
+        ),
+        observed_generation: generation,
+        ..PodStatus::default()
+    };
+    set_addresses(&mut out, &status.pod_ips);
+    // PW-26: the node failed the pod, whatever its containers say.
+    if let Some(eviction) = &status.eviction {
+        out.phase = Some(PodPhase::Failed.as_str().to_owned());
+        out.reason = Some(eviction.reason.clone());
+        out.message = Some(eviction.message.clone());
+    }
+    out
+}
+
+/// The conditions the node owns, in order: `PodReadyToStartContainers`, the config
+/// condition, `Initialized`, `ContainersReady`, `Ready` (without transition times), from the
+/// pod's `phase` and the `init` and `regular` container statuses just made.
+fn node_conditions(
+    view: &ContainerView<'_>,
+    phase: PodPhase,
+    init: &[ApiStatus],
+    regular: &[ApiStatus],
+) -> Vec<PodCondition> {
     // PW-64: a sidecar's readiness counts for the pod's, before the app containers'.
     let sidecars: Vec<&str> = view
         .init_containers()
@@ -60,7 +103,7 @@ pub fn generate_pod_status(
     let unready: Vec<&str> = init
         .iter()
         .filter(|s| sidecars.contains(&s.name.as_str()))
-        .chain(&regular)
+        .chain(regular)
         .filter(|c| !c.ready)
         .map(|c| c.name.as_str())
         .collect();
@@ -91,71 +134,33 @@ pub fn generate_pod_status(
             .init_containers()
             .all(|c| view.runtime(&c.name).is_some());
     let containers_ready = containers_ready(phase, &unready);
-    let conditions = vec![
+    vec![
         condition(
             "PodReadyToStartContainers",
-            status.volumes.ready,
+            view.status.volumes.ready,
             None,
-            status.volumes.message.clone(),
+            view.status.volumes.message.clone(),
         ),
         condition(
             CONFIG_READY_CONDITION,
-            status.config.ready,
-            (!status.config.ready).then(|| "ConfigNotResolved".to_owned()),
-            status.config.message.clone(),
+            view.status.config.ready,
+            (!view.status.config.ready).then(|| "ConfigNotResolved".to_owned()),
+            view.status.config.message.clone(),
         ),
         initialized(&incomplete, app_ran, completed),
         containers_ready.clone(),
-        pod_ready(pod, containers_ready),
-    ];
-    let ephemeral: Vec<ApiStatus> = view
-        .ephemeral_containers()
-        .map(|c| view.ephemeral(c))
-        .collect();
-    let generation = pod.metadata.generation;
-    let mut out = PodStatus {
-        phase: Some(phase.as_str().to_owned()),
-        start_time: Some(time(start_time)),
-        init_container_statuses: Some(init),
-        container_statuses: Some(regular),
-        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
-        conditions: Some(
-            conditions
-                .into_iter()
-                .map(|c| PodCondition {
-                    observed_generation: generation,
-                    ..c
-                })
-                .collect(),
-        ),
-        observed_generation: generation,
-        ..PodStatus::default()
-    };
-    if let Some(first) = status.pod_ips.first() {
+        pod_ready(view.pod, containers_ready),
+    ]
+}
+
+/// The pod's addresses (`hostIP(s)`, `podIP(s)`), when its sandbox has any.
+fn set_addresses(out: &mut PodStatus, ips: &[String]) {
+    if let Some(first) = ips.first() {
         out.host_ip = Some(first.clone());
         out.pod_ip = Some(first.clone());
-        out.host_ips = Some(
-            status
-                .pod_ips
-                .iter()
-                .map(|ip| HostIP { ip: ip.clone() })
-                .collect(),
-        );
-        out.pod_ips = Some(
-            status
-                .pod_ips
-                .iter()
-                .map(|ip| PodIP { ip: ip.clone() })
-                .collect(),
-        );
+        out.host_ips = Some(ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect());
+        out.pod_ips = Some(ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect());
     }
-    // PW-26: the node failed the pod, whatever its containers say.
-    if let Some(eviction) = &status.eviction {
-        out.phase = Some(PodPhase::Failed.as_str().to_owned());
-        out.reason = Some(eviction.reason.clone());
-        out.message = Some(eviction.message.clone());
-    }
-    out
 }
 
 /// A pod's containers as one sync saw them: the spec, the runtime's states, the config side's
