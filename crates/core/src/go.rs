@@ -107,7 +107,7 @@ pub fn format_duration(nanos: i64) -> String {
     out
 }
 
-/// [`format_duration`] of a [`Duration`](std::time::Duration) (the kubelet's back-off
+/// [`format_duration`] of a `Duration` (the kubelet's back-off
 /// messages: `10s`, `5m0s`).
 pub fn format(d: std::time::Duration) -> String {
     format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
