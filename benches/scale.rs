@@ -45,6 +45,13 @@
 //! pods × 10 objects. `SCALE_READ_MS`, `SCALE_WRITE_MS`, `SCALE_CONCURRENCY`, `SCALE_PROGRESS_MS` override the cost
 //! model (tuning).
 //!
+//! **On a real kube-apiserver** (`SCALE_SERVER=realk8s REALK8S_DIR=<the realk8s scripts>`):
+//! instead of the runs above, `k8s-991` (the `real-991` workload) measured from the server's
+//! side, with no agent and with nodelet starting, in rounds (`SCALE_REPEAT`): pod POST times,
+//! the server's requests by verb and code and its CPU during the start, the agent's cold start
+//! and update latency (`scale/real.rs`). Fails at once when the scripts or binaries are
+//! missing; never part of `cargo test`.
+//!
 //! `SCALE_DISK=plain|tmpfs|fresh-ext4|aged-ext4` picks the file system of the agent's root
 //! directory (`support/disk.rs`: loop devices, root only; the aged image is built once under
 //! `target/`). `SCALE_RATE=N` sets the update rate of step 4 (default 50/s);
@@ -56,6 +63,9 @@
 //! with the bench (another allocator, a `dhat-heap` build: the agent is stopped with SIGTERM at
 //! the end of a run, so a heap profile is written).
 
+/// `SCALE_SERVER=realk8s`: the server's side on a real kube-apiserver.
+#[path = "scale/real.rs"]
+mod real;
 mod support;
 
 use std::path::PathBuf;
@@ -186,6 +196,15 @@ fn main() {
     let rt = support::runtime();
     let chosen = std::env::var("SCALE_RUNS").ok();
     let kind = DiskKind::from_env();
+    match std::env::var("SCALE_SERVER").as_deref() {
+        Ok("realk8s") => {
+            let disk = Disk::prepare(kind);
+            rt.block_on(real::run(&disk));
+            return;
+        }
+        Ok("stand-in") | Err(_) => {}
+        Ok(other) => panic!("SCALE_SERVER={other}: realk8s or stand-in"),
+    }
     for r in RUNS {
         if chosen
             .as_deref()

@@ -111,7 +111,21 @@ pub struct AgentConfig {
     /// What follows a configuration change for pods that do not say (config file
     /// `followChange`; FC-2): default nothing, as the kubelet. Process runtime only.
     pub follow: nodelet_podworker::follow::FollowDefaults,
+    /// The token bucket of the node's first reads of ConfigMaps and Secrets, shared by both
+    /// managers (OM-30): KubeletConfiguration `kubeAPIQPS` / `kubeAPIBurst`
+    /// (`--kube-api-qps`, `--kube-api-burst`); default 500 and 250: what a v1.36
+    /// kube-apiserver answered per second on the project's benchmark, where the kubelet's 50
+    /// and 100 made a 991-object start take 18 s (docs/figures.md).
+    pub first_reads: nodelet_object_manager::ReadLimits,
 }
+
+/// The first-read bucket when neither `kubeAPIQPS` nor `kubeAPIBurst` is set (OM-30); see
+/// docs/figures.md for the measurements behind it.
+pub(crate) const DEFAULT_FIRST_READS: nodelet_object_manager::ReadLimits =
+    nodelet_object_manager::ReadLimits {
+        qps: 500.0,
+        burst: 250,
+    };
 
 /// One taint of `--register-with-taints` (`key[=value]:Effect`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,6 +254,7 @@ impl AgentConfig {
             kubernetes_service: None,
             allocator: None,
             follow: nodelet_podworker::follow::FollowDefaults::default(),
+            first_reads: DEFAULT_FIRST_READS,
         }
     }
 }
@@ -414,6 +429,14 @@ pub struct RunArgs {
     /// config file's `kubernetesService`.
     #[arg(long, value_name = "WHERE")]
     pub kubernetes_service: Option<String>,
+    /// Reads per second the node's first reads of ConfigMaps and Secrets keep to once the
+    /// burst is spent (overrides the config file's `kubeAPIQPS`; 0: 5).
+    #[arg(long, value_name = "QPS")]
+    pub kube_api_qps: Option<i32>,
+    /// First reads sent at once before --kube-api-qps paces them (overrides the config
+    /// file's `kubeAPIBurst`; 0: 10).
+    #[arg(long, value_name = "N")]
+    pub kube_api_burst: Option<i32>,
 }
 
 /// A configuration error: the process exits with code 64 (`EX_USAGE`).
@@ -437,6 +460,37 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// `kubeAPIQPS` / `kubeAPIBurst`, flags first, checked as the kubelet checks them; 0 is
+/// client-go's default (5 and 10), an unset one keeps `default`'s.
+fn first_reads(
+    args: &RunArgs,
+    (file_qps, file_burst): (Option<i32>, Option<i32>),
+    default: nodelet_object_manager::ReadLimits,
+) -> Result<nodelet_object_manager::ReadLimits, ConfigError> {
+    let pick = |flag: Option<i32>, field: Option<i32>, names: (&str, &str)| match (flag, field) {
+        (Some(v), _) | (None, Some(v)) if v < 0 => Err(invalid(
+            &format!("{} ({})", names.0, names.1),
+            format!("{v} must not be a negative number"),
+        )),
+        (Some(v), _) | (None, Some(v)) => Ok(Some(v.unsigned_abs())),
+        (None, None) => Ok(None),
+    };
+    let qps = pick(
+        args.kube_api_qps,
+        file_qps,
+        ("kubeAPIQPS", "--kube-api-qps"),
+    )?;
+    let burst = pick(
+        args.kube_api_burst,
+        file_burst,
+        ("kubeAPIBurst", "--kube-api-burst"),
+    )?;
+    Ok(nodelet_object_manager::ReadLimits {
+        qps: qps.map_or(default.qps, |q| if q == 0 { 5.0 } else { f64::from(q) }),
+        burst: burst.map_or(default.burst, |b| if b == 0 { 10 } else { b }),
+    })
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ConfigError {
@@ -480,6 +534,12 @@ struct FileConfig {
     kubernetes_service: Option<String>,
     /// nodelet's own: the node-wide defaults of configuration that follows a change (FC-2).
     follow_change: Option<FileFollowChange>,
+    /// The first reads' rate (OM-30).
+    #[serde(rename = "kubeAPIQPS")]
+    kube_api_qps: Option<i32>,
+    /// The first reads' burst (OM-30).
+    #[serde(rename = "kubeAPIBurst")]
+    kube_api_burst: Option<i32>,
 }
 
 /// `followChange` (nodelet's own, FC-2): what a pod without `nodelet.io/` annotations gets.
@@ -600,6 +660,11 @@ impl RunArgs {
         let mut agent = AgentConfig::new(node_name, root_dir);
 
         self.sync_options(&file, &mut agent)?;
+        agent.first_reads = first_reads(
+            self,
+            (file.kube_api_qps, file.kube_api_burst),
+            agent.first_reads,
+        )?;
         self.node_options(&file, embedded, &mut agent)?;
         self.listen_options(&file, embedded, &mut agent)?;
         self.runtime_options(&file, &mut agent)?;
@@ -1294,6 +1359,47 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("featureGates"), "{err}");
+    }
+
+    #[test]
+    fn the_first_read_bucket_comes_from_kube_api_qps_and_burst_flags_first() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("kubelet.yaml");
+        std::fs::write(&file, "kubeAPIQPS: 40\nkubeAPIBurst: 80\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let f = file.to_str().unwrap_or_default();
+        let limits = |extra: &[&str]| {
+            let mut args = vec!["--node-name", "n1", "--root-dir", "/r"];
+            args.extend_from_slice(extra);
+            cli(&args).settings().map(|s| s.agent.first_reads)
+        };
+        let default = limits(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((default.qps, default.burst), (500.0, 250));
+        let file_only = limits(&["--config", f]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((file_only.qps, file_only.burst), (40.0, 80));
+        let flag =
+            limits(&["--config", f, "--kube-api-qps", "7"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((flag.qps, flag.burst), (7.0, 80));
+        // 0 is client-go's default, as the kubelet's client gets it.
+        let zero = limits(&["--kube-api-qps", "0", "--kube-api-burst", "0"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((zero.qps, zero.burst), (5.0, 10));
+        let err = limits(&["--kube-api-qps=-1"]).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid configuration: kubeAPIQPS (--kube-api-qps): -1 must not be a negative number"
+            )
+        );
+        let err = limits(&["--kube-api-burst=-2"])
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid configuration: kubeAPIBurst (--kube-api-burst): -2 must not be a negative number"
+            )
+        );
     }
 
     #[test]

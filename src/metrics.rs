@@ -37,6 +37,8 @@ struct Inner {
     api_write_failures: Family<Labels, Counter>,
     watches_open: Family<Labels, Gauge>,
     service_watch_lists: Gauge,
+    first_reads: Family<Labels, Gauge>,
+    first_read_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
@@ -91,6 +93,18 @@ impl Metrics {
             "service_watch_lists",
             "LISTs the node's Service watch (the containers' service variables) has made since the agent started, failed attempts included",
             service_watch_lists.clone(),
+        );
+        let first_reads = Family::<Labels, Gauge>::default();
+        registry.register(
+            "first_reads",
+            "First reads of ConfigMaps and Secrets (a reflector's watch-list or LIST until its object was listed once; Get/Cache GETs) that took a token of the kubeAPIQPS/kubeAPIBurst bucket, by whether they waited for it",
+            first_reads.clone(),
+        );
+        let first_read_wait = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "first_read_wait_seconds",
+            "Seconds first reads waited for their token of the kubeAPIQPS/kubeAPIBurst bucket, summed",
+            first_read_wait.clone(),
         );
         let watches_open = Family::<Labels, Gauge>::default();
         registry.register(
@@ -164,6 +178,8 @@ impl Metrics {
                 api_write_failures,
                 watches_open,
                 service_watch_lists,
+                first_reads,
+                first_read_wait,
                 volumes,
                 volume_errors,
                 pods,
@@ -192,6 +208,20 @@ impl Metrics {
         self.inner
             .service_watch_lists
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Set the first-read bucket's figures (OM-30).
+    pub fn set_first_reads(&self, stats: nodelet_object_manager::LimiterStats) {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.inner
+            .first_reads
+            .get_or_create(&vec![("waited".to_owned(), "false".to_owned())])
+            .set(n(stats.reads.saturating_sub(stats.delayed)));
+        self.inner
+            .first_reads
+            .get_or_create(&vec![("waited".to_owned(), "true".to_owned())])
+            .set(n(stats.delayed));
+        self.inner.first_read_wait.set(stats.waited.as_secs_f64());
     }
 
     /// Set the number of open watches of `resource`.

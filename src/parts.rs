@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Taint};
 use nodelet_core::{Feature, FeatureGates, NodeAllocatable};
 use nodelet_kubelet_api::KubeletApiConfig;
 use nodelet_object_manager::source::{KubeSource, ObjectSource};
-use nodelet_object_manager::{ConfigMapManager, ManagerConfig, SecretManager};
+use nodelet_object_manager::{ConfigMapManager, ManagerConfig, ReadLimiter, SecretManager};
 use nodelet_podworker::{
     ConfigSyncer, EnvFileRuntime, EnvOptions, PodWorkers, ProbeConfig, ProbeManager, SyncerConfig,
     SyncerParts, WorkerConfig,
@@ -161,9 +161,11 @@ pub(crate) fn object_managers(
     config: &AgentConfig,
     client: &kube::Client,
 ) -> anyhow::Result<(ConfigMapManager, SecretManager)> {
+    // One bucket for both managers: the node's first reads together (OM-30).
     let manager_config = ManagerConfig::new(config.strategy)
         .with_node_name(config.node_name.clone())
-        .with_resync_interval(config.sync_frequency);
+        .with_resync_interval(config.sync_frequency)
+        .with_first_reads(ReadLimiter::new(config.first_reads));
     let nodes: Arc<dyn ObjectSource<Node>> = Arc::new(KubeSource::<Node>::cluster(client.clone()));
     let configmaps = ConfigMapManager::with_sources(
         Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),

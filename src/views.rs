@@ -114,6 +114,8 @@ pub(crate) fn metrics_text(state: &AgentState) -> String {
     m.set_watches("configmaps", state.configmaps.stats().running_watches);
     m.set_watches("secrets", state.secrets.stats().running_watches);
     m.set_watches("services", usize::from(state.services.is_started()));
+    // Both managers share one bucket.
+    m.set_first_reads(state.configmaps.first_reads().stats());
     m.set_service_watch_lists(state.services.lists());
     let mut by_state: HashMap<(String, String), usize> = HashMap::new();
     let mut errors: HashMap<String, usize> = HashMap::new();

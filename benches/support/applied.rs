@@ -121,6 +121,16 @@ impl Writer {
         Writer { client }
     }
 
+    /// A writer over `client` (an admin of a real server, with kubectl's User-Agent).
+    pub(crate) fn from_client(client: kube::Client) -> Writer {
+        Writer { client }
+    }
+
+    /// The client it writes with.
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
     fn api(&self, obj: &Value) -> Api<DynamicObject> {
         let ar = match obj["kind"].as_str() {
             Some("ConfigMap") => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
@@ -132,6 +142,13 @@ impl Writer {
 
     /// POSTs `obj` as `kubectl apply` does for a new object; the server's answer.
     pub(crate) async fn create(&self, obj: Value) -> Value {
+        self.try_create(obj)
+            .await
+            .unwrap_or_else(|e| panic!("create: {e}"))
+    }
+
+    /// [`Writer::create`], the server's refusal returned.
+    pub(crate) async fn try_create(&self, obj: Value) -> Result<Value, kube::Error> {
         let api = self.api(&obj);
         let dynamic: DynamicObject =
             serde_json::from_value(obj).unwrap_or_else(|e| panic!("object: {e}"));
@@ -139,11 +156,8 @@ impl Writer {
             field_manager: Some(APPLY_MANAGER.into()),
             ..Default::default()
         };
-        let created = api
-            .create(&params, &dynamic)
-            .await
-            .unwrap_or_else(|e| panic!("create: {e}"));
-        serde_json::to_value(created).unwrap_or_default()
+        let created = api.create(&params, &dynamic).await?;
+        Ok(serde_json::to_value(created).unwrap_or_default())
     }
 
     /// Sets key `k` of object `j` to `value` with a merge patch, as a controller would.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) mod applied;
 pub(crate) mod disk;
+pub(crate) mod realk8s;
 
 use nodelet_apiserver::RequestRecord;
 use nodelet_testutil::{ConfigMapBuilder, PodBuilder, SecretBuilder};
@@ -57,8 +58,20 @@ impl Drop for Agent {
 /// Starts the agent on [`NODE`] with `kubeconfig`, its state under `root`, `--api-protocol
 /// protocol` and its HTTP endpoint (`/metrics`) on `listen`. `SCALE_AGENT_BIN` runs that binary
 /// instead of the one built with the bench; `SCALE_AGENT_LOG` is its `RUST_LOG` (default
-/// `warn`; its logs go to the bench's stderr).
+/// `warn`; its logs go to the bench's stderr); `SCALE_AGENT_ARGS` adds flags (split at
+/// whitespace, e.g. `--kube-api-qps 200`).
 pub(crate) fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen: &str) -> Agent {
+    spawn_agent_with(kubeconfig, root, protocol, listen, &[])
+}
+
+/// [`spawn_agent`] with `extra` flags.
+pub(crate) fn spawn_agent_with(
+    kubeconfig: &Path,
+    root: &Path,
+    protocol: &str,
+    listen: &str,
+    extra: &[&str],
+) -> Agent {
     let bin =
         std::env::var_os("SCALE_AGENT_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").into());
     let child = Command::new(bin)
@@ -68,6 +81,12 @@ pub(crate) fn spawn_agent(kubeconfig: &Path, root: &Path, protocol: &str, listen
         .args(["--api-protocol", protocol])
         // No kubelet API: a node's own kubelet (or another bench) may hold 10250.
         .args(["--kubelet-port", "0"])
+        .args(extra)
+        .args(
+            std::env::var("SCALE_AGENT_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env(
             "RUST_LOG",
             std::env::var("SCALE_AGENT_LOG").unwrap_or_else(|_| "warn".into()),

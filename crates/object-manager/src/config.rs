@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nodelet_core::backoff::Schedule;
 
-use crate::Error;
+use crate::{Error, ReadLimiter};
 
 /// How a manager keeps objects fresh: the kubelet's `configMapAndSecretChangeDetectionStrategy`
 /// (spec OM-5). See the crate docs for freshness and API cost of each.
@@ -99,6 +99,11 @@ pub struct ManagerConfig {
     /// Capacity of the change-notification channel (default 1024); a subscriber that falls
     /// further behind gets `RecvError::Lagged` and should resync everything.
     pub notify_capacity: usize,
+    /// The token bucket every first read takes a token from (OM-30): Watch, a reflector's
+    /// watch-lists and LISTs until its object was listed once; Get and Cache, every GET.
+    /// Default unlimited; share one (a clone) between managers to bound them together, as the
+    /// agent does from `kubeAPIQPS` / `kubeAPIBurst`.
+    pub first_reads: ReadLimiter,
 }
 
 impl Default for ManagerConfig {
@@ -118,6 +123,7 @@ impl Default for ManagerConfig {
             recovery_spread: Duration::from_millis(250),
             recovery_concurrency: 64,
             requests_in_flight: 64,
+            first_reads: ReadLimiter::unlimited(),
         }
     }
 }
@@ -135,6 +141,13 @@ impl ManagerConfig {
     #[must_use]
     pub fn with_node_name(mut self, node_name: impl Into<String>) -> Self {
         self.node_name = Some(node_name.into());
+        self
+    }
+
+    /// Sets [`first_reads`](Self::first_reads).
+    #[must_use]
+    pub fn with_first_reads(mut self, first_reads: ReadLimiter) -> Self {
+        self.first_reads = first_reads;
         self
     }
 

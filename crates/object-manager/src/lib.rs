@@ -144,8 +144,10 @@
 mod config;
 mod driver;
 mod error;
+mod gate;
 mod health;
 mod kind;
+mod limiter;
 mod manager;
 mod recovery;
 mod reflector;
@@ -164,6 +166,7 @@ pub use config::{ManagerConfig, Strategy};
 pub use error::Error;
 pub use health::WatchHealth;
 pub use kind::ManagedObject;
+pub use limiter::{LimiterStats, ReadLimiter, ReadLimits};
 pub use manager::{ConfigMapManager, Manager, ManagerStats, SecretManager};
 pub use refs::{referenced_config_map_names, referenced_secret_names};
 pub use services::{

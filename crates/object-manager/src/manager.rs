@@ -12,12 +12,13 @@ use tokio::runtime::Handle;
 use tokio::sync::broadcast;
 
 use crate::kind::ManagedObject;
+use crate::limiter::Limited;
 use crate::reflector::BackoffConfig;
 use crate::source::{KubeSource, ObjectSource, ReadFrom};
 use crate::tasks::Tasks;
 use crate::ttl::{NodeTtl, TtlStore};
 use crate::watch::{WatchOptions, WatchStore};
-use crate::{Error, ManagerConfig, Strategy};
+use crate::{Error, ManagerConfig, ReadLimiter, Strategy};
 
 /// The ConfigMap manager the volume plugins and env-var resolution share.
 pub type ConfigMapManager = Manager<ConfigMap>;
@@ -61,6 +62,8 @@ struct Shared<K> {
     pods: Mutex<HashMap<PodUid, Registered>>,
     notify: broadcast::Sender<ObjectRef>,
     tasks: Tasks,
+    /// First reads take a token (OM-30).
+    first_reads: ReadLimiter,
 }
 
 enum Backend<K> {
@@ -135,6 +138,15 @@ impl<K: ManagedObject> Manager<K> {
             max: config.max_backoff,
             relationship_grace: config.relationship_grace,
         };
+        // Get and Cache: every GET takes a first-read token (OM-30); Watch: its reflectors do.
+        let source: Arc<dyn ObjectSource<K>> = match (config.strategy, config.first_reads.limits())
+        {
+            (Strategy::Get | Strategy::Cache, Some(_)) => Arc::new(Limited {
+                inner: source,
+                limiter: config.first_reads.clone(),
+            }),
+            _ => source,
+        };
         let backend = match config.strategy {
             Strategy::Get => Backend::Get,
             Strategy::Cache => {
@@ -173,10 +185,12 @@ impl<K: ManagedObject> Manager<K> {
                     options,
                     tasks.clone(),
                     notify.clone(),
+                    config.first_reads.clone(),
                 ))
             }
         };
         let shared = Shared {
+            first_reads: config.first_reads.clone(),
             strategy: config.strategy,
             source,
             backend,
@@ -192,6 +206,12 @@ impl<K: ManagedObject> Manager<K> {
     /// The strategy this manager runs.
     pub fn strategy(&self) -> Strategy {
         self.shared.strategy
+    }
+
+    /// The bucket its first reads take tokens from (OM-30; shared with the managers it was
+    /// given to).
+    pub fn first_reads(&self) -> &ReadLimiter {
+        &self.shared.first_reads
     }
 
     /// The object `namespace/name`, as fresh as the strategy makes it (see the crate docs).

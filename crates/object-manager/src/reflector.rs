@@ -57,6 +57,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::driver;
+use crate::gate::{PodGate, Scout};
+use crate::limiter::ReadLimiter;
 use crate::recovery::{Pause, Recovery};
 use crate::refusal::{Refusals, Verdict};
 use crate::source::{ObjectSource, ReadFrom, SourceError, WatchEvent, WatchStream};
@@ -138,6 +140,11 @@ pub(crate) struct Reflector<K> {
     pub(crate) recovery: Option<Arc<Recovery>>,
     /// Where an open watch is followed (3); `None`: by this run's own task.
     pub(crate) driver: Option<WatchDriver<K>>,
+    /// The bucket a read takes a token from until the object was listed once (1), OM-30.
+    pub(crate) first_reads: ReadLimiter,
+    /// The gate of the pod whose registration started this reflector: its first read waits
+    /// for the pod's scout (OM-31); `None`: none.
+    pub(crate) gate: Option<Arc<PodGate>>,
 }
 
 /// Where a reflector stands with respect to the shared recovery signal (6).
@@ -385,6 +392,8 @@ pub(crate) struct RunState {
     resource_version: String,
     /// How the next list is served (1): from the watch cache, or consistent after a 410.
     read: ReadFrom,
+    /// This run is its pod's scout until its first read is answered (OM-31).
+    scout: Option<Scout>,
 }
 
 /// The permits of one request: (a recovery permit, a request in flight).
@@ -405,6 +414,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             refusals: Refusals::default(),
             resource_version: String::new(),
             read: ReadFrom::WatchCache,
+            scout: None,
         };
         self.resume(State::Empty, run, cancel).await;
     }
@@ -484,6 +494,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             }
             // (1) a watch-list, else LIST.
             State::Empty => {
+                self.first_read(run).await;
                 let opened = {
                     let _permit = self.permit(&mut run.recovery).await;
                     self.answered(
@@ -491,6 +502,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         self.source.watch_list(namespace, name, run.read).await,
                     )
                 };
+                self.scouted(run, opened.as_ref().err());
                 match opened {
                     Ok(Some(stream)) => State::WatchListing {
                         stream,
@@ -505,6 +517,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 }
             }
             State::Listing => {
+                self.first_read(run).await;
                 let listed = {
                     let _permit = self.permit(&mut run.recovery).await;
                     self.answered(
@@ -512,6 +525,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                         self.source.list(namespace, name, run.read).await,
                     )
                 };
+                self.scouted(run, listed.as_ref().err());
                 match listed {
                     Err(error) => {
                         tracing::debug!(%error, "list failed");
@@ -743,15 +757,19 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 }
                 return;
             }
-            Verdict::Denied { report: true } => {
-                tracing::warn!(
-                    object.ref = %format_args!("{}/{}", self.namespace, self.name),
-                    kind = self.kind,
-                    %error,
-                    "the API server refuses this node's watch of the object; retrying with back-off"
-                );
+            Verdict::Denied { report } => {
+                if report {
+                    tracing::warn!(
+                        object.ref = %format_args!("{}/{}", self.namespace, self.name),
+                        kind = self.kind,
+                        %error,
+                        "the API server refuses this node's watch of the object; retrying with back-off"
+                    );
+                }
+                // A denial, not lag: the pod's other reads need not wait for it (OM-31).
+                self.open_gate(run);
             }
-            Verdict::Denied { report: false } | Verdict::Other => {}
+            Verdict::Other => {}
         }
         let (backoff, rs) = (&mut run.backoff, &mut run.recovery);
         let delay = backoff.next_delay();
@@ -766,6 +784,44 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             backoff.reset();
             rs.woken = true;
         }
+    }
+
+    /// Until the object was listed once, a read waits for its token of the first-read bucket
+    /// (1), OM-30; relists after that (a 410, a restarted server) and watches do not.
+    /// Before that, it passes its pod's gate first: as the pod's scout, or once the scout
+    /// opened it (OM-31).
+    async fn first_read(&self, run: &mut RunState) {
+        let listed = self
+            .cell
+            .upgrade()
+            .is_none_or(|cell| cell.state.borrow().listed_once);
+        if listed {
+            return;
+        }
+        if let Some(gate) = &self.gate
+            && run.scout.is_none()
+            && !gate.is_open()
+        {
+            run.scout = gate.pass().await;
+        }
+        self.first_reads.acquire().await;
+    }
+
+    /// After a first read: anything but a refusal for want of a relationship opens the pod's
+    /// gate (OM-31, (2)); such a refusal keeps it closed and this run its scout (3).
+    fn scouted(&self, run: &mut RunState, error: Option<&SourceError>) {
+        if error.is_some_and(SourceError::is_no_relationship) {
+            return;
+        }
+        self.open_gate(run);
+    }
+
+    /// Opens the pod's gate and gives up the scout role.
+    fn open_gate(&self, run: &mut RunState) {
+        if let Some(gate) = &self.gate {
+            gate.open();
+        }
+        run.scout = None;
     }
 
     /// A resumed watch was answered 410: tells the recovery signal (6).
@@ -887,6 +943,8 @@ mod tests {
             notify: None,
             recovery: None,
             driver: None,
+            first_reads: ReadLimiter::unlimited(),
+            gate: None,
         }
     }
 
@@ -902,6 +960,7 @@ mod tests {
             refusals: Refusals::default(),
             resource_version: String::new(),
             read: ReadFrom::WatchCache,
+            scout: None,
         }
     }
 

@@ -261,6 +261,8 @@ impl NodeTtl {
             notify: None,
             recovery: None,
             driver: None,
+            first_reads: crate::limiter::ReadLimiter::unlimited(),
+            gate: None,
         };
         tasks.spawn(reflector.run(tasks.root.child_token()));
         NodeTtl {

@@ -21,8 +21,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::gate::PodGate;
 use crate::health::{HealthCell, Recording, WatchHealth};
 use crate::kind::ManagedObject;
+use crate::limiter::ReadLimiter;
 use crate::recovery::{Recovery, RecoveryConfig};
 use crate::reflector::{BackoffConfig, Cell, Reflector, Start, WatchDriver};
 use crate::source::ObjectSource;
@@ -53,6 +55,10 @@ struct Inner<K> {
     recovery: Arc<Recovery>,
     /// Follows every open watch (`driver.rs`).
     driver: WatchDriver<K>,
+    /// First reads take a token (OM-30).
+    first_reads: ReadLimiter,
+    /// Each new pod's gate (OM-31), while a reflector holds it.
+    gates: Mutex<HashMap<PodUid, std::sync::Weak<PodGate>>>,
 }
 
 /// One referenced object (OM-15).
@@ -75,8 +81,11 @@ impl<K: ManagedObject> WatchStore<K> {
         options: WatchOptions,
         tasks: Tasks,
         notify: broadcast::Sender<ObjectRef>,
+        first_reads: ReadLimiter,
     ) -> Self {
         let inner = Arc::new(Inner {
+            first_reads,
+            gates: Mutex::default(),
             source,
             items: Mutex::default(),
             options,
@@ -107,7 +116,8 @@ impl<K: ManagedObject> WatchStore<K> {
             health: Arc::default(),
         });
         if item.refs.is_empty() && item.reflector.is_none() && !inner.tasks.root.is_cancelled() {
-            inner.start(key, item);
+            let gate = inner.gate(uid);
+            inner.start(key, item, Some(gate));
         }
         *item.refs.entry(uid.clone()).or_insert(0) += 1;
     }
@@ -161,7 +171,7 @@ impl<K: ManagedObject> WatchStore<K> {
                         name: key.name.clone(),
                     });
                 }
-                inner.start(key, item);
+                inner.start(key, item, None);
             }
             (item.cell.state.subscribe(), Arc::downgrade(&item.cell))
         };
@@ -259,7 +269,22 @@ impl<K: ManagedObject> WatchStore<K> {
 impl<K: ManagedObject> Inner<K> {
     /// Start a reflector run for `item` (never two at once: the item holds at most one token
     /// and every start bumps the epoch).
-    fn start(&self, key: &ObjectRef, item: &mut Item<K>) {
+    /// The gate of pod `uid` (OM-31): made by its first reflector, shared by the others its
+    /// registration starts; forgotten once no reflector holds it.
+    fn gate(&self, uid: &PodUid) -> Arc<PodGate> {
+        let mut gates = self.gates.lock();
+        if let Some(gate) = gates.get(uid).and_then(std::sync::Weak::upgrade) {
+            return gate;
+        }
+        if gates.len() >= 64 && gates.len().is_power_of_two() {
+            gates.retain(|_, g| g.strong_count() > 0);
+        }
+        let gate = Arc::new(PodGate::new());
+        gates.insert(uid.clone(), Arc::downgrade(&gate));
+        gate
+    }
+
+    fn start(&self, key: &ObjectRef, item: &mut Item<K>, gate: Option<Arc<PodGate>>) {
         item.epoch += 1;
         let epoch = item.epoch;
         item.cell.state.send_modify(|s| {
@@ -281,6 +306,8 @@ impl<K: ManagedObject> Inner<K> {
             notify: Some((self.notify.clone(), key.kind)),
             recovery: Some(self.recovery.clone()),
             driver: Some(self.driver.clone()),
+            first_reads: self.first_reads.clone(),
+            gate,
         };
         self.driver.start(Start {
             reflector,
@@ -389,7 +416,13 @@ mod tests {
     async fn om17_deleting_a_reference_never_affects_other_objects_or_other_pods() {
         let fake = FakeSource::<Secret>::new();
         let (tasks, notify) = (test_tasks(), broadcast::channel(8).0);
-        let store = WatchStore::new(Arc::new(fake.clone()), options(), tasks, notify);
+        let store = WatchStore::new(
+            Arc::new(fake.clone()),
+            options(),
+            tasks,
+            notify,
+            ReadLimiter::unlimited(),
+        );
         let (a, b) = (ObjectRef::secret("ns", "a"), ObjectRef::secret("ns", "b"));
         let uid = |u: &str| PodUid::new(u).unwrap();
         store.add_reference(&a, &uid("u1"));
@@ -696,8 +729,12 @@ mod tests {
             ..ManagerConfig::new(Strategy::Watch)
         };
         let m = manager_with(config, &fake, None);
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        m.register_pod(&nodelet_core::AdmittedPod::new(pod("ns", "p", "u", &refs)).unwrap());
+        // One pod per object: each is its pod's scout (OM-31), so none waits for another's
+        // answer and only the cap holds them back.
+        for (i, name) in names.iter().enumerate() {
+            let p = pod("ns", &format!("p{i}"), &format!("u{i}"), &[name.as_str()]);
+            m.register_pod(&nodelet_core::AdmittedPod::new(p).unwrap());
+        }
         settle().await;
         // Held watch-lists have been sent but not answered: only as many as the cap, and only
         // their runs have a task (plus the driver and the idle sweeper); the rest wait queued.

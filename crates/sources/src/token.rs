@@ -120,7 +120,9 @@ impl TokenSource for KubeTokenSource {
             .unwrap_or_default();
         // The Node authorizer links a pod's service account a moment after the pod is bound
         // (and after a server restart, once its graph is rebuilt): a refusal for want of that
-        // link is retried five times, over 1.25-2.5 s in all, before it is reported.
+        // link is retried five times, over 1.25-2.5 s in all, before it is reported. So is a
+        // 404: NodeRestriction looks the bound pod up in its informer's cache, which trails
+        // the pod's creation as the graph does (OM-32).
         let mut lag = LAG_RETRIES.iter();
         let answer = loop {
             let sent = api
@@ -128,10 +130,11 @@ impl TokenSource for KubeTokenSource {
                 .await;
             match (sent, lag.next()) {
                 (Err(kube::Error::Api(status)), Some(delay))
-                    if nodelet_object_manager::source::is_no_relationship(
-                        status.code,
-                        &status.message,
-                    ) =>
+                    if status.code == 404
+                        || nodelet_object_manager::source::is_no_relationship(
+                            status.code,
+                            &status.message,
+                        ) =>
                 {
                     tokio::time::sleep(Jitter::between(0.5, 1.0).apply(*delay)).await;
                 }

@@ -19,6 +19,9 @@ mod flow_control;
 // The shared watch driver: one task follows every open watch; every change reaches every
 // watcher, through connection loss; a watch closes when its last pod goes.
 mod driver;
+// A node's first reads: the shared bucket's burst (OM-30), one scout per new pod while the
+// Node authorizer lags (OM-31); established watches never wait.
+mod first_reads;
 
 use std::time::Duration;
 

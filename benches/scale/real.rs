@@ -1,0 +1,345 @@
+//! The scale bench's server side on a real kube-apiserver (`SCALE_SERVER=realk8s`, see
+//! `support/realk8s.rs`): the `real-991` workload (110 pods × 9 objects as `kubectl apply`
+//! makes them, plus each pod's `kube-root-ca.crt` and service-account token), measured as the
+//! server sees it.
+//!
+//! Per round (`SCALE_REPEAT=N` rounds, default 2; the two modes alternate which goes first):
+//! 1. **No agent**: 110 pod POSTs one after the other, as the bench does; the time from the
+//!    first sent to the last answered, and each POST's own time; the server's requests by verb
+//!    and code over that window (`apiserver_request_total` diffed), its APF queue waits and
+//!    rejections, and the CPU of kube-apiserver and etcd. Then the pods are deleted (grace 0)
+//!    and the bench waits until they are gone.
+//! 2. **nodelet starting**: a fresh agent on the node identity (`system:node:bench-node`),
+//!    settled until its Node exists and 3 s more; then the same POSTs, and the same figures
+//!    from the first POST until every volume's file is on disk, plus when that was, the
+//!    agent's CPU, and (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s:
+//!    API write (a merge patch, as a controller) → new content visible, p50 / p99.
+//!    The agent is stopped and the pods deleted.
+//!
+//! The objects (990, in `default`) are created once, before the first round; a state directory
+//! kept with `REALK8S_STATE` keeps them for the next bench.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use nodelet_core::{PodDirs, PodUid};
+
+use crate::support::applied::{self, KUBECTL_USER_AGENT, Writer};
+use crate::support::disk::Disk;
+use crate::support::realk8s::{RealK8s, ServerCounts};
+use crate::support::{
+    NODE, cpu_time, free_port, scrape, spawn_agent_with, summary, volume_dir, wait_all,
+};
+
+/// Pods and objects: `real-991`.
+const PODS: usize = 110;
+const OBJECTS: usize = 990;
+const RATE: u32 = 50;
+const UPDATE_WINDOW: Duration = Duration::from_secs(20);
+
+/// Runs the rounds (see the module docs).
+pub(crate) async fn run(disk: &Disk) {
+    let rounds: usize = std::env::var("SCALE_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let k8s = RealK8s::start();
+    let admin = k8s.admin_client(KUBECTL_USER_AGENT).await;
+    let writer = Writer::from_client(admin.clone());
+    let node_kubeconfig = k8s.node_kubeconfig(NODE);
+    let label = format!("k8s-991@{}", disk.kind().name());
+    delete_pods(&admin).await;
+    let made = futures::stream::iter(0..OBJECTS)
+        .map(|j| {
+            let w = writer.clone();
+            async move { w.try_create(applied::object(j, "v0")).await.is_ok() }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<bool>>()
+        .await;
+    // Objects left by an earlier run on a kept state directory are set back to v0.
+    for (j, new) in made.iter().enumerate() {
+        if !new {
+            writer.set_key(j, "v0").await;
+        }
+    }
+    println!(
+        "scale/{label}/server: kube-apiserver on 127.0.0.1:{} ({} objects created, {} there already)",
+        k8s.port,
+        made.iter().filter(|n| **n).count(),
+        made.iter().filter(|n| !**n).count()
+    );
+    for round in 0..rounds {
+        let agent_first = round % 2 == 1;
+        for with_agent in [agent_first, !agent_first] {
+            let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+            let load = load
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ");
+            if with_agent {
+                let root = disk.dir().join(format!("root-{round}"));
+                with_nodelet(&k8s, &writer, &node_kubeconfig, &root, &label, round, &load).await;
+            } else {
+                no_agent(&k8s, &writer, &label, round, &load).await;
+            }
+            delete_pods(&admin).await;
+        }
+    }
+}
+
+/// What the server did over a window: its requests, queue waits and CPU.
+struct Window {
+    counts: ServerCounts,
+    cpu: (Duration, Duration),
+}
+
+impl Window {
+    async fn open(k8s: &RealK8s, client: &kube::Client) -> Window {
+        Window {
+            counts: k8s.counts(client).await,
+            cpu: k8s.cpu(),
+        }
+    }
+
+    /// The window's figures, closed now: `(server CPU line, requests line)`.
+    async fn close(
+        &self,
+        k8s: &RealK8s,
+        client: &kube::Client,
+        elapsed: Duration,
+    ) -> (String, ServerCounts) {
+        let cpu = k8s.cpu();
+        let counts = k8s.counts(client).await;
+        let (api, etcd) = (cpu.0 - self.cpu.0, cpu.1 - self.cpu.1);
+        (
+            format!(
+                "kube-apiserver {api:.2?} ({:.0} % of one core), etcd {etcd:.2?} ({:.0} %) in {elapsed:.2?}",
+                100.0 * api.as_secs_f64() / elapsed.as_secs_f64(),
+                100.0 * etcd.as_secs_f64() / elapsed.as_secs_f64(),
+            ),
+            counts,
+        )
+    }
+}
+
+/// POSTs the pods one after the other: each pod's UID and objects, each POST's time, and the
+/// time from the first sent to the last answered.
+async fn post_pods(writer: &Writer) -> (Vec<(PodUid, Vec<usize>)>, Vec<Duration>, Duration) {
+    let started = Instant::now();
+    let mut pods = Vec::with_capacity(PODS);
+    let mut each = Vec::with_capacity(PODS);
+    let mut next = 0;
+    for i in 0..PODS {
+        let n = OBJECTS / PODS + usize::from(i < OBJECTS % PODS);
+        let objs: Vec<usize> = (next..next + n).collect();
+        next += n;
+        let sent = Instant::now();
+        let pod = writer.create(applied::pod(i, &objs)).await;
+        each.push(sent.elapsed());
+        let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("the server's pod: {e}"));
+        pods.push((uid, objs));
+    }
+    (pods, each, started.elapsed())
+}
+
+async fn no_agent(k8s: &RealK8s, writer: &Writer, label: &str, round: usize, load: &str) {
+    let client = writer.client();
+    let window = Window::open(k8s, client).await;
+    let (_, each, posts) = post_pods(writer).await;
+    let (cpu, counts) = window.close(k8s, client, posts).await;
+    println!(
+        "scale/{label}/round-{round}/no-agent: load {load}; {PODS} pod POSTs done in {posts:.2?} (each: {}); server CPU: {cpu}",
+        summary(each)
+    );
+    println!(
+        "scale/{label}/round-{round}/no-agent-requests: {}",
+        counts.since(&window.counts)
+    );
+}
+
+async fn with_nodelet(
+    k8s: &RealK8s,
+    writer: &Writer,
+    kubeconfig: &std::path::Path,
+    root: &std::path::Path,
+    label: &str,
+    round: usize,
+    load: &str,
+) {
+    let client = writer.client();
+    let metrics_port = free_port();
+    // As a kubelet: its Node registered and its Lease renewed.
+    let child = spawn_agent_with(
+        kubeconfig,
+        root,
+        "auto",
+        &format!("127.0.0.1:{metrics_port}"),
+        &["--register-node"],
+    );
+    let pid = child.pid();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while nodes.get_opt(NODE).await.ok().flatten().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never registered its Node"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let window = Window::open(k8s, client).await;
+    let agent_cpu0 = cpu_time(pid);
+    let started = Instant::now();
+    let (pods, each, posts) = post_pods(writer).await;
+    let (posts_cpu, posts_counts) = window.close(k8s, client, posts).await;
+    let mut files = vec![PathBuf::new(); OBJECTS];
+    for (uid, objs) in &pods {
+        let vols = PodDirs::new(root).volumes(uid);
+        for j in objs {
+            files[*j] = vols.join(volume_dir(*j)).join("k");
+        }
+    }
+    let mounted = wait_all(
+        files
+            .iter()
+            .map(|f| (f.clone(), "v0".to_owned(), started))
+            .collect(),
+    )
+    .await;
+    let all = mounted.iter().max().copied().unwrap_or_default();
+    let (cpu, counts) = window.close(k8s, client, started.elapsed()).await;
+    println!(
+        "scale/{label}/round-{round}/nodelet: load {load}; {PODS} pod POSTs done in {posts:.2?} (each: {}); all {OBJECTS} volumes on disk {all:.2?} after the first POST; agent CPU {:.2?}; server CPU: {cpu}",
+        summary(each),
+        cpu_time(pid) - agent_cpu0,
+    );
+    println!(
+        "scale/{label}/round-{round}/nodelet-during-posts: server CPU: {posts_cpu}; requests: {}",
+        posts_counts.since(&window.counts)
+    );
+    println!(
+        "scale/{label}/round-{round}/nodelet-requests: until all on disk: {}",
+        counts.since(&window.counts)
+    );
+    let metrics = scrape(metrics_port).await;
+    let phases: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("nodelet_first_read") || l.starts_with("nodelet_api_requests_retried")
+        })
+        .collect();
+    println!(
+        "scale/{label}/round-{round}/nodelet-agent-metrics: {}",
+        phases.join("; ")
+    );
+    if round == 0 && std::env::var_os("SCALE_NO_UPDATES").is_none() {
+        updates(writer, &files, label, pid).await;
+        // Every object back to v0 for the next round.
+        futures::stream::iter(0..OBJECTS)
+            .map(|j| {
+                let w = writer.clone();
+                async move { w.set_key(j, "v0").await }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<()>>()
+            .await;
+    }
+    drop(child);
+}
+
+/// 50 updates/s for 20 s to distinct objects in turn: write → file visible, and its two
+/// phases per update: until the server answered the write (the server's part), and from that
+/// answer until the file held the new content (the watch event and the agent's remount; can
+/// be negative when the event overtakes the answer, counted as zero).
+async fn updates(writer: &Writer, files: &[PathBuf], label: &str, pid: u32) {
+    let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
+    let every = Duration::from_secs(1) / RATE;
+    // (update, file, value, sent); seen: (update, sent → visible).
+    let mut pending: Vec<(usize, PathBuf, String, Instant)> = Vec::new();
+    let mut seen: Vec<(usize, Duration)> = Vec::with_capacity(total);
+    let mut answered = Vec::with_capacity(total);
+    let check = |pending: &mut Vec<(usize, PathBuf, String, Instant)>,
+                 seen: &mut Vec<(usize, Duration)>| {
+        pending.retain(|(n, path, value, sent)| {
+            if std::fs::read(path).ok().as_deref() == Some(value.as_bytes()) {
+                seen.push((*n, sent.elapsed()));
+                false
+            } else {
+                true
+            }
+        });
+    };
+    let cpu_before = cpu_time(pid);
+    let t0 = Instant::now();
+    for n in 0..total {
+        let due = t0 + every * n as u32;
+        while Instant::now() < due {
+            check(&mut pending, &mut seen);
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        let j = (n * 7) % OBJECTS;
+        let value = format!("u{n}");
+        let sent = Instant::now();
+        let w = writer.clone();
+        let v = value.clone();
+        answered.push(tokio::spawn(async move {
+            w.set_key(j, &v).await;
+            sent.elapsed()
+        }));
+        pending.push((n, files[j].clone(), value, sent));
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !pending.is_empty() {
+        assert!(Instant::now() < deadline, "{} never updated", pending.len());
+        check(&mut pending, &mut seen);
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    let mut answered_in = Vec::with_capacity(answered.len());
+    for a in answered {
+        answered_in.push(a.await.unwrap_or_else(|e| panic!("write: {e}")));
+    }
+    let (cpu, window) = (cpu_time(pid) - cpu_before, t0.elapsed());
+    let after: Vec<Duration> = seen
+        .iter()
+        .map(|(n, visible)| visible.saturating_sub(answered_in[*n]))
+        .collect();
+    println!(
+        "scale/{label}/update-latency: {RATE} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}; phases: the write answered (the server's part) {}; answered -> file visible (watch event + agent) {}; agent CPU {:.1} % of one core",
+        summary(seen.iter().map(|(_, d)| *d).collect()),
+        summary(answered_in),
+        summary(after),
+        100.0 * cpu.as_secs_f64() / window.as_secs_f64()
+    );
+}
+
+/// Deletes every pod in `default` at once (grace 0: no kubelet needs to confirm) and waits
+/// until they are gone.
+async fn delete_pods(client: &kube::Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let _ = pods
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = pods
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(usize::MAX);
+        if left == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{left} pods never went away");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,298 @@
+//! [`ReadLimiter`]: a token bucket for the reads that load the API server at a node's start
+//! (OM-30): each reflector's first watch-list or LIST, and every GET of the Get and Cache
+//! strategies. A node starting with a thousand referenced objects then asks at most `burst`
+//! at once and `qps` per second after that, in the order the reads were asked for (pod by pod,
+//! as the pods are registered), instead of all of them within the first pod POSTs.
+//!
+//! 1. A read takes a token; the bucket holds at most `burst` and gains `qps` per second.
+//! 2. A read that finds none *reserves* the next one: the bucket goes below zero and the read
+//!    waits until its own token has accrued. Reservations are made in call order, so reads
+//!    are answered first come, first served, each waking exactly once at its time (no polling,
+//!    no herd of retries).
+//! 3. An established watch and its resumes never take a token: propagation of a change does
+//!    not wait for the bucket.
+//!
+//! The bucket is shared: the agent hands one to its ConfigMap and Secret managers, so the
+//! node's first reads together keep to `kubeAPIQPS` / `kubeAPIBurst`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
+
+/// A shared token bucket for first reads (see the module docs). Cloning shares the bucket;
+/// [`ReadLimiter::unlimited`] (the default) never waits.
+#[derive(Debug, Clone, Default)]
+pub struct ReadLimiter {
+    bucket: Option<Arc<Bucket>>,
+}
+
+/// The settings of a [`ReadLimiter`], as the kubelet's `kubeAPIQPS` and `kubeAPIBurst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadLimits {
+    /// Tokens gained per second (> 0).
+    pub qps: f64,
+    /// Tokens the bucket holds at most, and holds at the start (≥ 1).
+    pub burst: u32,
+}
+
+/// What a [`ReadLimiter`] did so far (for `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimiterStats {
+    /// Reads that took a token.
+    pub reads: u64,
+    /// Of those, reads that had to wait for theirs.
+    pub delayed: u64,
+    /// Their waits, summed.
+    pub waited: Duration,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    limits: ReadLimits,
+    state: Mutex<State>,
+    reads: AtomicU64,
+    delayed: AtomicU64,
+    waited_micros: AtomicU64,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Tokens at `at`; below zero while reads wait for reserved tokens (2).
+    tokens: f64,
+    at: Instant,
+}
+
+impl ReadLimiter {
+    /// A bucket of `limits`, full.
+    pub fn new(limits: ReadLimits) -> Self {
+        let limits = ReadLimits {
+            qps: if limits.qps > 0.0 { limits.qps } else { 1.0 },
+            burst: limits.burst.max(1),
+        };
+        ReadLimiter {
+            bucket: Some(Arc::new(Bucket {
+                limits,
+                state: Mutex::new(State {
+                    tokens: f64::from(limits.burst),
+                    at: Instant::now(),
+                }),
+                reads: AtomicU64::new(0),
+                delayed: AtomicU64::new(0),
+                waited_micros: AtomicU64::new(0),
+            })),
+        }
+    }
+
+    /// A limiter that never waits.
+    pub fn unlimited() -> Self {
+        ReadLimiter { bucket: None }
+    }
+
+    /// Its limits; `None` when unlimited.
+    pub fn limits(&self) -> Option<ReadLimits> {
+        self.bucket.as_ref().map(|b| b.limits)
+    }
+
+    /// Waits for this read's token (1), (2).
+    ///
+    /// # Cancel safety
+    /// A read dropped while it waits keeps its reservation: the token is spent, as the
+    /// request it stood for might have been.
+    pub async fn acquire(&self) {
+        let Some(bucket) = &self.bucket else {
+            return;
+        };
+        let wait = bucket.reserve(Instant::now());
+        bucket.reads.fetch_add(1, Ordering::Relaxed);
+        if !wait.is_zero() {
+            bucket.delayed.fetch_add(1, Ordering::Relaxed);
+            let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+            bucket.waited_micros.fetch_add(micros, Ordering::Relaxed);
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// What it did so far (zero when unlimited).
+    pub fn stats(&self) -> LimiterStats {
+        self.bucket
+            .as_ref()
+            .map_or_else(LimiterStats::default, |b| LimiterStats {
+                reads: b.reads.load(Ordering::Relaxed),
+                delayed: b.delayed.load(Ordering::Relaxed),
+                waited: Duration::from_micros(b.waited_micros.load(Ordering::Relaxed)),
+            })
+    }
+}
+
+/// An [`ObjectSource`] whose GETs and LISTs take a token first (the Get and Cache strategies,
+/// OM-30); watches pass straight through.
+pub(crate) struct Limited<K> {
+    pub(crate) inner: Arc<dyn ObjectSource<K>>,
+    pub(crate) limiter: ReadLimiter,
+}
+
+#[async_trait::async_trait]
+impl<K: Send + Sync + 'static> ObjectSource<K> for Limited<K> {
+    async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError> {
+        self.limiter.acquire().await;
+        self.inner.get(namespace, name, read).await
+    }
+
+    async fn list(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: ReadFrom,
+    ) -> Result<Listed<K>, SourceError> {
+        self.limiter.acquire().await;
+        self.inner.list(namespace, name, read).await
+    }
+
+    async fn watch(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<WatchStream<K>, SourceError> {
+        self.inner.watch(namespace, name, resource_version).await
+    }
+
+    async fn watch_list(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: ReadFrom,
+    ) -> Result<Option<WatchStream<K>>, SourceError> {
+        self.inner.watch_list(namespace, name, read).await
+    }
+}
+
+impl Bucket {
+    /// Takes a token at `now`: how long until it has accrued (zero: at once).
+    fn reserve(&self, now: Instant) -> Duration {
+        let mut state = self.state.lock();
+        let elapsed = now.saturating_duration_since(state.at).as_secs_f64();
+        let burst = f64::from(self.limits.burst);
+        state.tokens = (state.tokens + elapsed * self.limits.qps).min(burst);
+        state.at = now.max(state.at);
+        state.tokens -= 1.0;
+        if state.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-state.tokens / self.limits.qps)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(qps: f64, burst: u32) -> ReadLimiter {
+        ReadLimiter::new(ReadLimits { qps, burst })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_bucket_lets_the_burst_through_at_once_then_qps_per_second() {
+        let l = limiter(50.0, 100);
+        let started = Instant::now();
+        for _ in 0..100 {
+            l.acquire().await;
+        }
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "the burst waits for nothing"
+        );
+        for _ in 0..50 {
+            l.acquire().await;
+        }
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(999) && elapsed <= Duration::from_millis(1001),
+            "50 more at 50/s: {elapsed:?}"
+        );
+        let stats = l.stats();
+        assert_eq!((stats.reads, stats.delayed), (150, 50));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_reads_are_served_in_the_order_they_asked() {
+        let l = limiter(10.0, 1);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for n in 0..5 {
+            let (l, order) = (l.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                l.acquire().await;
+                order.lock().push((n, Instant::now()));
+            }));
+            // Asked in this order.
+            tokio::task::yield_now().await;
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let order = order.lock().clone();
+        let names: Vec<i32> = order.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, vec![0, 1, 2, 3, 4]);
+        // One every 100 ms after the first.
+        let first = order[0].1;
+        for (k, (_, at)) in order.iter().enumerate() {
+            let expected = Duration::from_millis(100) * u32::try_from(k).unwrap_or(0);
+            let got = at.duration_since(first);
+            assert!(
+                got.abs_diff(expected) <= Duration::from_millis(1),
+                "{k}: {got:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_bucket_refills_up_to_its_burst_and_no_further() {
+        let l = limiter(100.0, 10);
+        for _ in 0..10 {
+            l.acquire().await;
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let started = Instant::now();
+        for _ in 0..10 {
+            l.acquire().await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO, "refilled to the burst");
+        l.acquire().await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(9),
+            "not beyond it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unlimited_never_waits_nor_counts() {
+        let l = ReadLimiter::unlimited();
+        let started = Instant::now();
+        for _ in 0..10_000 {
+            l.acquire().await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(l.stats(), LimiterStats::default());
+        assert_eq!(l.limits(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clones_share_one_bucket() {
+        let a = limiter(1.0, 2);
+        let b = a.clone();
+        a.acquire().await;
+        b.acquire().await;
+        let started = Instant::now();
+        a.acquire().await;
+        assert!(started.elapsed() >= Duration::from_millis(999));
+        assert_eq!(b.stats().reads, 3);
+    }
+}
