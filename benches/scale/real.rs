@@ -35,7 +35,7 @@ use crate::support::{
     NODE, cpu_time, free_port, scrape, spawn_agent_with, summary, volume_dir, wait_all,
 };
 
-/// Pods and objects: `real-991`.
+/// Pods and objects: `real-991` (a multiple of the pods).
 const PODS: usize = 110;
 const OBJECTS: usize = 990;
 const RATE: u32 = 50;
@@ -135,10 +135,11 @@ async fn post_pods(writer: &Writer) -> (Vec<(PodUid, Vec<usize>)>, Vec<Duration>
     let mut pods = Vec::with_capacity(PODS);
     let mut each = Vec::with_capacity(PODS);
     let mut next = 0;
+    const _: () = assert!(OBJECTS.is_multiple_of(PODS));
     for i in 0..PODS {
-        let n = OBJECTS / PODS + usize::from(i < OBJECTS % PODS);
-        let objs: Vec<usize> = (next..next + n).collect();
-        next += n;
+        // 990 objects: 9 per pod.
+        let objs: Vec<usize> = (next..next + OBJECTS / PODS).collect();
+        next += OBJECTS / PODS;
         let sent = Instant::now();
         let pod = writer.create(applied::pod(i, &objs)).await;
         each.push(sent.elapsed());
