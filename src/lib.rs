@@ -30,7 +30,7 @@
 //!   `dhat-heap`: a heap profile written when the agent is told to stop. One wins when
 //!   several are enabled. They concern the `nodelet` binary only: the library holds no
 //!   allocator code and learns what the binary's allocator reports through
-//!   [`AllocatorHooks`] ([`AgentConfig::allocator`]).
+//!   `nodelet_core::AllocatorHooks` ([`AgentConfig::allocator`]).
 //!
 //! ```text
 //! pods (watch spec.nodeName=N) ─► PodWorkers ─► ConfigSyncer ─► VolumeManager (files)
@@ -66,7 +66,6 @@ mod agent;
 mod api_client;
 mod api_health;
 mod cleanup;
-mod config;
 mod follow;
 mod http;
 mod kubelet_host;
@@ -96,14 +95,12 @@ use tracing::warn;
 pub use agent::Agent;
 pub use api_client::ApiClient;
 pub use cleanup::{PodsRemoved, remove_pods};
-pub use config::{
-    AgentConfig, ApiSource, ConfigError, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR,
-    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, KubernetesServiceEnv, LogFormat, NodeTaint, RunArgs,
-    RuntimeKind, Settings, default_images, parse_taints, service_endpoint_of,
-};
 pub use lock::LOCK_FILE_NAME;
-pub use memory::AllocatorHooks;
 pub use metrics::Metrics;
+/// The configuration [`Agent::start`] and [`run`] take, from `nodelet-config` (its other
+/// types, the flags' values and defaults, are that crate's).
+pub use nodelet_config::{AgentConfig, RunArgs, Settings};
+use nodelet_config::{ApiSource, KubernetesServiceEnv};
 pub use nodelet_reporting::AGENT_TAINT_KEY;
 pub use pods_view::{ApiView, ObjectView, PodView, PodsView, VolumeView, WatchView};
 
@@ -292,7 +289,7 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
         ApiSource::Cluster { kubeconfig } => {
             cluster_client(kubeconfig.as_deref(), settings.api_protocol).await?
         }
-        ApiSource::Embedded { .. } => anyhow::bail!(config::NO_EMBEDDED),
+        ApiSource::Embedded { .. } => anyhow::bail!(nodelet_config::NO_EMBEDDED),
     };
     #[cfg(feature = "embedded")]
     let (client, url, embedded) = match &settings.api {
@@ -330,7 +327,7 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     {
         // `url` may carry a note after the address (the embedded server's manifests).
         let address = url.split(' ').next().unwrap_or_default();
-        config.kubernetes_service = config::service_endpoint_of(address);
+        config.kubernetes_service = nodelet_config::service_endpoint_of(address);
     }
     let agent = Agent::start(config.clone(), client).await?;
     // Only now that every start-up check passed (root directory lock, API server, listen

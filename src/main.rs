@@ -20,7 +20,7 @@ mod logs;
 #[path = "main/reset.rs"]
 mod reset;
 
-use nodelet::{LogFormat, RunArgs};
+use nodelet_config::{LogFormat, RunArgs};
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};

@@ -1,6 +1,6 @@
-//! What the program's global allocator tells the agent ([`AllocatorHooks`], installed by the
-//! binary, which alone chooses the allocator), and returning to the operating system the
-//! memory a burst of work freed.
+//! Returning to the operating system the memory a burst of work freed, through what the
+//! program's global allocator offers ([`AllocatorHooks`], installed by the binary, which
+//! alone chooses the allocator).
 //!
 //! An allocator keeps freed memory for reuse: glibc's keeps what a thread freed in that
 //! thread's arena and gives back only the free space at an arena's top, so after a burst (a
@@ -22,24 +22,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// What the program's global allocator offers the agent: its name and two entry points. The
-/// library holds no allocator code: the `nodelet` binary, which installs the global allocator
-/// its cargo features select, hands these to the agent ([`AgentConfig::allocator`]); an
-/// embedding program may hand its own, or none (no heap figure in `/metrics`, no trimming).
-///
-/// [`AgentConfig::allocator`]: crate::AgentConfig::allocator
-#[derive(Debug, Clone, Copy)]
-pub struct AllocatorHooks {
-    /// The allocator's name, as in `nodelet_build_info{allocator}`.
-    pub name: &'static str,
-    /// Bytes in live allocations right now (`nodelet_heap_allocated_bytes`); `None` where the
-    /// allocator does not say cheaply. Called at each `/metrics` scrape.
-    pub allocated_bytes: fn() -> Option<u64>,
-    /// Returns the free memory the allocator holds to the operating system; `true` when it did.
-    /// Called on a blocking thread once after each burst of volume work, and every
-    /// 10 s while the work goes on.
-    pub release_free_memory: fn() -> bool,
-}
+#[cfg(doc)]
+use nodelet_core::AllocatorHooks;
 
 /// How long the volume manager must have been quiet before memory is trimmed.
 pub(crate) const QUIET: Duration = Duration::from_secs(1);

@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use nodelet_reporting::{Counters as ReportCounters, EventDrop, WriteTarget};
 use nodelet_transport::Counters;
 
-use crate::memory::AllocatorHooks;
+use nodelet_core::AllocatorHooks;
 
 type Labels = Vec<(String, String)>;
 

@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, info};
 
-use crate::config::{AgentConfig, RuntimeKind};
 use crate::kubelet_host::AgentHost;
 use crate::pod_source::Admission;
 use crate::state::AgentState;
+use nodelet_config::{AgentConfig, RuntimeKind};
 use nodelet_reporting::{EventPublisher, NodeConfig};
 
 /// The agent's background tasks: one cancellation token and one tracker for all.

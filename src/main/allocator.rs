@@ -1,5 +1,5 @@
 //! The binary's global allocator, as the cargo features select it, and the two things the
-//! agent asks of it through [`hooks`] (`nodelet::AllocatorHooks`): the bytes held by live
+//! agent asks of it through [`hooks`] (`nodelet_core::AllocatorHooks`): the bytes held by live
 //! allocations (`nodelet_heap_allocated_bytes` in `/metrics`) and giving the memory a burst
 //! freed back to the operating system. The library holds none of this: only the binary
 //! compiles this module.
@@ -43,8 +43,8 @@ mod selected;
 pub(crate) use self::selected::{GLOBAL, Global, NAME};
 
 /// What the agent asks of the selected allocator.
-pub(crate) fn hooks() -> nodelet::AllocatorHooks {
-    nodelet::AllocatorHooks {
+pub(crate) fn hooks() -> nodelet_core::AllocatorHooks {
+    nodelet_core::AllocatorHooks {
         name: NAME,
         allocated_bytes,
         release_free_memory,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::CommandFactory as _;
 
-use nodelet::{DEFAULT_LISTEN, DEFAULT_ROOT_DIR, RunArgs};
+use nodelet_config::{DEFAULT_LISTEN, DEFAULT_ROOT_DIR, RunArgs};
 
 /// `nodelet [FLAGS]` runs the agent; `nodelet SUBCOMMAND ...` does one thing else. The agent's
 /// flags and a subcommand exclude each other.

@@ -322,7 +322,7 @@ async fn a_listen_address_in_use_is_refused_naming_the_address_and_its_holder() 
 
 #[test]
 fn the_default_listen_port_is_none_of_kubernetes_own() {
-    let port: u16 = nodelet::DEFAULT_LISTEN
+    let port: u16 = nodelet_config::DEFAULT_LISTEN
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())

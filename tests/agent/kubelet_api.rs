@@ -82,7 +82,7 @@ impl Bed {
                     .unwrap_or_else(|e| panic!("writing the client CA: {e}"));
             },
             |c| {
-                c.runtime = nodelet::RuntimeKind::Process;
+                c.runtime = nodelet_config::RuntimeKind::Process;
                 // The test binary is not the agent: the containers' init is the real `nodelet`.
                 c.container_init = Some(vec![
                     env!("CARGO_BIN_EXE_nodelet").into(),

@@ -97,7 +97,7 @@ pub(crate) async fn start_on(
         server,
         |_| {},
         |c, server| {
-            c.runtime = nodelet::RuntimeKind::Process;
+            c.runtime = nodelet_config::RuntimeKind::Process;
             // The test binary is not the agent: the containers' init is the real `nodelet`.
             c.container_init = Some(vec![
                 env!("CARGO_BIN_EXE_nodelet").into(),

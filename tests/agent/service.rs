@@ -182,11 +182,11 @@ fn the_systemd_unit_is_type_notify_and_starts_the_agent_with_flags_it_accepts() 
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         settings.agent.root_dir,
-        std::path::PathBuf::from(nodelet::DEFAULT_ROOT_DIR)
+        std::path::PathBuf::from(nodelet_config::DEFAULT_ROOT_DIR)
     );
     assert!(settings.agent.register_node);
     assert_eq!(
         settings.agent.listen.map(|a| a.to_string()).as_deref(),
-        Some(nodelet::DEFAULT_LISTEN)
+        Some(nodelet_config::DEFAULT_LISTEN)
     );
 }

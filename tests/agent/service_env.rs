@@ -77,7 +77,7 @@ async fn an_in_cluster_kube_client_lists_config_maps_through_the_agents_api_serv
         .with_tls();
     let (world, _reaper) = start_on(server, true, |c, server| {
         // What `nodelet --kubernetes-service api-server` (the offline default) gives the agent.
-        c.kubernetes_service = nodelet::service_endpoint_of(&server.url());
+        c.kubernetes_service = nodelet_config::service_endpoint_of(&server.url());
         c.images = ImageTable::new(vec![ImageEntry {
             image: "example.com/in-cluster:*".to_owned(),
             entrypoint: vec![example.display().to_string()],
@@ -121,7 +121,7 @@ async fn the_env_files_hold_the_service_variables_too() {
     let world = crate::support::World::start_on_server(
         nodelet_apiserver::Config::default().like_a_cluster(),
         |_| {},
-        |c, server| c.kubernetes_service = nodelet::service_endpoint_of(&server.url()),
+        |c, server| c.kubernetes_service = nodelet_config::service_endpoint_of(&server.url()),
     )
     .await;
     let port = world.server.addr().port().to_string();

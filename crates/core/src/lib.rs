@@ -19,6 +19,8 @@
 //!   object managers' store key and notifications, the objects a volume reads.
 //! * [`PodDirs`]: the only place `<root>/pods/<uid>/{volumes,plugins,containers}/…` is spelled.
 //! * [`NodeAllocatable`]: the node's allocatable CPU, memory and ephemeral storage.
+//! * [`AllocatorHooks`]: what the program's global allocator reports (its name, the live
+//!   heap, a trim), handed by the binary to the agent's configuration and metrics.
 //! * [`node_labels`]: the NodeRestriction rules for the labels a node may set on itself, used
 //!   by the agent (its `nodeLabels`) and by nodelet-apiserver (admission).
 //! * [`backoff::Backoff`] / [`backoff::Jitter`]: the one exponential back-off and jitter.
@@ -78,6 +80,7 @@
 
 mod admitted;
 mod allocatable;
+mod allocator;
 pub mod backoff;
 pub mod capacity;
 pub mod downward;
@@ -97,6 +100,7 @@ mod volume;
 
 pub use admitted::AdmittedPod;
 pub use allocatable::NodeAllocatable;
+pub use allocator::AllocatorHooks;
 pub use events::{EventSink, EventType};
 pub use feature_gates::{Feature, FeatureGates};
 pub use layout::{PodDirs, escape_plugin_name, unescape_plugin_name};
