@@ -17,12 +17,12 @@ use tokio_util::task::TaskTracker;
 use tracing::{info_span, warn};
 
 use crate::api_client::ApiClient;
-use crate::metrics::Metrics;
 use crate::parts::{Gates, Tasks};
 use crate::pods_view::PodsView;
 use crate::state::AgentState;
 use crate::views::{metrics_text, pods_view};
 use nodelet_config::AgentConfig;
+use nodelet_metrics::Metrics;
 
 /// A running agent. Stop it with [`Agent::shutdown`]: volumes and env files stay on disk and a
 /// new agent with the same root directory adopts them.

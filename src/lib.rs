@@ -71,7 +71,6 @@ mod http;
 mod kubelet_host;
 mod lock;
 mod memory;
-mod metrics;
 mod parts;
 mod pod_source;
 mod pod_watch;
@@ -96,7 +95,6 @@ pub use agent::Agent;
 pub use api_client::ApiClient;
 pub use cleanup::{PodsRemoved, remove_pods};
 pub use lock::LOCK_FILE_NAME;
-pub use metrics::Metrics;
 /// The configuration [`Agent::start`] and [`run`] take, from `nodelet-config` (its other
 /// types, the flags' values and defaults, are that crate's).
 pub use nodelet_config::{AgentConfig, RunArgs, Settings};

@@ -7,8 +7,8 @@ use nodelet_podworker::{ConfigSyncer, PodWorkers};
 use nodelet_volume_manager::VolumeManager;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
 use nodelet_config::AgentConfig;
+use nodelet_metrics::Metrics;
 
 /// What the background tasks and the HTTP endpoints share.
 pub(crate) struct AgentState {

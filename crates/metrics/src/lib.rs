@@ -1,4 +1,34 @@
-//! [`Metrics`]: the agent's Prometheus metrics (text exposition at `/metrics`).
+//! A node agent's Prometheus metrics: [`Metrics`], one registry (prefix `nodelet_`) with every
+//! metric registered at start, set by the agent's parts as things happen and refreshed from
+//! the counters other crates keep at each scrape, encoded as the text exposition `/metrics`
+//! serves.
+//!
+//! # Principal types
+//!
+//! * [`Metrics`]: cheap to clone. The agent's tasks set gauges (watches open, volumes by
+//!   plugin and state, pods by phase, the API's health, the first-read bucket) and observe the
+//!   propagation latency; [`Metrics::encode`] first copies in what others count — the
+//!   transport's requests, retries and connections (`nodelet_transport::Counters`), the
+//!   reporting parts' failed writes and dropped events (`nodelet_reporting::Counters`), the
+//!   allocator's live heap (`nodelet_core::AllocatorHooks`).
+//!
+//! # Invariants
+//!
+//! * A counter copied from another crate's count only grows: it follows that count, never
+//!   set back; two scrapes never both advance it (one lock around refresh and encoding).
+//! * The dropped-event series exist at 0 from the start.
+//!
+//! # Example
+//!
+//! ```
+//! let metrics = nodelet_metrics::Metrics::new();
+//! metrics.set_watches("pods", 1);
+//! assert!(metrics.encode().contains("nodelet_watches_open{resource=\"pods\"} 1"));
+//! ```
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::sync::Arc;
 
@@ -19,7 +49,7 @@ use nodelet_core::AllocatorHooks;
 
 type Labels = Vec<(String, String)>;
 
-/// The agent's metrics. Cheap to clone.
+/// The agent's metrics (crate docs). Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -199,7 +229,7 @@ impl Metrics {
     }
 
     /// The counters the reporting parts (`nodelet-reporting`) count in; read at each scrape.
-    pub(crate) fn reporting(&self) -> ReportCounters {
+    pub fn reporting(&self) -> ReportCounters {
         self.inner.reporting.clone()
     }
 
@@ -405,6 +435,11 @@ fn follow(family: &Family<Labels, Counter>, label: &str, value: &str, n: u64) {
         counter.inc_by(n - seen);
     }
 }
+
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 #[cfg(test)]
 mod tests {
