@@ -98,7 +98,8 @@ pub(crate) fn pod_workers(
     let syncer = ConfigSyncer::new(
         SyncerConfig::new(&config.root_dir)
             .with_env(env)
-            .with_host_ips(host_ips(config)),
+            .with_host_ips(host_ips(config))
+            .with_crash_backoff(config.crash_backoff),
         parts,
     );
     PodWorkers::new(
@@ -369,7 +370,6 @@ fn process_runtime(config: &AgentConfig, tasks: &Tasks) -> anyhow::Result<Proces
     let mut runtime_config = RuntimeConfig::new(&config.root_dir, init_command);
     runtime_config.images = config.images.clone();
     runtime_config.allow_root = config.allow_root_containers;
-    runtime_config.backoff = config.crash_backoff;
     runtime_config.exec_command = exec_command(config)?;
     Ok(ProcessRuntime::new(runtime_config, tasks.tracker.clone()))
 }

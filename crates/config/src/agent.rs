@@ -79,7 +79,7 @@ pub struct AgentConfig {
     /// network) and the Node's `InternalIP` (default: the local address towards the API server;
     /// 127.0.0.1 when none is known).
     pub node_ip: Option<std::net::IpAddr>,
-    /// The process runtime's crash back-off (default the kubelet's: 10 s doubling to 5 min,
+    /// The crash back-off of containers that ended (default the kubelet's: 10 s doubling to 5 min,
     /// reset after 10 min running).
     pub crash_backoff: nodelet_core::backoff::Schedule,
     /// The taints the Node is created with (`--register-with-taints`); `None`: the

@@ -1,7 +1,8 @@
 //! The vocabulary between a pod worker and a container runtime: what the pod worker hands
 //! the runtime to start one container ([`ContainerLaunch`], [`ContainerMount`]) and what the
-//! runtime reports back ([`ContainerStatus`], [`ContainerState`], [`Termination`]), what a sync
-//! does now ([`Plan`]) and what a pod's containers share ([`PodSandbox`]).
+//! runtime reports back ([`ContainerStatus`], [`ContainerState`], [`Termination`]) and what a
+//! pod's containers share ([`PodSandbox`]). What a sync does is decided on the pod worker's
+//! side over these states (as the kubelet's `computePodActions`), not by the runtime.
 //!
 //! The split is the kubelet's: the kubelet computes a container's mounts (subPath included),
 //! its expanded `command`/`args` and its environment; the runtime merges them with the image's
@@ -113,19 +114,6 @@ impl ContainerStatus {
             _ => None,
         }
     }
-}
-
-/// What a pod sync does now (the kubelet's `computePodActions`): the containers to start, in
-/// order, those waiting for their crash back-off, and the sidecars to stop.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Containers to create and start now, in order.
-    pub start: Vec<String>,
-    /// Containers waiting for their crash back-off to pass, with the kubelet's message.
-    pub back_off: Vec<(String, String)>,
-    /// Running sidecars to stop now, in the pod's order, because every app container ended
-    /// for good (PW-63); the syncer stops them as a pod's termination does (PW-62).
-    pub stop: Vec<String>,
 }
 
 /// The network a pod's sandbox is in.

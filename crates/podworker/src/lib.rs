@@ -16,8 +16,11 @@
 //! * [`ConfigSyncer`]: the production [`PodSyncer`]. `pod_desired` registers the pod with the
 //!   Secret and ConfigMap managers and adds it to the volumes (the only place either happens);
 //!   SyncPod creates the pod directories, waits for volumes, reads image pull secrets, asks
-//!   the [`RuntimeHook`] for the pod's sandbox ([`RuntimeHook::run_pod_sandbox`]) and which
-//!   containers to start now ([`RuntimeHook::plan`]), resolves each
+//!   the [`RuntimeHook`] for the pod's sandbox ([`RuntimeHook::run_pod_sandbox`]), decides
+//!   over the runtime's typed states which containers to start, stop or restart now and which
+//!   wait for their crash back-off (`plan/`, the kubelet's `computePodActions` and its
+//!   back-off kept per container, on this side of the runtime seam; a restart asked by
+//!   [`ConfigSyncer::restart_container`] has none, PW-70), resolves each
 //!   one's environment (and, in a sandbox, its mounts, `/etc/hosts` and
 //!   expanded command line: [`make_mounts`]) and hands it over, then publishes the pod's API
 //!   status, made by [`generate_pod_status`] (the kubelet's `generateAPIPodStatus`, for every
@@ -60,7 +63,7 @@
 //!                      ConfigSyncer::pod_desired ─► register (secrets, configmaps) ─► Volumes::add_pod
 //!                  ─► worker[uid]: pending = newest pod, wake            (all before returning)
 //!   Syncing:     ConfigSyncer::sync_pod ─► dirs ─► Volumes::wait_for_attach_and_mount (reprocess + wait)
-//!                  ─► pull secrets ─► RuntimeHook::run_pod_sandbox, plan ─► resolve_env (+ make_mounts)
+//!                  ─► pull secrets ─► RuntimeHook::run_pod_sandbox ─► plan (statuses) ─► resolve_env (+ make_mounts)
 //!                  ─► RuntimeHook::create_container (─► postStart) ─► generate_pod_status ─► StatusSink
 //!                  (a terminal phase → SyncOutcome::Terminal)
 //!                ok → again in [1, 1.5) × resync;  error → [1, 1.5) × back-off
@@ -149,6 +152,7 @@ pub mod follow;
 mod hooks;
 mod mounts;
 mod phase;
+mod plan;
 mod probe;
 mod process;
 mod runtime;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Secret};
-use nodelet_core::runtime::{ContainerLaunch, ContainerStatus, Plan, PodNetwork, PodSandbox};
+use nodelet_core::runtime::{ContainerLaunch, ContainerStatus, PodNetwork, PodSandbox};
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_runtime::ProcessRuntime;
 use nodelet_runtime::handlers::{ExecError, ExecResult};
@@ -32,10 +32,6 @@ impl RuntimeHook for ProcessRuntime {
         Ok(Some(PodSandbox {
             network: PodNetwork::Host,
         }))
-    }
-
-    async fn plan(&self, pod: &AdmittedPod, started: &[String]) -> Result<Plan, RuntimeError> {
-        Ok(ProcessRuntime::plan(self, pod, started))
     }
 
     async fn create_container(

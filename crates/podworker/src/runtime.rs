@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Container, Secret};
 use nodelet_core::runtime::{
-    ContainerLaunch, ContainerState, ContainerStatus, Plan, PodSandbox, Termination,
+    ContainerLaunch, ContainerState, ContainerStatus, PodSandbox, Termination, is_sidecar,
 };
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
@@ -21,12 +21,15 @@ use crate::env::ContainerEnv;
 use crate::error::RuntimeError;
 use crate::workers::TerminatingPod;
 
-/// What runs containers, in the CRI's shape. On each sync the config syncer asks the runtime
-/// for the pod's sandbox ([`run_pod_sandbox`](Self::run_pod_sandbox)) and which containers to
-/// start ([`plan`](Self::plan): the kubelet's `computePodActions`), resolves the environment
-/// of each (PW-4 last step) and hands it over with its mounts and command line (computed only
-/// for a pod with a sandbox); a container
-/// instance is never re-created, so its environment never changes (UP-3). The sync methods get
+/// What runs containers, in the CRI's shape: it starts, stops and reports typed states and
+/// typed errors; what to start, stop or restart, and the crash back-off, are decided on the
+/// pod worker's side (the config syncer's planner, the kubelet's `computePodActions`). On
+/// each sync the config syncer asks the runtime for the pod's sandbox
+/// ([`run_pod_sandbox`](Self::run_pod_sandbox)), plans over its
+/// [`statuses`](Self::statuses), resolves the environment of each container to start (PW-4
+/// last step) and hands it over with its mounts and command line (computed only for a pod
+/// with a sandbox); a container instance is never re-created, so its environment never
+/// changes (UP-3). The sync methods get
 /// the [`AdmittedPod`] (its UID validated once, where the pod entered the node); the
 /// termination methods get what termination has: the [`PodUid`], or for
 /// [`remove_pod`](Self::remove_pod) a [`TerminatingPod`], whose object is absent for a pod
@@ -43,14 +46,6 @@ pub trait RuntimeHook: Send + Sync + 'static {
     /// # Errors
     /// [`RuntimeError::Sandbox`]: nothing of the pod starts (PW-41, PW-58).
     async fn run_pod_sandbox(&self, pod: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError>;
-
-    /// Which containers of `pod` to start now, in order, which wait for a back-off and which
-    /// sidecars to stop. `started` names, by container ID, the sidecar instances that started
-    /// (their startup probe passed, or they have none; PW-60).
-    ///
-    /// # Errors
-    /// [`RuntimeError`] when the runtime cannot tell.
-    async fn plan(&self, pod: &AdmittedPod, started: &[String]) -> Result<Plan, RuntimeError>;
 
     /// Create and start `container` of `pod` with environment `env` and `launch` (mounts,
     /// command line; empty for a pod without a sandbox);
@@ -155,7 +150,8 @@ pub const ENV_JSON_FILE: &str = "env.json";
 /// `"valueBase64"` instead of `"value"`.
 ///
 /// A container counts as created once its `env` file exists, so a restarted agent adopts the
-/// files without rewriting them. `kill_pod` has nothing to stop; `remove_pod` deletes the
+/// files without rewriting them (in `run_pod_sandbox`, before the pod's first plan). It
+/// reports a created init container as completed, any other (a sidecar too) as running. `kill_pod` has nothing to stop; `remove_pod` deletes the
 /// `containers` directory.
 #[derive(Debug, Clone)]
 pub struct EnvFileRuntime {
@@ -232,33 +228,17 @@ fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
 
 #[async_trait]
 impl RuntimeHook for EnvFileRuntime {
-    /// No sandbox: nothing runs, so containers share nothing.
-    async fn run_pod_sandbox(
-        &self,
-        _pod: &AdmittedPod,
-    ) -> Result<Option<PodSandbox>, RuntimeError> {
-        Ok(None)
-    }
-
-    async fn plan(&self, pod: &AdmittedPod, _started: &[String]) -> Result<Plan, RuntimeError> {
-        let created = self.created_containers(pod)?;
-        for name in &created {
+    /// No sandbox: nothing runs, so containers share nothing. The containers an earlier run
+    /// of the agent created (their `env` files exist) are adopted: reported created since
+    /// their file's time.
+    async fn run_pod_sandbox(&self, pod: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError> {
+        for name in &self.created_containers(pod)? {
             let time = fs::metadata(self.containers_dir(pod.uid()).join(name).join(ENV_FILE))
                 .and_then(|m| m.modified())
                 .unwrap_or_else(|_| SystemTime::now());
             self.record_created(pod, name, time);
         }
-        let start = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-            .filter(|c| !created.contains(&c.name))
-            .map(|c| c.name.clone())
-            .collect();
-        Ok(Plan {
-            start,
-            ..Plan::default()
-        })
+        Ok(None)
     }
 
     async fn create_container(
@@ -323,8 +303,8 @@ impl EnvFileRuntime {
             .collect())
     }
 
-    /// Records container `name` of `pod` created at `time` (once): an init container as
-    /// completed, any other as running.
+    /// Records container `name` of `pod` created at `time` (once): a regular init container
+    /// as completed, any other (a sidecar too: it would run on) as running.
     fn record_created(&self, pod: &AdmittedPod, name: &str, time: SystemTime) {
         let mut states = self.states.lock();
         let states = states.entry(pod.uid().clone()).or_default();
@@ -335,7 +315,7 @@ impl EnvFileRuntime {
             .spec
             .iter()
             .flat_map(|s| s.init_containers.iter().flatten())
-            .any(|c| c.name == name);
+            .any(|c| c.name == name && !is_sidecar(c));
         let state = if init {
             ContainerState::Terminated(Termination {
                 exit_code: 0,

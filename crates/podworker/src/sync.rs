@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
-use nodelet_core::runtime::{ContainerLaunch, Plan, PodNetwork, PodSandbox};
+use nodelet_core::backoff::Schedule;
+use nodelet_core::runtime::{ContainerLaunch, ContainerStatus, PodNetwork, PodSandbox};
 use nodelet_core::{AdmittedPod, EventType, PodDirs, PodUid};
 use nodelet_runtime::StartError;
 use parking_lot::Mutex;
@@ -24,6 +25,7 @@ use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
 use crate::hooks::Lifecycle;
 use crate::phase::pod_phase;
+use crate::plan::{PlanInput, Planner, PodActions};
 use crate::probe::ProbeManager;
 use crate::runtime::RuntimeHook;
 use crate::seams::{
@@ -49,6 +51,8 @@ pub struct SyncerConfig {
     /// The node's addresses. A pod whose sandbox is on the host's network has them as its
     /// IPs (`status.podIP(s)`, `/etc/hosts`).
     pub host_ips: Vec<String>,
+    /// The crash back-off of containers that ended ([`Schedule::CRASH_LOOP`] by default).
+    pub crash_backoff: Schedule,
 }
 
 impl SyncerConfig {
@@ -58,7 +62,15 @@ impl SyncerConfig {
             root_dir: root_dir.to_path_buf(),
             env: EnvOptions::default(),
             host_ips: Vec::new(),
+            crash_backoff: Schedule::CRASH_LOOP,
         }
+    }
+
+    /// Sets [`crash_backoff`](Self::crash_backoff).
+    #[must_use]
+    pub fn with_crash_backoff(mut self, schedule: Schedule) -> Self {
+        self.crash_backoff = schedule;
+        self
     }
 
     /// Sets [`host_ips`](Self::host_ips).
@@ -139,6 +151,8 @@ pub struct ConfigSyncer {
     /// "volumes not ready" before waiting, as the kubelet's status manager does, and a probe
     /// result change publishes it again with new readiness. Its lock orders publications.
     published: Arc<Mutex<HashMap<PodUid, Published>>>,
+    /// What each sync does to the containers, and their crash back-offs.
+    planner: Arc<Planner>,
 }
 
 impl std::fmt::Debug for ConfigSyncer {
@@ -153,10 +167,28 @@ impl ConfigSyncer {
     /// A syncer with `config` driving `parts`.
     pub fn new(config: SyncerConfig, parts: SyncerParts) -> Self {
         Self {
+            planner: Arc::new(Planner::new(config.crash_backoff)),
             config,
             parts,
             published: Arc::default(),
         }
+    }
+
+    /// Asks for the running `container` of pod `uid` to be stopped and started again by the
+    /// pod's next sync, for a reason that is not a crash (PW-70: no crash back-off, whatever
+    /// `restartPolicy` says); `message` is its `Killing` event's. The caller syncs the pod
+    /// (through its [`PodWorkers`](crate::PodWorkers)). A container not running then is left
+    /// alone: its next instance starts with what is current anyway.
+    pub fn restart_container(&self, uid: &PodUid, container: &str, message: String) {
+        self.planner.request_restart(uid, container, message);
+    }
+
+    /// The runtime's states of pod `uid`'s containers as the kubelet reports them: one held
+    /// back by its crash back-off waits with `CrashLoopBackOff`.
+    fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
+        let mut statuses = self.parts.runtime.statuses(uid);
+        self.planner.show_waiting(uid, &mut statuses);
+        statuses
     }
 
     /// `<root>/pods/<uid>`.
@@ -589,12 +621,11 @@ impl ConfigSyncer {
 
     /// (6, first half) The kubelet's side of SyncPod before containers start: containers
     /// whose liveness (or startup) probe failed are killed, the runtime makes the pod's
-    /// sandbox (PW-41: `FailedCreatePodSandBox` when it cannot) and plans; each container in
-    /// back-off is a `BackOff` event.
-    async fn compute_actions(
-        &self,
-        pod: &AdmittedPod,
-    ) -> Result<(Option<PodSandbox>, Plan), SyncError> {
+    /// sandbox (PW-41: `FailedCreatePodSandBox` when it cannot), the [`Planner`] decides (the
+    /// kubelet's `computePodActions`, over the runtime's typed states); the sidecars it lists
+    /// are stopped (PW-63), the containers it restarts stopped and the plan made again
+    /// (PW-70); each container in back-off is a `BackOff` event.
+    async fn compute_actions(&self, pod: &AdmittedPod) -> Result<Actions, SyncError> {
         if let Some(probes) = &self.parts.probes {
             probes.add_pod(pod);
             self.kill_failed_containers(pod, probes).await?;
@@ -615,19 +646,34 @@ impl ConfigSyncer {
                 }
                 SyncError::Runtime { source }
             })?;
-        let started = self.started_sidecars(pod);
-        let plan = self
-            .parts
-            .runtime
-            .plan(pod, &started)
-            .await
-            .map_err(|source| SyncError::Runtime { source })?;
+        let mut plan = self.plan(pod, sandbox);
         // PW-63: every app container ended for good: the sidecars stop as on termination.
         if !plan.stop.is_empty() {
             self.lifecycle()
                 .stop_running(pod, crate::hooks::kill_grace(pod))
                 .await
                 .map_err(|source| SyncError::Runtime { source })?;
+        }
+        // PW-70: stopped now, started again by the plan made after.
+        if !plan.restart.is_empty() {
+            for restart in &plan.restart {
+                let Some((container, _)) = containers(pod)
+                    .into_iter()
+                    .find(|(c, _)| c.name == restart.container)
+                else {
+                    continue;
+                };
+                self.lifecycle()
+                    .kill_container(
+                        pod,
+                        container,
+                        &restart.message,
+                        crate::hooks::kill_grace(pod),
+                    )
+                    .await
+                    .map_err(|source| SyncError::Runtime { source })?;
+            }
+            plan = self.plan(pod, sandbox);
         }
         for (name, _) in &plan.back_off {
             self.event(
@@ -640,20 +686,35 @@ impl ConfigSyncer {
                 ),
             );
         }
-        Ok((sandbox, plan))
+        Ok(Actions { sandbox, plan })
     }
 
-    /// (6, second half) Every init, regular and ephemeral container `plan` starts is created
-    /// ([`create`](Self::create)); the others keep their state. In a sandbox, the pod's host
-    /// files are written first and its addresses known to the environment.
+    /// The planner's actions for `pod` now, over the runtime's states of its containers.
+    fn plan(&self, pod: &AdmittedPod, sandbox: Option<PodSandbox>) -> PodActions {
+        let statuses = self.parts.runtime.statuses(pod.uid());
+        let started = self.started_sidecars(pod, &statuses);
+        let input = PlanInput {
+            statuses: &statuses,
+            started: &started,
+            sandbox: sandbox.is_some(),
+        };
+        self.planner.plan(pod, &input)
+    }
+
+    /// (6, second half) Every init, regular and ephemeral container the plan starts is
+    /// created ([`create`](Self::create)); the others keep their state. In a sandbox, the
+    /// pod's host files are written first and its addresses known to the environment. When a
+    /// container just created has already completed (an init container of a runtime without
+    /// processes, or one that ran to its end meanwhile), the plan is made again and what it
+    /// starts now is created in this sync too.
     async fn start_containers(
         &self,
         pod: &AdmittedPod,
-        sandbox: Option<PodSandbox>,
-        plan: &Plan,
+        actions: &Actions,
         pull_secrets: &[Arc<Secret>],
         status: &mut PodConfigStatus,
     ) -> Result<StartResults, SyncError> {
+        let sandbox = actions.sandbox;
         status.pod_ips = self.sandbox_ips(sandbox);
         let env_pod = match sandbox {
             Some(_) => {
@@ -677,18 +738,47 @@ impl ConfigSyncer {
             pull_secrets,
         };
         let mut results = StartResults::default();
-        let regular = containers(pod).into_iter().map(|(c, _)| c);
         // PW-57: ephemeral containers, which the runtime starts once and never again.
         let ephemeral = crate::ephemeral::containers(pod);
-        let entries = status.containers.iter_mut().chain(&mut status.ephemeral);
-        for (container, entry) in regular.chain(ephemeral.iter()).zip(entries) {
-            entry.state = if plan.start.contains(&container.name) {
-                self.create(pod, container, &cx, &mut results).await?
-            } else {
-                ContainerConfigState::Created
-            };
+        let all: Vec<&Container> = containers(pod)
+            .into_iter()
+            .map(|(c, _)| c)
+            .chain(ephemeral.iter())
+            .collect();
+        let mut created: Vec<String> = Vec::new();
+        let mut start = actions.plan.start.clone();
+        // At most one round per container, each starting at least one more.
+        for _ in 0..=all.len() {
+            let entries = status.containers.iter_mut().chain(&mut status.ephemeral);
+            let mut round = Vec::new();
+            for (container, entry) in all.iter().zip(entries) {
+                if created.contains(&container.name) {
+                    continue;
+                }
+                entry.state = if start.contains(&container.name) {
+                    round.push(container.name.clone());
+                    self.create(pod, container, &cx, &mut results).await?
+                } else {
+                    ContainerConfigState::Created
+                };
+            }
+            created.extend(round.iter().cloned());
+            if round.is_empty() || !results.is_clean() || !self.any_completed(pod, &round) {
+                break;
+            }
+            start = self.plan(pod, sandbox).start;
         }
         Ok(results)
+    }
+
+    /// Whether one of `names`, containers of `pod` just created, has already completed.
+    fn any_completed(&self, pod: &AdmittedPod, names: &[String]) -> bool {
+        self.parts
+            .runtime
+            .statuses(pod.uid())
+            .iter()
+            .filter(|s| names.contains(&s.name))
+            .any(|s| s.terminated().is_some_and(|t| t.exit_code == 0))
     }
 
     /// (7) Publishes the pod's status after its containers were handled: `Terminal` when the
@@ -700,7 +790,7 @@ impl ConfigSyncer {
         mut status: PodConfigStatus,
         results: StartResults,
     ) -> Result<SyncOutcome, SyncError> {
-        let terminal = pod_phase(pod, &self.parts.runtime.statuses(pod.uid())).is_terminal();
+        let terminal = pod_phase(pod, &self.statuses(pod.uid())).is_terminal();
         if results.failures.is_empty() {
             status.config = Readiness {
                 ready: true,
@@ -742,7 +832,7 @@ impl ConfigSyncer {
         pod: &AdmittedPod,
         mut status: PodConfigStatus,
     ) {
-        status.statuses = self.parts.runtime.statuses(pod.uid());
+        status.statuses = self.statuses(pod.uid());
         if let Some(probes) = &self.parts.probes {
             status.probes = probes.container_states(pod, &status.statuses);
         }
@@ -774,12 +864,11 @@ impl ConfigSyncer {
         self.publish_locked(&mut published, &pod, status);
     }
 
-    /// The container IDs of `pod`'s running sidecar instances that have started (PW-60): as
-    /// the prober says, or, without one, every running sidecar.
-    fn started_sidecars(&self, pod: &AdmittedPod) -> Vec<String> {
-        let statuses = self.parts.runtime.statuses(pod.uid());
+    /// The container IDs of `pod`'s running sidecar instances that have started (PW-60),
+    /// among `statuses`: as the prober says, or, without one, every running sidecar.
+    fn started_sidecars(&self, pod: &AdmittedPod, statuses: &[ContainerStatus]) -> Vec<String> {
         if let Some(probes) = &self.parts.probes {
-            return probes.started_sidecars(pod, &statuses);
+            return probes.started_sidecars(pod, statuses);
         }
         pod.spec
             .iter()
@@ -792,13 +881,14 @@ impl ConfigSyncer {
 
     /// PW-34: kills each running container whose liveness (or startup) probe failed, as the
     /// kubelet kills it (`Killing` with the probe's text, its `preStop` hook, SIGTERM, SIGKILL
-    /// after the grace period); the runtime's plan then restarts it as `restartPolicy` says.
+    /// after the grace period); the plan then restarts it as `restartPolicy` and the crash
+    /// back-off say.
     async fn kill_failed_containers(
         &self,
         pod: &AdmittedPod,
         probes: &ProbeManager,
     ) -> Result<(), SyncError> {
-        let statuses = self.parts.runtime.statuses(pod.uid());
+        let statuses = self.statuses(pod.uid());
         for kill in probes.kills(pod, &statuses) {
             let Some((container, _)) = containers(pod)
                 .into_iter()
@@ -826,6 +916,14 @@ struct Published {
     start_time: SystemTime,
 }
 
+/// What step 6 decided: the pod's sandbox and the actions on its containers.
+struct Actions {
+    /// The runtime's sandbox of the pod (`None`: a runtime without sandboxes).
+    sandbox: Option<PodSandbox>,
+    /// What to start now.
+    plan: PodActions,
+}
+
 /// What one sync hands every container it creates ([`ConfigSyncer::create`]).
 struct CreateContext<'a> {
     /// The pod as environment resolution sees it (its IPs filled in in a sandbox).
@@ -844,6 +942,13 @@ struct StartResults {
     failures: Vec<(String, String)>,
     /// Containers the runtime did not start, by container.
     not_started: Vec<(String, String)>,
+}
+
+impl StartResults {
+    /// Whether every container was created and started.
+    fn is_clean(&self) -> bool {
+        self.failures.is_empty() && self.not_started.is_empty()
+    }
 }
 
 fn containers(pod: &Pod) -> Vec<(&Container, bool)> {
@@ -904,6 +1009,10 @@ fn pending_ephemeral(pod: &Pod) -> Vec<ContainerConfigStatus> {
 }
 
 impl PodSyncer for ConfigSyncer {
+    fn next_sync(&self, uid: &PodUid) -> Option<tokio::time::Instant> {
+        self.planner.next_sync(uid)
+    }
+
     fn pod_desired(&self, pod: &AdmittedPod) {
         // PW-4 / PW-13: registered before anything reads objects for it; again on every update
         // so that new references are picked up (PW-14).
@@ -936,9 +1045,9 @@ impl PodSyncer for ConfigSyncer {
         // (5)
         let pull_secrets = self.pull_secrets(pod).await;
         // (6)
-        let (sandbox, plan) = self.compute_actions(pod).await?;
+        let actions = self.compute_actions(pod).await?;
         let results = self
-            .start_containers(pod, sandbox, &plan, &pull_secrets, &mut status)
+            .start_containers(pod, &actions, &pull_secrets, &mut status)
             .await?;
         // (7)
         self.finish_sync(pod, status, results)
@@ -1014,6 +1123,7 @@ impl PodSyncer for ConfigSyncer {
             warn!(path = %dir.display(), %error, "pod directory not removed");
         }
         self.published.lock().remove(uid);
+        self.planner.forget(uid);
         if let Some(object) = pod.object() {
             self.parts.status.terminated(object);
         }

@@ -64,6 +64,13 @@ pub trait PodSyncer: Send + Sync + 'static {
         &self,
         pod: TerminatingPod<'_>,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
+
+    /// When the pod's next sync is due at the latest, whatever its last sync came to (a
+    /// container's crash back-off ends then). Asked after each sync of a live pod; `None`
+    /// (the default): the resync interval or the retry back-off decides alone.
+    fn next_sync(&self, _uid: &PodUid) -> Option<Instant> {
+        None
+    }
 }
 
 /// What a successful [`PodSyncer::sync_pod`] found.
@@ -516,7 +523,10 @@ async fn run_worker<S: PodSyncer>(
         if finished {
             return;
         }
-        next = Some(requeue);
+        let due = (work.phase == WorkerPhase::Syncing)
+            .then(|| syncer.next_sync(&uid))
+            .flatten();
+        next = Some(due.map_or(requeue, |at| requeue.min(at)));
     }
 }
 

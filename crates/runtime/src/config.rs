@@ -1,6 +1,5 @@
 //! [`RuntimeConfig`]: the process runtime's options.
 
-use nodelet_core::backoff::Schedule;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -27,8 +26,6 @@ pub struct RuntimeConfig {
     pub exec_command: Vec<OsString>,
     /// Log file size and count.
     pub logs: LogConfig,
-    /// The crash back-off ([`Schedule::CRASH_LOOP`] by default).
-    pub backoff: Schedule,
     /// Host directories hidden from containers (the root directory is always hidden).
     pub masked: Vec<PathBuf>,
 }
@@ -43,7 +40,6 @@ impl RuntimeConfig {
             init_command,
             exec_command: Vec::new(),
             logs: LogConfig::default(),
-            backoff: Schedule::CRASH_LOOP,
             masked: Vec::new(),
         }
     }

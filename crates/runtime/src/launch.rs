@@ -9,7 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Container;
 use nodelet_core::runtime::{ContainerLaunch, ContainerState, Termination};
@@ -75,7 +75,6 @@ pub(crate) async fn start(
         source,
     })?;
     let started_at = SystemTime::now();
-    let started_instant = Instant::now();
     let mut child = spawn_init(&inner.config, &spec_path, &vars)?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     let log_task = copy_logs(inner, &mut child, log_path.clone());
@@ -93,13 +92,7 @@ pub(crate) async fn start(
             started_at,
             finished_at: SystemTime::now(),
         };
-        inner.record_end(
-            pod.uid(),
-            &container.name,
-            termination,
-            Duration::ZERO,
-            true,
-        );
+        inner.record_end(pod.uid(), &container.name, termination, true);
         return Err(StartError::Start { message: report });
     }
     // (6)
@@ -119,7 +112,6 @@ pub(crate) async fn start(
         log_path,
         message_source,
         started_at,
-        started_instant,
     };
     inner.tasks.spawn(instance.follow(child, log_task));
     Ok(())
@@ -415,7 +407,6 @@ fn record_running(
         r.state = ContainerState::Running { started_at };
         r.container_id = container_id.clone();
         r.pgid = Some(pid);
-        r.not_before = None;
         r.ended.send_replace(false);
         r.starts
     });
@@ -437,7 +428,6 @@ struct Instance {
     log_path: PathBuf,
     message_source: MessageSource,
     started_at: SystemTime,
-    started_instant: Instant,
 }
 
 impl Instance {
@@ -458,9 +448,8 @@ impl Instance {
             finished_at,
         };
         let _ = fs::remove_file(self.dir.join(STATE_FILE));
-        let ran = self.started_instant.elapsed();
         self.inner
-            .record_end(&self.uid, &self.name, termination, ran, false);
+            .record_end(&self.uid, &self.name, termination, false);
     }
 }
 

@@ -4,12 +4,12 @@
 //! # Principal types
 //!
 //! * [`ProcessRuntime`]: starts containers ([`ProcessRuntime::start_container`]), follows them
-//!   to their end, decides what to start or restart on each pod sync ([`ProcessRuntime::plan`],
-//!   the kubelet's `computePodActions`: init containers in order, sidecars kept running,
-//!   `restartPolicy`, crash back-off 10 s doubling to 5 min; a
-//!   [`Plan`](nodelet_core::runtime::Plan)), stops them on termination (SIGTERM to the process
-//!   group, SIGKILL after the grace period) and reports [`ContainerStatus`]es. A restarted agent kills
-//!   the containers its previous run left and reports them ended: no process runs untracked.
+//!   to their end, stops them (one: [`ProcessRuntime::stop_container`]; a pod's on
+//!   termination: SIGTERM to the process group, SIGKILL after the grace period) and reports
+//!   typed [`ContainerStatus`]es and [`StartError`]s. What to start or restart, and the crash
+//!   back-off, are decided by the pod worker (crate `nodelet-podworker`, the kubelet's side of
+//!   the CRI). A restarted agent kills the containers its previous run left and reports them
+//!   ended: no process runs untracked.
 //! * [`ImageTable`] / [`ImageEntry`]: images → local programs (glob patterns), with the image's
 //!   default arguments, `PATH` directories, user and working directory;
 //!   [`ImageEntry::command_line`] applies Kubernetes' `command`/`args` rules.
@@ -61,7 +61,6 @@ mod ipc;
 mod launch;
 mod live;
 pub mod logs;
-mod plan;
 mod records;
 mod recovery;
 pub mod sandbox;

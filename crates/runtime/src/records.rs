@@ -4,14 +4,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use nodelet_core::runtime::{ContainerState, Termination};
 use nodelet_core::{PodDirs, PodUid};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::RuntimeConfig;
@@ -23,12 +22,8 @@ pub(crate) struct Inner {
     pub(crate) changes: broadcast::Sender<PodUid>,
     /// The pods' IPC namespaces (PW-58).
     pub(crate) ipc: crate::ipc::PodIpc,
-    /// The agent's task tracker: every task the runtime starts (log copies, followers,
-    /// back-off wake-ups).
+    /// The agent's task tracker: every task the runtime starts (log copies, followers).
     pub(crate) tasks: TaskTracker,
-    /// Cancelled by [`ProcessRuntime::stop_all`](crate::ProcessRuntime::stop_all): the
-    /// back-off wake-ups end, so the tracker can be waited for.
-    pub(crate) stopping: CancellationToken,
 }
 
 pub(crate) struct Record {
@@ -39,10 +34,6 @@ pub(crate) struct Record {
     pub(crate) container_id: String,
     /// The process group of the running instance.
     pub(crate) pgid: Option<i32>,
-    /// The delay before the next restart.
-    pub(crate) backoff: Duration,
-    /// No restart before this instant.
-    pub(crate) not_before: Option<Instant>,
     /// `true` once the running instance ended (for `kill_pod`).
     pub(crate) ended: watch::Sender<bool>,
 }
@@ -58,8 +49,6 @@ impl Record {
             last_state: None,
             container_id: String::new(),
             pgid: None,
-            backoff: Duration::ZERO,
-            not_before: None,
             ended: watch::channel(true).0,
         }
     }
@@ -104,16 +93,14 @@ impl Inner {
         f(record)
     }
 
-    /// Records the end of an instance and its next back-off, and announces the pod.
+    /// Records the end of an instance and announces the pod.
     pub(crate) fn record_end(
         &self,
         uid: &PodUid,
         name: &str,
         termination: Termination,
-        ran: Duration,
         start_error: bool,
     ) {
-        let backoff = self.config.backoff;
         {
             let mut pods = self.pods.lock();
             let Some(r) = pods.get_mut(uid).and_then(|p| p.get_mut(name)) else {
@@ -129,9 +116,6 @@ impl Inner {
             r.state = ContainerState::Terminated(termination);
             r.pgid = None;
             r.ended.send_replace(true);
-            // The first restart is immediate, then 10 s doubling to 5 min; a long run resets.
-            r.backoff = backoff.after_run(ran, r.backoff, r.starts <= 1);
-            r.not_before = Some(Instant::now() + r.backoff);
         }
         let _ = self.changes.send(uid.clone());
     }

@@ -1,5 +1,5 @@
 //! [`ProcessRuntime`]: starts a pod's containers as local processes, follows them to their
-//! end, decides restarts as the kubelet does, and stops them on termination.
+//! end, reports their typed states, and stops them.
 //!
 //! ```text
 //! <root>/pods/<uid>/containers/<name>/       0700, removed with the pod
@@ -20,14 +20,9 @@
 //! 6. record the instance running (state file for a restarted agent); a task follows it to its
 //!    end, then records the termination and announces the pod on [`ProcessRuntime::changes`].
 //!
-//! Restarts ([`ProcessRuntime::plan`], the kubelet's `computePodActions`, in `plan.rs`):
-//! init containers one after the other, each only after the one before it succeeded (a
-//! sidecar: runs and has started, PW-60); then every app container. Sidecars keep running
-//! beside them and are stopped once every app container ended for good (PW-61, PW-63).
-//! Ephemeral containers start once each, never again (PW-57).
-//! An ended container is restarted as `restartPolicy` says (`Always`; `OnFailure` for exit
-//! codes other than 0; never for `Never`; a sidecar always), the first time at once, then
-//! after a back-off of 10 s doubling up to 5 min, reset when an instance ran 10 min.
+//! Which containers start when, restarts and the crash back-off are not decided here: the
+//! pod worker decides them over the states reported here (the kubelet's `computePodActions`
+//! is on the kubelet's side of the CRI) and asks for each start and stop.
 //!
 //! A restarted agent cannot follow the processes its previous run started (they are not its
 //! children): [`ProcessRuntime::new`] finds them from the state files, kills their process
@@ -39,23 +34,21 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Plan};
+use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus};
 use nodelet_core::{AdmittedPod, PodDirs, PodUid};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, StartError};
-use crate::records::{Inner, LAUNCH_FILE, Record};
-use crate::users::format_pod;
+use crate::records::{Inner, LAUNCH_FILE};
 
 /// The process runtime. Cheap to clone; every clone is the same runtime.
 #[derive(Clone)]
@@ -73,7 +66,7 @@ impl std::fmt::Debug for ProcessRuntime {
 
 impl ProcessRuntime {
     /// A runtime under `config.root_dir`, its tasks (log copies, the followers of running
-    /// instances, back-off wake-ups) on `tasks`. Containers a previous run of the agent
+    /// instances) on `tasks`. Containers a previous run of the agent
     /// started are killed and reported ended (see the module docs).
     pub fn new(config: RuntimeConfig, tasks: TaskTracker) -> Self {
         let dirs = PodDirs::new(&config.root_dir);
@@ -84,7 +77,6 @@ impl ProcessRuntime {
             changes: broadcast::channel(1024).0,
             ipc: crate::ipc::PodIpc::new(nix::unistd::geteuid().is_root()),
             tasks,
-            stopping: CancellationToken::new(),
         });
         let this = Self { inner };
         crate::recovery::recover(&this.inner);
@@ -96,8 +88,8 @@ impl ProcessRuntime {
         &self.inner.config
     }
 
-    /// Announces the UID of every pod whose containers changed state (a process ended, a
-    /// back-off passed): the agent syncs that pod again, as the kubelet's PLEG makes it.
+    /// Announces the UID of every pod whose containers changed state (a process ended): the
+    /// agent syncs that pod again, as the kubelet's PLEG makes it.
     pub fn changes(&self) -> broadcast::Receiver<PodUid> {
         self.inner.changes.subscribe()
     }
@@ -145,51 +137,6 @@ impl ProcessRuntime {
     /// [`PodSandboxError`](crate::PodSandboxError): nothing of the pod can start yet.
     pub fn prepare_sandbox(&self, pod: &AdmittedPod) -> Result<(), crate::PodSandboxError> {
         self.inner.ipc.prepare(pod)
-    }
-
-    /// Which containers of `pod` to start now, and which sidecars to stop (the kubelet's
-    /// `computePodActions`; module docs and `plan.rs`). `started` names, by container
-    /// ID, the sidecar instances that started (startup probe passed, or none): until then the
-    /// init containers after a sidecar wait (PW-60). A container in back-off is shown waiting
-    /// with `CrashLoopBackOff`, and the pod is announced on [`changes`](Self::changes) when
-    /// the back-off ends.
-    pub fn plan(&self, pod: &AdmittedPod, started: &[String]) -> Plan {
-        let Some(spec) = pod.spec.as_ref() else {
-            return Plan::default();
-        };
-        let message = |c: &Container, r: &Record| {
-            format!(
-                "back-off {} restarting failed container={} pod={}",
-                nodelet_core::go::format(r.backoff),
-                c.name,
-                format_pod(pod)
-            )
-        };
-        let walk = crate::plan::Walk {
-            policy: spec.restart_policy.as_deref().unwrap_or("Always"),
-            now: Instant::now(),
-            started,
-            message: &message,
-        };
-        let (plan, wake) = {
-            let mut pods = self.inner.pods.lock();
-            let records = pods.entry(pod.uid().clone()).or_default();
-            walk.plan(spec, records)
-        };
-        if let Some(at) = wake {
-            let tx = self.inner.changes.clone();
-            let uid = pod.uid().clone();
-            let stopping = self.inner.stopping.clone();
-            self.inner.tasks.spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at.into()) => {
-                        let _ = tx.send(uid);
-                    }
-                    () = stopping.cancelled() => {}
-                }
-            });
-        }
-        plan
     }
 
     /// Starts `container` of `pod` (module docs, steps 1–6) with environment `env` and the
@@ -257,7 +204,7 @@ impl ProcessRuntime {
 
     /// Stops the running instance of `container` of pod `uid` (the CRI's `StopContainer`):
     /// SIGTERM to its process group, SIGKILL after `grace_period`. Returns whether it was
-    /// running. The restart policy decides, as for any other end, whether it starts again.
+    /// running. The pod worker decides, as for any other end, whether it starts again.
     ///
     /// # Errors
     /// [`Error::NotStopped`] when it outlived SIGKILL by 10 s.
@@ -293,7 +240,6 @@ impl ProcessRuntime {
     /// after `grace_period`, each waited for at most 5 s more. Nothing is left running behind
     /// the agent; its next start starts the pods' containers again.
     pub async fn stop_all(&self, grace_period: Duration) {
-        self.inner.stopping.cancel();
         let running: Vec<(String, i32, watch::Receiver<bool>)> = {
             let pods = self.inner.pods.lock();
             pods.values()

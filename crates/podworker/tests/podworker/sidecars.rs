@@ -1,9 +1,8 @@
 //! Sidecar containers through the ConfigSyncer (PW-60 … PW-64), on paused time, against a
-//! runtime of pretend processes: what the syncer hands the runtime's plan (which sidecar
-//! instances started), how it stops the sidecars once the app containers are done, and the
-//! order in which a pod's containers stop.
+//! runtime of pretend processes: when the syncer's plan starts the init container after a
+//! sidecar (once that sidecar's instance started), how it stops the sidecars once the app
+//! containers are done, and the order in which a pod's containers stop.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -11,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use nodelet_core::runtime::{
-    ContainerLaunch, ContainerState, ContainerStatus, Plan, PodNetwork, PodSandbox, Termination,
+    ContainerLaunch, ContainerState, ContainerStatus, PodNetwork, PodSandbox, Termination,
 };
 use nodelet_core::{AdmittedPod, PodUid};
 use nodelet_object_manager::Strategy;
@@ -31,15 +30,12 @@ use tokio_util::task::TaskTracker;
 use crate::support::{admit, api};
 
 /// Pretend processes: a container started by `create_container` runs until
-/// `stop_container` (which ends it at once) or the test ends it. Plans come from a script;
-/// what the syncer passed as `started` is kept.
+/// `stop_container` (which ends it at once) or the test ends it.
 struct Processes {
     t0: Instant,
     statuses: Mutex<Vec<ContainerStatus>>,
     /// `(seconds since t0, what)`: `start <c>`, `stop <c> grace=<s>`.
     log: Mutex<Vec<(u64, String)>>,
-    plans: Mutex<VecDeque<Plan>>,
-    started_args: Mutex<Vec<Vec<String>>>,
     /// What an exec probe answers: exit 0 when set.
     probe_passes: AtomicBool,
 }
@@ -50,18 +46,12 @@ impl Processes {
             t0: Instant::now(),
             statuses: Mutex::default(),
             log: Mutex::default(),
-            plans: Mutex::default(),
-            started_args: Mutex::default(),
             probe_passes: AtomicBool::new(false),
         })
     }
 
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn script(&self, plan: Plan) {
-        Self::lock(&self.plans).push_back(plan);
     }
 
     fn note(&self, what: String) {
@@ -71,6 +61,15 @@ impl Processes {
 
     fn log(&self) -> Vec<(u64, String)> {
         Self::lock(&self.log).clone()
+    }
+
+    /// What the log says of starts (or stops), in order.
+    fn logged(&self, what: &str) -> Vec<String> {
+        self.log()
+            .into_iter()
+            .filter(|(_, w)| w.starts_with(what))
+            .map(|(_, w)| w)
+            .collect()
     }
 
     fn run(&self, name: &str) {
@@ -112,11 +111,6 @@ impl RuntimeHook for Processes {
         Ok(Some(PodSandbox {
             network: PodNetwork::Host,
         }))
-    }
-
-    async fn plan(&self, _pod: &AdmittedPod, started: &[String]) -> Result<Plan, RuntimeError> {
-        Self::lock(&self.started_args).push(started.to_vec());
-        Ok(Self::lock(&self.plans).pop_front().unwrap_or_default())
     }
 
     async fn create_container(
@@ -246,14 +240,6 @@ fn admitted(pod: Pod, f: &Fixture) -> AdmittedPod {
     pod
 }
 
-fn plan(start: &[&str], stop: &[&str]) -> Plan {
-    Plan {
-        start: start.iter().map(|s| (*s).to_owned()).collect(),
-        stop: stop.iter().map(|s| (*s).to_owned()).collect(),
-        ..Plan::default()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn pw62_app_containers_stop_first_then_the_sidecars_in_reverse_order() {
     let f = fixture(false);
@@ -327,24 +313,31 @@ async fn pw63_the_sidecars_stop_once_the_app_containers_ended_and_the_pod_succee
         .spec(json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 20}))
         .build();
     let pod = admitted(pod, &f);
-    f.processes.script(plan(&["s1", "s2", "a"], &[]));
-    let first = f.syncer.sync_pod(&pod).await;
-    assert_eq!(first.ok(), Some(SyncOutcome::Running));
+    // One sync per container: each sidecar runs (and, without a startup probe, has
+    // started) before the next container starts.
+    for _ in 0..3 {
+        let synced = f.syncer.sync_pod(&pod).await;
+        assert_eq!(synced.ok(), Some(SyncOutcome::Running));
+    }
+    assert_eq!(
+        f.processes.logged("start"),
+        ["start s1", "start s2", "start a"]
+    );
     let phase = |f: &Fixture| f.status.status("u1").and_then(|s| s.phase);
     assert_eq!(phase(&f).as_deref(), Some("Running"));
     // The app container is done; the sidecars still run: the pod is not done yet.
     f.processes.end("a", 0);
-    f.processes.script(plan(&[], &["s1", "s2"]));
-    let second = f.syncer.sync_pod(&pod).await;
-    assert_eq!(second.ok(), Some(SyncOutcome::Terminal));
-    let stops: Vec<String> = f
-        .processes
-        .log()
-        .into_iter()
-        .filter(|(_, what)| what.starts_with("stop"))
-        .map(|(_, what)| what)
-        .collect();
-    assert_eq!(stops, ["stop s2 grace=20", "stop s1 grace=20"]);
+    let last = f.syncer.sync_pod(&pod).await;
+    assert_eq!(last.ok(), Some(SyncOutcome::Terminal));
+    assert_eq!(
+        f.processes.logged("stop"),
+        ["stop s2 grace=20", "stop s1 grace=20"]
+    );
+    assert_eq!(
+        f.processes.logged("start").len(),
+        3,
+        "nothing started again"
+    );
     assert_eq!(
         phase(&f).as_deref(),
         Some("Succeeded"),
@@ -353,7 +346,7 @@ async fn pw63_the_sidecars_stop_once_the_app_containers_ended_and_the_pod_succee
 }
 
 #[tokio::test(start_paused = true)]
-async fn pw60_the_plan_learns_a_sidecar_started_only_once_its_startup_probe_passed() {
+async fn pw60_the_next_init_container_starts_only_once_the_sidecars_startup_probe_passed() {
     let f = fixture(true);
     // A prober that started long ago: its workers probe at once.
     tokio::time::advance(Duration::from_secs(3600)).await;
@@ -365,26 +358,27 @@ async fn pw60_the_plan_learns_a_sidecar_started_only_once_its_startup_probe_pass
         .container(json!({"name": "a", "image": "x"}))
         .build();
     let pod = admitted(pod, &f);
-    f.processes.script(plan(&["s"], &[]));
     let synced = f.syncer.sync_pod(&pod).await;
     assert!(synced.is_ok(), "{synced:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let synced = f.syncer.sync_pod(&pod).await;
     assert!(synced.is_ok(), "{synced:?}");
+    assert_eq!(
+        f.processes.logged("start"),
+        ["start s"],
+        "s runs, its startup probe fails: t waits"
+    );
     f.processes.probe_passes.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    f.processes.run("t");
     let synced = f.syncer.sync_pod(&pod).await;
     assert!(synced.is_ok(), "{synced:?}");
-    let args = Processes::lock(&f.processes.started_args).clone();
+    assert_eq!(f.processes.logged("start"), ["start s", "start t"]);
+    let synced = f.syncer.sync_pod(&pod).await;
+    assert!(synced.is_ok(), "{synced:?}");
     assert_eq!(
-        args,
-        [
-            Vec::<String>::new(),
-            Vec::new(),
-            vec!["fake://s".to_owned(), "fake://t".to_owned()],
-        ],
-        "s counts once its startup probe passed; t has none and counts once it runs"
+        f.processes.logged("start"),
+        ["start s", "start t", "start a"],
+        "t has no startup probe: it counts once it runs"
     );
     // Its status: started and ready (no readiness probe) once the startup probe passed.
     let init = f
