@@ -104,9 +104,9 @@ async fn a_changed_failed_mount_message_is_published_as_a_new_event() {
         assert_eq!(involved.namespace.as_deref(), Some("default"));
         assert_eq!(involved.uid.as_deref(), Some(uid.as_str()));
         let source = e.source.clone().unwrap_or_default();
-        assert_eq!(source.component.as_deref(), Some("nodelet"));
+        assert_eq!(source.component.as_deref(), Some("kubelet"));
         assert_eq!(source.host.as_deref(), Some(NODE));
-        assert_eq!(e.reporting_component.as_deref(), Some("nodelet"));
+        assert_eq!(e.reporting_component.as_deref(), Some("kubelet"));
         assert_eq!(e.reporting_instance.as_deref(), Some(NODE));
         assert!(e.count.unwrap_or(0) >= 1);
         assert!(e.first_timestamp.is_some());

@@ -53,9 +53,12 @@
 //! that live long and report much (the kubelet's own correlator is an LRU of that size and
 //! forgets nothing); under pod churn the caches hold the entries of live pods only.
 //!
-//! `source.component` and `reportingComponent` are `nodelet`, not `kubelet`: reasons and messages
-//! are the kubelet's, but the writer is named truthfully (`kubectl describe` shows "From
-//! nodelet"); `source.host` and `reportingInstance` are the node name. Publishing never blocks
+//! `source.component` and `reportingComponent` are `kubelet`, and `source.host` and
+//! `reportingInstance` the node name, exactly as the kubelet's recorder writes them: tools and
+//! tests select a node agent's events with `source=kubelet` (`kubectl get events
+//! --field-selector source=kubelet`, upstream e2e's event waits), and those must find ours.
+//! What tells a nodelet node apart is the Node itself (`nodeInfo.osImage` is `nodelet`, and
+//! `nodeInfo.containerRuntimeVersion` names a `nodelet-…` runtime), not its events. Publishing never blocks
 //! the caller, failures are logged at debug level with the reason and pod only (messages are
 //! never logged), and the task stops on shutdown (pending events are dropped).
 
@@ -85,8 +88,9 @@ use limits::{Aggregated, Aggregator, SimilarKey, SpamFilter, lru_cache, truncate
 /// Event (count, lastTimestamp) instead of creating a new one.
 pub const AGGREGATION_WINDOW: Duration = Duration::from_secs(10 * 60);
 
-/// The component name written to `source.component` and `reportingComponent`.
-pub const COMPONENT: &str = "nodelet";
+/// The component name written to `source.component` and `reportingComponent`: the kubelet's
+/// own (its recorder's `EventSource{Component: "kubelet"}`), which event selectors look for.
+pub const COMPONENT: &str = "kubelet";
 
 /// How many events may wait for the publishing task (client-go's `maxQueuedEvents`); beyond it
 /// new events are dropped and counted (module docs, "The queue").
@@ -744,6 +748,45 @@ mod tests {
         let full = bed.publisher(Counters::default(), 1);
         full.push(&p, EventType::Warning, "FailedMount", failed());
         assert_eq!(full.forget(&uid), Err(QueueFull(uid.clone())));
+        bed.stop().await;
+    }
+
+    /// Selected as a kubelet's events are: `source=kubelet` (what `kubectl get events
+    /// --field-selector` and upstream e2e's waits use) finds the event, with the kubelet's
+    /// component and the node name in both the legacy and the reporting fields.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_event_is_found_by_the_kubelet_source_selector_with_the_node_as_host() {
+        use kube::api::ListParams;
+        use nodelet_testutil::{PATIENCE, PodBuilder};
+
+        let bed = Bed::start().await;
+        let publisher = bed.publisher(Counters::default(), QUEUE_CAPACITY);
+        let p = PodBuilder::new("default", "p").uid("u1").build();
+        publisher.push(&p, EventType::Normal, "Pulled", "image present".to_owned());
+        let api: Api<Event> = Api::namespaced(bed.server.client(), "default");
+        let selected = ListParams::default().fields("source=kubelet,involvedObject.name=p");
+        let events = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(list) = api.list(&selected).await
+                    && !list.items.is_empty()
+                {
+                    return list.items;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no event was selected by source=kubelet"));
+        assert_eq!(events.len(), 1);
+        let e = &events[0];
+        let source = e.source.clone().unwrap_or_default();
+        assert_eq!(source.component.as_deref(), Some("kubelet"));
+        assert_eq!(source.host.as_deref(), Some("n1"));
+        assert_eq!(e.reporting_component.as_deref(), Some("kubelet"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("n1"));
+        let other = ListParams::default().fields("source=nodelet");
+        let none = api.list(&other).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(none.items.is_empty(), "no event names another component");
         bed.stop().await;
     }
 
