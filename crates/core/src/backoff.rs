@@ -1,7 +1,7 @@
 //! [`Backoff`] and [`Jitter`]: the one exponential back-off and the one jitter of the node
 //! crates (reflector reconnects, volume operation retries, pod worker resyncs, outage probes),
 //! and [`Schedule`]: a back-off's values, with the kubelet's schedules as constants (crash
-//! loop, image pull, the object watches, the Service watch).
+//! loop, the object watches, the Service watch, the Node authorizer's lag).
 
 use std::time::Duration;
 
@@ -141,14 +141,6 @@ impl Schedule {
         reset_after: Some(Duration::from_secs(600)),
     };
 
-    /// The kubelet's image pull back-off (`ImagePullBackOff`): 10 s doubling to 5 min.
-    pub const IMAGE_PULL: Self = Self {
-        initial: Duration::from_secs(10),
-        max: Duration::from_secs(300),
-        jitter: Jitter::None,
-        reset_after: None,
-    };
-
     /// An object watch's reconnect (client-go's reflector): 800 ms doubling to 30 s, each
     /// delay plus up to 100 %.
     pub const WATCH: Self = Self {
@@ -172,6 +164,30 @@ impl Schedule {
         },
         reset_after: None,
     };
+
+    /// A request the Node authorizer refused for want of a link its graph does not have yet
+    /// (`no relationship found`: the graph trails the API): 50 ms doubling to 1 s, each delay
+    /// scaled by a factor in [0.5, 1), so that the many requests refused together spread.
+    pub const AUTHORIZER_LAG: Self = Self {
+        initial: Duration::from_millis(50),
+        max: Duration::from_secs(1),
+        jitter: Jitter::Scale {
+            low: 0.5,
+            high: 1.0,
+        },
+        reset_after: None,
+    };
+
+    /// The delay before retry number `attempt` (from 0): `initial` doubled `attempt` times,
+    /// at most `max`, jittered, never above `max`. For a caller that counts its retries
+    /// itself instead of keeping a [`Backoff`].
+    pub fn delay(self, attempt: u32) -> Duration {
+        let step = self
+            .initial
+            .saturating_mul(1u32 << attempt.min(31))
+            .min(self.max);
+        self.jitter.apply(step).min(self.max)
+    }
 
     /// A fresh [`Backoff`] on this schedule.
     pub fn backoff(self) -> Backoff {
@@ -225,16 +241,29 @@ mod tests {
         assert_eq!(s.after_run(secs(1), secs(160), false), secs(300));
         assert_eq!(s.after_run(secs(1), secs(300), false), secs(300));
         assert_eq!(s.after_run(secs(600), secs(300), false), Duration::ZERO);
-        assert_eq!(
-            Schedule::IMAGE_PULL.after_run(secs(600), secs(10), false),
-            secs(20)
-        );
+        let never_resets = Schedule {
+            reset_after: None,
+            ..s
+        };
+        assert_eq!(never_resets.after_run(secs(600), secs(10), false), secs(20));
         let mut watch = Schedule::SERVICE_WATCH.backoff();
         let first = watch.next_delay();
         assert!(
             first >= secs(1) && first < Duration::from_millis(1500),
             "{first:?}"
         );
+    }
+
+    #[test]
+    fn a_retry_counted_by_its_caller_gets_the_doubled_jittered_step_never_above_the_cap() {
+        let lag = Schedule::AUTHORIZER_LAG;
+        for attempt in 0..40 {
+            let step = Duration::from_millis(50u64 << attempt.min(5)).min(lag.max);
+            let d = lag.delay(attempt);
+            assert!(d >= step / 2 && d < step, "{attempt}: {d:?}");
+        }
+        assert_eq!(Schedule::CRASH_LOOP.delay(1), Duration::from_secs(20));
+        assert_eq!(Schedule::CRASH_LOOP.delay(9), Duration::from_secs(300));
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!
 //! Rules (markers `// (n)` below):
 //! 1. A no-relationship refusal ([`SourceError::is_no_relationship`]) is retried on a schedule
-//!    of its own: after 25–50 ms, then doubling up to 0.5–1 s ([`lag_delay`]), and at once
+//!    of its own: after 25–50 ms, then doubling up to 0.5–1 s
+//!    ([`Schedule::AUTHORIZER_LAG`]), and at once
 //!    when a pod is registered with the manager again (the agent's pod watch confirmed a pod, a
 //!    sign the server's informers have caught up). The reflector's back-off does not grow.
 //! 2. Such refusals for longer than the grace period in a row (`ManagerConfig::
@@ -26,16 +27,10 @@
 
 use std::time::Duration;
 
-use nodelet_core::backoff::Jitter;
+use nodelet_core::backoff::Schedule;
 use tokio::time::Instant;
 
 use crate::source::SourceError;
-
-/// The first retry after a no-relationship refusal, before jitter (1).
-const LAG_FIRST: Duration = Duration::from_millis(50);
-
-/// The largest retry delay while the refusal is taken for lag, before jitter (1).
-const LAG_MAX: Duration = Duration::from_secs(1);
 
 /// What to do after a failed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +64,7 @@ impl Refusals {
         if error.is_no_relationship() {
             let since = *self.lagging_since.get_or_insert(now);
             if now.saturating_duration_since(since) < grace {
-                let delay = lag_delay(self.attempts);
+                let delay = Schedule::AUTHORIZER_LAG.delay(self.attempts.into());
                 self.attempts = self.attempts.saturating_add(1);
                 return Verdict::Lagging(delay); // (1)
             }
@@ -93,20 +88,13 @@ impl Refusals {
     }
 }
 
-/// The delay before retry number `attempt` (from 0) of a no-relationship refusal: 50 ms
-/// doubling to 1 s, each scaled by a random factor in [0.5, 1) so refused reflectors spread (1).
-pub(crate) fn lag_delay(attempt: u8) -> Duration {
-    let step = LAG_FIRST
-        .saturating_mul(1u32 << attempt.min(5))
-        .min(LAG_MAX);
-    Jitter::between(0.5, 1.0).apply(step)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const GRACE: Duration = Duration::from_secs(30);
+    const LAG_FIRST: Duration = Schedule::AUTHORIZER_LAG.initial;
+    const LAG_MAX: Duration = Schedule::AUTHORIZER_LAG.max;
 
     fn no_relationship() -> SourceError {
         SourceError::status(
@@ -122,7 +110,9 @@ mod tests {
     fn lag_retries_start_below_50_ms_and_double_to_at_most_a_second() {
         let bounds: Vec<(u128, u128)> = (0..8)
             .map(|a| {
-                let d: Vec<Duration> = (0..200).map(|_| lag_delay(a)).collect();
+                let d: Vec<Duration> = (0..200)
+                    .map(|_| Schedule::AUTHORIZER_LAG.delay(a))
+                    .collect();
                 let lo = d.iter().min().copied().unwrap_or_default();
                 let hi = d.iter().max().copied().unwrap_or_default();
                 (lo.as_millis(), hi.as_millis())

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
-use nodelet_core::backoff::Jitter;
+use nodelet_core::backoff::Schedule;
 use nodelet_core::{AdmittedPod, PodUid};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -75,15 +75,9 @@ pub trait TokenSource: Send + Sync + 'static {
     ) -> Result<Token, TokenError>;
 }
 
-/// Delays (before jitter) between the attempts of a token request the Node authorizer refuses
-/// with `no relationship found` (its graph lags the API).
-const LAG_RETRIES: [Duration; 5] = [
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
-    Duration::from_millis(800),
-    Duration::from_millis(1000),
-];
+/// How often a token request the Node authorizer refuses with `no relationship found` (its
+/// graph lags the API) is retried, on [`Schedule::AUTHORIZER_LAG`]: 1.3–2.6 s in all.
+const LAG_RETRIES: u32 = 6;
 
 /// [`TokenSource`] over the `serviceaccounts/<sa>/token` subresource.
 #[derive(Clone)]
@@ -120,10 +114,10 @@ impl TokenSource for KubeTokenSource {
             .unwrap_or_default();
         // The Node authorizer links a pod's service account a moment after the pod is bound
         // (and after a server restart, once its graph is rebuilt): a refusal for want of that
-        // link is retried five times, over 1.25-2.5 s in all, before it is reported. So is a
+        // link is retried six times, over 1.3-2.6 s in all, before it is reported. So is a
         // 404: NodeRestriction looks the bound pod up in its informer's cache, which trails
         // the pod's creation as the graph does (OM-32).
-        let mut lag = LAG_RETRIES.iter();
+        let mut lag = (0..LAG_RETRIES).map(|attempt| Schedule::AUTHORIZER_LAG.delay(attempt));
         let answer = loop {
             let sent = api
                 .create_token_request(service_account, &PostParams::default(), request)
@@ -136,7 +130,7 @@ impl TokenSource for KubeTokenSource {
                             &status.message,
                         ) =>
                 {
-                    tokio::time::sleep(Jitter::between(0.5, 1.0).apply(*delay)).await;
+                    tokio::time::sleep(delay).await;
                 }
                 (sent, _) => break sent,
             }
