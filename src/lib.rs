@@ -18,7 +18,7 @@
 //!   serves ([`PodsView`]).
 //! * [`run`]: what the binary does: connect (or start the embedded API server for
 //!   `--manifests`), start an [`Agent`], tell systemd when its first pod list is synced, wait
-//!   for a stop signal, shut down within 5 s ([`remove_pods`] after it with
+//!   for a stop signal, shut down within 5 s (`nodelet_volume_manager::remove_pods` after it with
 //!   `--cleanup-on-exit`).
 //!
 //! # Features
@@ -65,7 +65,6 @@
 mod agent;
 mod api_client;
 mod api_health;
-mod cleanup;
 mod follow;
 mod http;
 mod kubelet_host;
@@ -93,7 +92,6 @@ use tracing::warn;
 
 pub use agent::Agent;
 pub use api_client::ApiClient;
-pub use cleanup::{PodsRemoved, remove_pods};
 pub use lock::LOCK_FILE_NAME;
 /// The configuration [`Agent::start`] and [`run`] take, from `nodelet-config` (its other
 /// types, the flags' values and defaults, are that crate's).
@@ -361,13 +359,13 @@ pub async fn run(settings: Settings, stop: impl Future<Output = ()>) -> anyhow::
     agent.shutdown().await;
     if settings.cleanup_on_exit {
         // Still under the root directory's lock: no other agent can be adopting these volumes.
-        match remove_pods(&config.root_dir, false) {
+        match nodelet_volume_manager::remove_pods(&config.root_dir, false) {
             Ok(report) => info!(
                 unmounted = report.unmounted.len(),
                 "pods' directories removed (--cleanup-on-exit)"
             ),
             Err(error) => tracing::warn!(
-                error = format!("{error:#}"),
+                error = format!("{:#}", anyhow::Error::from(error)),
                 "pods' directories not removed"
             ),
         }

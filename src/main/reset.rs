@@ -12,26 +12,18 @@
 //!
 //! With `dry_run` nothing is changed and the report says what would be done.
 //!
-//! [`delete_node`] (`--delete-node`) removes the node from the cluster: first its Lease
-//! (`kube-node-lease/<node>`), then its Node, each on its own (a refusal of one does not stop
-//! the other, nor the local steps above). Under the Node authorizer a node identity
-//! (`system:node:<node>`) may delete its own Lease but not its Node: the authorizer allows a
-//! node only to create, update and patch Node objects, and the `system:node` role that might
-//! add more is bound to no one by default. That 403 is reported with the API server's message
-//! and what to do instead (`kubectl delete node` as an admin); admin credentials delete both.
+//! `--delete-node` removes the node from the cluster (`nodelet_reporting::delete_node`: its
+//! Lease, then its Node, each on its own); a refusal does not stop the local steps above.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use kube::api::DeleteParams;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use nodelet::LOCK_FILE_NAME;
+use nodelet_reporting::{Deletion, delete_node};
 use nodelet_transport::Protocol;
 
 use crate::cli::ResetArgs;
@@ -72,86 +64,6 @@ pub(crate) struct ResetReport {
     pub(crate) left: Vec<PathBuf>,
 }
 
-/// The namespace of node Leases.
-const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-
-/// One API object of the node and what [`delete_node`] did with it.
-#[derive(Debug)]
-pub(crate) struct NodeObject {
-    /// `Lease kube-node-lease/<node>` or `Node <node>`.
-    pub(crate) what: String,
-    /// What happened.
-    pub(crate) outcome: Deletion,
-}
-
-/// What happened to one of the node's API objects.
-#[derive(Debug)]
-pub(crate) enum Deletion {
-    /// Deleted.
-    Deleted,
-    /// Exists and would be deleted (`dry_run`).
-    WouldDelete,
-    /// Not there (already deleted).
-    NotFound,
-    /// The API server refused (403): its message, and for the Node what to do instead.
-    Forbidden(String),
-    /// Any other failure.
-    Failed(String),
-}
-
-impl Deletion {
-    /// Whether the object is not deleted although it may exist (a refusal or a failure).
-    pub(crate) fn is_failure(&self) -> bool {
-        matches!(self, Deletion::Forbidden(_) | Deletion::Failed(_))
-    }
-}
-
-/// Deletes the Lease, then the Node, of `node` through `client` (module docs); with `dry_run`
-/// only reads them. Never stops at a failure: each object's outcome is returned.
-pub(crate) async fn delete_node(
-    client: kube::Client,
-    node: &str,
-    dry_run: bool,
-) -> Vec<NodeObject> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
-    let nodes: Api<Node> = Api::all(client);
-    let lease = NodeObject {
-        what: format!("Lease {NODE_LEASE_NAMESPACE}/{node}"),
-        outcome: delete_one(&leases, node, dry_run, None).await,
-    };
-    let hint = format!(
-        "a node identity may not delete its own Node (the Node authorizer lets a node only \
-         create, update and patch it); delete it with admin credentials: kubectl delete node {node}"
-    );
-    let node_object = NodeObject {
-        what: format!("Node {node}"),
-        outcome: delete_one(&nodes, node, dry_run, Some(&hint)).await,
-    };
-    vec![lease, node_object]
-}
-
-async fn delete_one<K>(api: &Api<K>, name: &str, dry_run: bool, hint: Option<&str>) -> Deletion
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let result = if dry_run {
-        api.get(name).await.map(|_| Deletion::WouldDelete)
-    } else {
-        api.delete(name, &DeleteParams::default())
-            .await
-            .map(|_| Deletion::Deleted)
-    };
-    match result {
-        Ok(done) => done,
-        Err(kube::Error::Api(status)) if status.code == 404 => Deletion::NotFound,
-        Err(kube::Error::Api(status)) if status.code == 403 => Deletion::Forbidden(match hint {
-            Some(hint) => format!("{}; {hint}", status.message),
-            None => status.message.clone(),
-        }),
-        Err(error) => Deletion::Failed(error.to_string()),
-    }
-}
-
 /// Resets `root` (module docs, steps (1)–(4)).
 ///
 /// # Errors
@@ -168,7 +80,7 @@ pub(crate) fn reset(root: &Path, dry_run: bool) -> Result<ResetReport, ResetErro
     // (1)
     let _lock = lock(&root)?;
     // (2), (3)
-    let pods = nodelet::remove_pods(&root, dry_run)?;
+    let pods = nodelet_volume_manager::remove_pods(&root, dry_run).map_err(anyhow::Error::from)?;
     report.unmounted = pods.unmounted;
     report.removed.extend(pods.removed);
     let logs = root.join(LOGS_DIR);

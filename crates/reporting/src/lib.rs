@@ -17,6 +17,8 @@
 //!   it creates it, the Ready condition, addresses, capacity), renews its Lease in
 //!   `kube-node-lease` and refreshes the Ready heartbeat until shut down.
 //! * [`Counters`]: failed writes by [`WriteTarget`], events not published by [`EventDrop`].
+//! * [`delete_node`]: the node taken off the cluster (`nodelet reset --delete-node`): its
+//!   Lease, then its Node, each outcome reported ([`Deletion`]).
 //!
 //! ```text
 //! pod workers ─► StatusWriter (newest per pod) ─► task: PATCH pods/status │ DELETE pod
@@ -29,7 +31,8 @@
 //!
 //! * Every request is one a node identity may make under the Node authorizer and
 //!   NodeRestriction: the status of its own pods and their deletion, events, its own Node
-//!   (labels and status only once it exists), its own Lease.
+//!   (labels and status only once it exists), its own Lease. [`delete_node`] alone asks more
+//!   (the Node's deletion): it reports the refusal a node identity gets, with what to do.
 //! * Nothing blocks the caller: events are queued or dropped and counted; a failed write is
 //!   logged, counted and retried on the next tick (Node, Lease) or forgotten (events).
 //! * Event messages are never logged (reason and pod only).
@@ -73,6 +76,7 @@
 mod counters;
 mod events;
 mod node;
+mod removal;
 mod status;
 
 pub use counters::{Counters, EventDrop, WriteTarget};
@@ -81,4 +85,5 @@ pub use events::{
     QueueFull,
 };
 pub use node::{AGENT_TAINT_KEY, KUBELET_VERSION, NodeConfig, run_node};
+pub use removal::{Deletion, NodeObject, delete_node};
 pub use status::{StatusConfig, StatusWriter};

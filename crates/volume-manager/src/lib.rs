@@ -42,6 +42,9 @@
 //!   downward API is `nodelet_core::downward` (one implementation for volumes and env).
 //! * Events go to a `nodelet_core::EventSink` (`FailedMount`, `FailedUnmount`,
 //!   `UnsupportedVolume`: `nodelet_core::events::reasons`).
+//! * [`remove_pods`] — what a stopped agent's volume manager left in `<root>/pods` (the pods'
+//!   directories, their tmpfs mounts) unmounted and removed: `nodelet reset`, or the agent
+//!   told to clean up at exit.
 //! * [`Error`] / [`SetUpError`] — `Display` reproduces the kubelet's texts;
 //!   [`SetUpError::node_fault`] classifies a failure as node-side ([`NodeFault`]: disk full,
 //!   quota, read-only or failing file system, no memory or file descriptors) — see
@@ -258,6 +261,7 @@ mod config;
 mod dsw;
 mod error;
 mod executor;
+mod leftovers;
 mod manager;
 mod node_faults;
 mod operation;
@@ -270,6 +274,7 @@ mod updates;
 
 pub use config::{AfterSwap, AfterSwapFn, Config, MemoryMedium};
 pub use error::{Error, NodeFault, SetUpError, WaitCause};
+pub use leftovers::{PodsRemoved, RemovePodsError, remove_pods};
 pub use manager::VolumeManager;
 pub use plugins::{PluginRegistry, VolumePlugin};
 pub use snapshot::{PodVolumes, VolumeSnapshot, VolumeState};
