@@ -89,7 +89,11 @@ impl Agent {
         let (runtime, processes) = crate::parts::container_runtime(&config, &tasks)?;
         // The node's one Service watch (PW-15): started by the first environment built,
         // stopped with the agent.
-        let services = ServiceLister::new(client.clone(), ServiceListerConfig::default());
+        let services = ServiceLister::new(
+            client.clone(),
+            ServiceListerConfig::default(),
+            &tasks.tracker,
+        );
         tasks.tracker.spawn({
             let (services, stop) = (services.clone(), tasks.shutdown.clone());
             async move {

@@ -1,7 +1,7 @@
 //! Checks on the repository itself, run by `cargo test --workspace` like any other test:
 //! no import circles between files, every cited kubelet rule ID defined in `docs/rules.md`,
-//! ARCHITECTURE.md true of the tree (dependencies, files, type names), and
-//! no reference to our tracker or to texts a crate user cannot read (an issue number, the team's
+//! ARCHITECTURE.md true of the tree (dependencies, files, type names), no function outside
+//! tests over 120 lines, and no reference to our tracker or to texts a crate user cannot read (an issue number, the team's
 //! style guide, the private spec's section signs) in code or docs.
 
 use std::path::{Path, PathBuf};
@@ -133,4 +133,320 @@ fn the_wording_check_finds_what_it_looks_for_and_nothing_else() {
     assert!(tracker_reference("the spec § 7 text").is_some());
     assert!(tracker_reference("an issue with the cache").is_none());
     assert!(tracker_reference("HTML_STYLE_SHEET and STYLES").is_none());
+}
+
+/// The longest a function outside tests may be, in lines from `fn` to its closing brace.
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// The workspace's Rust sources that are not tests: every `.rs` file but those under a
+/// `tests`, `benches` or `examples` directory, build outputs, hidden directories, and the
+/// files of modules declared `#[cfg(test)] mod name;`.
+fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if path.is_dir() {
+            let skip = ["target", "tests", "benches", "examples"].contains(&name);
+            if !skip && !name.starts_with('.') {
+                rust_sources(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `text` with comments, string literals and character literals blanked out (newlines kept,
+/// so line numbers stay), leaving only code whose braces can be counted.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                blank(&mut out, chars[i]);
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, chars[i]);
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (next == Some('#') || next == Some('"')) && !ident_before(&chars, i) {
+            // A raw string: r"…", r#"…"#, …
+            let mut j = i + 1;
+            while chars.get(j) == Some(&'#') {
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let hashes = j - i - 1;
+            let close: String = std::iter::once('"')
+                .chain("#".repeat(hashes).chars())
+                .collect();
+            let close: Vec<char> = close.chars().collect();
+            let mut k = j + 1;
+            while k < chars.len() && chars[k..].iter().take(close.len()).ne(close.iter()) {
+                k += 1;
+            }
+            let end = (k + close.len()).min(chars.len());
+            for &ch in &chars[i..end] {
+                blank(&mut out, ch);
+            }
+            i = end;
+        } else if c == '"' {
+            blank(&mut out, c);
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    blank(&mut out, chars[i]);
+                    i += 1;
+                }
+                if let Some(&ch) = chars.get(i) {
+                    blank(&mut out, ch);
+                }
+                i += 1;
+            }
+            if i < chars.len() {
+                blank(&mut out, chars[i]);
+                i += 1;
+            }
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\u{..}'), else a lifetime.
+            let end = if next == Some('\\') {
+                chars[i + 2..]
+                    .iter()
+                    .position(|&ch| ch == '\'')
+                    .map(|p| i + 2 + p + 1)
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 3)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    for &ch in &chars[i..end] {
+                        blank(&mut out, ch);
+                    }
+                    i = end;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Whether the character before `i` continues an identifier (so an `r` at `i` is not a raw
+/// string's).
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// The functions of `code` (from [`code_only`]) longer than `max` lines, as `(line, name,
+/// lines)`; items under `#[cfg(test)]` (a test module, a test helper) are not looked at, nor
+/// are nested functions counted apart from their enclosing one.
+fn long_functions(code: &str, max: usize) -> Vec<(usize, String, usize)> {
+    let bytes = code.as_bytes();
+    let line_of = |pos: usize| code[..pos].matches('\n').count() + 1;
+    // The end of the block opening at `open` (a `{`), or the end of the text.
+    let block_end = |open: usize| {
+        let mut depth = 0usize;
+        for (k, &b) in bytes.iter().enumerate().skip(open) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return k;
+                    }
+                }
+                _ => {}
+            }
+        }
+        bytes.len()
+    };
+    // The first `{` or `;` from `from` on outside parentheses and brackets.
+    let item_body = |from: usize| {
+        let mut depth = 0i32;
+        for (k, &b) in bytes.iter().enumerate().skip(from) {
+            match b {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'{' | b';' if depth == 0 => return Some((k, b)),
+                _ => {}
+            }
+        }
+        None
+    };
+    let is_word = |k: usize, w: &str| {
+        code[k..].starts_with(w)
+            && (k == 0 || !(bytes[k - 1].is_ascii_alphanumeric() || bytes[k - 1] == b'_'))
+            && bytes
+                .get(k + w.len())
+                .is_none_or(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+    };
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if code[i..].starts_with("#[cfg(test)]") {
+            // Skip the item the attribute is on.
+            i = match item_body(i + "#[cfg(test)]".len()) {
+                Some((k, b'{')) => block_end(k) + 1,
+                Some((k, _)) => k + 1,
+                None => bytes.len(),
+            };
+            continue;
+        }
+        if is_word(i, "fn") {
+            let name: String = code[i + 2..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if let Some((k, b'{')) = item_body(i + 2) {
+                let end = block_end(k);
+                let lines = line_of(end) - line_of(i) + 1;
+                if lines > max {
+                    found.push((line_of(i), name, lines));
+                }
+                i = end + 1;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+#[test]
+fn no_function_outside_tests_is_over_120_lines() {
+    let mut files = Vec::new();
+    rust_sources(&root(), &mut files);
+    assert!(files.len() > 100, "found only {} files", files.len());
+    // Modules declared `#[cfg(test)] mod name;` live in files of their own.
+    let declared = regex_free_test_modules(&files);
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !declared.contains(f)) {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for (line, name, lines) in long_functions(&code_only(&text), MAX_FUNCTION_LINES) {
+            let path = file.strip_prefix(root()).unwrap_or(file);
+            found.push(format!(
+                "{}:{line}: fn {name}: {lines} lines",
+                path.display()
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "split these into named steps, each a function (at most {MAX_FUNCTION_LINES} lines):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The files of the modules `files` declare as `#[cfg(test)] mod name;` (`name.rs` or
+/// `name/mod.rs` beside a `lib.rs`, `main.rs` or `mod.rs`, else in the folder named after the
+/// declaring file), and everything under such a folder.
+fn regex_free_test_modules(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let code = code_only(&text);
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find("#[cfg(test)]") {
+            rest = &rest[at + "#[cfg(test)]".len()..];
+            let item = rest.trim_start();
+            let Some(decl) = item.strip_prefix("mod ") else {
+                continue;
+            };
+            let name: String = decl
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !decl[name.len()..].trim_start().starts_with(';') {
+                continue;
+            }
+            let stem = file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
+            let Some(parent) = file.parent() else {
+                continue;
+            };
+            let base = if ["lib", "main", "mod"].contains(&stem) {
+                parent.to_path_buf()
+            } else {
+                parent.join(stem)
+            };
+            out.push(base.join(format!("{name}.rs")));
+            dirs.push(base.join(&name));
+        }
+    }
+    out.extend(
+        files
+            .iter()
+            .filter(|f| dirs.iter().any(|d| f.starts_with(d)))
+            .cloned(),
+    );
+    out
+}
+
+#[test]
+fn the_function_length_check_finds_a_long_function_and_skips_tests_and_literals() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    // 2 lines of signature and brace + 119 = 121 lines.
+    let long = format!("pub fn too_long(a: u8) -> u8 {{\n{}}}\n", body(119));
+    assert_eq!(
+        long_functions(&code_only(&long), 120),
+        [(1, "too_long".to_owned(), 121)]
+    );
+    let just = format!("fn fits() {{\n{}}}\n", body(118));
+    assert!(long_functions(&code_only(&just), 120).is_empty());
+    // Braces in strings, characters and comments do not count; a test module is skipped; a
+    // trait method without a body is not a function body.
+    let tricky = format!(
+        "trait T {{ fn f(&self); }}\nfn short() {{\n    let s = \"}}\"; let c = '{{'; // }}\n    let r = r#\"}}\"#; let l: &'static str = s;\n}}\n\
+         #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\nfn after() {{\n{}}}\n",
+        body(200),
+        body(130)
+    );
+    assert_eq!(
+        long_functions(&code_only(&tricky), 120),
+        [(211, "after".to_owned(), 132)]
+    );
 }

@@ -27,7 +27,8 @@
 //! * [`Error`]: `Display` reproduces the kubelet's texts; classify with
 //!   [`Error::is_not_found`] or by variant.
 //! * [`ServiceLister`]: the node's one cluster-wide Service watch (`spec.clusterIP!=None`, as
-//!   the kubelet's service informer), started by the first read, for the service environment
+//!   the kubelet's service informer), started by the first read (its task on the owner's
+//!   tracker, none detached), for the service environment
 //!   of containers (PW-15); it keeps each service's cluster IP and ports ([`ServiceInfo`]).
 //!
 //! ```text

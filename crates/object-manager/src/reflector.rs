@@ -482,7 +482,6 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
 
     /// The transition function: does what `state` calls for and returns the next state.
     async fn step(&self, state: State<K>, run: &mut RunState) -> State<K> {
-        let (namespace, name) = (&self.namespace, &self.name);
         match state {
             State::Stopped => State::Stopped,
             State::Backoff { error, then } => {
@@ -492,151 +491,170 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 }
                 *then
             }
-            // (1) a watch-list, else LIST.
-            State::Empty => {
-                self.first_read(run).await;
-                let opened = {
-                    let _permit = self.permit(&mut run.recovery).await;
-                    self.answered(
-                        &mut run.refusals,
-                        self.source.watch_list(namespace, name, run.read).await,
-                    )
-                };
-                self.scouted(run, opened.as_ref().err());
-                match opened {
-                    Ok(Some(stream)) => State::WatchListing {
-                        stream,
-                        started: Instant::now(),
-                        listed: None,
-                    },
-                    Ok(None) => State::Listing,
-                    Err(error) => {
-                        tracing::debug!(%error, "watch-list failed");
-                        State::backoff(Some(error), State::Empty)
-                    }
-                }
-            }
-            State::Listing => {
-                self.first_read(run).await;
-                let listed = {
-                    let _permit = self.permit(&mut run.recovery).await;
-                    self.answered(
-                        &mut run.refusals,
-                        self.source.list(namespace, name, run.read).await,
-                    )
-                };
-                self.scouted(run, listed.as_ref().err());
-                match listed {
-                    Err(error) => {
-                        tracing::debug!(%error, "list failed");
-                        State::backoff(Some(error), State::Empty)
-                    }
-                    // (2)
-                    Ok(listed) => {
-                        if !self.replace(listed.object.map(Arc::new)) {
-                            return State::Stopped;
-                        }
-                        run.resource_version = listed.resource_version;
-                        run.read = ReadFrom::WatchCache;
-                        State::Watching {
-                            stream: None,
-                            progressed: false,
-                        }
-                    }
-                }
-            }
-            // A watch-list's initial state, applied at its end (2).
+            State::Empty => self.open_watch_list(run).await,
+            State::Listing => self.list(run).await,
             State::WatchListing {
-                mut stream,
+                stream,
                 started,
-                mut listed,
-            } => {
-                while let Some(item) = stream.next().await {
-                    match item {
-                        Ok(WatchEvent::Applied(obj)) => listed = Some(Arc::new(obj)),
-                        Ok(WatchEvent::Deleted(_)) => listed = None,
-                        Ok(WatchEvent::InitialEventsEnd { resource_version }) => {
-                            run.resource_version = resource_version;
-                            run.read = ReadFrom::WatchCache;
-                            if !self.replace(listed.take()) {
-                                return State::Stopped;
-                            }
-                            // The end of the initial events is the stream's first event.
-                            run.backoff.reset();
-                            return State::Watching {
-                                stream: Some(Open {
-                                    stream,
-                                    started,
-                                    saw_event: true,
-                                }),
-                                progressed: true,
-                            };
-                        }
-                        Ok(WatchEvent::Bookmark { .. }) => {}
-                        Err(error) if error.is_gone() => {
-                            tracing::debug!("watch expired, relisting"); // (4)
-                            run.read = ReadFrom::Quorum;
-                            return State::relist(false);
-                        }
-                        Err(error) => {
-                            tracing::debug!(%error, "watch stream failed");
-                            // The watch-list ended before its initial events did: list again.
-                            return State::backoff(Some(error), State::Empty);
-                        }
-                    }
-                }
-                State::backoff(None, State::Empty)
-            }
-            // (3) the watch-list's own stream first, then watches from the last version.
+                listed,
+            } => self.follow_watch_list(run, stream, started, listed).await,
             State::Watching {
                 stream: None,
                 progressed,
-            } => {
-                let started = Instant::now();
-                if run.recovery.woken && self.history_was_forgotten() {
-                    tracing::debug!("the API server forgot its watch history; relisting"); // (6)
-                    return State::Empty;
-                }
-                let opened = {
-                    let _permit = self.permit(&mut run.recovery).await;
-                    self.answered(
-                        &mut run.refusals,
-                        self.source
-                            .watch(namespace, name, &run.resource_version)
-                            .await,
-                    )
-                };
-                match opened {
-                    Ok(stream) => State::Watching {
-                        stream: Some(Open {
-                            stream,
-                            started,
-                            saw_event: false,
-                        }),
-                        progressed,
-                    },
-                    Err(error) if error.is_gone() => {
-                        tracing::debug!("watch expired, relisting"); // (4)
-                        self.expired(&run.recovery);
-                        run.read = ReadFrom::Quorum;
-                        State::relist(progressed)
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "watch failed");
-                        State::backoff(
-                            Some(error),
-                            State::Watching {
-                                stream: None,
-                                progressed,
-                            },
-                        ) // (5)
-                    }
-                }
-            }
+            } => self.open_watch(run, progressed).await,
             State::Watching {
                 stream: Some(mut open),
                 mut progressed,
             } => self.follow(run, &mut open, &mut progressed).await,
+        }
+    }
+
+    /// (1) A watch-list, else (the source has none) LIST.
+    async fn open_watch_list(&self, run: &mut RunState) -> State<K> {
+        self.first_read(run).await;
+        let opened = {
+            let _permit = self.permit(&mut run.recovery).await;
+            self.answered(
+                &mut run.refusals,
+                self.source
+                    .watch_list(&self.namespace, &self.name, run.read)
+                    .await,
+            )
+        };
+        self.scouted(run, opened.as_ref().err());
+        match opened {
+            Ok(Some(stream)) => State::WatchListing {
+                stream,
+                started: Instant::now(),
+                listed: None,
+            },
+            Ok(None) => State::Listing,
+            Err(error) => {
+                tracing::debug!(%error, "watch-list failed");
+                State::backoff(Some(error), State::Empty)
+            }
+        }
+    }
+
+    /// (1) LIST, then (2) its object is the cell's and a watch follows from its version.
+    async fn list(&self, run: &mut RunState) -> State<K> {
+        self.first_read(run).await;
+        let listed = {
+            let _permit = self.permit(&mut run.recovery).await;
+            self.answered(
+                &mut run.refusals,
+                self.source
+                    .list(&self.namespace, &self.name, run.read)
+                    .await,
+            )
+        };
+        self.scouted(run, listed.as_ref().err());
+        match listed {
+            Err(error) => {
+                tracing::debug!(%error, "list failed");
+                State::backoff(Some(error), State::Empty)
+            }
+            // (2)
+            Ok(listed) => {
+                if !self.replace(listed.object.map(Arc::new)) {
+                    return State::Stopped;
+                }
+                run.resource_version = listed.resource_version;
+                run.read = ReadFrom::WatchCache;
+                State::Watching {
+                    stream: None,
+                    progressed: false,
+                }
+            }
+        }
+    }
+
+    /// A watch-list's initial state, applied at its end (2); its stream is then followed.
+    async fn follow_watch_list(
+        &self,
+        run: &mut RunState,
+        mut stream: WatchStream<K>,
+        started: Instant,
+        mut listed: Option<Arc<K>>,
+    ) -> State<K> {
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(WatchEvent::Applied(obj)) => listed = Some(Arc::new(obj)),
+                Ok(WatchEvent::Deleted(_)) => listed = None,
+                Ok(WatchEvent::InitialEventsEnd { resource_version }) => {
+                    run.resource_version = resource_version;
+                    run.read = ReadFrom::WatchCache;
+                    if !self.replace(listed.take()) {
+                        return State::Stopped;
+                    }
+                    // The end of the initial events is the stream's first event.
+                    run.backoff.reset();
+                    return State::Watching {
+                        stream: Some(Open {
+                            stream,
+                            started,
+                            saw_event: true,
+                        }),
+                        progressed: true,
+                    };
+                }
+                Ok(WatchEvent::Bookmark { .. }) => {}
+                Err(error) if error.is_gone() => {
+                    tracing::debug!("watch expired, relisting"); // (4)
+                    run.read = ReadFrom::Quorum;
+                    return State::relist(false);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "watch stream failed");
+                    // The watch-list ended before its initial events did: list again.
+                    return State::backoff(Some(error), State::Empty);
+                }
+            }
+        }
+        State::backoff(None, State::Empty)
+    }
+
+    /// (3) A watch from the last version (the watch-list's own stream was followed first).
+    async fn open_watch(&self, run: &mut RunState, progressed: bool) -> State<K> {
+        let started = Instant::now();
+        if run.recovery.woken && self.history_was_forgotten() {
+            tracing::debug!("the API server forgot its watch history; relisting"); // (6)
+            return State::Empty;
+        }
+        let opened = {
+            let _permit = self.permit(&mut run.recovery).await;
+            self.answered(
+                &mut run.refusals,
+                self.source
+                    .watch(&self.namespace, &self.name, &run.resource_version)
+                    .await,
+            )
+        };
+        match opened {
+            Ok(stream) => State::Watching {
+                stream: Some(Open {
+                    stream,
+                    started,
+                    saw_event: false,
+                }),
+                progressed,
+            },
+            Err(error) if error.is_gone() => {
+                tracing::debug!("watch expired, relisting"); // (4)
+                self.expired(&run.recovery);
+                run.read = ReadFrom::Quorum;
+                State::relist(progressed)
+            }
+            Err(error) => {
+                tracing::debug!(%error, "watch failed");
+                State::backoff(
+                    Some(error),
+                    State::Watching {
+                        stream: None,
+                        progressed,
+                    },
+                ) // (5)
+            }
         }
     }
 

@@ -21,6 +21,7 @@ use nodelet_core::backoff::{Backoff, Schedule};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 /// The field selector of the kubelet's service watch: headless services are never read.
@@ -137,6 +138,8 @@ struct Shared {
     /// LISTs the watch has made: each complete list received and each failed attempt.
     lists: AtomicU64,
     shutdown: CancellationToken,
+    /// The owner's task tracker: the watch task runs on it, so the owner can wait for its end.
+    tasks: TaskTracker,
 }
 
 impl fmt::Debug for ServiceLister {
@@ -155,12 +158,19 @@ impl Drop for Shared {
 }
 
 impl ServiceLister {
-    /// A lister reading through `client`; nothing is requested until the first read.
-    pub fn new(client: Client, config: ServiceListerConfig) -> Self {
-        Self::with_client(Some(client), config)
+    /// A lister reading through `client`; nothing is requested until the first read, which
+    /// starts the watch task on `tasks` (the owner's tracker: after
+    /// [`shutdown`](Self::shutdown), or once every clone of the lister is dropped, the task
+    /// ends, and waiting for the tracker waits for it).
+    pub fn new(client: Client, config: ServiceListerConfig, tasks: &TaskTracker) -> Self {
+        Self::with_client(Some(client), config, tasks.clone())
     }
 
-    fn with_client(client: Option<Client>, config: ServiceListerConfig) -> Self {
+    fn with_client(
+        client: Option<Client>,
+        config: ServiceListerConfig,
+        tasks: TaskTracker,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 client,
@@ -171,6 +181,7 @@ impl ServiceLister {
                 last_error: Mutex::default(),
                 lists: AtomicU64::new(0),
                 shutdown: CancellationToken::new(),
+                tasks,
             }),
         }
     }
@@ -179,7 +190,7 @@ impl ServiceLister {
     /// changing, with no API server behind it.
     #[cfg(any(test, feature = "test-util"))]
     pub fn fixed(services: &[Service]) -> Self {
-        let lister = Self::with_client(None, ServiceListerConfig::default());
+        let lister = Self::with_client(None, ServiceListerConfig::default(), TaskTracker::new());
         {
             let mut index = lister.shared.services.lock();
             for info in services.iter().filter_map(ServiceInfo::from_service) {
@@ -195,7 +206,7 @@ impl ServiceLister {
     /// [`ServiceListError::NotSynced`] after `config`'s wait.
     #[cfg(any(test, feature = "test-util"))]
     pub fn never_synced(config: ServiceListerConfig) -> Self {
-        let lister = Self::with_client(None, config);
+        let lister = Self::with_client(None, config, TaskTracker::new());
         *lister.shared.started.lock() = true;
         lister
     }
@@ -271,7 +282,7 @@ impl ServiceLister {
         let stream = watcher::watcher(api, config).boxed();
         let backoff = self.shared.config.backoff.backoff();
         debug!("starting the service watch");
-        tokio::spawn(run(
+        self.shared.tasks.spawn(run(
             Arc::downgrade(&self.shared),
             stream,
             backoff,
@@ -385,6 +396,25 @@ mod tests {
             serde_json::json!({"metadata": {"namespace": ns, "name": name}, "spec": spec}),
         )
         .expect("service")
+    }
+
+    // The watch task runs on the owner's tracker, so an owner that stops the lister and
+    // waits for its tracker knows the watch is over: no task outlives it.
+    #[tokio::test]
+    async fn the_watch_runs_on_the_owners_tracker_and_ends_with_shutdown() {
+        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
+            .await
+            .expect("start apiserver");
+        let tasks = TaskTracker::new();
+        let lister = ServiceLister::new(server.client(), ServiceListerConfig::default(), &tasks);
+        assert!(tasks.is_empty(), "nothing before the first read");
+        let read = lister.services(&["default"]).await;
+        assert!(read.is_ok(), "{read:?}");
+        assert_eq!(tasks.len(), 1, "the watch is the tracker's");
+        lister.shutdown();
+        tasks.close();
+        let ended = tokio::time::timeout(nodelet_testutil::PATIENCE, tasks.wait()).await;
+        assert!(ended.is_ok(), "the watch task did not end");
     }
 
     #[test]

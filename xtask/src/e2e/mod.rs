@@ -173,8 +173,29 @@ fn run(
     teardown: &mut Teardown,
     interrupted: &AtomicBool,
 ) -> Result<bool> {
-    // Node name: --node-name, or the node of --node-kubeconfig's identity; a mismatch is
-    // refused here, before anything starts.
+    let (node_name, node_kubeconfig_user) = node_name(args)?;
+    eprintln!("e2e: node name {node_name}");
+    let cluster = start_cluster(args, work, teardown, &node_name)?;
+    if interrupted.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    let identity = agent_identity(args, work, &cluster, &node_name, node_kubeconfig_user)?;
+    let (spec, agent) = start_agent(args, work, teardown, &cluster.admin, &node_name, &identity)?;
+    let report = run_scenarios(args, &cluster, &node_name, &spec, agent, identity)?;
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if report.scenarios.is_empty() {
+        bail!("no scenario matched --filter {:?}", args.filter);
+    }
+    Ok(report.failed() == 0)
+}
+
+/// The node name: `--node-name`, or the node of `--node-kubeconfig`'s identity (also
+/// returned); a mismatch is refused here, before anything starts.
+fn node_name(args: &Args) -> Result<(String, Option<String>)> {
     let node_kubeconfig_user = match &args.node_kubeconfig {
         None => None,
         Some(path) => match node_identity::user_of(path) {
@@ -197,17 +218,38 @@ fn run(
         args.node_name.as_deref(),
         node_kubeconfig_user.as_deref(),
     )?;
-    eprintln!("e2e: node name {node_name}");
+    Ok((node_name, node_kubeconfig_user))
+}
 
-    // Cluster.
-    let mut embedded_node_kubeconfig = None;
-    let (mode, admin) = if args.embedded {
+/// The cluster the run is against.
+struct Cluster {
+    /// `embedded`, `kubeconfig` or `kind`.
+    mode: &'static str,
+    /// Its admin.
+    admin: Kubectl,
+    /// The node kubeconfig the embedded server made.
+    embedded_node_kubeconfig: Option<PathBuf>,
+}
+
+/// The embedded API server (`--embedded`), the cluster of `--kubeconfig`, else a kind cluster
+/// (created or reused); what the run starts goes on `teardown`.
+fn start_cluster(
+    args: &Args,
+    work: &Path,
+    teardown: &mut Teardown,
+    node_name: &str,
+) -> Result<Cluster> {
+    if args.embedded {
         let target = agent::build_binaries()?;
-        let server = agent::start_embedded_apiserver(&target, work, &node_name)?;
+        let server = agent::start_embedded_apiserver(&target, work, node_name)?;
         teardown.apiserver = Some(server.process);
-        embedded_node_kubeconfig = Some(server.node_kubeconfig);
-        ("embedded", Kubectl::new(&server.admin_kubeconfig, None)?)
-    } else if let Some(path) = &args.kubeconfig {
+        return Ok(Cluster {
+            mode: "embedded",
+            admin: Kubectl::new(&server.admin_kubeconfig, None)?,
+            embedded_node_kubeconfig: Some(server.node_kubeconfig),
+        });
+    }
+    let (mode, admin) = if let Some(path) = &args.kubeconfig {
         let kubectl = Kubectl::new(path, args.context.as_deref())?;
         kind::wait_until_ready(&kubectl, Duration::from_secs(60))?;
         ("kubeconfig", kubectl)
@@ -219,25 +261,51 @@ fn run(
         teardown.kind = Some(cluster);
         ("kind", kubectl)
     };
-    if interrupted.load(Ordering::SeqCst) {
-        bail!("interrupted");
-    }
+    Ok(Cluster {
+        mode,
+        admin,
+        embedded_node_kubeconfig: None,
+    })
+}
 
-    // Node identity.
+/// Who the agent is to the cluster.
+struct Identity {
+    /// Its kubeconfig.
+    kubeconfig: PathBuf,
+    /// Its user name (`system:node:<name>`, or `admin`).
+    user: String,
+    /// Why it is not the node's own identity, for the report.
+    note: Option<String>,
+}
+
+/// The agent's identity: `--node-kubeconfig`, the embedded server's node kubeconfig, a node
+/// identity by CSR on kind, else the admin's (and the report says so).
+fn agent_identity(
+    args: &Args,
+    work: &Path,
+    cluster: &Cluster,
+    node_name: &str,
+    node_kubeconfig_user: Option<String>,
+) -> Result<Identity> {
     let node_user = format!("system:node:{node_name}");
-    let (agent_kubeconfig, identity, note) = if let Some(path) = &args.node_kubeconfig {
-        (
+    let identity = |kubeconfig, user, note| Identity {
+        kubeconfig,
+        user,
+        note,
+    };
+    Ok(if let Some(path) = &args.node_kubeconfig {
+        identity(
             path.clone(),
             node_kubeconfig_user.unwrap_or(node_user),
             None,
         )
-    } else if let Some(path) = embedded_node_kubeconfig {
-        (path, node_user, None)
-    } else if mode == "kind" {
-        match node_identity::obtain(&admin, &node_name, work) {
-            Ok(path) => (path, node_user, None),
-            Err(err) => (
-                admin.kubeconfig.clone(),
+    } else if let Some(path) = &cluster.embedded_node_kubeconfig {
+        identity(path.clone(), node_user, None)
+    } else if cluster.mode == "kind" {
+        match node_identity::obtain(&cluster.admin, node_name, work) {
+            Ok(path) => identity(path, node_user, None),
+            Err(err) => identity(
+                cluster.admin.kubeconfig.clone(),
                 "admin".to_string(),
                 Some(format!(
                     "no node identity ({err:#}); the agent ran with the admin kubeconfig"
@@ -245,8 +313,8 @@ fn run(
             ),
         }
     } else {
-        (
-            admin_kubeconfig_file(&admin, work)?,
+        identity(
+            admin_kubeconfig_file(&cluster.admin, work)?,
             "admin".to_string(),
             Some(
                 "no --node-kubeconfig given: the agent ran with the admin kubeconfig, so the Node \
@@ -254,14 +322,25 @@ fn run(
                     .to_string(),
             ),
         )
-    };
+    })
+}
 
-    // Agent.
+/// Builds and starts the agent as `identity`; its Node (unless it existed before the run) and
+/// the agent go on `teardown`. With `--existing-node`, the Node is created first, without
+/// nodelet's taint, and checked after.
+fn start_agent(
+    args: &Args,
+    work: &Path,
+    teardown: &mut Teardown,
+    admin: &Kubectl,
+    node_name: &str,
+    identity: &Identity,
+) -> Result<(AgentSpec, Arc<Mutex<Managed>>)> {
     let target = agent::build_binaries()?;
     let spec = AgentSpec {
         binary: target.join("nodelet"),
-        kubeconfig: agent_kubeconfig,
-        node_name: node_name.clone(),
+        kubeconfig: identity.kubeconfig.clone(),
+        node_name: node_name.to_owned(),
         root_dir: work.join("root"),
         log: work.join("agent.log"),
         config: work.join("kubelet-config.yaml"),
@@ -274,14 +353,7 @@ fn run(
     // A Node that was there before the run (a real node's, or one left on purpose) is not ours
     // to delete at teardown.
     let node_existed = !admin
-        .run(&[
-            "get",
-            "node",
-            &node_name,
-            "--ignore-not-found",
-            "-o",
-            "name",
-        ])?
+        .run(&["get", "node", node_name, "--ignore-not-found", "-o", "name"])?
         .trim()
         .is_empty();
     if args.existing_node && !node_existed {
@@ -290,7 +362,7 @@ fn run(
         admin
             .run_with_input(&["create", "-f", "-"], &node.to_string())
             .context("creating the agent's Node for --existing-node")?;
-        teardown.node = Some((admin.clone(), node_name.clone()));
+        teardown.node = Some((admin.clone(), node_name.to_owned()));
         eprintln!("e2e: --existing-node: created node {node_name} without nodelet's taint");
     }
     let agent = Arc::new(Mutex::new(agent::start_agent(&spec)?));
@@ -298,14 +370,25 @@ fn run(
     if node_existed {
         eprintln!("e2e: node {node_name} existed before the run; teardown leaves it in place");
     } else {
-        teardown.node = Some((admin.clone(), node_name.clone()));
+        teardown.node = Some((admin.clone(), node_name.to_owned()));
     }
     if args.existing_node {
-        check_existing_node(&admin, &node_name)?;
+        check_existing_node(admin, node_name)?;
     }
     eprintln!("e2e: agent started (log {})", spec.log.display());
+    Ok((spec, agent))
+}
 
-    // Scenarios.
+/// Runs the scenarios `--filter` selects against the running agent; their report.
+fn run_scenarios(
+    args: &Args,
+    cluster: &Cluster,
+    node_name: &str,
+    spec: &AgentSpec,
+    agent: Arc<Mutex<Managed>>,
+    identity: Identity,
+) -> Result<Report> {
+    let admin = &cluster.admin;
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let outcomes = runtime.block_on(async {
         let client = nodelet_e2e::client_from_kubeconfig(&admin.kubeconfig, &admin.context)
@@ -313,20 +396,19 @@ fn run(
             .map_err(|e| anyhow::anyhow!("building the admin kube client: {e}"))?;
         let target = nodelet_e2e::Target {
             admin: client,
-            node_name: node_name.clone(),
+            node_name: node_name.to_owned(),
             root_dir: spec.root_dir.clone(),
             agent: Arc::new(ProcessAgent {
                 spec: spec.clone(),
-                process: agent.clone(),
+                process: agent,
             }),
         };
         anyhow::Ok(nodelet_e2e::run_suite(&target, &args.filter).await)
     })?;
-
-    let report = Report {
-        mode: mode.to_string(),
-        agent_identity: identity,
-        identity_note: note,
+    Ok(Report {
+        mode: cluster.mode.to_string(),
+        agent_identity: identity.user,
+        identity_note: identity.note,
         scenarios: outcomes
             .into_iter()
             .map(|o| ScenarioReport {
@@ -337,16 +419,7 @@ fn run(
                 latency: LatencySummary::of(&o.latencies),
             })
             .collect(),
-    };
-    println!("{}", report.table());
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if report.scenarios.is_empty() {
-        bail!("no scenario matched --filter {:?}", args.filter);
-    }
-    Ok(report.failed() == 0)
+    })
 }
 
 /// `--existing-node`: waits until the agent has renewed its Lease and posted Ready on the Node

@@ -98,124 +98,174 @@ pub(crate) fn record(
     now: &str,
 ) {
     // (1)
-    let requested = take_managed(new);
-    let mut entries = match requested {
-        Some(list) if !list.is_empty() => parse(&list),
-        _ => old
-            .and_then(|o| o.pointer("/metadata/managedFields"))
-            .and_then(Value::as_array)
-            .map(|l| parse(l))
-            .unwrap_or_default(),
+    let mut entries = starting_entries(old, new);
+    let writer = Writer {
+        manager: &manager.name,
+        api_version: res.info().api_version(),
+        subresource: sub.unwrap_or("").to_string(),
+        now,
     };
-    let api_version = res.info().api_version();
-    let subresource = sub.unwrap_or("").to_string();
     let zero = zero_object(res);
-    let live = old.unwrap_or(&zero);
     match &manager.applied {
         None => {
             // (2)
             if entries.is_empty() && old.is_some() {
                 return;
             }
-            // (3)
-            let mut c = Comparison::default();
-            compare(Some(live), Some(new), "", &mut Vec::new(), &mut c);
-            let excluded = reset_fields(res, sub);
-            for set in [&mut c.added, &mut c.modified, &mut c.removed] {
-                set.retain(|p| !excluded.iter().any(|x| p.starts_with(x)));
-            }
-            // (4)
-            let taken: FieldSet = c.added.union(&c.modified).cloned().collect();
-            for e in &mut entries {
-                e.fields
-                    .retain(|p| !taken.contains(p) && !c.removed.contains(p));
-            }
-            entries.retain(|e| !e.fields.is_empty());
-            // (5)
-            let mut mine = taken;
-            strip_meta(&mut mine);
-            if !mine.is_empty() {
-                let entry = Entry {
-                    manager: manager.name.clone(),
-                    operation: "Update",
-                    api_version,
-                    subresource,
-                    time: Some(now.to_string()),
-                    fields: mine,
-                };
-                match entries.iter_mut().find(|e| e.same_identity(&entry)) {
-                    Some(e) => {
-                        e.fields.extend(entry.fields);
-                        e.time = entry.time;
-                    }
-                    None => entries.push(entry),
-                }
-            }
-            // (6)
-            cap_update_managers(&mut entries);
-        }
-        Some(applied) => {
-            if entries.is_empty() && old.is_some() {
-                let mut c = Comparison::default();
-                compare(Some(&zero), old, "", &mut Vec::new(), &mut c);
-                let mut before: FieldSet = c.added.union(&c.modified).cloned().collect();
-                strip_meta(&mut before);
-                if !before.is_empty() {
-                    entries.push(Entry {
-                        manager: "before-first-apply".into(),
-                        operation: "Update",
-                        api_version: api_version.clone(),
-                        subresource: subresource.clone(),
-                        time: Some(now.to_string()),
-                        fields: before,
-                    });
-                }
-            }
-            let mut mine = FieldSet::new();
-            field_set(applied, "", &mut Vec::new(), &mut mine);
-            strip_meta(&mut mine);
-            let entry = Entry {
-                manager: manager.name.clone(),
-                operation: "Apply",
-                api_version,
-                subresource,
-                time: Some(now.to_string()),
-                fields: mine,
+            let write = Write {
+                res,
+                sub,
+                live: old.unwrap_or(&zero),
+                new,
             };
-            entries.retain(|e| !e.same_identity(&entry));
-            for e in &mut entries {
-                e.fields.retain(|p| !entry.fields.contains(p));
-            }
-            entries.retain(|e| !e.fields.is_empty());
-            if !entry.fields.is_empty() {
-                entries.push(entry);
-            }
+            record_update(&write, &writer, &mut entries);
+        }
+        Some(applied) => record_apply(old, &zero, applied, &writer, &mut entries),
+    }
+    store_entries(new, entries);
+}
+
+/// The identity of the entry a write gives its manager, besides its operation.
+struct Writer<'a> {
+    manager: &'a str,
+    api_version: String,
+    subresource: String,
+    now: &'a str,
+}
+
+impl Writer<'_> {
+    /// An entry of this writer's identity (`manager` instead of its own when given).
+    fn entry(&self, manager: Option<&str>, operation: &'static str, fields: FieldSet) -> Entry {
+        Entry {
+            manager: manager.unwrap_or(self.manager).to_owned(),
+            operation,
+            api_version: self.api_version.clone(),
+            subresource: self.subresource.clone(),
+            time: Some(self.now.to_string()),
+            fields,
         }
     }
-    if !entries.is_empty()
-        && let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut)
-    {
-        entries.sort_by(|a, b| {
-            (
-                a.operation,
-                &a.time,
-                &a.manager,
-                &a.api_version,
-                &a.subresource,
-            )
-                .cmp(&(
-                    b.operation,
-                    &b.time,
-                    &b.manager,
-                    &b.api_version,
-                    &b.subresource,
-                ))
-        });
-        meta.insert(
-            "managedFields".into(),
-            Value::Array(entries.iter().map(encode).collect()),
-        );
+}
+
+/// What an `Update` compares: the object before (`live`: the stored one, or the kind's zero
+/// object on create) and after.
+struct Write<'a> {
+    res: ResourceId,
+    sub: Option<&'a str>,
+    live: &'a Value,
+    new: &'a Value,
+}
+
+/// (1) The managed fields a write starts from: the request object's when it carries a
+/// non-empty list (removed from it), else the stored object's.
+fn starting_entries(old: Option<&Value>, new: &mut Value) -> Vec<Entry> {
+    match take_managed(new) {
+        Some(list) if !list.is_empty() => parse(&list),
+        _ => old
+            .and_then(|o| o.pointer("/metadata/managedFields"))
+            .and_then(Value::as_array)
+            .map(|l| parse(l))
+            .unwrap_or_default(),
     }
+}
+
+/// Steps 3–6 of an `Update` by `writer`.
+fn record_update(write: &Write<'_>, writer: &Writer<'_>, entries: &mut Vec<Entry>) {
+    // (3)
+    let mut c = Comparison::default();
+    compare(
+        Some(write.live),
+        Some(write.new),
+        "",
+        &mut Vec::new(),
+        &mut c,
+    );
+    let excluded = reset_fields(write.res, write.sub);
+    for set in [&mut c.added, &mut c.modified, &mut c.removed] {
+        set.retain(|p| !excluded.iter().any(|x| p.starts_with(x)));
+    }
+    // (4)
+    let taken: FieldSet = c.added.union(&c.modified).cloned().collect();
+    for e in entries.iter_mut() {
+        e.fields
+            .retain(|p| !taken.contains(p) && !c.removed.contains(p));
+    }
+    entries.retain(|e| !e.fields.is_empty());
+    // (5)
+    let mut mine = taken;
+    strip_meta(&mut mine);
+    if !mine.is_empty() {
+        let entry = writer.entry(None, "Update", mine);
+        match entries.iter_mut().find(|e| e.same_identity(&entry)) {
+            Some(e) => {
+                e.fields.extend(entry.fields);
+                e.time = entry.time;
+            }
+            None => entries.push(entry),
+        }
+    }
+    // (6)
+    cap_update_managers(entries);
+}
+
+/// A server-side apply of `applied` by `writer`: it owns exactly the applied fields, taken from
+/// every other entry; an object without managed fields first gets a `before-first-apply`
+/// entry for what it holds.
+fn record_apply(
+    old: Option<&Value>,
+    zero: &Value,
+    applied: &Value,
+    writer: &Writer<'_>,
+    entries: &mut Vec<Entry>,
+) {
+    if entries.is_empty() && old.is_some() {
+        let mut c = Comparison::default();
+        compare(Some(zero), old, "", &mut Vec::new(), &mut c);
+        let mut before: FieldSet = c.added.union(&c.modified).cloned().collect();
+        strip_meta(&mut before);
+        if !before.is_empty() {
+            entries.push(writer.entry(Some("before-first-apply"), "Update", before));
+        }
+    }
+    let mut mine = FieldSet::new();
+    field_set(applied, "", &mut Vec::new(), &mut mine);
+    strip_meta(&mut mine);
+    let entry = writer.entry(None, "Apply", mine);
+    entries.retain(|e| !e.same_identity(&entry));
+    for e in entries.iter_mut() {
+        e.fields.retain(|p| !entry.fields.contains(p));
+    }
+    entries.retain(|e| !e.fields.is_empty());
+    if !entry.fields.is_empty() {
+        entries.push(entry);
+    }
+}
+
+/// (6) Writes `entries`, sorted by operation, time, manager, apiVersion and subresource, as
+/// `new.metadata.managedFields` (nothing when there are none).
+fn store_entries(new: &mut Value, mut entries: Vec<Entry>) {
+    if entries.is_empty() {
+        return;
+    }
+    let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    entries.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+    meta.insert(
+        "managedFields".into(),
+        Value::Array(entries.iter().map(encode).collect()),
+    );
+}
+
+/// How entries are ordered: by operation, time, manager, apiVersion, subresource.
+fn sort_key(e: &Entry) -> (&'static str, &Option<String>, &str, &str, &str) {
+    (
+        e.operation,
+        &e.time,
+        &e.manager,
+        &e.api_version,
+        &e.subresource,
+    )
 }
 
 /// Removes `metadata.managedFields` from `obj`, returning it when it was a list.
