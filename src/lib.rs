@@ -92,12 +92,10 @@ use tracing::warn;
 
 pub use agent::Agent;
 pub use api_client::ApiClient;
-pub use lock::LOCK_FILE_NAME;
 /// The configuration [`Agent::start`] and [`run`] take, from `nodelet-config` (its other
 /// types, the flags' values and defaults, are that crate's).
 pub use nodelet_config::{AgentConfig, RunArgs, Settings};
 use nodelet_config::{ApiSource, KubernetesServiceEnv};
-pub use nodelet_reporting::AGENT_TAINT_KEY;
 pub use pods_view::{ApiView, ObjectView, PodView, PodsView, VolumeView, WatchView};
 
 /// An embedded API server seeded from a manifests directory, with the agent's client.

@@ -12,9 +12,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-
-/// The lock file's name inside the root directory. It holds the holder's pid.
-pub const LOCK_FILE_NAME: &str = "nodelet.lock";
+use nodelet_config::LOCK_FILE_NAME;
 
 /// The held lock; released when dropped (or when the process exits).
 #[derive(Debug)]

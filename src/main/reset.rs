@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use nodelet::LOCK_FILE_NAME;
+use nodelet_config::LOCK_FILE_NAME;
 use nodelet_reporting::{Deletion, delete_node};
 use nodelet_transport::Protocol;
 

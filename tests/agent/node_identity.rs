@@ -68,7 +68,7 @@ async fn a_node_identity_registers_its_node_and_lease_and_is_never_denied() {
     assert!(
         taints
             .iter()
-            .any(|t| t.key == nodelet::AGENT_TAINT_KEY && t.effect == "NoSchedule")
+            .any(|t| t.key == nodelet_reporting::AGENT_TAINT_KEY && t.effect == "NoSchedule")
     );
     let ready = node
         .status
@@ -173,7 +173,9 @@ async fn an_existing_node_without_the_agent_taint_is_reconciled_without_touching
     );
     let labels = node.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels.get(nodelet::AGENT_TAINT_KEY).map(String::as_str),
+        labels
+            .get(nodelet_reporting::AGENT_TAINT_KEY)
+            .map(String::as_str),
         Some("true")
     );
     assert_eq!(

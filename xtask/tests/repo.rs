@@ -1,7 +1,8 @@
 //! Checks on the repository itself, run by `cargo test --workspace` like any other test:
 //! no import circles between files, every cited kubelet rule ID defined in `docs/rules.md`,
 //! ARCHITECTURE.md true of the tree (dependencies, files, type names), no function outside
-//! tests over 120 lines, and no reference to our tracker or to texts a crate user cannot read (an issue number, the team's
+//! tests over 120 lines, the agent crate within its budget of non-test lines and its library
+//! exporting nothing only its binary uses, and no reference to our tracker or to texts a crate user cannot read (an issue number, the team's
 //! style guide, the private spec's section signs) in code or docs.
 
 use std::path::{Path, PathBuf};
@@ -448,5 +449,286 @@ fn the_function_length_check_finds_a_long_function_and_skips_tests_and_literals(
     assert_eq!(
         long_functions(&code_only(&tricky), 120),
         [(211, "after".to_owned(), 132)]
+    );
+}
+
+/// The most non-test lines the agent crate (the root package `nodelet`: its library and its
+/// binary, every `src/**/*.rs`) may have. The agent wires the crates; a subsystem of its own
+/// (configuration, metrics, a protocol) belongs in a crate under `crates/`.
+const AGENT_LINE_BUDGET: usize = 4_000;
+
+/// The non-test lines of one `.rs` file: every line before its test module — the first
+/// `#[cfg(test)]` line followed by `mod NAME {` or `mod NAME;`, which unit tests at the bottom
+/// of the file put last — or all of them when it has none. A `#[cfg(test)]` on anything else
+/// (an import, a helper) does not end the count.
+fn non_test_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .position(|w| {
+            w[0].trim() == "#[cfg(test)]"
+                && w[1].trim_start().starts_with("mod ")
+                && !w[0].starts_with(' ')
+        })
+        .unwrap_or(lines.len())
+}
+
+/// Every `.rs` file below `dir`, sorted.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `Err` naming the total and the largest files when `files` (path, non-test lines) exceed
+/// `budget`.
+fn within_budget(files: &[(String, usize)], budget: usize) -> Result<usize, String> {
+    let total: usize = files.iter().map(|(_, n)| n).sum();
+    if total <= budget {
+        return Ok(total);
+    }
+    let mut largest = files.to_vec();
+    largest.sort_by_key(|f| std::cmp::Reverse(f.1));
+    let list: Vec<String> = largest
+        .iter()
+        .take(10)
+        .map(|(path, n)| format!("  {n:>5} {path}"))
+        .collect();
+    Err(format!(
+        "the agent crate has {total} non-test lines, over its budget of {budget}: move what \
+         is not wiring into a crate. Largest files:\n{}",
+        list.join("\n")
+    ))
+}
+
+#[test]
+fn the_agent_crate_stays_wiring_within_its_line_budget() {
+    let mut paths = Vec::new();
+    rust_files(&root().join("src"), &mut paths);
+    assert!(paths.len() > 10, "found only {} files in src/", paths.len());
+    let files: Vec<(String, usize)> = paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+            let path = p.strip_prefix(root()).unwrap_or(p);
+            (path.display().to_string(), non_test_lines(&text))
+        })
+        .collect();
+    if let Err(message) = within_budget(&files, AGENT_LINE_BUDGET) {
+        panic!("{message}");
+    }
+}
+
+#[test]
+fn the_line_budget_counts_up_to_the_test_module_and_fails_when_over() {
+    let text = "//! A file.\n#[cfg(test)]\nuse std::fmt;\nfn f() {}\n\n#[cfg(test)]\nmod tests {\n    #[cfg(test)]\n    mod inner {}\n}\n";
+    assert_eq!(
+        non_test_lines(text),
+        5,
+        "a cfg(test) import does not end the count"
+    );
+    assert_eq!(non_test_lines("fn f() {}\nfn g() {}\n"), 2);
+    let files = [("a.rs".to_owned(), 3_000), ("b.rs".to_owned(), 1_001)];
+    let err = within_budget(&files, 4_000).unwrap_err();
+    assert!(
+        err.contains("4001 non-test lines") && err.contains("b.rs"),
+        "{err}"
+    );
+    assert_eq!(within_budget(&files[..1], 4_000), Ok(3_000));
+}
+
+/// The names the agent's library exports from its root (`src/lib.rs`): each `pub use` (the
+/// last segment, or each name of a `{..}` group, `as` names included) and each top-level
+/// `pub` item.
+fn exported_names(lib: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = lib;
+    while let Some(i) = rest.find("\npub use ") {
+        let tail = &rest[i + 9..];
+        let end = tail.find(';').unwrap_or(tail.len());
+        let stmt = &tail[..end];
+        let group = match (stmt.find('{'), stmt.rfind('}')) {
+            (Some(a), Some(b)) => &stmt[a + 1..b],
+            _ => stmt.rsplit("::").next().unwrap_or(stmt),
+        };
+        for item in group.split(',') {
+            if let Some(name) = item.split_whitespace().last() {
+                names.push(name.rsplit("::").next().unwrap_or(name).to_owned());
+            }
+        }
+        rest = &tail[end..];
+    }
+    for line in lib.lines() {
+        let Some(item) = line.strip_prefix("pub ") else {
+            continue;
+        };
+        let item = item.strip_prefix("async ").unwrap_or(item);
+        for kind in [
+            "fn ", "struct ", "enum ", "const ", "static ", "trait ", "type ", "mod ",
+        ] {
+            if let Some(name) = item.strip_prefix(kind) {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// The names `text` takes from the agent's library: `nodelet::NAME` paths and the names of
+/// `use nodelet::{..}` groups.
+fn names_from_agent_library(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (i, _) in text.match_indices("nodelet::") {
+        if text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue; // `nodelet_core::`, `my_nodelet::`
+        }
+        let after = &text[i + "nodelet::".len()..];
+        let group = match after.strip_prefix('{') {
+            Some(g) => &g[..g.find('}').unwrap_or(g.len())],
+            None => after,
+        };
+        for item in group.split(',') {
+            let name: String = item
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.insert(name);
+            }
+            if after.starts_with('{') {
+                continue;
+            }
+            break;
+        }
+    }
+    names
+}
+
+/// The words of the public signatures in `text`: each `pub fn` up to its body and each `pub`
+/// field's type. An exported type a public function takes or returns, or a public field
+/// holds, is part of the library's interface whoever uses it.
+fn public_signature_words(text: &str) -> std::collections::BTreeSet<String> {
+    let mut words = std::collections::BTreeSet::new();
+    let mut add = |s: &str| {
+        for w in s.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if !w.is_empty() {
+                words.insert(w.to_owned());
+            }
+        }
+    };
+    for (i, _) in text.match_indices("pub ") {
+        let rest = &text[i + 4..];
+        let rest = rest.strip_prefix("async ").unwrap_or(rest);
+        if rest.starts_with("fn ") {
+            // From the generics or the parameters on: the function's own name is no use of it.
+            let start = rest.find(['<', '(']).unwrap_or(rest.len());
+            let end = rest.find(['{', ';']).unwrap_or(rest.len()).max(start);
+            add(&rest[start..end]);
+        } else if let Some(colon) = rest.find(':')
+            && rest[..colon]
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_')
+            && !rest[colon..].starts_with("::")
+        {
+            let end = rest.find(['\n', ',']).unwrap_or(rest.len());
+            add(&rest[colon..end]);
+        }
+    }
+    words
+}
+
+/// Exported names of `lib` that the binary's files use and nothing else outside the library
+/// does (`others`), and that no public signature of the library (`signatures`) names.
+fn exported_only_for_the_binary(
+    lib: &str,
+    binary: &std::collections::BTreeSet<String>,
+    others: &std::collections::BTreeSet<String>,
+    signatures: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    exported_names(lib)
+        .into_iter()
+        .filter(|n| binary.contains(n) && !others.contains(n) && !signatures.contains(n))
+        .collect()
+}
+
+#[test]
+fn the_agent_library_exports_nothing_only_its_binary_uses() {
+    let root = root();
+    let lib = std::fs::read_to_string(root.join("src/lib.rs"))
+        .unwrap_or_else(|e| panic!("reading src/lib.rs: {e}"));
+    let (mut binary, mut others, mut signatures) = Default::default();
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    for dir in ["tests", "benches", "examples", "xtask", "crates"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let rel = path.strip_prefix(&root).unwrap_or(path);
+        let in_binary = rel == Path::new("src/main.rs") || rel.starts_with("src/main");
+        if in_binary {
+            binary = names_from_agent_library(&text)
+                .union(&binary)
+                .cloned()
+                .collect();
+        } else if rel.starts_with("src") {
+            signatures = public_signature_words(&text)
+                .union(&signatures)
+                .cloned()
+                .collect();
+        } else if !rel.starts_with("target") {
+            others = names_from_agent_library(&text)
+                .union(&others)
+                .cloned()
+                .collect();
+        }
+    }
+    let found = exported_only_for_the_binary(&lib, &binary, &others, &signatures);
+    assert!(
+        found.is_empty(),
+        "src/lib.rs exports what only the binary uses (keep it in src/main/ or in the crate \
+         it belongs to): {found:?}"
+    );
+}
+
+#[test]
+fn the_export_scan_finds_an_item_only_the_binary_uses() {
+    let lib = "//! x\npub use a::{Agent, Only as Renamed};\npub use b::Shown;\npub fn run() {}\npub struct Holder {\n    pub view: Shown,\n}\n";
+    assert_eq!(
+        exported_names(lib),
+        ["Agent", "Renamed", "Shown", "run", "Holder"]
+    );
+    let binary = names_from_agent_library(
+        "use nodelet::{Agent, Renamed};\nnodelet::run(); nodelet_core::Shown; nodelet::Shown",
+    );
+    assert_eq!(
+        binary.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["Agent", "Renamed", "Shown", "run"]
+    );
+    let others = names_from_agent_library("let a = nodelet::Agent::start();");
+    let signatures = public_signature_words(lib);
+    assert_eq!(
+        exported_only_for_the_binary(lib, &binary, &others, &signatures),
+        ["Renamed", "run"],
+        "Shown is a public field's type"
     );
 }

@@ -20,6 +20,10 @@ pub const DEFAULT_EMBEDDED_ROOT_DIR: &str = "./nodelet-data";
 /// default: the agent as a service (`contrib/systemd/nodelet.service`), as the kubelet's
 /// `/var/lib/kubelet`.
 pub const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
+/// The lock file's name inside the root directory: one agent per directory holds an
+/// exclusive `flock(2)` on it while it runs, with its pid inside (`nodelet reset` refuses
+/// while it is held).
+pub const LOCK_FILE_NAME: &str = "nodelet.lock";
 /// The `--listen` default with `--manifests`: a port no Kubernetes component uses (the kubelet
 /// has 10248, 10250 and 10255, kube-proxy 10249 and 10256, the controller managers 10257 and
 /// 10258, the scheduler 10259), so the agent runs beside a kubelet on a dev node.

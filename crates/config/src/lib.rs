@@ -45,8 +45,8 @@ use std::path::PathBuf;
 
 pub use agent::{
     AgentConfig, DEFAULT_EMBEDDED_NODE_NAME, DEFAULT_EMBEDDED_ROOT_DIR, DEFAULT_LISTEN,
-    DEFAULT_ROOT_DIR, KubernetesServiceEnv, NodeTaint, RuntimeKind, default_images, parse_taints,
-    service_endpoint_of,
+    DEFAULT_ROOT_DIR, KubernetesServiceEnv, LOCK_FILE_NAME, NodeTaint, RuntimeKind, default_images,
+    parse_taints, service_endpoint_of,
 };
 pub use args::{ApiSource, LogFormat, NO_EMBEDDED, RunArgs, Settings};
 
