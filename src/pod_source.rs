@@ -10,9 +10,10 @@
 //!    which pods reference what); a container that changed state re-syncs its pod (the
 //!    kubelet's PLEG), and so does a probe result that changed, after the pod's status was
 //!    published again with it (PW-33).
-//! 5. A pod with a sysctl the node cannot set in a namespace of the pod's own (PW-56), or for
-//!    another operating system (PW-40), is rejected as the kubelet's admission rejects it:
-//!    status `Failed`, one event, never handed to the workers.
+//! 5. A pod with a sysctl the node cannot set in a namespace of the pod's own (PW-56), for
+//!    another operating system (PW-40), or declaring a port a running pod of the node declares
+//!    while containers share the host network (PW-85), is rejected as the kubelet's admission
+//!    rejects it: status `Failed`, one event, never handed to the workers.
 //! 6. Housekeeping forgets the finished workers of pods no longer known, and with each the
 //!    event publisher's entries of that pod: it was removed from the API and its termination
 //!    is over, so nothing reports on it again (`events.rs`, "Forgetting a pod").
@@ -389,9 +390,10 @@ impl Source {
     }
 }
 
-/// PW-40, PW-56, the kubelet's admission of a pod it has not seen yet: a pod with a sysctl it
-/// cannot set in a namespace of the pod's own, or for another operating system, is rejected — one Warning event with the kubelet's reason and text, its status
-/// `Failed` — and never reaches the pod workers (no volume, no container). Whether `pod` is
+/// PW-40, PW-56, PW-85, the kubelet's admission of a pod it has not seen yet: a pod with a
+/// sysctl it cannot set in a namespace of the pod's own, for another operating system, or
+/// declaring a port a running pod declares (process runtime) is rejected — one Warning event
+/// with the kubelet's reason and text, its status `Failed` — and never reaches the pod workers (no volume, no container). Whether `pod` is
 /// (or was already) rejected. A pod the workers already know was admitted.
 fn reject(
     state: &AgentState,
@@ -405,13 +407,22 @@ fn reject(
     if state.workers.phase(pod.uid()).is_some() {
         return false;
     }
-    // The kubelet's order: the sysctl allowlist (PW-56), then the operating system (PW-40).
+    // The kubelet's order: the sysctl allowlist (PW-56), the operating system (PW-40), then
+    // the general predicates, of which only the host ports (PW-85) concern a node of host
+    // processes.
     let admitted = nodelet_podworker::admit_sysctls(pod, &state.sysctls)
-        .and_then(|()| nodelet_podworker::admit(pod));
-    let Err(rejection) = admitted else {
+        .and_then(|()| nodelet_podworker::admit(pod))
+        .map_err(|r| (r, None))
+        .and_then(|()| admit_ports(state, pod).map_err(|(r, detail)| (r, Some(detail))));
+    let Err((rejection, detail)) = admitted else {
         return false;
     };
-    info!(pod.uid = %pod.uid(), reason = rejection.reason, "pod rejected");
+    info!(
+        pod.uid = %pod.uid(),
+        reason = rejection.reason,
+        detail = detail.as_deref().unwrap_or_default(),
+        "pod rejected"
+    );
     events.event(
         pod,
         nodelet_core::EventType::Warning,
@@ -423,6 +434,32 @@ fn reject(
         .rejected(pod, rejection.reason, rejection.status_message());
     rejected.insert(pod.uid().clone());
     true
+}
+
+/// PW-85: with the process runtime every container listens on the host network, so a port
+/// the new `pod` declares must not be one that a pod still running here declares. Running:
+/// known to a worker that syncs it or is stopping it (the kubelet's active pods: a pod
+/// being deleted still holds its ports), and not finished (`Succeeded` or `Failed` while its
+/// worker still syncs it). The env-file runtime binds nothing: every pod is admitted.
+fn admit_ports(
+    state: &AgentState,
+    pod: &AdmittedPod,
+) -> Result<(), (nodelet_podworker::Rejection, String)> {
+    use nodelet_podworker::WorkerPhase;
+    if state.processes.is_none() {
+        return Ok(());
+    }
+    let known: Vec<AdmittedPod> = state.known_pods.read().values().cloned().collect();
+    let running = known.iter().filter(|other| {
+        let phase = other.status.as_ref().and_then(|s| s.phase.as_deref());
+        other.uid() != pod.uid()
+            && !matches!(phase, Some("Succeeded" | "Failed"))
+            && matches!(
+                state.workers.phase(other.uid()),
+                Some(WorkerPhase::Syncing | WorkerPhase::Terminating)
+            )
+    });
+    nodelet_podworker::admit_ports(pod, running.map(|p| &**p))
 }
 
 /// Has `events` forget each pod of `pods` (module docs, (6)); those it refuses (the event queue

@@ -78,6 +78,8 @@ mod kubelet_api;
 // Sysctls (needs root): IPC ones in the pod's own IPC namespace, which its containers share;
 // the others reject the pod as the kubelet's admission does.
 mod sysctls;
+// Declared ports on the shared host network: the kubelet's host port admission (needs root).
+mod host_ports;
 // The image table's `files` (needs root): an image's own file at its absolute path.
 mod image_files;
 // Starting an API server and an agent for one test.

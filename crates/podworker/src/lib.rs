@@ -163,7 +163,9 @@ mod sysctls;
 mod termination_order;
 mod workers;
 
-pub use admission::{NODE_OS, Rejection, admit, rejection_reasons, runtime_class_refusal};
+pub use admission::{
+    NODE_OS, Rejection, admit, admit_ports, rejection_reasons, runtime_class_refusal,
+};
 pub use deadline::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, PodEviction, past_active_deadline,
 };
