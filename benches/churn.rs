@@ -1,50 +1,64 @@
-//! Pod churn, as measured against a real v1.36 kube-apiserver: the real `nodelet` binary (a
-//! child process, so its heap and RSS are its own) on a node identity against
-//! `nodelet-apiserver` (in this process) over TLS, with auth and the Node authorizer's lag (a
-//! new pod's objects are refused, "no relationship found", until the authorizer's graph links
-//! the pod):
+//! Pod churn: the real `nodelet` binary (a child process, so its heap and RSS are its own) on a
+//! node identity, against `nodelet-apiserver` (in this process, TLS, auth, the Node
+//! authorizer's lag: a new pod's objects are refused, "no relationship found", until the
+//! authorizer's graph links the pod) or, with `SCALE_SERVER=realk8s REALK8S_DIR=<the realk8s
+//! scripts>`, a real kube-apiserver v1.36.2 and etcd (`churn/cluster.rs`; the agent registers
+//! its Node, each pod also gets its `kube-api-access` volume; never part of `cargo test`):
 //!
-//! 1. Start the API server (TLS, auth, the authorizer's default lag of 50 ms); start the agent
-//!    with its `/metrics` endpoint; once it watches its pods, settle 10 s: the idle heap
-//!    (`nodelet_heap_allocated_bytes`) and RSS, before the first pod.
+//! 1. Start the server and the agent with its `/metrics` endpoint; once it is ready, settle
+//!    10 s: the idle heap (`nodelet_heap_allocated_bytes`) and RSS, before the first pod.
 //! 2. Create 30 pods, each mounting 5 objects of its own (3 ConfigMaps, 2 Secrets, created just
 //!    before it).
 //! 3. For `CHURN_SECS`: every 5 s delete the 6 oldest pods (as `kubectl delete`: the agent
 //!    tears each down and removes it from the API, then the bench deletes its objects) and
 //!    create 6 new ones; 3 updates/s, each to a random object of a random pod whose volumes are
-//!    all on disk (a whole-object update: the agent sees the MODIFIED event a PATCH makes).
-//!    Heap and RSS sampled every 15 s; each minute a line with the minute's last sample (RSS
-//!    anonymous and file-backed, threads) and the agent's CPU over that minute.
+//!    all on disk (a whole-object update on the stand-in, a merge patch on the real server).
+//!    A thread of its own watches the disk (`churn/poll.rs`), so the bench's requests never
+//!    delay a measurement. Heap and RSS sampled every 15 s; each minute a line with the
+//!    minute's last sample (RSS anonymous and file-backed, threads), the agent's CPU over that
+//!    minute and the load average.
 //! 4. Delete every pod; wait until their volume directories are gone and they are removed from
 //!    the API; delete their objects; wait 10 s: heap and RSS after the last pod.
 //!
 //! Prints: pod created → all 5 files on disk, p50 / p99 / max (the pods of the churn; the first
-//! 30, a cold start, on a line of their own); update → new content on disk; pod deleted →
-//! removed from the API by the agent; pods created and deleted, updates; the heap and RSS
-//! series; idle, min / max after warm-up (the first 20 % of the run) and the least-squares
-//! slope per minute after it; heap and RSS after the last pod against idle; the agent's LISTs,
-//! watch-lists and watches over the run, by resource; and a verdict line against the targets
-//! ([`FLAT`]: heap and RSS drift after warm-up within ±1 MiB over the run, heap after the last
-//! pod within 1 MiB of idle; [`POD_TO_VOLUMES_P99`]: pod → volumes p99 ≤ 200 ms).
+//! 30, a cold start, on a line of their own), and its phases (POST answered; answered → the
+//! pod's directory on disk, the agent saw it; → the first file; → all five), with the slowest
+//! pods phase by phase; update → new content on disk; pod deleted → removed from the API by
+//! the agent; pods created and deleted, updates; the agent's request, retry and first-read
+//! counters over the churn; what was left under the agent's root; the heap and RSS series;
+//! idle, min / max after warm-up (the first 20 % of the run) and the least-squares slope per
+//! minute after it; heap and RSS after the last pod against idle; the requests from the first
+//! pod to the last gone (stand-in: the agent's LISTs, watch-lists and watches by resource;
+//! real: every request by verb, resource and code, APF and authorization decisions); and a
+//! verdict line against the targets ([`FLAT`]: heap and RSS drift after warm-up within ±1 MiB
+//! over the run, heap after the last pod within 1 MiB of idle; [`POD_TO_VOLUMES_P99`]: pod →
+//! volumes p99 ≤ 200 ms). The load average goes on the config, minute and verdict lines.
 //!
 //! `cargo bench -p nodelet --bench churn` (about 2.5 minutes). `CHURN_SECS=N`: how long to
-//! churn (default 120; the memory run is `CHURN_SECS=1800`). `CHURN_LAG_MS=N`: the Node
-//! authorizer's lag (default the server's). `SCALE_AGENT_BIN=PATH` runs that `nodelet` binary
-//! (a `dhat-heap` build writes its profile when the bench stops it with SIGTERM, to
-//! `$NODELET_DHAT_FILE`); `SCALE_AGENT_LOG` is its `RUST_LOG`.
+//! churn (default 120; the memory run is `CHURN_SECS=1800`). `CHURN_LAG_MS=N`: the stand-in's
+//! Node authorizer lag (default the server's). `SCALE_AGENT_BIN=PATH` runs that `nodelet`
+//! binary (a `dhat-heap` build writes its profile when the bench stops it with SIGTERM, to
+//! `$NODELET_DHAT_FILE`); `SCALE_AGENT_LOG` is its `RUST_LOG`; `SCALE_AGENT_ARGS` adds flags.
 
+/// The churn's server, stand-in or real.
+#[path = "churn/cluster.rs"]
+mod cluster;
+/// The thread that watches the disk.
+#[path = "churn/poll.rs"]
+mod poll;
 mod support;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nodelet_apiserver::{ApiServer, ServerHandle, User};
 use nodelet_core::{PodDirs, PodUid};
 
+use cluster::Cluster;
+use poll::{PodTimes, PodWatch, Poller};
 use support::{
-    NODE, cpu_time, delete_object, free_port, heap_bytes, list_watch_counts, object, percentile,
-    pod, rss_kib, rss_parts, scrape, spawn_agent, summary, volume_dir,
+    cpu_time, free_port, heap_bytes, percentile, rss_kib, rss_parts, scrape, spawn_agent,
+    spawn_agent_with, summary, volume_dir,
 };
 
 /// Pods alive at any time.
@@ -68,6 +82,8 @@ const PATIENCE: Duration = Duration::from_secs(120);
 const FLAT: f64 = 1.0;
 /// The latency target: pod created → all its files on disk, p99 under churn.
 const POD_TO_VOLUMES_P99: Duration = Duration::from_millis(200);
+/// The slowest pods of the churn shown with their phases.
+const SLOWEST: usize = 8;
 
 fn main() {
     if !support::selected("churn") {
@@ -85,18 +101,6 @@ struct Pod {
     files: [PathBuf; VOLUMES],
     /// `<root>/pods/<uid>/volumes`.
     volumes: PathBuf,
-    created: Instant,
-    /// When all its files were on disk, from `created`.
-    mounted: Option<Duration>,
-}
-
-/// An update written and not yet seen on disk: file `path` of pod `pod` must hold `seq` or a
-/// later value.
-struct PendingUpdate {
-    pod: usize,
-    path: PathBuf,
-    seq: u64,
-    since: Instant,
 }
 
 /// One heap / RSS sample, `at` from the first pod created.
@@ -106,69 +110,105 @@ struct Sample {
     rss: f64,
 }
 
+/// The server, the agent and where they write.
+struct Setup {
+    cluster: Cluster,
+    agent: support::Agent,
+    metrics_port: u16,
+    root: PathBuf,
+    lag: String,
+    _dir: tempfile::TempDir,
+}
+
+/// (1): the server (stand-in or real) and the agent, ready for pods.
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = dir.path().join("root");
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let real = std::env::var("SCALE_SERVER").is_ok_and(|v| v == "realk8s");
+    let (cluster, agent, lag) = if real {
+        let (cluster, kubeconfig) = Cluster::real().await;
+        // As a kubelet: its Node registered and its Lease renewed.
+        let agent = spawn_agent_with(&kubeconfig, &root, "auto", &listen, &["--register-node"]);
+        (cluster, agent, "the server's own".to_owned())
+    } else {
+        let mut config = nodelet_apiserver::Config::default().with_auth().with_tls();
+        let lag = match env_num("CHURN_LAG_MS") {
+            Some(ms) => {
+                config = config.node_authorizer_lag(Duration::from_millis(ms));
+                format!("{ms} ms (CHURN_LAG_MS)")
+            }
+            None => format!("{:?} (the server's default)", config.node_authorizer_lag),
+        };
+        let kubeconfig = dir.path().join("node.kubeconfig");
+        let cluster = Cluster::stand_in(config, &kubeconfig).await;
+        let agent = spawn_agent(&kubeconfig, &root, "auto", &listen);
+        (cluster, agent, lag)
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while !cluster.agent_ready().await || scrape(metrics_port).await.is_empty() {
+        assert!(Instant::now() < deadline, "the agent never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Setup {
+        cluster,
+        agent,
+        metrics_port,
+        root,
+        lag,
+        _dir: dir,
+    }
+}
+
+/// The counts of the run, printed at the end.
+#[derive(Default)]
+struct Counts {
+    created: usize,
+    deleted: usize,
+    written: usize,
+    /// Pod deleted → removed from the API by the agent.
+    removals: Vec<Duration>,
+}
+
 async fn run() {
     let secs: u64 = env_num("CHURN_SECS").unwrap_or(120);
     let churn = Duration::from_secs(secs);
-    // (1)
-    let mut config = nodelet_apiserver::Config::default().with_auth().with_tls();
-    let lag = match env_num("CHURN_LAG_MS") {
-        Some(ms) => {
-            config = config.node_authorizer_lag(Duration::from_millis(ms));
-            format!("{ms} ms (CHURN_LAG_MS)")
-        }
-        None => format!("{:?} (the server's default)", config.node_authorizer_lag),
-    };
-    let server = ApiServer::start(config)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let h = server.handle();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let kubeconfig = dir.path().join("node.kubeconfig");
-    let node = User::node(NODE);
-    server
-        .write_kubeconfig(&kubeconfig, &node)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let root = dir.path().join("root");
-    let metrics_port = free_port();
-    let agent = spawn_agent(
-        &kubeconfig,
-        &root,
-        "auto",
-        &format!("127.0.0.1:{metrics_port}"),
-    );
+    let Setup {
+        cluster,
+        agent,
+        metrics_port,
+        root,
+        lag,
+        _dir,
+    } = setup().await;
     let pid = agent.pid();
+    let load = load_average();
     println!(
-        "churn/config: {PODS} pods alive x {VOLUMES} objects (3 ConfigMaps, 2 Secrets), {REPLACED} replaced every {REPLACE_EVERY:?}, {UPDATES_PER_SEC} updates/s, for {churn:?}; Node authorizer lag {lag}"
+        "churn/config: {PODS} pods alive x {VOLUMES} objects (3 ConfigMaps, 2 Secrets), {REPLACED} replaced every {REPLACE_EVERY:?}, {UPDATES_PER_SEC} updates/s, for {churn:?}; server {}; Node authorizer lag {lag}; load average {load}",
+        cluster.name()
     );
-    let deadline = Instant::now() + PATIENCE;
-    while h.open_watches("pods", None, None) == 0 || scrape(metrics_port).await.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the agent never watched its pods"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     tokio::time::sleep(SETTLE).await;
     let idle = sample(pid, metrics_port, Duration::ZERO).await;
     println!("churn/idle: before the first pod: {}", idle.values());
+    let metrics_before = scrape(metrics_port).await;
 
     // (2)
-    h.reset_requests();
+    let mark = cluster.mark().await;
     let dirs = PodDirs::new(&root);
+    let poller = Poller::start();
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut seq: u64 = 0;
     let mut next_index = 0;
     let mut live: VecDeque<Pod> = VecDeque::new();
     // Deleted, waiting for the agent to remove them from the API: the pod and when.
     let mut deleting: Vec<(Pod, Instant)> = Vec::new();
-    let mut pending: Vec<PendingUpdate> = Vec::new();
-    let (mut cold, mut mounts, mut updates, mut removals) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut created, mut deleted, mut written, mut abandoned) = (0usize, 0usize, 0usize, 0usize);
+    let mut counts = Counts::default();
     let start = Instant::now();
     for _ in 0..PODS {
-        live.push_back(create_pod(&h, &dirs, &mut next_index, &mut seq));
-        created += 1;
+        let p = create_pod(&cluster, &dirs, &poller, &mut next_index, &mut seq).await;
+        live.push_back(p);
+        counts.created += 1;
     }
     let cold_pods = PODS;
 
@@ -195,10 +235,12 @@ async fn run() {
                 minute = s.at.as_secs() / 60;
                 let cpu = cpu_time(pid);
                 println!(
-                    "churn/minute {minute}: {} ({}), agent CPU {:.1} % of a core; pods created {created}",
+                    "churn/minute {minute}: {} ({}), agent CPU {:.1} % of a core; pods created {}; load average {}",
                     s.show(),
                     rss_parts(pid),
                     100.0 * (cpu - minute_cpu).as_secs_f64() / 60.0,
+                    counts.created,
+                    load_average(),
                 );
                 minute_cpu = cpu;
             }
@@ -208,80 +250,61 @@ async fn run() {
         if now >= next_replace {
             for _ in 0..REPLACED {
                 let Some(old) = live.pop_front() else { break };
-                h.delete("v1", "Pod", Some("default"), &format!("p-{}", old.index))
-                    .unwrap_or_else(|e| panic!("deleting p-{}: {e}", old.index));
-                let before = pending.len();
-                pending.retain(|u| u.pod != old.index);
-                abandoned += before - pending.len();
+                cluster.delete_pod(old.index).await;
+                poller.forget(old.index);
                 deleting.push((old, Instant::now()));
-                deleted += 1;
+                counts.deleted += 1;
             }
             for _ in 0..REPLACED {
-                live.push_back(create_pod(&h, &dirs, &mut next_index, &mut seq));
-                created += 1;
+                let p = create_pod(&cluster, &dirs, &poller, &mut next_index, &mut seq).await;
+                live.push_back(p);
+                counts.created += 1;
             }
             next_replace += REPLACE_EVERY;
         }
         if now >= next_update {
-            let ready: Vec<&Pod> = live.iter().filter(|p| p.mounted.is_some()).collect();
+            let ready: Vec<&Pod> = {
+                let seen = poller.seen();
+                live.iter()
+                    .filter(|p| seen.ready.contains(&p.index))
+                    .collect()
+            };
             if !ready.is_empty() {
                 let p = ready[rng.below(ready.len())];
                 let v = rng.below(VOLUMES);
                 seq += 1;
                 let since = Instant::now();
-                h.update(object(p.objs[v], &seq.to_string()))
-                    .unwrap_or_else(|e| panic!("{e}"));
-                pending.push(PendingUpdate {
-                    pod: p.index,
-                    path: p.files[v].clone(),
-                    seq,
-                    since,
-                });
-                written += 1;
+                cluster.update_object(p.objs[v], &seq.to_string()).await;
+                poller.update(p.index, p.files[v].clone(), seq, since);
+                counts.written += 1;
             }
             next_update += update_every;
         }
-        for p in live.iter_mut().filter(|p| p.mounted.is_none()) {
-            if p.files.iter().all(|f| f.exists()) {
-                let took = p.created.elapsed();
-                p.mounted = Some(took);
-                if p.index < cold_pods {
-                    cold.push(took);
-                } else {
-                    mounts.push(took);
-                }
-            } else {
-                assert!(
-                    p.created.elapsed() < PATIENCE,
-                    "p-{} never mounted",
-                    p.index
-                );
-            }
+        if let Some((index, since)) = poller.seen().oldest_pending {
+            assert!(since.elapsed() < PATIENCE, "p-{index} never mounted");
         }
-        pending.retain(|u| {
-            if read_seq(&u.path).is_some_and(|s| s >= u.seq) {
-                updates.push(u.since.elapsed());
-                false
-            } else {
-                true
-            }
-        });
         if now >= next_gone_check {
-            remove_gone(&h, &mut deleting, &mut removals);
-            next_gone_check += Duration::from_millis(50);
+            remove_gone(&cluster, &mut deleting, &mut counts.removals).await;
+            next_gone_check = Instant::now() + Duration::from_millis(50);
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let churned = start.elapsed();
     let churn_cpu = cpu_time(pid) - cpu_start;
-    let mounts_never = live.iter().filter(|p| p.mounted.is_none()).count();
+    let mounts_never = {
+        let seen = poller.seen();
+        live.iter()
+            .filter(|p| !seen.ready.contains(&p.index))
+            .count()
+    };
+    let metrics_churned = scrape(metrics_port).await;
 
     // (4)
     while let Some(old) = live.pop_front() {
-        h.delete("v1", "Pod", Some("default"), &format!("p-{}", old.index))
-            .unwrap_or_else(|e| panic!("deleting p-{}: {e}", old.index));
+        cluster.delete_pod(old.index).await;
+        poller.forget(old.index);
         deleting.push((old, Instant::now()));
-        deleted += 1;
+        counts.deleted += 1;
     }
     let last_deleted = Instant::now();
     let mut volume_dirs: Vec<PathBuf> = deleting.iter().map(|(p, _)| p.volumes.clone()).collect();
@@ -292,28 +315,44 @@ async fn run() {
             deleting.len(),
             volume_dirs.len()
         );
-        remove_gone(&h, &mut deleting, &mut removals);
+        remove_gone(&cluster, &mut deleting, &mut counts.removals).await;
         volume_dirs.retain(|d| d.exists());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let all_gone = last_deleted.elapsed();
-    let requests = h.requests();
+    let requests = cluster.requests(&mark).await;
+    let leftovers = leftovers(&root);
     tokio::time::sleep(SETTLE).await;
     let after = sample(pid, metrics_port, start.elapsed()).await;
 
+    let (mounted, updates, abandoned) = {
+        let seen = poller.seen();
+        (seen.mounted.clone(), seen.updates.clone(), seen.abandoned)
+    };
+    drop(poller);
+    let Counts {
+        created,
+        deleted,
+        written,
+        removals,
+    } = counts;
     println!(
         "churn/pods: {created} created, {deleted} deleted over {churned:.1?} of churn; {written} updates ({abandoned} abandoned: their pod deleted before they were seen); {mounts_never} pods not mounted when the churn ended"
     );
+    let (cold, churned_pods): (Vec<PodTimes>, Vec<PodTimes>) =
+        mounted.into_iter().partition(|t| t.index < cold_pods);
     println!(
         "churn/cold-start: the first {cold_pods} pods, created at once: created -> all {VOLUMES} files on disk: {}",
-        summary(cold)
+        summary(cold.iter().map(|t| t.all).collect())
     );
+    let mut mounts: Vec<Duration> = churned_pods.iter().map(|t| t.all).collect();
     mounts.sort();
     let mount_p99 = percentile(&mounts, 0.99);
     println!(
         "churn/pod-to-volumes: pods of the churn, created -> all {VOLUMES} files on disk: {}",
         summary(mounts)
     );
+    phases(&churned_pods);
     println!(
         "churn/update-latency: API write -> new content on disk: {}",
         summary(updates)
@@ -326,6 +365,62 @@ async fn run() {
         "churn/cpu: the agent used {:.1} % of a core over the churn ({churn_cpu:.1?} in {churned:.0?})",
         100.0 * churn_cpu.as_secs_f64() / churned.as_secs_f64()
     );
+    println!(
+        "churn/agent-metrics: over the churn: {}",
+        agent_deltas(&metrics_before, &metrics_churned)
+    );
+    println!("churn/leftovers: after the last pod: {leftovers}");
+    memory(
+        &samples, churn, &idle, &after, created, pid, &requests, &lag, mount_p99,
+    );
+    drop(agent);
+    cluster.finish().await;
+}
+
+/// The phases of pod → volumes over the pods of the churn: each phase's p50 / p99, and the
+/// slowest pods phase by phase.
+fn phases(pods: &[PodTimes]) {
+    let of = |f: &dyn Fn(&PodTimes) -> Duration| summary(pods.iter().map(f).collect());
+    println!(
+        "churn/pod-to-volumes-phases: POST answered {}; answered -> pod directory on disk (the agent saw the pod) {}; directory -> first file {}; first file -> all {VOLUMES} {}",
+        of(&|t| t.post),
+        of(&|t| t.dir.saturating_sub(t.post)),
+        of(&|t| t.first.saturating_sub(t.dir)),
+        of(&|t| t.all.saturating_sub(t.first)),
+    );
+    let mut slow: Vec<&PodTimes> = pods.iter().collect();
+    slow.sort_by_key(|t| std::cmp::Reverse(t.all));
+    let each: Vec<String> = slow
+        .iter()
+        .take(SLOWEST)
+        .map(|t| {
+            format!(
+                "p-{} {:.0?} (POST {:.0?}, +{:.0?} directory, +{:.0?} first file, +{:.0?} all)",
+                t.index,
+                t.all,
+                t.post,
+                t.dir.saturating_sub(t.post),
+                t.first.saturating_sub(t.dir),
+                t.all.saturating_sub(t.first)
+            )
+        })
+        .collect();
+    println!("churn/slowest-pods: {}", each.join("; "));
+}
+
+/// The memory figures and the verdict line.
+#[allow(clippy::too_many_arguments)]
+fn memory(
+    samples: &[Sample],
+    churn: Duration,
+    idle: &Sample,
+    after: &Sample,
+    created: usize,
+    pid: u32,
+    requests: &str,
+    lag: &str,
+    mount_p99: Duration,
+) {
     println!("churn/memory-idle: before the first pod: {}", idle.values());
     let warm: Vec<&Sample> = samples
         .iter()
@@ -361,10 +456,7 @@ async fn run() {
         (after.rss - idle.rss) / MIB,
     );
     println!("churn/memory-after-last-pod: {}", rss_parts(pid));
-    println!(
-        "churn/requests: the agent's requests from the first pod to the last pod gone: {}",
-        list_watch_counts(&requests, &node.name)
-    );
+    println!("churn/requests: from the first pod to the last pod gone: {requests}");
     // The targets: drift after warm-up = slope x the minutes after warm-up.
     let minutes = (1.0 - WARM_UP) * churn.as_secs_f64() / 60.0;
     let drift = |points: &[(f64, f64)], what: &str| match trend(points).slope_kib {
@@ -393,12 +485,74 @@ async fn run() {
         "MISSED"
     };
     println!(
-        "churn/verdict: after warm-up {}; {}; {after_heap}; pod -> volumes p99 {mount_p99:.1?}: {latency} (<= {POD_TO_VOLUMES_P99:?}, lag {lag})",
+        "churn/verdict: after warm-up {}; {}; {after_heap}; pod -> volumes p99 {mount_p99:.1?}: {latency} (<= {POD_TO_VOLUMES_P99:?}, lag {lag}); load average {}",
         drift(&heaps, "heap"),
         drift(&rsss, "RSS"),
+        load_average(),
     );
-    drop(agent);
-    server.shutdown().await;
+}
+
+/// `/proc/loadavg`'s three averages (the machine is shared).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What the agent left under its root after the last pod: pod directories, and volume
+/// directories among them.
+fn leftovers(root: &std::path::Path) -> String {
+    let pods: Vec<PathBuf> = std::fs::read_dir(root.join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let volumes = pods.iter().filter(|p| p.join("volumes").exists()).count();
+    format!(
+        "{} pod directories, {volumes} of them with a volumes directory",
+        pods.len()
+    )
+}
+
+/// The agent's counters that moved between two scrapes: requests by verb, retries by
+/// reason, first reads, API write failures and dropped events.
+fn agent_deltas(before: &str, after: &str) -> String {
+    let value = |text: &str, series: &str| {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let series: Vec<&str> = after
+        .lines()
+        .filter(|l| {
+            [
+                "nodelet_api_requests",
+                "nodelet_first_read",
+                "nodelet_api_write_failures",
+                "nodelet_events_dropped",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s))
+        .collect();
+    let moved: Vec<String> = series
+        .iter()
+        .filter_map(|s| {
+            let d = value(after, s) - value(before, s);
+            (d.abs() > 1e-9).then(|| format!("{s} {d:+.3}"))
+        })
+        .collect();
+    if moved.is_empty() {
+        "none".to_owned()
+    } else {
+        moved.join(", ")
+    }
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -427,53 +581,61 @@ async fn sample(pid: u32, metrics_port: u16, at: Duration) -> Sample {
     }
 }
 
-/// Creates pod `p-<next_index>` after its 5 objects (values `seq`, then incremented).
-fn create_pod(h: &ServerHandle, dirs: &PodDirs, next_index: &mut usize, seq: &mut u64) -> Pod {
+/// Creates pod `p-<next_index>` after its 5 objects (values `seq`, then incremented), and
+/// has the poller watch for its files.
+async fn create_pod(
+    cluster: &Cluster,
+    dirs: &PodDirs,
+    poller: &Poller,
+    next_index: &mut usize,
+    seq: &mut u64,
+) -> Pod {
     let index = *next_index;
     *next_index += 1;
     let objs: [usize; VOLUMES] = std::array::from_fn(|v| 10 * index + v);
     for j in objs {
         *seq += 1;
-        h.create(object(j, &seq.to_string()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        cluster.create_object(j, &seq.to_string()).await;
     }
-    let created = Instant::now();
-    let pod = h
-        .create(pod(index, &objs))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let uid = PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the server's pod: {e}"));
+    let sent = Instant::now();
+    let (uid, post) = cluster.create_pod(index, &objs).await;
+    let uid = PodUid::new(&uid).unwrap_or_else(|e| panic!("the server's pod: {e}"));
     let volumes = dirs.volumes(&uid);
+    let files = objs.map(|j| volumes.join(volume_dir(j)).join("k"));
+    poller.pod(PodWatch {
+        index,
+        dir: dirs.pod(&uid),
+        files: files.to_vec(),
+        sent,
+        post,
+    });
     Pod {
         index,
         objs,
-        files: objs.map(|j| volumes.join(volume_dir(j)).join("k")),
+        files,
         volumes,
-        created,
-        mounted: None,
     }
 }
 
 /// For each pod in `deleting` the agent removed from the API: its removal latency into
 /// `removals`, its objects deleted, and it is dropped.
-fn remove_gone(h: &ServerHandle, deleting: &mut Vec<(Pod, Instant)>, removals: &mut Vec<Duration>) {
-    deleting.retain(|(p, since)| {
-        if h.get("v1", "Pod", Some("default"), &format!("p-{}", p.index))
-            .is_some()
-        {
-            return true;
+async fn remove_gone(
+    cluster: &Cluster,
+    deleting: &mut Vec<(Pod, Instant)>,
+    removals: &mut Vec<Duration>,
+) {
+    let mut kept = Vec::with_capacity(deleting.len());
+    for (p, since) in deleting.drain(..) {
+        if !cluster.pod_gone(p.index).await {
+            kept.push((p, since));
+            continue;
         }
         removals.push(since.elapsed());
         for j in p.objs {
-            delete_object(h, j).unwrap_or_else(|e| panic!("deleting object {j}: {e}"));
+            cluster.delete_object(j).await;
         }
-        false
-    });
-}
-
-/// The sequence number a volume file holds (`None` while it is absent).
-fn read_seq(path: &std::path::Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.parse().ok()
+    }
+    *deleting = kept;
 }
 
 /// Min, max and least-squares slope of `(minutes, MiB)` points.

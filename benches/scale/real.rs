@@ -32,7 +32,8 @@ use crate::support::applied::{self, KUBECTL_USER_AGENT, Writer};
 use crate::support::disk::Disk;
 use crate::support::realk8s::{RealK8s, ServerCounts};
 use crate::support::{
-    NODE, cpu_time, free_port, scrape, spawn_agent_with, summary, volume_dir, wait_all,
+    NODE, cpu_time, free_port, histogram_delta, scrape, spawn_agent_with, summary, volume_dir,
+    wait_all,
 };
 
 /// Pods and objects: `real-991` (a multiple of the pods).
@@ -241,7 +242,7 @@ async fn with_nodelet(
         phases.join("; ")
     );
     if round == 0 && std::env::var_os("SCALE_NO_UPDATES").is_none() {
-        updates(writer, &files, label, pid).await;
+        updates(writer, &files, label, pid, metrics_port).await;
         // Every object back to v0 for the next round.
         futures::stream::iter(0..OBJECTS)
             .map(|j| {
@@ -258,8 +259,12 @@ async fn with_nodelet(
 /// 50 updates/s for 20 s to distinct objects in turn: write → file visible, and its two
 /// phases per update: until the server answered the write (the server's part), and from that
 /// answer until the file held the new content (the watch event and the agent's remount; can
-/// be negative when the event overtakes the answer, counted as zero).
-async fn updates(writer: &Writer, files: &[PathBuf], label: &str, pid: u32) {
+/// be negative when the event overtakes the answer, counted as zero); and the agent's own part
+/// of the second, from its `nodelet_propagation_latency_seconds` histogram over the window
+/// (the volume manager told of the change → new content on disk): what remains of the second
+/// phase is the watch event's delivery and the object manager's handling of it.
+async fn updates(writer: &Writer, files: &[PathBuf], label: &str, pid: u32, metrics_port: u16) {
+    let metrics_before = scrape(metrics_port).await;
     let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
     let every = Duration::from_secs(1) / RATE;
     // (update, file, value, sent); seen: (update, sent → visible).
@@ -317,6 +322,19 @@ async fn updates(writer: &Writer, files: &[PathBuf], label: &str, pid: u32) {
         summary(answered_in),
         summary(after),
         100.0 * cpu.as_secs_f64() / window.as_secs_f64()
+    );
+    let metrics_after = scrape(metrics_port).await;
+    let ours = histogram_delta(
+        &metrics_before,
+        &metrics_after,
+        "nodelet_propagation_latency_seconds",
+    );
+    println!(
+        "scale/{label}/update-latency-ours: the agent's part (change notified to the volume manager -> new content on disk, its histogram over the window): n={:.0}, p50 <= {}, p99 <= {}, mean {:.2} ms",
+        ours.count,
+        ours.quantile(0.5),
+        ours.quantile(0.99),
+        ours.mean() * 1e3
     );
 }
 

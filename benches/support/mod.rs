@@ -260,6 +260,80 @@ pub(crate) fn metric_sum(text: &str, prefix: &str) -> f64 {
         .fold(0.0, |a, b| a + b)
 }
 
+/// A Prometheus histogram's samples between two scrapes.
+pub(crate) struct HistogramDelta {
+    /// `(le, count)` per bucket, cumulative, in order; `+Inf` last.
+    pub(crate) buckets: Vec<(f64, f64)>,
+    pub(crate) count: f64,
+    pub(crate) sum: f64,
+}
+
+impl HistogramDelta {
+    /// The upper bound of the bucket holding quantile `q` (`"5 ms"`, `"+Inf"`; `"-"` when
+    /// empty): a histogram knows no finer.
+    pub(crate) fn quantile(&self, q: f64) -> String {
+        let rank = q * self.count;
+        match self.buckets.iter().find(|(_, n)| *n >= rank && *n > 0.0) {
+            Some((le, _)) if le.is_finite() => format!("{} ms", le * 1e3),
+            Some(_) => "+Inf".to_owned(),
+            None => "-".to_owned(),
+        }
+    }
+
+    /// Mean in seconds (zero when empty).
+    pub(crate) fn mean(&self) -> f64 {
+        if self.count > 0.0 {
+            self.sum / self.count
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Histogram `name` of `after` minus that of `before` (two `/metrics` texts).
+pub(crate) fn histogram_delta(before: &str, after: &str, name: &str) -> HistogramDelta {
+    let read = |text: &str| {
+        let mut buckets = Vec::new();
+        let (mut count, mut sum) = (0.0, 0.0);
+        for line in text.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            if let Some(rest) = series.strip_prefix(&format!("{name}_bucket{{le=\"")) {
+                let le = rest.trim_end_matches("\"}");
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap_or(f64::INFINITY)
+                };
+                buckets.push((le, value));
+            } else if series == format!("{name}_count") {
+                count = value;
+            } else if series == format!("{name}_sum") {
+                sum = value;
+            }
+        }
+        (buckets, count, sum)
+    };
+    let (b0, c0, s0) = read(before);
+    let (b1, c1, s1) = read(after);
+    let buckets = b1
+        .iter()
+        .map(|(le, n)| {
+            let then = b0.iter().find(|(l, _)| l == le).map_or(0.0, |(_, n)| *n);
+            (*le, n - then)
+        })
+        .collect();
+    HistogramDelta {
+        buckets,
+        count: c1 - c0,
+        sum: s1 - s0,
+    }
+}
+
 /// The agent's live heap in bytes (`nodelet_heap_allocated_bytes` in `metrics`), if reported.
 pub(crate) fn heap_bytes(metrics: &str) -> Option<f64> {
     metrics
