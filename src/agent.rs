@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
-use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
+use nodelet_object_manager::{ReadLimiter, ServiceLister, ServiceListerConfig};
 use nodelet_podworker::{EnvSources, SyncerParts};
 use nodelet_reporting::{EventConfig, EventPublisher, StatusConfig, StatusWriter};
 use serde_json::Value;
@@ -58,10 +58,18 @@ impl Agent {
         let gates = Gates::read(&config.feature_gates);
         // Requests, retries and connections are counted by the transport under `client`.
         let metrics = Metrics::for_transport(counters, config.allocator);
-        let (configmaps, secrets) = crate::parts::object_managers(&config, &client)?;
+        // The node's one budget (OM-30, OM-33): first reads take from it per read through the
+        // unpaced client; every other non-watch request through the paced `node` client.
+        // Events have their own bucket; heartbeats (Node, Lease) and the kubelet API's
+        // upgrades go through `client` unpaced.
+        let first_reads = ReadLimiter::new(config.first_reads);
+        let node_bucket = first_reads.sharing();
+        let event_bucket = ReadLimiter::new(crate::paced::EVENT_LIMITS);
+        let node = crate::paced::paced(&client, node_bucket.clone());
+        let (configmaps, secrets) = crate::parts::object_managers(&config, &client, first_reads)?;
         let events = EventPublisher::start(
             EventConfig::new(&config.node_name),
-            client.clone(),
+            crate::paced::paced(&client, event_bucket.clone()),
             metrics.reporting(),
             tasks.shutdown.clone(),
             &tasks.tracker,
@@ -73,7 +81,7 @@ impl Agent {
         let volumes = crate::parts::volume_manager(
             &config,
             allocatable,
-            &client,
+            &node,
             (&configmaps, &secrets),
             &events,
             &tasks,
@@ -81,7 +89,7 @@ impl Agent {
         )?;
         let status = StatusWriter::start(
             StatusConfig::default(),
-            client.clone(),
+            node.clone(),
             metrics.reporting(),
             tasks.shutdown.clone(),
             &tasks.tracker,
@@ -90,7 +98,7 @@ impl Agent {
         // The node's one Service watch (PW-15): started by the first environment built,
         // stopped with the agent.
         let services = ServiceLister::new(
-            client.clone(),
+            node.clone(),
             ServiceListerConfig::default(),
             &tasks.tracker,
         );
@@ -131,6 +139,7 @@ impl Agent {
             ready,
             pod_watch: crate::pod_watch::PodWatchHealth::default(),
             status,
+            paced: [("node", node_bucket), ("events", event_bucket)],
             sysctls: nodelet_podworker::SysctlPolicy::new(
                 &config.allowed_unsafe_sysctls,
                 processes
@@ -150,8 +159,15 @@ impl Agent {
             probes,
             known_pods: parking_lot::RwLock::default(),
         });
-        let (kubelet_addr, http_addr) =
-            start_tasks(&state, client, gates.admission, events, ready_tx, &tasks).await?;
+        let (kubelet_addr, http_addr) = start_tasks(
+            &state,
+            [node, client],
+            gates.admission,
+            events,
+            ready_tx,
+            &tasks,
+        )
+        .await?;
         let Tasks { shutdown, tracker } = tasks;
         Ok(Agent {
             state,
@@ -225,9 +241,11 @@ impl Agent {
 /// Starts what runs beside the pod workers: the kubelet API (before the Node publishes its
 /// port), the pod source, the propagation tracker, the configuration following, node
 /// registration and the HTTP endpoints. Returns the kubelet API's and the endpoints' addresses.
+/// `clients`: the node's paced client (the pod source) and the unpaced one (the kubelet API's
+/// upgrades, the Node and its Lease: heartbeats are never paced, OM-33).
 async fn start_tasks(
     state: &Arc<AgentState>,
-    client: kube::Client,
+    [node, client]: [kube::Client; 2],
     admission: crate::pod_source::Admission,
     events: EventPublisher,
     ready: watch::Sender<bool>,
@@ -239,7 +257,7 @@ async fn start_tasks(
     tasks.spawn_in(
         crate::pod_source::run(
             state.clone(),
-            client.clone(),
+            node,
             admission,
             events,
             ready,

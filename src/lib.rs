@@ -70,6 +70,7 @@ mod http;
 mod kubelet_host;
 mod lock;
 mod memory;
+mod paced;
 mod parts;
 mod pod_source;
 mod pod_watch;

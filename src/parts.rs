@@ -161,12 +161,14 @@ pub(crate) fn register_node(
 pub(crate) fn object_managers(
     config: &AgentConfig,
     client: &kube::Client,
+    first_reads: ReadLimiter,
 ) -> anyhow::Result<(ConfigMapManager, SecretManager)> {
-    // One bucket for both managers: the node's first reads together (OM-30).
+    // One bucket for both managers: the node's first reads together (OM-30); `client` is
+    // unpaced, each first read takes its own token (OM-33).
     let manager_config = ManagerConfig::new(config.strategy)
         .with_node_name(config.node_name.clone())
         .with_resync_interval(config.sync_frequency)
-        .with_first_reads(ReadLimiter::new(config.first_reads));
+        .with_first_reads(first_reads);
     let nodes: Arc<dyn ObjectSource<Node>> = Arc::new(KubeSource::<Node>::cluster(client.clone()));
     let configmaps = ConfigMapManager::with_sources(
         Arc::new(KubeSource::<ConfigMap>::namespaced(client.clone())),

@@ -25,6 +25,9 @@ pub(crate) struct AgentState {
     pub(crate) pod_watch: crate::pod_watch::PodWatchHealth,
     /// Pod status patches and deletions.
     pub(crate) status: nodelet_reporting::StatusWriter,
+    /// The buckets of the node's paced client and of its events' client (OM-33), for
+    /// `/metrics`.
+    pub(crate) paced: [(&'static str, nodelet_object_manager::ReadLimiter); 2],
     /// The process runtime, when containers run as processes (`--runtime process`).
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
     /// Configuration that follows a change (FC-1 … FC-8), with the process runtime.

@@ -116,6 +116,9 @@ pub(crate) fn metrics_text(state: &AgentState) -> String {
     m.set_watches("services", usize::from(state.services.is_started()));
     // Both managers share one bucket.
     m.set_first_reads(state.configmaps.first_reads().stats());
+    for (client, limiter) in &state.paced {
+        m.set_paced(client, limiter.stats());
+    }
     m.set_service_watch_lists(state.services.lists());
     let mut by_state: HashMap<(String, String), usize> = HashMap::new();
     let mut errors: HashMap<String, usize> = HashMap::new();

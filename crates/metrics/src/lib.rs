@@ -69,6 +69,8 @@ struct Inner {
     service_watch_lists: Gauge,
     first_reads: Family<Labels, Gauge>,
     first_read_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
+    paced: Family<Labels, Gauge>,
+    paced_wait: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
@@ -135,6 +137,18 @@ impl Metrics {
             "first_read_wait_seconds",
             "Seconds first reads waited for their token of the kubeAPIQPS/kubeAPIBurst bucket, summed",
             first_read_wait.clone(),
+        );
+        let paced = Family::<Labels, Gauge>::default();
+        registry.register(
+            "paced_requests",
+            "Non-watch requests of the node's client (TokenRequests, pod status patches and deletions, lists) and of its events' client that took a token of their bucket (node: the kubeAPIQPS/kubeAPIBurst bucket the first reads share; events: eventRecordQPS/eventBurst), by client and whether they waited for it",
+            paced.clone(),
+        );
+        let paced_wait = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "paced_request_wait_seconds",
+            "Seconds the paced requests waited for their token, summed, by client",
+            paced_wait.clone(),
         );
         let watches_open = Family::<Labels, Gauge>::default();
         registry.register(
@@ -210,6 +224,8 @@ impl Metrics {
                 service_watch_lists,
                 first_reads,
                 first_read_wait,
+                paced,
+                paced_wait,
                 volumes,
                 volume_errors,
                 pods,
@@ -252,6 +268,29 @@ impl Metrics {
             .get_or_create(&vec![("waited".to_owned(), "true".to_owned())])
             .set(n(stats.delayed));
         self.inner.first_read_wait.set(stats.waited.as_secs_f64());
+    }
+
+    /// Set the figures of the paced client `client` (`node`, `events`; OM-33).
+    pub fn set_paced(&self, client: &str, stats: nodelet_object_manager::LimiterStats) {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let labels = |waited: &str| {
+            vec![
+                ("client".to_owned(), client.to_owned()),
+                ("waited".to_owned(), waited.to_owned()),
+            ]
+        };
+        self.inner
+            .paced
+            .get_or_create(&labels("false"))
+            .set(n(stats.reads.saturating_sub(stats.delayed)));
+        self.inner
+            .paced
+            .get_or_create(&labels("true"))
+            .set(n(stats.delayed));
+        self.inner
+            .paced_wait
+            .get_or_create(&vec![("client".to_owned(), client.to_owned())])
+            .set(stats.waited.as_secs_f64());
     }
 
     /// Set the number of open watches of `resource`.

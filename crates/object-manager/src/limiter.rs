@@ -13,7 +13,9 @@
 //!    not wait for the bucket.
 //!
 //! The bucket is shared: the agent hands one to its ConfigMap and Secret managers, so the
-//! node's first reads together keep to `kubeAPIQPS` / `kubeAPIBurst`.
+//! node's first reads together keep to `kubeAPIQPS` / `kubeAPIBurst`, and draws the node's
+//! other non-watch requests from the same bucket through [`ReadLimiter::sharing`] (OM-33),
+//! each user counted on its own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +31,15 @@ use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
 #[derive(Debug, Clone, Default)]
 pub struct ReadLimiter {
     bucket: Option<Arc<Bucket>>,
+    /// What this user of the bucket took ([`ReadLimiter::sharing`] starts a count of its own).
+    counts: Arc<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    reads: AtomicU64,
+    delayed: AtomicU64,
+    waited_micros: AtomicU64,
 }
 
 /// The settings of a [`ReadLimiter`], as the kubelet's `kubeAPIQPS` and `kubeAPIBurst`.
@@ -55,9 +66,6 @@ pub struct LimiterStats {
 struct Bucket {
     limits: ReadLimits,
     state: Mutex<State>,
-    reads: AtomicU64,
-    delayed: AtomicU64,
-    waited_micros: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -81,16 +89,23 @@ impl ReadLimiter {
                     tokens: f64::from(limits.burst),
                     at: Instant::now(),
                 }),
-                reads: AtomicU64::new(0),
-                delayed: AtomicU64::new(0),
-                waited_micros: AtomicU64::new(0),
             })),
+            counts: Arc::default(),
         }
     }
 
     /// A limiter that never waits.
     pub fn unlimited() -> Self {
-        ReadLimiter { bucket: None }
+        ReadLimiter::default()
+    }
+
+    /// Another user of the same bucket: its requests take the same tokens, in the same first
+    /// come, first served order, and are counted in its own [`ReadLimiter::stats`] (OM-33).
+    pub fn sharing(&self) -> Self {
+        ReadLimiter {
+            bucket: self.bucket.clone(),
+            counts: Arc::default(),
+        }
     }
 
     /// Its limits; `None` when unlimited.
@@ -108,24 +123,25 @@ impl ReadLimiter {
             return;
         };
         let wait = bucket.reserve(Instant::now());
-        bucket.reads.fetch_add(1, Ordering::Relaxed);
+        let counts = &self.counts;
+        counts.reads.fetch_add(1, Ordering::Relaxed);
         if !wait.is_zero() {
-            bucket.delayed.fetch_add(1, Ordering::Relaxed);
+            counts.delayed.fetch_add(1, Ordering::Relaxed);
             let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-            bucket.waited_micros.fetch_add(micros, Ordering::Relaxed);
+            counts.waited_micros.fetch_add(micros, Ordering::Relaxed);
             tokio::time::sleep(wait).await;
         }
     }
 
-    /// What it did so far (zero when unlimited).
+    /// What this user of the bucket did so far (zero when unlimited): its clones' requests
+    /// included, those of a [`ReadLimiter::sharing`] not.
     pub fn stats(&self) -> LimiterStats {
-        self.bucket
-            .as_ref()
-            .map_or_else(LimiterStats::default, |b| LimiterStats {
-                reads: b.reads.load(Ordering::Relaxed),
-                delayed: b.delayed.load(Ordering::Relaxed),
-                waited: Duration::from_micros(b.waited_micros.load(Ordering::Relaxed)),
-            })
+        let c = &self.counts;
+        LimiterStats {
+            reads: c.reads.load(Ordering::Relaxed),
+            delayed: c.delayed.load(Ordering::Relaxed),
+            waited: Duration::from_micros(c.waited_micros.load(Ordering::Relaxed)),
+        }
     }
 }
 
@@ -294,5 +310,25 @@ mod tests {
         a.acquire().await;
         assert!(started.elapsed() >= Duration::from_millis(999));
         assert_eq!(b.stats().reads, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sharing_limiter_takes_from_the_same_bucket_and_counts_on_its_own() {
+        let reads = limiter(10.0, 2);
+        let others = reads.sharing();
+        reads.acquire().await;
+        others.acquire().await;
+        let started = Instant::now();
+        others.acquire().await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(99),
+            "the burst of 2 was spent by both users together"
+        );
+        // Reserved in call order across users: the read asked after waits behind it.
+        reads.acquire().await;
+        assert!(started.elapsed() >= Duration::from_millis(199));
+        assert_eq!((reads.stats().reads, reads.stats().delayed), (2, 1));
+        assert_eq!((others.stats().reads, others.stats().delayed), (2, 1));
+        assert_eq!(ReadLimiter::unlimited().sharing().limits(), None);
     }
 }

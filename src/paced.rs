@@ -1,0 +1,188 @@
+//! [`paced`]: a `kube::Client` whose requests, watches excepted, each take a token of a
+//! [`ReadLimiter`] first, as client-go's rate limiter paces every request of a kubelet's
+//! client but its watches (OM-33).
+//!
+//! The agent's clients:
+//! 1. **The node's client** (TokenRequests, pod status patches and deletions, the pod and
+//!    Service lists, every other non-watch request of the pods' parts) draws from the bucket
+//!    of `kubeAPIQPS` / `kubeAPIBurst` that the ConfigMap and Secret managers' first reads take
+//!    from too (OM-30): one budget for the node, first come, first served. The object
+//!    managers themselves read through the unpaced client and take their tokens per first
+//!    read, so a read is never paced twice, and an established watch's resumes never wait.
+//! 2. **Events** have a bucket of their own, `eventRecordQPS` / `eventBurst` (the kubelet's
+//!    50 / 100), as the kubelet's event client: a burst of events never delays a pod's reads.
+//! 3. **Heartbeats** (the Node's status, its Lease) go unpaced, as the kubelet's heartbeat
+//!    client: a node that starts many pods still renews its lease on time.
+//! 4. Watches are never paced (client-go does not rate-limit a watch either); a request is a
+//!    watch when its query says `watch=true` or `watch=1`.
+
+use http::Request;
+use kube::client::Body;
+use nodelet_object_manager::{ReadLimiter, ReadLimits};
+
+/// The kubelet's `eventRecordQPS` / `eventBurst` defaults: the bucket of the events' client (2).
+pub(crate) const EVENT_LIMITS: ReadLimits = ReadLimits {
+    qps: 50.0,
+    burst: 100,
+};
+
+/// `client`'s requests, watches excepted, each after a token of `limiter` (see the module
+/// docs). Errors come back as `client` gives them.
+pub(crate) fn paced(client: &kube::Client, limiter: ReadLimiter) -> kube::Client {
+    let inner = client.clone();
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let (inner, limiter) = (inner.clone(), limiter.clone());
+        async move {
+            if !is_watch(&request) {
+                limiter.acquire().await;
+            }
+            inner.send(request).await
+        }
+    });
+    kube::Client::new(service, client.default_namespace())
+}
+
+/// Whether `request` opens a watch (4).
+fn is_watch<B>(request: &Request<B>) -> bool {
+    request.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| matches!(kv, "watch=true" | "watch=1"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use parking_lot::Mutex;
+    use tokio::time::Instant;
+
+    use http::Response;
+
+    use super::*;
+
+    /// Each request's path (with its query) and when it arrived.
+    type Arrivals = Arc<Mutex<Vec<(String, Instant)>>>;
+
+    /// A client whose server answers every request at once with `{}`, and its [`Arrivals`].
+    fn recording() -> (kube::Client, Arrivals) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let log = log.clone();
+            async move {
+                let path = request
+                    .uri()
+                    .path_and_query()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                log.lock().push((path, Instant::now()));
+                let response = Response::builder()
+                    .status(200)
+                    .body(Body::from(b"{}".to_vec()))
+                    .map_err(|e| kube::Error::Service(Box::new(e)))?;
+                Ok::<_, kube::Error>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    fn get(path: &str) -> Request<Vec<u8>> {
+        Request::get(path)
+            .body(Vec::new())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_past_the_burst_wait_for_their_token_and_watches_never_do() {
+        let (inner, seen) = recording();
+        let limiter = ReadLimiter::new(ReadLimits {
+            qps: 10.0,
+            burst: 1,
+        });
+        let client = paced(&inner, limiter.clone());
+        let started = Instant::now();
+        for path in [
+            "/api/v1/namespaces/a/pods/p",
+            "/api/v1/namespaces/a/pods?watch=true&resourceVersion=1",
+            "/api/v1/namespaces/a/configmaps?fieldSelector=x&watch=1",
+            "/api/v1/namespaces/a/pods/q",
+        ] {
+            client
+                .request_text(get(path))
+                .await
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        let at: Vec<Duration> = seen
+            .lock()
+            .iter()
+            .map(|(_, t)| t.duration_since(started))
+            .collect();
+        assert_eq!(at.len(), 4);
+        assert_eq!(
+            &at[..3],
+            &[Duration::ZERO; 3],
+            "the first GET takes the burst; watches take nothing"
+        );
+        assert_eq!(
+            at[3],
+            Duration::from_millis(100),
+            "the second GET waits 1/qps"
+        );
+        let stats = limiter.stats();
+        assert_eq!((stats.reads, stats.delayed), (2, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_paced_client_shares_its_bucket_with_the_first_reads() {
+        let (inner, seen) = recording();
+        let first_reads = ReadLimiter::new(ReadLimits {
+            qps: 10.0,
+            burst: 2,
+        });
+        let client = paced(&inner, first_reads.sharing());
+        let started = Instant::now();
+        first_reads.acquire().await;
+        first_reads.acquire().await;
+        client
+            .request_text(get("/api/v1/namespaces/a/serviceaccounts/d/token"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let at = seen.lock()[0].1.duration_since(started);
+        assert_eq!(
+            at,
+            Duration::from_millis(100),
+            "the burst was spent by the first reads"
+        );
+        assert_eq!(first_reads.stats().reads, 2, "each user counted on its own");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_of_the_inner_client_comes_back_unchanged() {
+        let service = tower::service_fn(|_: Request<Body>| async {
+            Err::<Response<Body>, _>(kube::Error::Service("connection refused".into()))
+        });
+        let inner = kube::Client::new(service, "default");
+        let client = paced(&inner, ReadLimiter::unlimited());
+        let err = client
+            .request_text(get("/api/v1/nodes/n"))
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("ServiceError: connection refused"),
+            "not wrapped twice"
+        );
+    }
+
+    #[test]
+    fn only_a_watch_query_makes_a_watch() {
+        assert!(is_watch(&get("/api/v1/pods?watch=true")));
+        assert!(is_watch(&get("/api/v1/pods?a=b&watch=1")));
+        assert!(!is_watch(&get("/api/v1/pods?watch=false")));
+        assert!(!is_watch(&get("/api/v1/namespaces/watch/pods")));
+        assert!(!is_watch(&get("/api/v1/pods?allowWatchBookmarks=true")));
+    }
+}
