@@ -234,7 +234,9 @@ async fn with_nodelet(
     let phases: Vec<&str> = metrics
         .lines()
         .filter(|l| {
-            l.starts_with("nodelet_first_read") || l.starts_with("nodelet_api_requests_retried")
+            l.starts_with("nodelet_first_read")
+                || l.starts_with("nodelet_paced")
+                || l.starts_with("nodelet_api_requests_retried")
         })
         .collect();
     println!(
