@@ -8,7 +8,7 @@
 //! status lists, atomic in the API, are sent whole and replace the pod's. A condition keeps its `lastTransitionTime`
 //! while its status stays (the time of the last patch that changed it, else the pod's own).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,8 +44,16 @@ struct Shared {
     pending: Mutex<HashMap<PodUid, Work>>,
     /// Last patch sent per pod UID (to skip unchanged ones).
     sent: Mutex<HashMap<PodUid, Sent>>,
+    /// The newest [`DELETED_MEMORY`] pods whose deletion was queued: each is deleted once,
+    /// however many times it is reported terminated (the worker's end, then the pod watch
+    /// showing it finished and being deleted).
+    deleted: Mutex<VecDeque<PodUid>>,
     wake: Arc<Notify>,
 }
+
+/// How many deleted pods a [`StatusWriter`] remembers (a pod UID each; its later reports
+/// come within seconds, while hundreds of pods cannot come and go).
+const DELETED_MEMORY: usize = 256;
 
 /// What was last sent for a pod.
 struct Sent {
@@ -104,6 +112,7 @@ impl StatusWriter {
         let shared = Arc::new(Shared {
             pending: Mutex::default(),
             sent: Mutex::default(),
+            deleted: Mutex::default(),
             wake: Arc::new(Notify::new()),
         });
         let weak = Arc::downgrade(&shared);
@@ -144,6 +153,16 @@ impl StatusWriter {
     fn enqueue(&self, uid: PodUid, mut work: Work) {
         {
             let mut p = self.shared.pending.lock();
+            // A status that comes after the deletion was queued is written before it, never
+            // instead of it.
+            if let (Work::Patch { body, .. }, Some(Work::Delete { last_status, .. })) =
+                (&work, p.get_mut(&uid))
+            {
+                *last_status = Some(body.clone());
+                drop(p);
+                self.shared.wake.notify_one();
+                return;
+            }
             if let (
                 Work::Delete { last_status, .. },
                 Some(
@@ -315,6 +334,16 @@ impl StatusSink for StatusWriter {
         if pod.metadata.deletion_timestamp.is_none() {
             return;
         }
+        {
+            let mut deleted = self.shared.deleted.lock();
+            if deleted.contains(&uid) {
+                return;
+            }
+            if deleted.len() >= DELETED_MEMORY {
+                deleted.pop_front();
+            }
+            deleted.push_back(uid.clone());
+        }
         let name = pod.name().to_owned();
         self.enqueue(
             uid.clone(),
@@ -419,6 +448,7 @@ mod tests {
             shared: Arc::new(Shared {
                 pending: Mutex::default(),
                 sent: Mutex::default(),
+                deleted: Mutex::default(),
                 wake: Arc::new(Notify::new()),
             }),
         };
@@ -521,5 +551,67 @@ mod tests {
             condition_field(&sent_body, "Ready", "lastTransitionTime"),
             "2026-01-01T00:00:20Z"
         );
+    }
+
+    #[tokio::test]
+    async fn a_pod_reported_terminated_twice_is_deleted_once_with_its_later_status_first() {
+        let server = nodelet_apiserver::ApiServer::start(nodelet_apiserver::Config::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let h = server.handle();
+        h.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let created = h
+            .create(serde_json::to_value(pod()).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut p = pod();
+        p.metadata.uid = created["metadata"]["uid"].as_str().map(str::to_owned);
+        p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        let admitted = AdmittedPod::new(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let (shutdown, tracker) = (
+            CancellationToken::new(),
+            tokio_util::task::TaskTracker::new(),
+        );
+        let writer = StatusWriter::start(
+            StatusConfig::default(),
+            server.client(),
+            Counters::default(),
+            shutdown.clone(),
+            &tracker,
+        );
+        // No await between these: the writer's task has not run yet.
+        writer.terminated(&admitted);
+        writer.set_status(&admitted, &generated(&p, false, true));
+        writer.terminated(&admitted);
+        {
+            let pending = writer.shared.pending.lock();
+            assert_eq!(pending.len(), 1);
+            assert!(
+                matches!(
+                    pending.values().next(),
+                    Some(Work::Delete {
+                        last_status: Some(_),
+                        ..
+                    })
+                ),
+                "the later status rides with the deletion, which it does not replace"
+            );
+        }
+        while h.get("v1", "Pod", Some("ns"), "p").is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The pod watch shows it finished and being deleted once more: nothing to send.
+        writer.terminated(&admitted);
+        assert!(writer.shared.pending.lock().is_empty());
+        let deletes = h
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "delete" && r.resource == "pods")
+            .count();
+        assert_eq!(deletes, 1, "one DELETE for one pod");
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        server.shutdown().await;
     }
 }
