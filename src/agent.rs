@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
-use nodelet_object_manager::{ReadLimiter, ServiceLister, ServiceListerConfig};
+use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
 use nodelet_podworker::{EnvSources, SyncerParts};
 use nodelet_reporting::{EventConfig, EventPublisher, StatusConfig, StatusWriter};
 use serde_json::Value;
@@ -58,18 +58,13 @@ impl Agent {
         let gates = Gates::read(&config.feature_gates);
         // Requests, retries and connections are counted by the transport under `client`.
         let metrics = Metrics::for_transport(counters, config.allocator);
-        // The node's one budget (OM-30, OM-33): first reads take from it per read through the
-        // unpaced client; every other non-watch request through the paced `node` client.
-        // Events have their own bucket; heartbeats (Node, Lease) and the kubelet API's
-        // upgrades go through `client` unpaced.
-        let first_reads = ReadLimiter::new(config.first_reads);
-        let node_bucket = first_reads.sharing();
-        let event_bucket = ReadLimiter::new(crate::paced::EVENT_LIMITS);
-        let node = crate::paced::paced(&client, node_bucket.clone());
-        let (configmaps, secrets) = crate::parts::object_managers(&config, &client, first_reads)?;
+        let paced = crate::paced::clients(&client, config.first_reads);
+        let node = paced.node;
+        let (configmaps, secrets) =
+            crate::parts::object_managers(&config, &client, paced.first_reads)?;
         let events = EventPublisher::start(
             EventConfig::new(&config.node_name),
-            crate::paced::paced(&client, event_bucket.clone()),
+            paced.events,
             metrics.reporting(),
             tasks.shutdown.clone(),
             &tasks.tracker,
@@ -97,11 +92,8 @@ impl Agent {
         let (runtime, processes) = crate::parts::container_runtime(&config, &tasks)?;
         // The node's one Service watch (PW-15): started by the first environment built,
         // stopped with the agent.
-        let services = ServiceLister::new(
-            node.clone(),
-            ServiceListerConfig::default(),
-            &tasks.tracker,
-        );
+        let services =
+            ServiceLister::new(node.clone(), ServiceListerConfig::default(), &tasks.tracker);
         tasks.tracker.spawn({
             let (services, stop) = (services.clone(), tasks.shutdown.clone());
             async move {
@@ -139,7 +131,7 @@ impl Agent {
             ready,
             pod_watch: crate::pod_watch::PodWatchHealth::default(),
             status,
-            paced: [("node", node_bucket), ("events", event_bucket)],
+            paced: paced.buckets,
             sysctls: nodelet_podworker::SysctlPolicy::new(
                 &config.allowed_unsafe_sysctls,
                 processes

@@ -26,6 +26,33 @@ pub(crate) const EVENT_LIMITS: ReadLimits = ReadLimits {
     burst: 100,
 };
 
+/// The agent's clients over `client` and their buckets (see the module docs).
+pub(crate) struct Clients {
+    /// The bucket of `kubeAPIQPS` / `kubeAPIBurst`, for the object managers' first reads
+    /// through the unpaced client (OM-30).
+    pub(crate) first_reads: ReadLimiter,
+    /// The node's client, paced by the same bucket (1).
+    pub(crate) node: kube::Client,
+    /// The events' client, paced by a bucket of its own (2).
+    pub(crate) events: kube::Client,
+    /// Both paced clients' buckets by name (`node`, `events`), for `/metrics`.
+    pub(crate) buckets: [(&'static str, ReadLimiter); 2],
+}
+
+/// The [`Clients`] over `client` (unpaced: heartbeats and the kubelet API's upgrades keep it),
+/// the node's bucket of `limits`.
+pub(crate) fn clients(client: &kube::Client, limits: ReadLimits) -> Clients {
+    let first_reads = ReadLimiter::new(limits);
+    let node = first_reads.sharing();
+    let events = ReadLimiter::new(EVENT_LIMITS);
+    Clients {
+        node: paced(client, node.clone()),
+        events: paced(client, events.clone()),
+        first_reads,
+        buckets: [("node", node), ("events", events)],
+    }
+}
+
 /// `client`'s requests, watches excepted, each after a token of `limiter` (see the module
 /// docs). Errors come back as `client` gives them.
 pub(crate) fn paced(client: &kube::Client, limiter: ReadLimiter) -> kube::Client {

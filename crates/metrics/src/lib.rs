@@ -48,6 +48,8 @@ use nodelet_transport::Counters;
 use nodelet_core::AllocatorHooks;
 
 type Labels = Vec<(String, String)>;
+/// A gauge of seconds.
+type GaugeF64 = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// The agent's metrics (crate docs). Cheap to clone.
 #[derive(Clone)]
@@ -70,7 +72,7 @@ struct Inner {
     first_reads: Family<Labels, Gauge>,
     first_read_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
     paced: Family<Labels, Gauge>,
-    paced_wait: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    paced_wait: Family<Labels, GaugeF64>,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
@@ -138,18 +140,7 @@ impl Metrics {
             "Seconds first reads waited for their token of the kubeAPIQPS/kubeAPIBurst bucket, summed",
             first_read_wait.clone(),
         );
-        let paced = Family::<Labels, Gauge>::default();
-        registry.register(
-            "paced_requests",
-            "Non-watch requests of the node's client (TokenRequests, pod status patches and deletions, lists) and of its events' client that took a token of their bucket (node: the kubeAPIQPS/kubeAPIBurst bucket the first reads share; events: eventRecordQPS/eventBurst), by client and whether they waited for it",
-            paced.clone(),
-        );
-        let paced_wait = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "paced_request_wait_seconds",
-            "Seconds the paced requests waited for their token, summed, by client",
-            paced_wait.clone(),
-        );
+        let (paced, paced_wait) = register_paced(&mut registry);
         let watches_open = Family::<Labels, Gauge>::default();
         registry.register(
             "watches_open",
@@ -426,6 +417,24 @@ impl Metrics {
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
+}
+
+/// Registers the paced clients' figures (OM-33): requests that took a token, by client and
+/// whether they waited; their waits summed, by client.
+fn register_paced(registry: &mut Registry) -> (Family<Labels, Gauge>, Family<Labels, GaugeF64>) {
+    let paced = Family::<Labels, Gauge>::default();
+    registry.register(
+        "paced_requests",
+        "Non-watch requests of the node's client (TokenRequests, pod status patches and deletions, lists) and of its events' client that took a token of their bucket (node: the kubeAPIQPS/kubeAPIBurst bucket the first reads share; events: eventRecordQPS/eventBurst), by client and whether they waited for it",
+        paced.clone(),
+    );
+    let paced_wait = Family::<Labels, GaugeF64>::default();
+    registry.register(
+        "paced_request_wait_seconds",
+        "Seconds the paced requests waited for their token, summed, by client",
+        paced_wait.clone(),
+    );
+    (paced, paced_wait)
 }
 
 /// Registers what the agent itself counts and is: the dropped events (their series at 0 from
