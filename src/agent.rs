@@ -104,21 +104,33 @@ impl Agent {
         let probes = processes
             .as_ref()
             .map(|p| crate::parts::probe_manager(&config, p, &events, &tasks));
+        let sources = EnvSources {
+            configmaps: configmaps.clone(),
+            secrets: secrets.clone(),
+            services: Some(services.clone()),
+        };
+        let mut env = gates.env_options(allocatable);
+        env.kubernetes_service = config.kubernetes_service.clone();
+        let syncer_config = crate::parts::syncer_config(&config, env);
+        let env_follow =
+            nodelet_podworker::follow::EnvFollow::new(nodelet_podworker::follow::EnvFollowParts {
+                defaults: config.follow.clone(),
+                sources: sources.clone(),
+                config: syncer_config.clone(),
+                sandbox: processes.is_some(),
+                runtime: runtime.clone(),
+                events: Arc::new(events.clone()),
+            });
         let parts = SyncerParts {
-            sources: EnvSources {
-                configmaps: configmaps.clone(),
-                secrets: secrets.clone(),
-                services: Some(services.clone()),
-            },
+            sources,
             volumes: Arc::new(volumes.clone()),
             runtime,
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
             probes: probes.clone(),
+            env_follow: Some(env_follow.clone()),
         };
-        let mut env = gates.env_options(allocatable);
-        env.kubernetes_service = config.kubernetes_service.clone();
-        let workers = crate::parts::pod_workers(&config, env, parts);
+        let workers = crate::parts::pod_workers(syncer_config, &config, parts);
         let (ready_tx, ready) = watch::channel(false);
         let state = Arc::new(AgentState {
             config: config.clone(),
@@ -143,10 +155,12 @@ impl Agent {
                     p.clone(),
                     Arc::new(events.clone()),
                     config.follow.clone(),
+                    Some(env_follow.clone()),
                 );
                 let _ = follow_hook.set(follow.clone());
                 follow
             }),
+            env_follow,
             processes,
             probes,
             known_pods: parking_lot::RwLock::default(),
@@ -264,6 +278,10 @@ async fn start_tasks(
     tasks
         .tracker
         .spawn(crate::follow::run(state.clone(), tasks.shutdown.clone()));
+    tasks.tracker.spawn(crate::follow::run_env(
+        state.clone(),
+        tasks.shutdown.clone(),
+    ));
     if config.register_node {
         let port = kubelet_addr.map(|a| a.port());
         crate::parts::register_node(config, port, client, state, tasks);

@@ -91,23 +91,25 @@ pub(crate) fn host_ips(config: &AgentConfig) -> Vec<String> {
 
 /// The pod workers, syncing pods with `parts` and resolving environments with `env`.
 pub(crate) fn pod_workers(
+    syncer: SyncerConfig,
     config: &AgentConfig,
-    env: EnvOptions,
     parts: SyncerParts,
 ) -> PodWorkers<ConfigSyncer> {
-    let syncer = ConfigSyncer::new(
-        SyncerConfig::new(&config.root_dir)
-            .with_env(env)
-            .with_host_ips(host_ips(config))
-            .with_crash_backoff(config.crash_backoff),
-        parts,
-    );
+    let syncer = ConfigSyncer::new(syncer, parts);
     PodWorkers::new(
         Arc::new(syncer),
         WorkerConfig::default()
             .with_resync_interval(config.sync_frequency)
             .with_backoff_period(config.sync_error_backoff),
     )
+}
+
+/// The syncer's configuration: the root directory, environment options, the node's addresses.
+pub(crate) fn syncer_config(config: &AgentConfig, env: EnvOptions) -> SyncerConfig {
+    SyncerConfig::new(&config.root_dir)
+        .with_env(env)
+        .with_host_ips(host_ips(config))
+        .with_crash_backoff(config.crash_backoff)
 }
 
 /// Node registration (`--register-node`): the Node, advertising the kubelet API on `port`,

@@ -84,17 +84,36 @@ pub struct PodView {
 }
 
 /// What a running container sees through its configMap, secret, projected and downwardAPI
-/// volume mounts (FC-8).
+/// volume mounts and through its environment (FC-8).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ContainerView {
     /// The container's name.
     pub name: String,
-    /// Every mount sees the current content.
+    /// Every mount sees the current content, and its environment is current.
     pub current: bool,
     /// One per such mount.
     pub mounts: Vec<MountView>,
+    /// One per ConfigMap or Secret its `env` and `envFrom` read (FC-8, FC-10).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvView>,
+}
+
+/// What a running container's environment was made from: one object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct EnvView {
+    /// `ConfigMap` or `Secret`.
+    pub kind: String,
+    /// The object's name.
+    pub name: String,
+    /// The resourceVersion its environment comes from (none: an optional object that did not
+    /// exist).
+    pub resource_version: Option<String>,
+    /// No change of the object since, or one that left the environment as it is.
+    pub current: bool,
 }
 
 /// What one mount of a container shows.

@@ -32,6 +32,9 @@ pub(crate) struct AgentState {
     pub(crate) processes: Option<nodelet_runtime::ProcessRuntime>,
     /// Configuration that follows a change (FC-1 … FC-8), with the process runtime.
     pub(crate) follow: Option<nodelet_podworker::follow::FollowChange>,
+    /// Environments that follow a change (FC-10 … FC-14), with either runtime (shared with
+    /// the syncer).
+    pub(crate) env_follow: nodelet_podworker::follow::EnvFollow,
     /// The prober of the process runtime's containers.
     pub(crate) probes: Option<nodelet_podworker::ProbeManager>,
     /// Which sysctls pods may set (PW-56), checked when a pod is first seen.

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::pods_view::{ContainerView, MountView, ObjectView, PodView, PodsView, VolumeView};
+use crate::pods_view::{
+    ContainerView, EnvView, MountView, ObjectView, PodView, PodsView, VolumeView,
+};
 use crate::state::AgentState;
 
 /// The `/pods` document.
@@ -70,6 +72,16 @@ fn containers_view(
                     sub_path: m.sub_path,
                     follows: m.follows,
                     current: m.current,
+                })
+                .collect(),
+            env: c
+                .env
+                .into_iter()
+                .map(|e| EnvView {
+                    kind: format!("{:?}", e.object.kind),
+                    name: e.object.name,
+                    resource_version: e.resource_version,
+                    current: e.current,
                 })
                 .collect(),
         })

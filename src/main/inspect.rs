@@ -143,7 +143,8 @@ pub(crate) fn render_table(pods: &PodsView) -> String {
 }
 
 /// FC-8: one row per running container's volume mount (the process runtime only): what it
-/// shows, with the resourceVersions, and whether that is current. Empty without such rows.
+/// shows, with the resourceVersions, and whether that is current; and one `(env)` row for
+/// the ConfigMaps and Secrets its environment was made from. Empty without such rows.
 fn render_containers(pods: &PodsView) -> String {
     let mut rows = Vec::new();
     for pod in &pods.pods {
@@ -170,6 +171,24 @@ fn render_containers(pods: &PodsView) -> String {
                     format!("{} ({how})", m.mount_path),
                     objects.join(","),
                     if m.current { "yes" } else { "no" }.to_owned(),
+                ]);
+            }
+            // FC-8, FC-10: the objects its environment was made from, one row for all.
+            if !c.env.is_empty() {
+                let objects: Vec<String> = c
+                    .env
+                    .iter()
+                    .map(|e| {
+                        let rv = e.resource_version.as_deref().unwrap_or("-");
+                        format!("{}/{}@{rv}", e.kind, e.name)
+                    })
+                    .collect();
+                let current = c.env.iter().all(|e| e.current);
+                rows.push([
+                    format!("{}/{}/{}", pod.namespace, pod.name, c.name),
+                    "(env)".to_owned(),
+                    objects.join(","),
+                    if current { "yes" } else { "no" }.to_owned(),
                 ]);
             }
         }
@@ -264,7 +283,9 @@ mod tests {
                  "follows": true, "current": true,
                  "objects": [{"kind": "ConfigMap", "name": "cfg", "resourceVersion": "12"}]},
                 {"volume": "cfg", "mountPath": "/etc/old.conf", "subPath": true,
-                 "follows": false, "current": false, "objects": []}]}]}
+                 "follows": false, "current": false, "objects": []}],
+             "env": [{"kind": "ConfigMap", "name": "cfg", "resourceVersion": "12", "current": true},
+                {"kind": "Secret", "name": "s", "resourceVersion": "3", "current": false}]}]}
         ]});
         let pods: PodsView = serde_json::from_value(pods).unwrap_or_else(|e| panic!("{e}"));
         let table = render_table(&pods);
@@ -272,8 +293,14 @@ mod tests {
             .lines()
             .skip_while(|l| !l.starts_with("CONTAINER"))
             .collect();
-        assert_eq!(lines.len(), 3, "{table}");
+        assert_eq!(lines.len(), 4, "{table}");
         assert!(lines[1].starts_with("default/web/app"), "{table}");
+        assert!(
+            lines[3].contains("(env)")
+                && lines[3].contains("ConfigMap/cfg@12,Secret/s@3")
+                && lines[3].ends_with("no"),
+            "{table}"
+        );
         assert!(
             lines[1].contains("/etc/app.conf (subPath, follows)"),
             "{table}"

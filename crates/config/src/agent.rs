@@ -112,7 +112,8 @@ pub struct AgentConfig {
     /// sets it; default none.
     pub allocator: Option<nodelet_core::AllocatorHooks>,
     /// What follows a configuration change for pods that do not say (config file
-    /// `followChange`; FC-2): default nothing, as the kubelet. Process runtime only.
+    /// `followChange`; FC-2): default nothing, as the kubelet. Process runtime only, but for
+    /// `env` (FC-10, either runtime).
     pub follow: nodelet_podworker::follow::FollowDefaults,
     /// The token bucket of the node's first reads of ConfigMaps and Secrets, shared by both
     /// managers (OM-30): KubeletConfiguration `kubeAPIQPS` / `kubeAPIBurst`

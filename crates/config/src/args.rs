@@ -533,8 +533,13 @@ fn follow_defaults(
     use nodelet_podworker::follow::options;
     let mut defaults = nodelet_podworker::follow::FollowDefaults {
         sub_path: file.sub_path.unwrap_or(false),
+        env: file.env.unwrap_or(false),
         ..Default::default()
     };
+    if let Some(quiet) = &file.env_debounce {
+        defaults.env_debounce = options::parse_debounce(quiet)
+            .map_err(|e| invalid("followChange.envDebounce", format!("{quiet:?}: {e}")))?;
+    }
     if let Some(signal) = &file.reload_signal {
         defaults.reload_signal = options::parse_signal(signal)
             .map_err(|e| invalid("followChange.reloadSignal", format!("{signal:?}: {e}")))?;
@@ -599,7 +604,7 @@ mod tests {
         );
         assert!(!s.agent.follow.sub_path);
 
-        let yaml = "followChange:\n  subPath: true\n  reloadSignal: HUP\n  reloadDebounce: 50ms\n";
+        let yaml = "followChange:\n  subPath: true\n  reloadSignal: HUP\n  reloadDebounce: 50ms\n  env: true\n  envDebounce: 1s\n";
         std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
         let s = cli(&args).settings().unwrap_or_else(|e| panic!("{e}"));
         assert!(s.agent.follow.sub_path);
@@ -608,6 +613,8 @@ mod tests {
             Some(nix::sys::signal::Signal::SIGHUP)
         );
         assert_eq!(s.agent.follow.debounce, Duration::from_millis(50));
+        assert!(s.agent.follow.env);
+        assert_eq!(s.agent.follow.env_debounce, Duration::from_secs(1));
 
         std::fs::write(&file, "followChange:\n  reloadSignal: SIGKILL\n")
             .unwrap_or_else(|e| panic!("{e}"));

@@ -58,6 +58,10 @@ pub(crate) struct FileFollowChange {
     pub(crate) reload_signal: Option<String>,
     /// The quiet time that ends a burst (`nodelet.io/reload-debounce`).
     pub(crate) reload_debounce: Option<String>,
+    /// Environments follow changes (`nodelet.io/follow-env`).
+    pub(crate) env: Option<bool>,
+    /// The quiet time that ends a burst of environment changes (`nodelet.io/env-debounce`).
+    pub(crate) env_debounce: Option<String>,
 }
 
 /// KubeletConfiguration `authentication` (the part nodelet reads).

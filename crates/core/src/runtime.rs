@@ -49,6 +49,11 @@ pub struct ContainerLaunch {
     pub hostname: String,
 }
 
+/// The termination reason of an instance nodelet stopped because the environment it was
+/// started with changed (FC-12): it is started again at once, with no crash back-off,
+/// whatever `restartPolicy` says.
+pub const CONFIG_CHANGED: &str = "ConfigChanged";
+
 /// Why and when a container's process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Termination {

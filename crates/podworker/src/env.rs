@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, EnvVarSource, FileKeySelector, Pod, Secret,
 };
 use nodelet_core::downward::{env_field_ref_value, resource_field_ref_value};
-use nodelet_core::{AdmittedPod, NodeAllocatable, PodDirs};
+use nodelet_core::{AdmittedPod, NodeAllocatable, ObjectRef, PodDirs};
 use nodelet_object_manager::{
     ConfigMapManager, SecretManager, ServiceInfo, ServiceLister, ServicePortInfo,
 };
@@ -148,6 +148,40 @@ pub struct ContainerEnv {
     pub vars: Vec<EnvValue>,
     /// `(reason, message)` of Warning events to record (legacy name checks, PW-9).
     pub warnings: Vec<(String, String)>,
+    /// The ConfigMaps and Secrets read, in the order first read (what follows a change of
+    /// the environment compares, FC-10, and what freshness shows, FC-8).
+    pub sources: Vec<EnvSource>,
+}
+
+/// A ConfigMap or Secret an environment read: the version read and, for each key read, a
+/// digest of its value. `Debug` shows the object, its version and the key names only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EnvSource {
+    /// The object.
+    pub object: ObjectRef,
+    /// Its resourceVersion as read; `None` for an optional object that did not exist.
+    pub resource_version: Option<String>,
+    /// Each key read (`envFrom`: every key of its data) → a digest of its value, `None` for
+    /// a key the object did not have.
+    pub keys: BTreeMap<String, Option<u64>>,
+}
+
+impl fmt::Debug for EnvSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnvSource")
+            .field("object", &self.object)
+            .field("resource_version", &self.resource_version)
+            .field("keys", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A digest of `value`, to tell a change without keeping the value.
+pub(crate) fn digest(value: &[u8]) -> u64 {
+    use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl ContainerEnv {
@@ -205,6 +239,7 @@ pub async fn resolve_env(
         namespace,
         configmaps: HashMap::new(),
         secrets: HashMap::new(),
+        read: Vec::new(),
     };
     let mut vars: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut warnings = Vec::new();
@@ -217,6 +252,11 @@ pub async fn resolve_env(
             let Some(cm) = fetch.config_map(&r.name, optional).await? else {
                 continue;
             };
+            let keys = cm.data.iter().flatten();
+            fetch.read_keys(
+                ObjectRef::config_map(namespace, &r.name),
+                keys.map(|(k, v)| (k.as_str(), Some(v.as_bytes()))),
+            );
             let pairs = cm
                 .data
                 .iter()
@@ -237,6 +277,11 @@ pub async fn resolve_env(
             let Some(secret) = fetch.secret(&r.name, optional).await? else {
                 continue;
             };
+            let keys = secret.data.iter().flatten();
+            fetch.read_keys(
+                ObjectRef::secret(namespace, &r.name),
+                keys.map(|(k, v)| (k.as_str(), Some(v.0.as_slice()))),
+            );
             let pairs = secret
                 .data
                 .iter()
@@ -276,6 +321,7 @@ pub async fn resolve_env(
             .map(|(name, value)| EnvValue { name, value })
             .collect(),
         warnings,
+        sources: fetch.read,
     })
 }
 
@@ -421,7 +467,10 @@ async fn value_from(
         let Some(cm) = fetch.config_map(&r.name, optional).await? else {
             return Ok(None);
         };
-        return match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
+        let value = cm.data.as_ref().and_then(|d| d.get(&r.key));
+        let object = ObjectRef::config_map(fetch.namespace, &r.name);
+        fetch.read_keys(object, [(r.key.as_str(), value.map(|v| v.as_bytes()))]);
+        return match value {
             Some(v) => Ok(Some(v.as_bytes().to_vec())),
             None if optional => Ok(None),
             None => Err(EnvError::ConfigMapKeyMissing {
@@ -436,7 +485,10 @@ async fn value_from(
         let Some(secret) = fetch.secret(&r.name, optional).await? else {
             return Ok(None);
         };
-        return match secret.data.as_ref().and_then(|d| d.get(&r.key)) {
+        let value = secret.data.as_ref().and_then(|d| d.get(&r.key));
+        let object = ObjectRef::secret(fetch.namespace, &r.name);
+        fetch.read_keys(object, [(r.key.as_str(), value.map(|v| v.0.as_slice()))]);
+        return match value {
             Some(v) => Ok(Some(v.0.clone())),
             None if optional => Ok(None),
             None => Err(EnvError::SecretKeyMissing {
@@ -500,9 +552,65 @@ struct Fetcher<'a> {
     namespace: &'a str,
     configmaps: HashMap<String, Option<Arc<ConfigMap>>>,
     secrets: HashMap<String, Option<Arc<Secret>>>,
+    /// What was read, for [`ContainerEnv::sources`].
+    read: Vec<EnvSource>,
 }
 
 impl Fetcher<'_> {
+    /// The entry of `object` in `read` (made when it has none, with the version fetched).
+    fn source(&mut self, object: ObjectRef, version: Option<String>) -> &mut EnvSource {
+        let at = match self.read.iter().position(|s| s.object == object) {
+            Some(at) => at,
+            None => {
+                self.read.push(EnvSource {
+                    object,
+                    resource_version: version,
+                    keys: BTreeMap::new(),
+                });
+                self.read.len() - 1
+            }
+        };
+        &mut self.read[at]
+    }
+
+    /// Notes that `keys` of `object` (fetched before) were read, with their values.
+    fn read_keys<'v>(
+        &mut self,
+        object: ObjectRef,
+        keys: impl IntoIterator<Item = (&'v str, Option<&'v [u8]>)>,
+    ) {
+        let version = self.version(&object);
+        let source = self.source(object, version);
+        for (key, value) in keys {
+            source.keys.insert(key.to_owned(), value.map(digest));
+        }
+    }
+
+    /// The resourceVersion of `object` as fetched.
+    fn version(&self, object: &ObjectRef) -> Option<String> {
+        match object.kind {
+            nodelet_core::ObjectKind::ConfigMap => self
+                .configmaps
+                .get(&object.name)?
+                .as_ref()?
+                .metadata
+                .resource_version
+                .clone(),
+            nodelet_core::ObjectKind::Secret => self
+                .secrets
+                .get(&object.name)?
+                .as_ref()?
+                .metadata
+                .resource_version
+                .clone(),
+        }
+    }
+
+    /// Notes that `object` was looked for and is missing (optional).
+    fn read_missing(&mut self, object: ObjectRef) {
+        self.source(object, None);
+    }
+
     /// The ConfigMap, `None` when it is missing and `optional`.
     async fn config_map(
         &mut self,
@@ -524,6 +632,9 @@ impl Fetcher<'_> {
                     }
                 };
                 self.configmaps.insert(name.to_owned(), found.clone());
+                if found.is_none() {
+                    self.read_missing(ObjectRef::config_map(self.namespace, name));
+                }
                 found
             }
         };
@@ -551,6 +662,9 @@ impl Fetcher<'_> {
                     }
                 };
                 self.secrets.insert(name.to_owned(), found.clone());
+                if found.is_none() {
+                    self.read_missing(ObjectRef::secret(self.namespace, name));
+                }
                 found
             }
         };

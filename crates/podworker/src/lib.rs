@@ -170,7 +170,7 @@ pub use deadline::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, PodEviction, past_active_deadline,
 };
 pub use env::{
-    ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSources, EnvValue, INVALID_ENV_NAMES,
+    ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSource, EnvSources, EnvValue, INVALID_ENV_NAMES,
     PodVolumes, ServiceEndpoint, resolve_env, service_variables,
 };
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};

@@ -2,7 +2,7 @@
 //! (`getPhase`).
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_core::runtime::{ContainerState, ContainerStatus, is_sidecar};
+use nodelet_core::runtime::{CONFIG_CHANGED, ContainerState, ContainerStatus, is_sidecar};
 
 /// A pod's phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,8 @@ pub fn pod_phase(pod: &Pod, statuses: &[ContainerStatus]) -> PodPhase {
 /// 2. a regular init container that has not succeeded keeps the pod Pending, and so does a
 ///    sidecar not started yet while no app container has run;
 /// 3. an app container never started, or waiting without having run, keeps it Pending;
-/// 4. one running container (app or sidecar) makes it Running;
+/// 4. one running container (app or sidecar) makes it Running (an app container stopped for
+///    a new environment counts as running, FC-12);
 /// 5. all app containers ended: Running under `Always` (they restart), Succeeded when all
 ///    exited 0, Failed under `Never`, Running under `OnFailure` (the failed ones restart).
 ///
@@ -103,6 +104,8 @@ pub fn pod_phase_with(
             None => unknown += 1,
             Some(s) => match &s.state {
                 ContainerState::Running { .. } => running += 1,
+                // FC-12: stopped for a new environment, it starts again at once.
+                ContainerState::Terminated(t) if t.reason == CONFIG_CHANGED => running += 1,
                 ContainerState::Terminated(t) => {
                     stopped += 1;
                     if t.exit_code == 0 {

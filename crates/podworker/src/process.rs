@@ -59,6 +59,10 @@ impl RuntimeHook for ProcessRuntime {
         ProcessRuntime::statuses(self, uid)
     }
 
+    fn restart_for_new_env(&self, uid: &PodUid, container: &str, container_id: &str) -> bool {
+        ProcessRuntime::restart_for_new_env(self, uid, container, container_id)
+    }
+
     async fn kill_pod(
         &self,
         uid: &PodUid,

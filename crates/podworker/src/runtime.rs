@@ -29,7 +29,8 @@ use crate::workers::TerminatingPod;
 /// [`statuses`](Self::statuses), resolves the environment of each container to start (PW-4
 /// last step) and hands it over with its mounts and command line (computed only for a pod
 /// with a sandbox); a container instance is never re-created, so its environment never
-/// changes (UP-3). The sync methods get
+/// changes (UP-3; unless it follows a change, FC-10: a new instance, or new env files). The
+/// sync methods get
 /// the [`AdmittedPod`] (its UID validated once, where the pod entered the node); the
 /// termination methods get what termination has: the [`PodUid`], or for
 /// [`remove_pod`](Self::remove_pod) a [`TerminatingPod`], whose object is absent for a pod
@@ -101,6 +102,28 @@ pub trait RuntimeHook: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// FC-12: marks the running instance `container_id` of `container` of pod `uid` as
+    /// stopped for a new environment, so that its end shows `ConfigChanged` and the plan
+    /// starts it again at once (no back-off, whatever `restartPolicy` says); the caller then
+    /// stops it. Whether it did (the default: no instance runs, nothing is marked).
+    fn restart_for_new_env(&self, _uid: &PodUid, _container: &str, _container_id: &str) -> bool {
+        false
+    }
+
+    /// FC-14: gives the created `container` of `pod` its new environment `env` without a
+    /// restart. Whether it did (the default: it cannot; the container is restarted instead).
+    ///
+    /// # Errors
+    /// [`RuntimeError`] when it could not.
+    async fn update_env(
+        &self,
+        _pod: &AdmittedPod,
+        _container: &Container,
+        _env: &ContainerEnv,
+    ) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
     /// Stop pod `uid`'s containers within `grace_period` (SyncTerminatingPod, PW-5). Returns
     /// the containers it stopped.
     ///
@@ -139,9 +162,11 @@ pub const ENV_JSON_FILE: &str = "env.json";
 /// Each file is written whole under a temporary name, synced and renamed into place,
 /// `env.json` first and `env` last, then the directory is synced: a reader (or a crash) sees
 /// each file complete or absent, and `env` only once `env.json` is there. A container's
-/// environment is written once, when it is created, so the two files never need to change
-/// together (no `..data` indirection: three inodes per container where an atomic-writer
-/// target takes seven).
+/// environment is written when it is created; one whose environment follows a change
+/// (FC-14) has both files replaced again the same way, `env.json` first: a reader of one
+/// file sees the old environment or the new one, never a mix, but a reader of both may for
+/// a moment see `env.json` new and `env` old (no `..data` indirection: three inodes per
+/// container where an atomic-writer target takes seven).
 ///
 /// `env` holds one `NAME=value` line per variable, sorted by name. In the value, `\` is written
 /// `\\`, newline `\n`, carriage return `\r`, tab `\t`, and any other control byte (below 0x20
@@ -265,6 +290,26 @@ impl RuntimeHook for EnvFileRuntime {
 
     fn statuses(&self, uid: &PodUid) -> Vec<ContainerStatus> {
         self.states.lock().get(uid).cloned().unwrap_or_default()
+    }
+
+    /// FC-14: the container's env files are replaced, each whole (`env.json`, then `env`).
+    async fn update_env(
+        &self,
+        pod: &AdmittedPod,
+        container: &Container,
+        env: &ContainerEnv,
+    ) -> Result<bool, RuntimeError> {
+        let uid = pod.uid().clone();
+        let name = container.name.clone();
+        let env = env.clone();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.write(&uid, &name, &env))
+            .await
+            .map_err(|source| RuntimeError::Task {
+                what: "env writer",
+                source,
+            })??;
+        Ok(true)
     }
 
     async fn kill_pod(
@@ -463,7 +508,7 @@ mod tests {
                     value: v.to_vec(),
                 })
                 .collect(),
-            warnings: Vec::new(),
+            ..ContainerEnv::default()
         }
     }
 

@@ -104,6 +104,9 @@ pub struct SyncerParts {
     /// The prober, for a runtime that runs processes (none: no probes run, a running
     /// container is started and ready).
     pub probes: Option<ProbeManager>,
+    /// Environments that follow a change (FC-10 … FC-14): told of each container started,
+    /// and the restarts it queued are made before the plan. None: nothing follows.
+    pub env_follow: Option<crate::follow::EnvFollow>,
 }
 
 /// The config side of a kubelet's pod sync, as a [`PodSyncer`] for [`PodWorkers`](crate::PodWorkers).
@@ -255,37 +258,6 @@ impl ConfigSyncer {
         found
     }
 
-    /// The pod as environment resolution sees it in a sandbox on the host's network: the
-    /// pod shares the host's network, so its IPs are the node's (`status.podIP(s)`,
-    /// `status.hostIP(s)`), as a kubelet fills them in from the sandbox before it starts
-    /// containers.
-    fn with_host_ips(&self, pod: &AdmittedPod) -> Arc<Pod> {
-        let ips = &self.config.host_ips;
-        if ips.is_empty() {
-            return pod.pod().clone();
-        }
-        let mut copy = Pod::clone(pod);
-        let status = copy.status.get_or_insert_with(Default::default);
-        status.host_ip.get_or_insert_with(|| ips[0].clone());
-        status.pod_ip.get_or_insert_with(|| ips[0].clone());
-        let list = |ips: &[String]| {
-            ips.iter()
-                .map(|ip| k8s_openapi::api::core::v1::PodIP { ip: ip.clone() })
-                .collect::<Vec<_>>()
-        };
-        if status.pod_ips.as_ref().is_none_or(Vec::is_empty) {
-            status.pod_ips = Some(list(ips));
-        }
-        if status.host_ips.as_ref().is_none_or(Vec::is_empty) {
-            status.host_ips = Some(
-                ips.iter()
-                    .map(|ip| k8s_openapi::api::core::v1::HostIP { ip: ip.clone() })
-                    .collect(),
-            );
-        }
-        Arc::new(copy)
-    }
-
     /// `<pod dir>/etc-hosts` (the kubelet's managed hosts file, written once) and
     /// `<pod dir>/etc-hostname`.
     fn write_host_files(&self, pod: &AdmittedPod) -> Result<(), SyncError> {
@@ -412,6 +384,12 @@ impl ConfigSyncer {
         match created {
             Ok(()) => {
                 debug!(container = %container.name, vars = env.vars.len(), "container created");
+                if let Some(follow) = &self.parts.env_follow {
+                    let statuses = self.parts.runtime.statuses(pod.uid());
+                    let id = statuses.iter().find(|s| s.name == container.name);
+                    let id = id.map(|s| s.container_id.as_str()).unwrap_or_default();
+                    follow.started(pod, container, id, &env);
+                }
                 Ok(self
                     .container_started(pod, container, cx.sandbox.is_some(), results)
                     .await)
@@ -630,6 +608,7 @@ impl ConfigSyncer {
             probes.add_pod(pod);
             self.kill_failed_containers(pod, probes).await?;
         }
+        self.restart_for_new_env(pod);
         let sandbox = self
             .parts
             .runtime
@@ -716,21 +695,10 @@ impl ConfigSyncer {
     ) -> Result<StartResults, SyncError> {
         let sandbox = actions.sandbox;
         status.pod_ips = self.sandbox_ips(sandbox);
-        let env_pod = match sandbox {
-            Some(_) => {
-                self.write_host_files(pod)?;
-                self.with_host_ips(pod)
-            }
-            None => pod.pod().clone(),
-        };
-        // fileKeyRef reads the pod's emptyDir volumes under its directory.
-        let env_options = EnvOptions {
-            pod_volumes: Some(crate::env::PodVolumes::new(
-                PodDirs::new(&self.config.root_dir),
-                pod,
-            )),
-            ..self.config.env.clone()
-        };
+        if sandbox.is_some() {
+            self.write_host_files(pod)?;
+        }
+        let (env_pod, env_options) = env_context(&self.config, pod, sandbox.is_some());
         let cx = CreateContext {
             env_pod: &env_pod,
             env_options: &env_options,
@@ -879,6 +847,24 @@ impl ConfigSyncer {
             .collect()
     }
 
+    /// FC-12: each running container whose environment changed is asked of the planner as
+    /// a restart that is not a crash (PW-70: `Killing` naming the objects and keys, `preStop`,
+    /// SIGTERM, the grace period, then started again at once); the runtime marks the instance
+    /// so that its end shows `ConfigChanged`.
+    fn restart_for_new_env(&self, pod: &AdmittedPod) {
+        let Some(follow) = &self.parts.env_follow else {
+            return;
+        };
+        let statuses = self.parts.runtime.statuses(pod.uid());
+        for restart in follow.take_restarts(pod, &statuses) {
+            let runtime = &self.parts.runtime;
+            if runtime.restart_for_new_env(pod.uid(), &restart.container, &restart.container_id) {
+                let (uid, name) = (pod.uid(), &restart.container);
+                self.planner.request_restart(uid, name, restart.message);
+            }
+        }
+    }
+
     /// PW-34: kills each running container whose liveness (or startup) probe failed, as the
     /// kubelet kills it (`Killing` with the probe's text, its `preStop` hook, SIGTERM, SIGKILL
     /// after the grace period); the plan then restarts it as `restartPolicy` and the crash
@@ -903,6 +889,59 @@ impl ConfigSyncer {
         }
         Ok(())
     }
+}
+
+/// The pod and the options environment resolution sees for `pod` (in a `sandbox` on the
+/// host's network or not): what a start and a check of a followed environment (FC-10)
+/// resolve with.
+pub(crate) fn env_context(
+    config: &SyncerConfig,
+    pod: &AdmittedPod,
+    sandbox: bool,
+) -> (Arc<Pod>, EnvOptions) {
+    let env_pod = if sandbox {
+        with_host_ips(pod, &config.host_ips)
+    } else {
+        pod.pod().clone()
+    };
+    // fileKeyRef reads the pod's emptyDir volumes under its directory.
+    let options = EnvOptions {
+        pod_volumes: Some(crate::env::PodVolumes::new(
+            PodDirs::new(&config.root_dir),
+            pod,
+        )),
+        ..config.env.clone()
+    };
+    (env_pod, options)
+}
+
+/// The pod as environment resolution sees it in a sandbox on the host's network: the pod
+/// shares the host's network, so its IPs are the node's (`status.podIP(s)`,
+/// `status.hostIP(s)`), as a kubelet fills them in from the sandbox before it starts
+/// containers.
+fn with_host_ips(pod: &AdmittedPod, ips: &[String]) -> Arc<Pod> {
+    if ips.is_empty() {
+        return pod.pod().clone();
+    }
+    let mut copy = Pod::clone(pod);
+    let status = copy.status.get_or_insert_with(Default::default);
+    status.host_ip.get_or_insert_with(|| ips[0].clone());
+    status.pod_ip.get_or_insert_with(|| ips[0].clone());
+    if status.pod_ips.as_ref().is_none_or(Vec::is_empty) {
+        status.pod_ips = Some(
+            ips.iter()
+                .map(|ip| k8s_openapi::api::core::v1::PodIP { ip: ip.clone() })
+                .collect(),
+        );
+    }
+    if status.host_ips.as_ref().is_none_or(Vec::is_empty) {
+        status.host_ips = Some(
+            ips.iter()
+                .map(|ip| k8s_openapi::api::core::v1::HostIP { ip: ip.clone() })
+                .collect(),
+        );
+    }
+    Arc::new(copy)
 }
 
 /// The last status published for a pod ([`ConfigSyncer::publish`]).

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::time::SystemTime;
 
-use nodelet_core::runtime::{ContainerState, Termination};
+use nodelet_core::runtime::{CONFIG_CHANGED, ContainerState, Termination};
 use nodelet_core::{PodDirs, PodUid};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -36,6 +36,9 @@ pub(crate) struct Record {
     pub(crate) pgid: Option<i32>,
     /// `true` once the running instance ended (for `kill_pod`).
     pub(crate) ended: watch::Sender<bool>,
+    /// The running instance is being stopped for a new environment (FC-12): its end is
+    /// recorded as [`CONFIG_CHANGED`], with no back-off.
+    pub(crate) config_restart: bool,
 }
 
 impl Record {
@@ -50,6 +53,7 @@ impl Record {
             container_id: String::new(),
             pgid: None,
             ended: watch::channel(true).0,
+            config_restart: false,
         }
     }
 
@@ -98,7 +102,7 @@ impl Inner {
         &self,
         uid: &PodUid,
         name: &str,
-        termination: Termination,
+        mut termination: Termination,
         start_error: bool,
     ) {
         {
@@ -106,6 +110,10 @@ impl Inner {
             let Some(r) = pods.get_mut(uid).and_then(|p| p.get_mut(name)) else {
                 return;
             };
+            if std::mem::take(&mut r.config_restart) && !start_error {
+                // FC-12: stopped for a new environment, not a crash: shown as ours.
+                termination.reason = CONFIG_CHANGED.to_owned();
+            }
             if start_error {
                 if let ContainerState::Terminated(t) = &r.state {
                     r.last_state = Some(t.clone());

@@ -202,6 +202,25 @@ impl ProcessRuntime {
         Ok(running.into_iter().map(|(n, _, _)| n).collect())
     }
 
+    /// Marks the running instance `container_id` of `container` of pod `uid` as stopped for a
+    /// new environment (FC-12): when it ends, its termination shows [`CONFIG_CHANGED`] and
+    /// [`plan`](Self::plan) starts it again at once, with no back-off and whatever
+    /// `restartPolicy` says. Whether that instance runs (nothing is marked otherwise). The
+    /// caller stops it ([`stop_container`](Self::stop_container)).
+    ///
+    /// [`CONFIG_CHANGED`]: nodelet_core::runtime::CONFIG_CHANGED
+    pub fn restart_for_new_env(&self, uid: &PodUid, container: &str, container_id: &str) -> bool {
+        let mut pods = self.inner.pods.lock();
+        let record = pods.get_mut(uid).and_then(|p| p.get_mut(container));
+        match record {
+            Some(r) if r.state_is_running() && r.container_id == container_id => {
+                r.config_restart = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Stops the running instance of `container` of pod `uid` (the CRI's `StopContainer`):
     /// SIGTERM to its process group, SIGKILL after `grace_period`. Returns whether it was
     /// running. The pod worker decides, as for any other end, whether it starts again.

@@ -1,6 +1,7 @@
 //! Visible freshness (FC-8): which resourceVersion of each object a running container sees
 //! through each of its configMap, secret, projected and downwardAPI volume mounts, and
-//! whether that is the volume's current content.
+//! whether that is the volume's current content; and through its environment (the objects
+//! it was started with, from `env.rs`).
 //!
 //! A whole-volume mount sees the volume's current data (the `..data` swap shows inside at
 //! once). A subPath mount sees the data directory its bind comes from: the one current when
@@ -36,19 +37,22 @@ pub struct MountFreshness {
     pub current: bool,
 }
 
-/// What one running container sees through its volumes.
+/// What one running container sees through its volumes and its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerFreshness {
     /// The container's name.
     pub container: String,
     /// One entry per configMap, secret, projected or downwardAPI volume mount, in order.
     pub mounts: Vec<MountFreshness>,
+    /// One entry per ConfigMap or Secret its `env` and `envFrom` read, in the order read
+    /// (FC-8, FC-10).
+    pub env: Vec<super::EnvFreshness>,
 }
 
 impl ContainerFreshness {
-    /// Every mount sees current content.
+    /// Every mount and every object its environment read is current.
     pub fn current(&self) -> bool {
-        self.mounts.iter().all(|m| m.current)
+        self.mounts.iter().all(|m| m.current) && self.env.iter().all(|e| e.current)
     }
 }
 

@@ -1,7 +1,8 @@
-//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-8), under
-//! the process runtime: after a volume's `..data` swap, the subPath binds of the containers
-//! that mount it are replaced in place, and the containers that ask for it get a reload
-//! signal or a POST to a local URL. Opt-in per pod ([`options`]: `nodelet.io/` annotations
+//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-14),
+//! under the process runtime: after a volume's `..data` swap, the subPath binds of the
+//! containers that mount it are replaced in place, and the containers that ask for it get a
+//! reload signal or a POST to a local URL; a container whose environment changed is
+//! restarted (under the env-file runtime: its env files replaced). Opt-in per pod ([`options`]: `nodelet.io/` annotations
 //! over the node's [`FollowDefaults`]); a pod that asks nothing is left exactly as the kubelet
 //! leaves it.
 //!
@@ -17,6 +18,12 @@
 //! that cannot follow keeps its old content, and a Warning event
 //! [`reasons::FAILED_SUBPATH_UPDATE`] says why.
 //!
+//! # The environment (FC-10 … FC-14)
+//!
+//! `env.rs` ([`EnvFollow`], shared with the syncer): a change of a ConfigMap or Secret that
+//! changes a following container's resolved environment restarts that container alone
+//! (process runtime) or replaces its env files (env-file runtime). See its docs.
+//!
 //! # Reloads (FC-5, FC-6)
 //!
 //! The agent hands each `nodelet_volume_manager::VolumeUpdate` that wrote new content (the
@@ -27,6 +34,7 @@
 //! [`reasons::FAILED_RELOAD`]. A container not running gets nothing (it reads its
 //! configuration when it starts).
 
+mod env;
 mod freshness;
 pub mod options;
 mod reload;
@@ -43,6 +51,7 @@ use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
 use crate::seams::EventSink;
+pub use env::{EnvFollow, EnvFollowParts, EnvFreshness, EnvRestart, reasons as env_reasons};
 pub use freshness::{ContainerFreshness, MountFreshness};
 pub use options::{
     AnnotationError, ContainerFollow, FollowDefaults, PodFollow, ReloadUrl, pod_follow,
@@ -79,6 +88,8 @@ struct Inner {
     versions: Mutex<freshness::Versions>,
     /// Each written volume's directory, by pod and volume name.
     volume_dirs: Mutex<HashMap<ContainerKey, PathBuf>>,
+    /// What the containers' environments read (FC-8, FC-10).
+    env: Option<EnvFollow>,
 }
 
 type ContainerKey = (PodUid, String);
@@ -100,11 +111,13 @@ impl std::fmt::Debug for FollowChange {
 }
 
 impl FollowChange {
-    /// Follows changes for `runtime`'s containers, events to `events`.
+    /// Follows changes for `runtime`'s containers, events to `events`; `env`, the syncer's,
+    /// adds what their environments read to their freshness.
     pub fn new(
         runtime: ProcessRuntime,
         events: Arc<dyn EventSink>,
         defaults: FollowDefaults,
+        env: Option<EnvFollow>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -116,6 +129,7 @@ impl FollowChange {
                 reported: Mutex::default(),
                 versions: Mutex::default(),
                 volume_dirs: Mutex::default(),
+                env,
             }),
         }
     }
@@ -165,6 +179,9 @@ impl FollowChange {
         self.inner.bound.lock().retain(|(u, _), _| u != uid);
         self.inner.versions.lock().forget(uid);
         self.inner.volume_dirs.lock().retain(|(u, _), _| u != uid);
+        if let Some(env) = &self.inner.env {
+            env.forget_pod(uid);
+        }
     }
 
     /// The subPath binds of `pod`'s running containers that read `volume` (at `dir`) move to
@@ -208,8 +225,8 @@ impl FollowChange {
     }
 
     /// What each running container of `pod` sees through its configMap, secret, projected
-    /// and downwardAPI volume mounts (FC-8); `volumes` is the volume manager's snapshot of the
-    /// pod's volumes. Containers not running are absent.
+    /// and downwardAPI volume mounts and through its environment (FC-8); `volumes` is the
+    /// volume manager's snapshot of the pod's volumes. Containers not running are absent.
     pub fn freshness(
         &self,
         pod: &AdmittedPod,
@@ -291,9 +308,11 @@ impl FollowChange {
                     current: seen_dir.as_ref() == Some(current_dir) && !snapshot.remount_pending,
                 });
             }
+            let env = self.inner.env.as_ref();
             out.push(ContainerFreshness {
                 container: container.name.clone(),
                 mounts,
+                env: env.map_or_else(Vec::new, |e| e.freshness(pod.uid(), &container.name)),
             });
         }
         out

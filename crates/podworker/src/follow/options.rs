@@ -8,6 +8,8 @@
 //! | `nodelet.io/reload-signal` (`.<container>`) | a signal (`SIGHUP`, `HUP`, `USR1`, …) or `none` | node `followChange.reloadSignal` |
 //! | `nodelet.io/reload-url` (`.<container>`) | `http://` URL on `localhost`, `127.0.0.1` or `[::1]`, or `none` | none |
 //! | `nodelet.io/reload-debounce` | a duration (`20ms`, `1s`), at most 1m | node `followChange.reloadDebounce` (20ms) |
+//! | `nodelet.io/follow-env` (`.<container>`) | `true` / `false` | node `followChange.env` |
+//! | `nodelet.io/env-debounce` | a duration (`200ms`, `1s`), at most 1m | node `followChange.envDebounce` (200ms) |
 //!
 //! A `.<container>` annotation wins over the pod-wide one for that container; it must name a
 //! container or init container of the pod.
@@ -31,8 +33,16 @@ pub const RELOAD_URL: &str = "nodelet.io/reload-url";
 /// The quiet time that ends a burst of updates (FC-6).
 pub const RELOAD_DEBOUNCE: &str = "nodelet.io/reload-debounce";
 
+/// The environment follows changes of the objects it reads, by a restart (FC-10).
+pub const FOLLOW_ENV: &str = "nodelet.io/follow-env";
+/// The quiet time that ends a burst of changes of a container's environment (FC-11).
+pub const ENV_DEBOUNCE: &str = "nodelet.io/env-debounce";
+
 /// The default quiet time that ends a burst (FC-6).
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
+/// The default quiet time that ends a burst of environment changes (FC-11): longer than a
+/// reload's, as a restart costs more than a signal.
+pub const DEFAULT_ENV_DEBOUNCE: Duration = Duration::from_millis(200);
 /// The longest quiet time a pod may ask for.
 pub const MAX_DEBOUNCE: Duration = Duration::from_secs(60);
 
@@ -46,6 +56,10 @@ pub struct FollowDefaults {
     pub reload_signal: Option<Signal>,
     /// The quiet time that ends a burst.
     pub debounce: Duration,
+    /// Every container's environment follows changes of the objects it reads (FC-10).
+    pub env: bool,
+    /// The quiet time that ends a burst of environment changes (FC-11).
+    pub env_debounce: Duration,
 }
 
 impl Default for FollowDefaults {
@@ -54,6 +68,8 @@ impl Default for FollowDefaults {
             sub_path: false,
             reload_signal: None,
             debounce: DEFAULT_DEBOUNCE,
+            env: false,
+            env_debounce: DEFAULT_ENV_DEBOUNCE,
         }
     }
 }
@@ -67,6 +83,8 @@ pub struct ContainerFollow {
     pub signal: Option<Signal>,
     /// The local URL POSTed after an update of a volume it mounts.
     pub url: Option<ReloadUrl>,
+    /// Its environment follows changes of the ConfigMaps and Secrets it reads (FC-10).
+    pub env: bool,
 }
 
 impl ContainerFollow {
@@ -84,6 +102,8 @@ pub struct PodFollow {
     pub containers: BTreeMap<String, ContainerFollow>,
     /// The quiet time that ends a burst of updates.
     pub debounce: Duration,
+    /// The quiet time that ends a burst of environment changes (FC-11).
+    pub env_debounce: Duration,
 }
 
 impl PodFollow {
@@ -94,7 +114,9 @@ impl PodFollow {
 
     /// Whether any container asks for anything.
     pub fn any(&self) -> bool {
-        self.containers.values().any(|c| c.sub_path || c.reloads())
+        self.containers
+            .values()
+            .any(|c| c.sub_path || c.reloads() || c.env)
     }
 }
 
@@ -180,8 +202,10 @@ pub fn pod_follow(pod: &Pod, defaults: &FollowDefaults) -> (PodFollow, Vec<Annot
         sub_path: defaults.sub_path,
         signal: defaults.reload_signal,
         url: None,
+        env: defaults.env,
     };
     let mut debounce = defaults.debounce;
+    let mut env_debounce = defaults.env_debounce;
     let mut per_container: BTreeMap<&str, Vec<(&str, &str, &str)>> = BTreeMap::new();
     let annotations = pod.metadata.annotations.iter().flatten();
     for (name, value) in annotations {
@@ -197,6 +221,8 @@ pub fn pod_follow(pod: &Pod, defaults: &FollowDefaults) -> (PodFollow, Vec<Annot
             "reload-signal",
             "reload-url",
             "reload-debounce",
+            "follow-env",
+            "env-debounce",
         ];
         if !known.contains(&setting) {
             continue;
@@ -207,13 +233,17 @@ pub fn pod_follow(pod: &Pod, defaults: &FollowDefaults) -> (PodFollow, Vec<Annot
             reason,
         };
         match (setting, container) {
-            ("reload-debounce", Some(_)) => {
+            ("reload-debounce" | "env-debounce", Some(_)) => {
                 errors.push(fail(
                     "the quiet time is the pod's, for every container".into(),
                 ));
             }
             ("reload-debounce", None) => match parse_debounce(value) {
                 Ok(d) => debounce = d,
+                Err(reason) => errors.push(fail(reason)),
+            },
+            ("env-debounce", None) => match parse_debounce(value) {
+                Ok(d) => env_debounce = d,
                 Err(reason) => errors.push(fail(reason)),
             },
             (setting, Some(container)) => {
@@ -253,6 +283,7 @@ pub fn pod_follow(pod: &Pod, defaults: &FollowDefaults) -> (PodFollow, Vec<Annot
         PodFollow {
             containers,
             debounce,
+            env_debounce,
         },
         errors,
     )
@@ -266,6 +297,9 @@ fn apply(follow: &mut ContainerFollow, setting: &str, value: &str) -> Result<(),
         }
         "reload-signal" => {
             follow.signal = parse_signal(value)?;
+        }
+        "follow-env" => {
+            follow.env = parse_bool(value)?;
         }
         _ => {
             follow.url = if value == "none" {
@@ -394,6 +428,7 @@ mod tests {
             sub_path: true,
             reload_signal: Some(Signal::SIGUSR1),
             debounce: Duration::from_millis(5),
+            ..FollowDefaults::default()
         };
         let p = pod(
             json!({"nodelet.io/reload-signal.app": "none", "nodelet.io/follow-subpath.app": "false"}),
@@ -429,6 +464,40 @@ mod tests {
             ]
         );
         assert!(!f.any(), "a bad value leaves the default (nothing)");
+    }
+
+    #[test]
+    fn the_environment_follows_per_container_with_a_quiet_time_of_the_pod() {
+        let (f, errors) = follow(json!({
+            "nodelet.io/follow-env": "true",
+            "nodelet.io/follow-env.side": "false",
+            "nodelet.io/env-debounce": "1s",
+            "nodelet.io/env-debounce.app": "2s",
+        }));
+        let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            [
+                "annotation nodelet.io/env-debounce.app: invalid value \"2s\": the quiet time is the pod's, for every container"
+            ]
+        );
+        assert!(f.container("app").unwrap().env);
+        assert!(!f.container("side").unwrap().env);
+        assert!(f.any());
+        assert_eq!(f.env_debounce, Duration::from_secs(1));
+        let (f, _) = follow(json!({}));
+        assert_eq!(f.env_debounce, DEFAULT_ENV_DEBOUNCE);
+        assert!(!f.container("app").unwrap().env, "the kubelet's default");
+        let defaults = FollowDefaults {
+            env: true,
+            ..FollowDefaults::default()
+        };
+        let (f, _) = pod_follow(
+            &pod(json!({"nodelet.io/follow-env.app": "false"})),
+            &defaults,
+        );
+        assert!(!f.container("app").unwrap().env);
+        assert!(f.container("side").unwrap().env);
     }
 
     #[test]

@@ -270,7 +270,7 @@ mod tests {
             .collect();
         ContainerEnv {
             vars,
-            warnings: Vec::new(),
+            ..ContainerEnv::default()
         }
     }
 
