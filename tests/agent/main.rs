@@ -56,6 +56,9 @@ mod process_runtime;
 // Configuration that follows a change under the process runtime (needs root, FC-1 … FC-8):
 // subPath binds replaced in place, reload signals and URLs per burst, bad annotations.
 mod follow_change;
+// Environments that follow a change (FC-10 … FC-14): a restart of that container alone under
+// the process runtime (needs root), env files replaced under the env-file runtime.
+mod follow_env;
 // Lifecycle hooks (postStart, preStop: exec, httpGet, sleep) and termination messages under
 // the process runtime (needs root), PW-20 … PW-25.
 mod lifecycle;
