@@ -84,7 +84,7 @@ pub struct PodView {
 }
 
 /// What a running container sees through its configMap, secret, projected and downwardAPI
-/// volume mounts and through its environment (FC-8).
+/// volume mounts and through its environment (FC-8, FC-15).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 #[non_exhaustive]
@@ -95,7 +95,7 @@ pub struct ContainerView {
     pub current: bool,
     /// One per such mount.
     pub mounts: Vec<MountView>,
-    /// One per ConfigMap or Secret its `env` and `envFrom` read (FC-8, FC-10).
+    /// One per ConfigMap or Secret its `env` and `envFrom` read (FC-15).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvView>,
 }

@@ -173,7 +173,7 @@ fn render_containers(pods: &PodsView) -> String {
                     if m.current { "yes" } else { "no" }.to_owned(),
                 ]);
             }
-            // FC-8, FC-10: the objects its environment was made from, one row for all.
+            // FC-15: the objects its environment was made from, one row for all.
             if !c.env.is_empty() {
                 let objects: Vec<String> = c
                     .env

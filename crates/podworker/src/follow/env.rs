@@ -8,7 +8,7 @@
 //! 1. The agent hands over each change of an object with each pod that references it
 //!    ([`EnvFollow::object_changed`]). For each app container and sidecar of the pod whose
 //!    `env` or `envFrom` names the object, the running instance's view of it is no longer
-//!    current (FC-8); one that asks to follow records the change in its burst (FC-11: the
+//!    current (FC-15); one that asks to follow records the change in its burst (FC-11: the
 //!    pod's quiet time `env-debounce`, 200 ms by default; a burst is delivered at the latest
 //!    5 s after it opened).
 //! 2. When the burst ends, the instance running then is checked: its environment is resolved
@@ -91,7 +91,7 @@ pub struct EnvRestart {
     pub message: String,
 }
 
-/// What one running container sees of one object through its environment (FC-8).
+/// What one running container sees of one object through its environment (FC-15).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvFreshness {
     /// The ConfigMap or Secret.
@@ -284,7 +284,7 @@ impl EnvFollow {
     }
 
     /// What the running instance of `container` of pod `uid` sees through its environment,
-    /// one entry per ConfigMap or Secret it read (FC-8); empty when none.
+    /// one entry per ConfigMap or Secret it read (FC-15); empty when none.
     pub fn freshness(&self, uid: &PodUid, container: &str) -> Vec<EnvFreshness> {
         let state = self.inner.state.lock();
         let key = (uid.clone(), container.to_owned());

@@ -45,7 +45,7 @@ pub struct ContainerFreshness {
     /// One entry per configMap, secret, projected or downwardAPI volume mount, in order.
     pub mounts: Vec<MountFreshness>,
     /// One entry per ConfigMap or Secret its `env` and `envFrom` read, in the order read
-    /// (FC-8, FC-10).
+    /// (FC-15).
     pub env: Vec<super::EnvFreshness>,
 }
 

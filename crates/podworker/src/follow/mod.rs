@@ -1,4 +1,4 @@
-//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-14),
+//! Configuration that follows a change (nodelet's own, beyond the kubelet: FC-1 … FC-15),
 //! under the process runtime: after a volume's `..data` swap, the subPath binds of the
 //! containers that mount it are replaced in place, and the containers that ask for it get a
 //! reload signal or a POST to a local URL; a container whose environment changed is
@@ -18,7 +18,7 @@
 //! that cannot follow keeps its old content, and a Warning event
 //! [`reasons::FAILED_SUBPATH_UPDATE`] says why.
 //!
-//! # The environment (FC-10 … FC-14)
+//! # The environment (FC-10 … FC-15)
 //!
 //! `env.rs` ([`EnvFollow`], shared with the syncer): a change of a ConfigMap or Secret that
 //! changes a following container's resolved environment restarts that container alone
@@ -88,7 +88,7 @@ struct Inner {
     versions: Mutex<freshness::Versions>,
     /// Each written volume's directory, by pod and volume name.
     volume_dirs: Mutex<HashMap<ContainerKey, PathBuf>>,
-    /// What the containers' environments read (FC-8, FC-10).
+    /// What the containers' environments read (FC-15).
     env: Option<EnvFollow>,
 }
 

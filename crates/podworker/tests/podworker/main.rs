@@ -4,6 +4,8 @@
 mod desired;
 // Environment resolution (PW-8 … PW-11, E2E-23/24/26/27).
 mod env;
+// Environments that follow a change, under paused time (FC-10 … FC-13).
+mod env_follow;
 // Service variables (PW-15 … PW-17).
 mod services;
 // Sidecar containers: started sidecars handed to the plan, stop order, phase (PW-60 … PW-64).
