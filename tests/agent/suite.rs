@@ -67,6 +67,7 @@ scenarios! {
     pw10_env_file_key_ref_reads_an_env_file_in_the_pods_empty_dir => "env-file-key-ref",
     pw12_env_missing_key_waits_with_create_container_config_error => "env-missing-key",
     pw7_missing_image_pull_secret_event => "image-pull-secret-missing",
+    fc10_fc14_an_env_file_follows_a_change_for_a_pod_that_asks => "env-follow",
     pod_deletion_removes_its_directories_and_the_pod => "pod-deletion-cleanup",
     agent_restart_adopts_volumes_without_rewriting_them => "agent-restart-adoption",
 }

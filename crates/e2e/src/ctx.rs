@@ -309,7 +309,17 @@ impl Ctx {
 
     /// Creates a pod bound to the agent's node from `spec` (containers get the scenario image
     /// when they name none) and returns it with its UID.
-    pub async fn create_pod(&self, name: &str, mut spec: Value) -> Result<Pod, String> {
+    pub async fn create_pod(&self, name: &str, spec: Value) -> Result<Pod, String> {
+        self.create_annotated_pod(name, json!({}), spec).await
+    }
+
+    /// [`create_pod`](Self::create_pod) with `annotations` (a JSON object of strings).
+    pub async fn create_annotated_pod(
+        &self,
+        name: &str,
+        annotations: Value,
+        mut spec: Value,
+    ) -> Result<Pod, String> {
         spec["nodeName"] = json!(self.node_name);
         if let Some(containers) = spec["containers"].as_array_mut() {
             for c in containers {
@@ -320,7 +330,7 @@ impl Ctx {
         }
         let pod: Pod = from_json(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "name": name, "labels": { "app": name } },
+            "metadata": { "name": name, "labels": { "app": name }, "annotations": annotations },
             "spec": spec
         }))?;
         self.pods()

@@ -1,6 +1,9 @@
 //! Environment variables and image pull secrets as the agent resolves them into each container's
 //! env file: configMapKeyRef / secretKeyRef (E2E-23, E2E-26), envFrom with a prefix (E2E-24,
-//! E2E-27), a missing key (PW-12) and a missing pull secret (PW-7).
+//! E2E-27), a missing key (PW-12), a missing pull secret (PW-7), and nodelet's own environment
+//! that follows a change (FC-10, FC-14).
+
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -171,4 +174,46 @@ pub(crate) async fn env_file_key_ref(ctx: &Ctx) -> Result<(), String> {
     ensure(!env.contains_key("ABSENT"), || {
         "an optional key the file does not set produced a variable".into()
     })
+}
+
+/// FC-10, FC-14 (nodelet's own, beyond the kubelet): a container whose pod asks
+/// `nodelet.io/follow-env` has its env file follow a change of a key it reads (`EnvUpdated`,
+/// naming the object and the key); one whose pod does not keeps the environment it was created
+/// with, as the kubelet's. Measures patch returned → the new value in the env file.
+pub(crate) async fn env_follow(ctx: &Ctx) -> Result<(), String> {
+    ctx.create_config_map("cm", json!({ "mode": "a", "other": "1" }))
+        .await?;
+    let container = json!({ "name": "c",
+        "env": [{ "name": "MODE", "valueFrom": { "configMapKeyRef": { "name": "cm", "key": "mode" } } }],
+        "envFrom": [{ "prefix": "CM_", "configMapRef": { "name": "cm" } }] });
+    let follows = ctx
+        .create_annotated_pod(
+            "follows",
+            json!({ "nodelet.io/follow-env": "true" }),
+            json!({ "containers": [container.clone()] }),
+        )
+        .await?;
+    let kept = ctx
+        .create_pod("kept", json!({ "containers": [container] }))
+        .await?;
+    for pod in [&follows, &kept] {
+        let env = ctx.wait_for_env(pod, "c").await?;
+        expect_var(&env, "MODE", "a")?;
+    }
+    let patched = Instant::now();
+    ctx.set_config_map_data("cm", json!({ "mode": "b", "other": "1" }))
+        .await?;
+    let path = ctx.pod_dir(&follows)?.join("containers/c/env.json");
+    crate::wait_for(&format!("MODE=b in {}", path.display()), || async {
+        let env = ctx.wait_for_env(&follows, "c").await?;
+        expect_var(&env, "MODE", "b")?;
+        expect_var(&env, "CM_mode", "b")
+    })
+    .await?;
+    ctx.record_latency(patched.elapsed());
+    let what = format!("(ConfigMap {}/cm: mode)", ctx.namespace);
+    ctx.wait_for_event("follows", "EnvUpdated", &what).await?;
+    let env = ctx.wait_for_env(&kept, "c").await?;
+    expect_var(&env, "MODE", "a")?;
+    expect_var(&env, "CM_mode", "a")
 }

@@ -63,6 +63,7 @@ pub(crate) const ALL: &[Scenario] = &[
     scenario!("env-file-key-ref", env::env_file_key_ref),
     scenario!("env-missing-key", env::env_missing_key),
     scenario!("image-pull-secret-missing", env::image_pull_secret_missing),
+    scenario!("env-follow", env::env_follow),
     scenario!("pod-deletion-cleanup", lifecycle::pod_deletion_cleanup),
     scenario!("agent-restart-adoption", lifecycle::agent_restart_adoption),
 ];
