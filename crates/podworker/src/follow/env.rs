@@ -21,11 +21,13 @@
 //! 3. Different: under the env-file runtime the container's env files are replaced
 //!    ([`RuntimeHook::update_env`]) and a Normal event [`reasons::ENV_UPDATED`] names the
 //!    objects and keys that changed. Under the process runtime a restart is queued and the
-//!    pod synced ([`EnvFollow::syncs`]); SyncPod takes it ([`EnvFollow::take_restarts`])
-//!    before the plan and stops the instance as the kubelet stops one (a Normal `Killing`
-//!    event naming the objects and keys, `preStop`, SIGTERM, the grace period); its end
-//!    shows [`CONFIG_CHANGED`](nodelet_core::runtime::CONFIG_CHANGED) and the plan starts it
-//!    again at once, no back-off, with the environment resolved then (FC-12).
+//!    pod synced ([`EnvFollow::syncs`]); SyncPod takes it ([`EnvFollow::take_restarts`]),
+//!    has the runtime mark the instance ([`RuntimeHook::restart_for_new_env`]: its end shows
+//!    [`CONFIG_CHANGED`](nodelet_core::runtime::CONFIG_CHANGED)) and asks its planner for a
+//!    restart that is not a crash (PW-70): the instance is stopped as the kubelet stops one (a
+//!    Normal `Killing` event naming the objects and keys, `preStop`, SIGTERM, the grace
+//!    period) and started again at once, no back-off, with the environment resolved then
+//!    (FC-12).
 //! 4. A change seen while the container had no running instance to check (it was starting,
 //!    being restarted, or in back-off) is checked again once its next instance started
 //!    ([`EnvFollow::started`]), so a start that read an object just before it changed is

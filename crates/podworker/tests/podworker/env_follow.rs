@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
-use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, Plan, PodSandbox};
+use nodelet_core::runtime::{ContainerLaunch, ContainerState, ContainerStatus, PodSandbox};
 use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
 use nodelet_object_manager::Strategy;
 use nodelet_podworker::follow::{EnvFollow, EnvFollowParts, EnvRestart, FollowDefaults};
@@ -28,9 +28,6 @@ struct Running;
 impl RuntimeHook for Running {
     async fn run_pod_sandbox(&self, _: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError> {
         Ok(None)
-    }
-    async fn plan(&self, _: &AdmittedPod, _: &[String]) -> Result<Plan, RuntimeError> {
-        Ok(Plan::default())
     }
     async fn create_container(
         &self,
