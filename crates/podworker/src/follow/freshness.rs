@@ -1,7 +1,7 @@
 //! Visible freshness (FC-8): which resourceVersion of each object a running container sees
 //! through each of its configMap, secret, projected and downwardAPI volume mounts, and
 //! whether that is the volume's current content; and through its environment (the objects
-//! it was started with, from `env.rs`).
+//! it was started with, from `env/`).
 //!
 //! A whole-volume mount sees the volume's current data (the `..data` swap shows inside at
 //! once). A subPath mount sees the data directory its bind comes from: the one current when

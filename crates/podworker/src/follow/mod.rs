@@ -20,7 +20,7 @@
 //!
 //! # The environment (FC-10 … FC-15)
 //!
-//! `env.rs` ([`EnvFollow`], shared with the syncer): a change of a ConfigMap or Secret that
+//! `env/` ([`EnvFollow`], shared with the syncer): a change of a ConfigMap or Secret that
 //! changes a following container's resolved environment restarts that container alone
 //! (process runtime) or replaces its env files (env-file runtime). See its docs.
 //!
