@@ -116,7 +116,7 @@ impl Agent {
             nodelet_podworker::follow::EnvFollow::new(nodelet_podworker::follow::EnvFollowParts {
                 defaults: config.follow.clone(),
                 sources: sources.clone(),
-                config: syncer_config.clone(),
+                context: syncer_config.env_context(),
                 sandbox: processes.is_some(),
                 runtime: runtime.clone(),
                 events: Arc::new(events.clone()),

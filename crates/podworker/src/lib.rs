@@ -144,6 +144,7 @@
 mod admission;
 mod deadline;
 mod env;
+mod env_context;
 mod env_file;
 mod ephemeral;
 mod error;
@@ -173,6 +174,7 @@ pub use env::{
     ContainerEnv, EnvFromNameCheck, EnvOptions, EnvSource, EnvSources, EnvValue, INVALID_ENV_NAMES,
     PodVolumes, ServiceEndpoint, resolve_env, service_variables,
 };
+pub use env_context::EnvContext;
 pub use error::{EnvError, RuntimeError, SyncError, VolumeError};
 pub use hooks::{POST_START_HOOK_ERROR, reasons as hook_reasons};
 pub use mounts::{

@@ -21,6 +21,7 @@ use crate::deadline::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, deadline_eviction, past_active_deadline,
 };
 use crate::env::{ContainerEnv, EnvOptions, EnvSources, resolve_env};
+use crate::env_context::EnvContext;
 use crate::error::RuntimeError;
 use crate::error::{SyncError, VolumeError};
 use crate::hooks::Lifecycle;
@@ -71,6 +72,16 @@ impl SyncerConfig {
     pub fn with_crash_backoff(mut self, schedule: Schedule) -> Self {
         self.crash_backoff = schedule;
         self
+    }
+
+    /// What environment resolution needs of this configuration: a start and a check of a
+    /// followed environment (FC-10) resolve with the same.
+    pub fn env_context(&self) -> EnvContext {
+        EnvContext {
+            root_dir: self.root_dir.clone(),
+            env: self.env.clone(),
+            host_ips: self.host_ips.clone(),
+        }
     }
 
     /// Sets [`host_ips`](Self::host_ips).
@@ -698,7 +709,7 @@ impl ConfigSyncer {
         if sandbox.is_some() {
             self.write_host_files(pod)?;
         }
-        let (env_pod, env_options) = env_context(&self.config, pod, sandbox.is_some());
+        let (env_pod, env_options) = self.config.env_context().resolve(pod, sandbox.is_some());
         let cx = CreateContext {
             env_pod: &env_pod,
             env_options: &env_options,
@@ -889,59 +900,6 @@ impl ConfigSyncer {
         }
         Ok(())
     }
-}
-
-/// The pod and the options environment resolution sees for `pod` (in a `sandbox` on the
-/// host's network or not): what a start and a check of a followed environment (FC-10)
-/// resolve with.
-pub(crate) fn env_context(
-    config: &SyncerConfig,
-    pod: &AdmittedPod,
-    sandbox: bool,
-) -> (Arc<Pod>, EnvOptions) {
-    let env_pod = if sandbox {
-        with_host_ips(pod, &config.host_ips)
-    } else {
-        pod.pod().clone()
-    };
-    // fileKeyRef reads the pod's emptyDir volumes under its directory.
-    let options = EnvOptions {
-        pod_volumes: Some(crate::env::PodVolumes::new(
-            PodDirs::new(&config.root_dir),
-            pod,
-        )),
-        ..config.env.clone()
-    };
-    (env_pod, options)
-}
-
-/// The pod as environment resolution sees it in a sandbox on the host's network: the pod
-/// shares the host's network, so its IPs are the node's (`status.podIP(s)`,
-/// `status.hostIP(s)`), as a kubelet fills them in from the sandbox before it starts
-/// containers.
-fn with_host_ips(pod: &AdmittedPod, ips: &[String]) -> Arc<Pod> {
-    if ips.is_empty() {
-        return pod.pod().clone();
-    }
-    let mut copy = Pod::clone(pod);
-    let status = copy.status.get_or_insert_with(Default::default);
-    status.host_ip.get_or_insert_with(|| ips[0].clone());
-    status.pod_ip.get_or_insert_with(|| ips[0].clone());
-    if status.pod_ips.as_ref().is_none_or(Vec::is_empty) {
-        status.pod_ips = Some(
-            ips.iter()
-                .map(|ip| k8s_openapi::api::core::v1::PodIP { ip: ip.clone() })
-                .collect(),
-        );
-    }
-    if status.host_ips.as_ref().is_none_or(Vec::is_empty) {
-        status.host_ips = Some(
-            ips.iter()
-                .map(|ip| k8s_openapi::api::core::v1::HostIP { ip: ip.clone() })
-                .collect(),
-        );
-    }
-    Arc::new(copy)
 }
 
 /// The last status published for a pod ([`ConfigSyncer::publish`]).

@@ -46,7 +46,7 @@ pub struct ContainerFreshness {
     pub mounts: Vec<MountFreshness>,
     /// One entry per ConfigMap or Secret its `env` and `envFrom` read, in the order read
     /// (FC-15).
-    pub env: Vec<super::EnvFreshness>,
+    pub env: Vec<super::env::EnvFreshness>,
 }
 
 impl ContainerFreshness {

@@ -94,7 +94,7 @@ async fn fixture(follows: bool) -> Fixture {
     let follow = EnvFollow::new(EnvFollowParts {
         defaults: FollowDefaults::default(),
         sources: api.sources.clone(),
-        config: SyncerConfig::new(&root),
+        context: SyncerConfig::new(&root).env_context(),
         sandbox: false,
         runtime: Arc::new(Running),
         events: Arc::new(events.clone()),

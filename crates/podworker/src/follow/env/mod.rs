@@ -52,9 +52,9 @@ mod diff;
 use super::options::{FollowDefaults, PodFollow, pod_follow};
 use super::reload::Bursts;
 use crate::env::{ContainerEnv, EnvSource, EnvSources, resolve_env};
+use crate::env_context::EnvContext;
 use crate::runtime::RuntimeHook;
 use crate::seams::EventSink;
-use crate::sync::SyncerConfig;
 use diff::{describe, digests, followed, follows_kind, object_key, reads};
 
 /// The reasons of the events this module records (nodelet's own).
@@ -74,8 +74,11 @@ pub struct EnvFollowParts {
     pub defaults: FollowDefaults,
     /// Where environments read ConfigMaps, Secrets and Services (the syncer's).
     pub sources: EnvSources,
-    /// The syncer's configuration: environments are resolved as a start resolves them.
-    pub config: SyncerConfig,
+    /// The syncer's context of resolution ([`SyncerConfig::env_context`]): environments are
+    /// resolved as a start resolves them.
+    ///
+    /// [`SyncerConfig::env_context`]: crate::SyncerConfig::env_context
+    pub context: EnvContext,
     /// Whether the runtime gives pods a sandbox on the host's network (the process runtime):
     /// the environment then sees the node's addresses as the pod's.
     pub sandbox: bool,
@@ -365,7 +368,7 @@ async fn check(inner: &Inner, pod: &AdmittedPod, name: &str) {
         inner.state.lock().dirty.insert(key);
         return;
     }
-    let (env_pod, options) = crate::sync::env_context(&parts.config, pod, parts.sandbox);
+    let (env_pod, options) = parts.context.resolve(pod, parts.sandbox);
     let env = match resolve_env(&env_pod, container, &parts.sources, &options).await {
         Ok(env) => env,
         Err(error) => {
