@@ -51,12 +51,11 @@ fn environ(pid: i32) -> Vec<String> {
         .collect()
 }
 
-/// The pid of `container`'s running instance from its state file, once it has one that
-/// started `restarts` times over.
+/// The pid and start count of `container`'s running instance, from its state file.
 fn state(world: &World, pod: &Value, container: &str) -> Option<(i32, u32)> {
     let uid =
         nodelet_core::PodUid::new(pod["metadata"]["uid"].as_str().unwrap_or_default()).ok()?;
-    let path = nodelet_core::PodDirs::new(&world.root_dir())
+    let path = nodelet_core::PodDirs::new(world.root_dir())
         .container(&uid, container)
         .join("state.json");
     let state: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
