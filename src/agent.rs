@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
 use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
+use nodelet_podworker::follow::{EnvFollow, EnvFollowParts};
 use nodelet_podworker::{EnvSources, SyncerParts};
 use nodelet_reporting::{EventConfig, EventPublisher, StatusConfig, StatusWriter};
 use serde_json::Value;
@@ -112,15 +113,10 @@ impl Agent {
         let mut env = gates.env_options(allocatable);
         env.kubernetes_service = config.kubernetes_service.clone();
         let syncer_config = crate::parts::syncer_config(&config, env);
-        let env_follow =
-            nodelet_podworker::follow::EnvFollow::new(nodelet_podworker::follow::EnvFollowParts {
-                defaults: config.follow.clone(),
-                sources: sources.clone(),
-                context: syncer_config.env_context(),
-                sandbox: processes.is_some(),
-                runtime: runtime.clone(),
-                events: Arc::new(events.clone()),
-            });
+        let env_follow = EnvFollow::new(EnvFollowParts {
+            sandbox: processes.is_some(),
+            ..crate::parts::env_follow(&config, &sources, &syncer_config, &runtime, &events)
+        });
         let parts = SyncerParts {
             sources,
             volumes: Arc::new(volumes.clone()),

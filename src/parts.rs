@@ -112,6 +112,25 @@ pub(crate) fn syncer_config(config: &AgentConfig, env: EnvOptions) -> SyncerConf
         .with_crash_backoff(config.crash_backoff)
 }
 
+/// What the environments that follow a change (FC-10) read and drive: the syncer's sources,
+/// context and runtime (no sandbox: the caller says).
+pub(crate) fn env_follow(
+    config: &AgentConfig,
+    sources: &nodelet_podworker::EnvSources,
+    syncer: &SyncerConfig,
+    runtime: &Arc<dyn nodelet_podworker::RuntimeHook>,
+    events: &EventPublisher,
+) -> nodelet_podworker::follow::EnvFollowParts {
+    nodelet_podworker::follow::EnvFollowParts {
+        defaults: config.follow.clone(),
+        sources: sources.clone(),
+        context: syncer.env_context(),
+        sandbox: false,
+        runtime: runtime.clone(),
+        events: Arc::new(events.clone()),
+    }
+}
+
 /// Node registration (`--register-node`): the Node, advertising the kubelet API on `port`,
 /// and its Lease.
 pub(crate) fn register_node(

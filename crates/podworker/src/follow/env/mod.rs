@@ -48,6 +48,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 mod diff;
+mod feed;
 
 use super::options::{FollowDefaults, PodFollow, pod_follow};
 use super::reload::Bursts;
