@@ -203,10 +203,10 @@ impl ProcessRuntime {
     }
 
     /// Marks the running instance `container_id` of `container` of pod `uid` as stopped for a
-    /// new environment (FC-12): when it ends, its termination shows [`CONFIG_CHANGED`] and
-    /// [`plan`](Self::plan) starts it again at once, with no back-off and whatever
-    /// `restartPolicy` says. Whether that instance runs (nothing is marked otherwise). The
-    /// caller stops it ([`stop_container`](Self::stop_container)).
+    /// new environment (FC-12): when it ends, its termination shows [`CONFIG_CHANGED`] (the
+    /// caller's planner starts it again at once, a restart that is not a crash). Whether that
+    /// instance runs (nothing is marked otherwise). The caller stops it
+    /// ([`stop_container`](Self::stop_container)).
     ///
     /// [`CONFIG_CHANGED`]: nodelet_core::runtime::CONFIG_CHANGED
     pub fn restart_for_new_env(&self, uid: &PodUid, container: &str, container_id: &str) -> bool {
