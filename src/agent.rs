@@ -59,7 +59,7 @@ impl Agent {
         let gates = Gates::read(&config.feature_gates);
         // Requests, retries and connections are counted by the transport under `client`.
         let metrics = Metrics::for_transport(counters, config.allocator);
-        let paced = crate::paced::clients(&client, config.first_reads);
+        let paced = nodelet_object_manager::paced::clients(&client, config.first_reads);
         let node = paced.node;
         let (configmaps, secrets) =
             crate::parts::object_managers(&config, &client, paced.first_reads)?;
@@ -91,17 +91,7 @@ impl Agent {
             &tasks.tracker,
         );
         let (runtime, processes) = crate::parts::container_runtime(&config, &tasks)?;
-        // The node's one Service watch (PW-15): started by the first environment built,
-        // stopped with the agent.
-        let services =
-            ServiceLister::new(node.clone(), ServiceListerConfig::default(), &tasks.tracker);
-        tasks.tracker.spawn({
-            let (services, stop) = (services.clone(), tasks.shutdown.clone());
-            async move {
-                stop.cancelled().await;
-                services.shutdown();
-            }
-        });
+        let services = service_lister(&node, &tasks);
         let probes = processes
             .as_ref()
             .map(|p| crate::parts::probe_manager(&config, p, &events, &tasks));
@@ -147,12 +137,7 @@ impl Agent {
                     .is_some_and(nodelet_runtime::ProcessRuntime::pod_ipc_namespaces),
             )?,
             follow: processes.as_ref().map(|p| {
-                let follow = nodelet_podworker::follow::FollowChange::new(
-                    p.clone(),
-                    Arc::new(events.clone()),
-                    config.follow.clone(),
-                    Some(env_follow.clone()),
-                );
+                let follow = follow_change(p, &events, &config, &env_follow);
                 let _ = follow_hook.set(follow.clone());
                 follow
             }),
@@ -289,4 +274,33 @@ async fn start_tasks(
         None => None,
     };
     Ok((kubelet_addr, http_addr))
+}
+
+/// The node's one Service watch (PW-15), started by the first environment built and stopped
+/// with the agent.
+fn service_lister(node: &kube::Client, tasks: &Tasks) -> ServiceLister {
+    let services = ServiceLister::new(node.clone(), ServiceListerConfig::default(), &tasks.tracker);
+    tasks.tracker.spawn({
+        let (services, stop) = (services.clone(), tasks.shutdown.clone());
+        async move {
+            stop.cancelled().await;
+            services.shutdown();
+        }
+    });
+    services
+}
+
+/// The process runtime's configuration-following (FC-3), with the environments' (FC-10).
+fn follow_change(
+    processes: &nodelet_runtime::ProcessRuntime,
+    events: &EventPublisher,
+    config: &AgentConfig,
+    env_follow: &EnvFollow,
+) -> nodelet_podworker::follow::FollowChange {
+    nodelet_podworker::follow::FollowChange::new(
+        processes.clone(),
+        Arc::new(events.clone()),
+        config.follow.clone(),
+        Some(env_follow.clone()),
+    )
 }

@@ -69,8 +69,6 @@ mod follow;
 mod http;
 mod kubelet_host;
 mod lock;
-mod memory;
-mod paced;
 mod parts;
 mod pod_source;
 mod pod_watch;

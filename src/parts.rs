@@ -288,11 +288,13 @@ pub(crate) fn volume_manager(
         tasks.tracker.spawn(async move { vm.run(token).await });
     }
     if let Some(allocator) = config.allocator {
-        tasks.tracker.spawn(crate::memory::trim_after_bursts(
-            volumes.subscribe(),
-            tasks.shutdown.clone(),
-            allocator.release_free_memory,
-        ));
+        tasks
+            .tracker
+            .spawn(nodelet_volume_manager::memory::trim_after_bursts(
+                volumes.subscribe(),
+                tasks.shutdown.clone(),
+                allocator.release_free_memory,
+            ));
     }
     Ok(volumes)
 }

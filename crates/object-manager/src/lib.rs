@@ -150,6 +150,7 @@ mod health;
 mod kind;
 mod limiter;
 mod manager;
+pub mod paced;
 mod recovery;
 mod reflector;
 mod refs;

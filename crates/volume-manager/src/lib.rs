@@ -263,6 +263,7 @@ mod error;
 mod executor;
 mod leftovers;
 mod manager;
+pub mod memory;
 mod node_faults;
 mod operation;
 pub mod plugins;

@@ -1,4 +1,4 @@
-//! Returning to the operating system the memory a burst of work freed, through what the
+//! Returning to the operating system the memory a burst of volume work freed, through what the
 //! program's global allocator offers ([`AllocatorHooks`], installed by the binary, which
 //! alone chooses the allocator).
 //!
@@ -26,18 +26,18 @@ use tokio_util::sync::CancellationToken;
 use nodelet_core::AllocatorHooks;
 
 /// How long the volume manager must have been quiet before memory is trimmed.
-pub(crate) const QUIET: Duration = Duration::from_secs(1);
+pub const QUIET: Duration = Duration::from_secs(1);
 
 /// While the volume manager stays busy (never [`QUIET`]), memory is trimmed this long after the
 /// first change since the last trim.
-pub(crate) const BUSY_TRIM_EVERY: Duration = Duration::from_secs(10);
+pub const BUSY_TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Calls `trim` (in the agent [`AllocatorHooks::release_free_memory`]) after volume-manager
-/// activity (`activity` bumps on every change of its desired or actual state): once nothing
+/// activity (`activity`, from [`VolumeManager::subscribe`](crate::VolumeManager::subscribe), bumps on every change of its desired or actual state): once nothing
 /// changed for [`QUIET`], or [`BUSY_TRIM_EVERY`] after the first change since the last trim,
 /// whichever comes first. Without activity, no trim. Runs until `shutdown` or until the volume
 /// manager is gone.
-pub(crate) async fn trim_after_bursts(
+pub async fn trim_after_bursts(
     mut activity: watch::Receiver<u64>,
     shutdown: CancellationToken,
     trim: fn() -> bool,

@@ -16,32 +16,32 @@
 //! 4. Watches are never paced (client-go does not rate-limit a watch either); a request is a
 //!    watch when its query says `watch=true` or `watch=1`.
 
+use crate::{ReadLimiter, ReadLimits};
 use http::Request;
 use kube::client::Body;
-use nodelet_object_manager::{ReadLimiter, ReadLimits};
 
 /// The kubelet's `eventRecordQPS` / `eventBurst` defaults: the bucket of the events' client (2).
-pub(crate) const EVENT_LIMITS: ReadLimits = ReadLimits {
+pub const EVENT_LIMITS: ReadLimits = ReadLimits {
     qps: 50.0,
     burst: 100,
 };
 
 /// The agent's clients over `client` and their buckets (see the module docs).
-pub(crate) struct Clients {
+pub struct Clients {
     /// The bucket of `kubeAPIQPS` / `kubeAPIBurst`, for the object managers' first reads
     /// through the unpaced client (OM-30).
-    pub(crate) first_reads: ReadLimiter,
+    pub first_reads: ReadLimiter,
     /// The node's client, paced by the same bucket (1).
-    pub(crate) node: kube::Client,
+    pub node: kube::Client,
     /// The events' client, paced by a bucket of its own (2).
-    pub(crate) events: kube::Client,
+    pub events: kube::Client,
     /// Both paced clients' buckets by name (`node`, `events`), for `/metrics`.
-    pub(crate) buckets: [(&'static str, ReadLimiter); 2],
+    pub buckets: [(&'static str, ReadLimiter); 2],
 }
 
 /// The [`Clients`] over `client` (unpaced: heartbeats and the kubelet API's upgrades keep it),
 /// the node's bucket of `limits`.
-pub(crate) fn clients(client: &kube::Client, limits: ReadLimits) -> Clients {
+pub fn clients(client: &kube::Client, limits: ReadLimits) -> Clients {
     let first_reads = ReadLimiter::new(limits);
     let node = first_reads.sharing();
     let events = ReadLimiter::new(EVENT_LIMITS);
@@ -55,7 +55,7 @@ pub(crate) fn clients(client: &kube::Client, limits: ReadLimits) -> Clients {
 
 /// `client`'s requests, watches excepted, each after a token of `limiter` (see the module
 /// docs). Errors come back as `client` gives them.
-pub(crate) fn paced(client: &kube::Client, limiter: ReadLimiter) -> kube::Client {
+pub fn paced(client: &kube::Client, limiter: ReadLimiter) -> kube::Client {
     let inner = client.clone();
     let service = tower::service_fn(move |request: Request<Body>| {
         let (inner, limiter) = (inner.clone(), limiter.clone());
