@@ -104,6 +104,15 @@ impl Agent {
         let probes = processes
             .as_ref()
             .map(|p| crate::parts::probe_manager(&config, p, &events, &tasks));
+        let follow = processes.as_ref().map(|p| {
+            let follow = nodelet_podworker::follow::FollowChange::new(
+                p.clone(),
+                Arc::new(events.clone()),
+                config.follow.clone(),
+            );
+            let _ = follow_hook.set(follow.clone());
+            follow
+        });
         let parts = SyncerParts {
             sources: EnvSources {
                 configmaps: configmaps.clone(),
@@ -115,6 +124,7 @@ impl Agent {
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
             probes: probes.clone(),
+            follow: follow.clone(),
         };
         let mut env = gates.env_options(allocatable);
         env.kubernetes_service = config.kubernetes_service.clone();
@@ -138,15 +148,7 @@ impl Agent {
                     .as_ref()
                     .is_some_and(nodelet_runtime::ProcessRuntime::pod_ipc_namespaces),
             )?,
-            follow: processes.as_ref().map(|p| {
-                let follow = nodelet_podworker::follow::FollowChange::new(
-                    p.clone(),
-                    Arc::new(events.clone()),
-                    config.follow.clone(),
-                );
-                let _ = follow_hook.set(follow.clone());
-                follow
-            }),
+            follow,
             processes,
             probes,
             known_pods: parking_lot::RwLock::default(),

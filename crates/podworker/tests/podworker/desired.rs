@@ -37,6 +37,7 @@ fn bed() -> Bed {
             events: Arc::new(RecordingEvents::new()),
             status: Arc::new(RecordingStatus::new()),
             probes: None,
+            follow: None,
         },
     );
     // A short resync so that several periodic SyncPods run (nothing asserts a duration).

@@ -204,6 +204,7 @@ fn fixture(with_prober: bool) -> Fixture {
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
             probes,
+            follow: None,
         },
     );
     Fixture {

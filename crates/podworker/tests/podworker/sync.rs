@@ -42,6 +42,7 @@ fn fixture() -> Fixture {
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
             probes: None,
+            follow: None,
         },
     );
     Fixture {
