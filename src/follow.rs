@@ -81,10 +81,11 @@ pub(crate) async fn run(state: Arc<AgentState>, shutdown: CancellationToken) {
     }
 }
 
-/// FC-20: an object changed; each pod that follows changes and reads it is told the version
-/// the object managers hold now, and its status is published again (its condition `False`
-/// until the volumes that show the object were written). When changes were missed, every
-/// such pod's status is published again from the volume manager's view alone.
+/// FC-20: an object changed; for each pod that reads it, the version the object managers hold
+/// now is told (FC-8: a mount is not current until it shows it), and the status of each one
+/// that follows changes is published again (its condition `False` until the volumes that show
+/// the object were written). When changes were missed, every such pod's status is published
+/// again from the volume manager's view alone.
 async fn object_changed(
     state: &AgentState,
     follow: &FollowChange,
@@ -104,10 +105,7 @@ async fn object_changed(
     };
     let pods: Vec<AdmittedPod> = {
         let known = state.known_pods.read();
-        uids.iter()
-            .filter_map(|u| known.get(u).cloned())
-            .filter(|p| follow.settings(p).any())
-            .collect()
+        uids.iter().filter_map(|u| known.get(u).cloned()).collect()
     };
     if pods.is_empty() {
         return;
@@ -133,7 +131,7 @@ async fn object_changed(
             }
         }
     }
-    for pod in &pods {
+    for pod in pods.iter().filter(|p| follow.settings(p).any()) {
         state.workers.syncer().config_seen_changed(pod.uid());
     }
 }

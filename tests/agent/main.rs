@@ -56,6 +56,10 @@ mod process_runtime;
 // Configuration that follows a change under the process runtime (needs root, FC-1 … FC-8):
 // subPath binds replaced in place, reload signals and URLs per burst, bad annotations.
 mod follow_change;
+// The pod condition `nodelet.io/ConfigCurrent` of a pod that follows changes (needs root,
+// FC-20): present and True after start and updates, False naming the object a subPath could
+// not follow, absent without opt-in.
+mod follow_condition;
 // Lifecycle hooks (postStart, preStop: exec, httpGet, sleep) and termination messages under
 // the process runtime (needs root), PW-20 … PW-25.
 mod lifecycle;

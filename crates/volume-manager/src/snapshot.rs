@@ -39,6 +39,9 @@ pub struct VolumeSnapshot {
     pub state: VolumeState,
     /// A remount is pending (content change, pod update, token refresh, resync).
     pub remount_pending: bool,
+    /// A change of content (an object or a source it reads) was seen and no SetUp has taken
+    /// it in yet, or the one that did failed: what it shows may be old.
+    pub change_pending: bool,
     /// The last SetUp / TearDown error, cleared by the next success.
     pub last_error: Option<String>,
     /// The objects of the last successful SetUp, with their resourceVersions.
@@ -118,6 +121,7 @@ impl VolumeManager {
                 path: Some(a.dir.clone()),
                 state: VolumeState::Unmounting,
                 remount_pending: false,
+                change_pending: false,
                 last_error: st.last_errors.get(unique).cloned(),
                 objects: a.objects.clone(),
             });
@@ -149,6 +153,7 @@ fn desired_volumes(
                 Some(MountState::Uncertain) => VolumeState::Uncertain,
             },
             remount_pending: actual.is_some_and(|a| a.remount_required),
+            change_pending: st.change_seen.contains_key(&v.unique),
             last_error: st.last_errors.get(&v.unique).cloned(),
             objects: actual.map(|a| a.objects.clone()).unwrap_or_default(),
         });
@@ -163,6 +168,7 @@ fn desired_volumes(
                 volume_type: u.volume_type.clone(),
             },
             remount_pending: false,
+            change_pending: false,
             last_error: None,
             objects: Vec::new(),
         });

@@ -313,7 +313,7 @@ impl FollowChange {
                     follows: sub_path && follows,
                     objects,
                     current: seen_dir.as_ref() == Some(current_dir)
-                        && !snapshot.remount_pending
+                        && !snapshot.change_pending
                         && !behind,
                 });
             }
