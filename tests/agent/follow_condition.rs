@@ -65,7 +65,9 @@ async fn wait_seen(world: &World, name: &str, container: &str, mount_path: &str,
                 .flat_map(|c| c.mounts.iter().filter(|m| m.mount_path == mount_path))
                 .next()
                 .cloned();
-            let shown = m.as_ref().and_then(|m| m.objects.first()?.resource_version.clone());
+            let shown = m
+                .as_ref()
+                .and_then(|m| m.objects.first()?.resource_version.clone());
             if shown.as_deref() == Some(rv) && m.as_ref().is_some_and(|m| m.current) {
                 return;
             }
@@ -85,10 +87,10 @@ const SLEEPER: &str = "echo ready; while true; do sleep 1 & wait $!; done";
 /// A container `name` mounting volume `cfg` whole at `/cfg` and its key `k` at `/etc/k`.
 fn container(name: &str) -> Value {
     json!({"name": name, "image": BUSYBOX, "command": ["sh", "-c", SLEEPER],
-        "volumeMounts": [
-            {"name": "cfg", "mountPath": "/cfg"},
-            {"name": "cfg", "mountPath": "/etc/k", "subPath": "k"},
-        ]})
+    "volumeMounts": [
+        {"name": "cfg", "mountPath": "/cfg"},
+        {"name": "cfg", "mountPath": "/etc/k", "subPath": "k"},
+    ]})
 }
 
 fn pod(name: &str, annotations: &[(&str, &str)]) -> Value {
@@ -150,7 +152,9 @@ async fn config_current_is_true_after_start_and_updates_and_absent_without_opt_i
     pods.patch(
         "follows",
         &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"nodelet.io/follow-subpath.app": null}}})),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"nodelet.io/follow-subpath.app": null}}}),
+        ),
     )
     .await
     .unwrap_or_else(|e| panic!("patching the pod: {e}"));
@@ -182,7 +186,10 @@ async fn config_current_is_false_naming_the_object_a_sub_path_could_not_follow()
             .data("j", "j0")
             .json(),
     );
-    let created = create(&world, pod("stale", &[("nodelet.io/follow-subpath", "true")]));
+    let created = create(
+        &world,
+        pod("stale", &[("nodelet.io/follow-subpath", "true")]),
+    );
     wait_for_pod(&world, "stale", "running", |p| {
         container_status(p, "app")["state"]["running"].is_object()
     })

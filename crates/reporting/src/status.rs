@@ -7,6 +7,8 @@
 //! absent reason or message is sent as `null` so that an earlier one goes; the container
 //! status lists, atomic in the API, are sent whole and replace the pod's. A condition keeps its `lastTransitionTime`
 //! while its status stays (the time of the last patch that changed it, else the pod's own).
+//! A condition of nodelet's own (`nodelet.io/`) that is no longer generated is deleted by type
+//! (`$patch: delete`, FC-22).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
