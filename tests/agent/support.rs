@@ -252,7 +252,7 @@ impl nodelet_e2e::AgentControl for AgentSlot {
     /// scenario's agent with the runtime the scenario needs).
     async fn use_runtime(&self, runtime: nodelet_e2e::AgentRuntime) -> Result<(), String> {
         let runs = match self.config.runtime {
-            nodelet::RuntimeKind::Process => nodelet_e2e::AgentRuntime::Process,
+            nodelet_config::RuntimeKind::Process => nodelet_e2e::AgentRuntime::Process,
             _ => nodelet_e2e::AgentRuntime::EnvFiles,
         };
         if runs == runtime {
