@@ -170,8 +170,7 @@ async fn run() {
         v["pid"].as_i64()
     };
     until("the container's start", || {
-        pid_of().is_some()
-            && std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ready"))
+        pid_of().is_some() && std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ready"))
     })
     .await;
     let pid = pid_of().unwrap_or_default();
@@ -247,7 +246,9 @@ async fn run() {
         let signal = text.lines().find_map(|l| {
             let rest = l.split_once("USR1 ")?.1;
             let (t, c) = rest.split_once(' ')?;
-            (c.trim() == content).then(|| t.parse::<u128>().ok()).flatten()
+            (c.trim() == content)
+                .then(|| t.parse::<u128>().ok())
+                .flatten()
         });
         if let Some(t) = signal {
             signals.push(ms(t.saturating_sub(*at)));
@@ -292,7 +293,10 @@ async fn run() {
         summary(to_true)
     );
     let _ = pods
-        .delete("follow", &kube::api::DeleteParams::default().grace_period(0))
+        .delete(
+            "follow",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
         .await;
     drop(server);
 }
