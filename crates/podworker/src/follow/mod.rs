@@ -42,7 +42,7 @@ use nodelet_runtime::{LiveError, ProcessRuntime};
 use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
-use crate::seams::EventSink;
+use nodelet_core::events::EventSink;
 pub use freshness::{ContainerFreshness, MountFreshness, StaleSource};
 pub use options::{
     AnnotationError, ContainerFollow, FollowDefaults, PodFollow, ReloadUrl, pod_follow,
