@@ -42,8 +42,8 @@ use nodelet_runtime::{LiveError, ProcessRuntime};
 use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
-use nodelet_core::events::EventSink;
 pub use freshness::{ContainerFreshness, MountFreshness, StaleSource};
+use nodelet_core::events::EventSink;
 pub use options::{
     AnnotationError, ContainerFollow, FollowDefaults, PodFollow, ReloadUrl, pod_follow,
 };
