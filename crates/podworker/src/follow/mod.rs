@@ -236,17 +236,21 @@ impl FollowChange {
         volumes: &[nodelet_volume_manager::VolumeSnapshot],
     ) -> Vec<ContainerFreshness> {
         let settings = self.settings(pod);
-        // The data current now holds the snapshot's versions.
+        // The data current now holds the snapshot's versions: surely once no SetUp is pending
+        // or running (during one, `..data` may already name data the snapshot's objects trail).
         let mut current = HashMap::new();
         for v in volumes {
             let Some(dir) = &v.path else { continue };
             let Some(data_dir) = freshness::current_data_dir(dir) else {
                 continue;
             };
-            self.inner
-                .versions
-                .lock()
-                .note(pod.uid(), &v.name, &data_dir, &v.objects, false);
+            self.inner.versions.lock().note(
+                pod.uid(),
+                &v.name,
+                &data_dir,
+                &v.objects,
+                !v.remount_pending,
+            );
             current.insert(v.name.as_str(), (v, data_dir));
         }
         let mut out = Vec::new();
