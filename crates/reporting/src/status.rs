@@ -554,6 +554,7 @@ mod tests {
             shared: Arc::new(Shared {
                 pending: Mutex::default(),
                 sent: Mutex::default(),
+                deleted: Mutex::default(),
                 wake: Arc::new(Notify::new()),
             }),
         };
@@ -600,6 +601,7 @@ mod tests {
             shared: Arc::new(Shared {
                 pending: Mutex::default(),
                 sent: Mutex::default(),
+                deleted: Mutex::default(),
                 wake: Arc::new(Notify::new()),
             }),
         };
