@@ -104,15 +104,8 @@ impl Agent {
         let probes = processes
             .as_ref()
             .map(|p| crate::parts::probe_manager(&config, p, &events, &tasks));
-        let follow = processes.as_ref().map(|p| {
-            let follow = nodelet_podworker::follow::FollowChange::new(
-                p.clone(),
-                Arc::new(events.clone()),
-                config.follow.clone(),
-            );
-            let _ = follow_hook.set(follow.clone());
-            follow
-        });
+        let follow =
+            crate::parts::follow_change(&config, processes.as_ref(), &events, &follow_hook);
         let parts = SyncerParts {
             sources: EnvSources {
                 configmaps: configmaps.clone(),

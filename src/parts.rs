@@ -376,6 +376,23 @@ fn process_runtime(config: &AgentConfig, tasks: &Tasks) -> anyhow::Result<Proces
     Ok(ProcessRuntime::new(runtime_config, tasks.tracker.clone()))
 }
 
+/// Configuration that follows a change (FC-1 … FC-22), with the process runtime: also the
+/// volume manager's swap hook (`hook`, set here).
+pub(crate) fn follow_change(
+    config: &AgentConfig,
+    processes: Option<&ProcessRuntime>,
+    events: &EventPublisher,
+    hook: &std::sync::OnceLock<nodelet_podworker::follow::FollowChange>,
+) -> Option<nodelet_podworker::follow::FollowChange> {
+    let follow = nodelet_podworker::follow::FollowChange::new(
+        processes?.clone(),
+        Arc::new(events.clone()),
+        config.follow.clone(),
+    );
+    let _ = hook.set(follow.clone());
+    Some(follow)
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;

@@ -27,6 +27,7 @@
 //! [`reasons::FAILED_RELOAD`]. A container not running gets nothing (it reads its
 //! configuration when it starts).
 
+pub mod driver;
 mod freshness;
 pub mod options;
 mod reload;
