@@ -107,6 +107,13 @@ impl Agent {
             sandbox: processes.is_some(),
             ..crate::parts::env_follow(&config, &sources, &syncer_config, &runtime, &events)
         });
+        let follow = crate::parts::follow_change(
+            &config,
+            processes.as_ref(),
+            &events,
+            &follow_hook,
+            &env_follow,
+        );
         let parts = SyncerParts {
             sources,
             volumes: Arc::new(volumes.clone()),
@@ -114,6 +121,7 @@ impl Agent {
             events: Arc::new(events.clone()),
             status: Arc::new(status.clone()),
             probes: probes.clone(),
+            follow: follow.clone(),
             env_follow: Some(env_follow.clone()),
         };
         let workers = crate::parts::pod_workers(syncer_config, &config, parts);
@@ -136,11 +144,7 @@ impl Agent {
                     .as_ref()
                     .is_some_and(nodelet_runtime::ProcessRuntime::pod_ipc_namespaces),
             )?,
-            follow: processes.as_ref().map(|p| {
-                let follow = follow_change(p, &events, &config, &env_follow);
-                let _ = follow_hook.set(follow.clone());
-                follow
-            }),
+            follow,
             env_follow,
             processes,
             probes,
@@ -288,19 +292,4 @@ fn service_lister(node: &kube::Client, tasks: &Tasks) -> ServiceLister {
         }
     });
     services
-}
-
-/// The process runtime's configuration-following (FC-3), with the environments' (FC-10).
-fn follow_change(
-    processes: &nodelet_runtime::ProcessRuntime,
-    events: &EventPublisher,
-    config: &AgentConfig,
-    env_follow: &EnvFollow,
-) -> nodelet_podworker::follow::FollowChange {
-    nodelet_podworker::follow::FollowChange::new(
-        processes.clone(),
-        Arc::new(events.clone()),
-        config.follow.clone(),
-        Some(env_follow.clone()),
-    )
 }

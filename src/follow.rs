@@ -1,21 +1,16 @@
-//! Feeds reloads (`nodelet_podworker::follow`, FC-5, FC-6) from the volume manager's
-//! [`VolumeUpdate`]s, in order, with the pod as the pod source last saw it; and tells it of
-//! pods seen (their annotations checked) and gone. Only with the process runtime. (subPath
-//! binds move inside the volume's write: `parts::volume_manager` installs the hook.)
+//! Runs `nodelet_podworker::follow::driver::drive` (reloads, FC-5, FC-6; the condition
+//! `nodelet.io/ConfigCurrent`, FC-20) with the pods as the pod source last saw them; and tells
+//! it of pods seen (their annotations checked) and gone. Only with the process runtime.
+//! (subPath binds move inside the volume's write: `parts::volume_manager` installs the hook.)
 //!
 //! [`run_env`] feeds the environments that follow a change (FC-10 … FC-14, either runtime):
 //! the managers' announcements, the known pods and their syncs.
-//!
-//! When updates were lost to a burst (the broadcast lagged), every volume of every pod that
-//! asks for a reload is taken as updated: a reload may come once more than needed, never once
-//! less.
 
 use std::sync::Arc;
 
 use nodelet_core::{AdmittedPod, ObjectKind, ObjectRef, PodUid};
+use nodelet_podworker::follow::driver::{FollowInputs, drive};
 use nodelet_podworker::{PodUpdate, UpdateType};
-use nodelet_volume_manager::VolumeUpdate;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::AgentState;
@@ -24,47 +19,20 @@ pub(crate) async fn run(state: Arc<AgentState>, shutdown: CancellationToken) {
     let Some(follow) = state.follow.clone() else {
         return;
     };
-    let mut updates = state.volumes.subscribe_updates();
-    loop {
-        let update = tokio::select! {
-            () = shutdown.cancelled() => return,
-            u = updates.recv() => u,
-        };
-        match update {
-            Ok(u) => {
-                if !u.written {
-                    continue;
-                }
-                let pod = state.known_pods.read().get(&u.pod_uid).cloned();
-                if let Some(pod) = pod {
-                    follow.volume_updated(&pod, &u);
-                }
+    let inputs = FollowInputs {
+        updates: state.volumes.subscribe_updates(),
+        configmaps: state.configmaps.clone(),
+        secrets: state.secrets.clone(),
+        pods: |uids: Option<&[PodUid]>| -> Vec<AdmittedPod> {
+            let known = state.known_pods.read();
+            match uids {
+                Some(uids) => uids.iter().filter_map(|u| known.get(u).cloned()).collect(),
+                None => known.values().cloned().collect(),
             }
-            Err(RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    missed,
-                    "volume updates missed; following every volume again"
-                );
-                let pods: Vec<AdmittedPod> = state.known_pods.read().values().cloned().collect();
-                for pod in pods.iter().filter(|p| follow.settings(p).any()) {
-                    for volume in pod.volumes() {
-                        let now = tokio::time::Instant::now();
-                        let update = VolumeUpdate {
-                            pod_uid: pod.uid().clone(),
-                            namespace: pod.namespace().to_owned(),
-                            volume: volume.name().to_owned(),
-                            objects: Vec::new(),
-                            written: true,
-                            change_seen: now,
-                            at: now,
-                        };
-                        follow.volume_updated(pod, &update);
-                    }
-                }
-            }
-            Err(RecvError::Closed) => return,
-        }
-    }
+        },
+        republish: |uid: &PodUid| state.workers.syncer().config_seen_changed(uid),
+    };
+    drive(follow, inputs, shutdown.cancelled()).await;
 }
 
 /// The pod source saw `pod` (added or changed): its annotations are checked.

@@ -399,6 +399,25 @@ fn process_runtime(config: &AgentConfig, tasks: &Tasks) -> anyhow::Result<Proces
     Ok(ProcessRuntime::new(runtime_config, tasks.tracker.clone()))
 }
 
+/// Configuration that follows a change (FC-1 … FC-22), with the process runtime: also the
+/// volume manager's swap hook (`hook`, set here).
+pub(crate) fn follow_change(
+    config: &AgentConfig,
+    processes: Option<&ProcessRuntime>,
+    events: &EventPublisher,
+    hook: &std::sync::OnceLock<nodelet_podworker::follow::FollowChange>,
+    env: &nodelet_podworker::follow::EnvFollow,
+) -> Option<nodelet_podworker::follow::FollowChange> {
+    let follow = nodelet_podworker::follow::FollowChange::new(
+        processes?.clone(),
+        Arc::new(events.clone()),
+        config.follow.clone(),
+        Some(env.clone()),
+    );
+    let _ = hook.set(follow.clone());
+    Some(follow)
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;

@@ -59,6 +59,10 @@ mod follow_change;
 // Environments that follow a change (FC-10 … FC-14): a restart of that container alone under
 // the process runtime (needs root), env files replaced under the env-file runtime.
 mod follow_env;
+// The pod condition `nodelet.io/ConfigCurrent` of a pod that follows changes (needs root,
+// FC-20): present and True after start and updates, False naming the object a subPath could
+// not follow, absent without opt-in.
+mod follow_condition;
 // Lifecycle hooks (postStart, preStop: exec, httpGet, sleep) and termination messages under
 // the process runtime (needs root), PW-20 … PW-25.
 mod lifecycle;

@@ -5,19 +5,25 @@ use crate::support::World;
 
 async fn run(name: &str) {
     // As `cargo xtask e2e --embedded`: the server serves ClusterTrustBundles and the agent
-    // runs with the gates of the clusterTrustBundle source on.
-    let world = World::start_on(
-        nodelet_apiserver::Config::default().with_certificates(),
-        |_| {},
-        |c| {
-            c.feature_gates
-                .set(nodelet_core::Feature::ClusterTrustBundle, true)
-                .set(nodelet_core::Feature::ClusterTrustBundleProjection, true);
-        },
-    )
-    .await;
+    // runs with the gates of the clusterTrustBundle source on; with the process runtime (the
+    // in-process tests' settings, needs root) for a scenario that needs processes.
+    let server = nodelet_apiserver::Config::default().with_certificates();
+    let gates = |c: &mut nodelet::AgentConfig| {
+        c.feature_gates
+            .set(nodelet_core::Feature::ClusterTrustBundle, true)
+            .set(nodelet_core::Feature::ClusterTrustBundleProjection, true);
+    };
+    let (world, reaper) = match nodelet_e2e::scenario_runtime(name) {
+        Some(nodelet_e2e::AgentRuntime::Process) => {
+            let (world, reaper) =
+                crate::process_runtime::start_on(server, false, |c, _| gates(c)).await;
+            (world, Some(reaper))
+        }
+        _ => (World::start_on(server, |_| {}, gates).await, None),
+    };
     let outcome = nodelet_e2e::run_scenario(&world.target(), name).await;
     world.stop().await;
+    drop(reaper);
     if let Err(e) = outcome.result {
         panic!("scenario {name} failed: {e}");
     }
@@ -70,4 +76,6 @@ scenarios! {
     fc10_fc14_an_env_file_follows_a_change_for_a_pod_that_asks => "env-follow",
     pod_deletion_removes_its_directories_and_the_pod => "pod-deletion-cleanup",
     agent_restart_adopts_volumes_without_rewriting_them => "agent-restart-adoption",
+    fc3_fc20_a_sub_path_follows_updates_and_the_condition_says_who_is_stale => "follow-subpath",
+    fc5_fc6_a_reload_signal_per_update_and_one_per_burst => "follow-reload-signal",
 }

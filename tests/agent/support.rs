@@ -247,6 +247,20 @@ impl nodelet_e2e::AgentControl for AgentSlot {
         *slot = Some(agent);
         Ok(())
     }
+
+    /// The in-process agent keeps the runtime it was started with (`suite.rs` starts each
+    /// scenario's agent with the runtime the scenario needs).
+    async fn use_runtime(&self, runtime: nodelet_e2e::AgentRuntime) -> Result<(), String> {
+        let runs = match self.config.runtime {
+            nodelet_config::RuntimeKind::Process => nodelet_e2e::AgentRuntime::Process,
+            _ => nodelet_e2e::AgentRuntime::EnvFiles,
+        };
+        if runs == runtime {
+            Ok(())
+        } else {
+            Err(format!("this test's agent runs {runs:?}"))
+        }
+    }
 }
 
 /// `<root>/pods/<uid>` of a pod as the server returned it.

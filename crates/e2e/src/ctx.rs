@@ -339,6 +339,59 @@ impl Ctx {
             .map_err(|e| format!("creating pod {name}: {e}"))
     }
 
+    /// Creates a pod like [`create_pod`](Self::create_pod), with `annotations`.
+    pub async fn create_pod_annotated(
+        &self,
+        name: &str,
+        annotations: Value,
+        mut spec: Value,
+    ) -> Result<Pod, String> {
+        spec["nodeName"] = json!(self.node_name);
+        let pod: Pod = from_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "labels": { "app": name }, "annotations": annotations },
+            "spec": spec
+        }))?;
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| format!("creating pod {name}: {e}"))
+    }
+
+    /// The log the process runtime keeps of `container`'s first instance in `pod`
+    /// (`<root>/logs/pods/<namespace>_<name>_<uid>/<container>/0.log`, CRI lines).
+    pub fn log_path(&self, pod: &Pod, container: &str) -> Result<PathBuf, String> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        Ok(self
+            .root_dir
+            .join("logs/pods")
+            .join(format!("{}_{name}_{}", self.namespace, Self::uid(pod)?))
+            .join(container)
+            .join("0.log"))
+    }
+
+    /// Waits until the log of `container` in `pod` holds `needle`; returns the log.
+    pub async fn wait_for_log(
+        &self,
+        pod: &Pod,
+        container: &str,
+        needle: &str,
+    ) -> Result<String, String> {
+        let path = self.log_path(pod, container)?;
+        wait_for(
+            &format!("{} to show {needle:?}", path.display()),
+            || async {
+                let log = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+                if log.contains(needle) {
+                    Ok(log)
+                } else {
+                    Err(log.lines().last().unwrap_or_default().to_owned())
+                }
+            },
+        )
+        .await
+    }
+
     /// The UID of a pod.
     pub fn uid(pod: &Pod) -> Result<String, String> {
         pod.metadata

@@ -19,6 +19,10 @@
 //! # }
 //! ```
 //!
+//! The `follow-*` scenarios (nodelet's own configuration that follows a change) need the agent
+//! to run containers as processes ([`AgentRuntime::Process`], root); the runner switches the
+//! agent's runtime through [`AgentControl::use_runtime`] before each scenario.
+//!
 //! Waits are on conditions (a file's content, an event) with a generous safety time-out; no
 //! scenario asserts a duration. Update scenarios *measure* propagation latency (API write
 //! returned → new content visible through the volume's user-visible path) and report it.
@@ -51,6 +55,29 @@ pub trait AgentControl: Send + Sync {
     /// Stops the agent (cleanly, leaving its volumes in place) and starts it again with the same
     /// configuration. Returns once the new agent has been started.
     async fn restart(&self) -> Result<(), String>;
+
+    /// Makes the agent run containers with `runtime` (restarting it with that runtime when it
+    /// runs another, else nothing), before a scenario that needs it. An agent that cannot
+    /// (one started for another runtime in-process) says so in the `Err`.
+    async fn use_runtime(&self, runtime: AgentRuntime) -> Result<(), String>;
+}
+
+/// How the agent runs a scenario's containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentRuntime {
+    /// The default: each container's resolved environment written to files.
+    EnvFiles,
+    /// `--runtime process`: each container a local process (needs root); the scenarios of
+    /// configuration that follows a change (`follow-*`) read what the process saw from its log.
+    Process,
+}
+
+/// The runtime scenario `name` needs (`None` for an unknown name).
+pub fn scenario_runtime(name: &str) -> Option<AgentRuntime> {
+    scenarios::ALL
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.runtime)
 }
 
 /// The result of one scenario.
@@ -94,6 +121,17 @@ pub async fn run_scenario(target: &Target, name: &str) -> Outcome {
             latencies: Vec::new(),
         };
     };
+    if let Err(err) = target.agent.use_runtime(scenario.runtime).await {
+        return Outcome {
+            name: scenario.name,
+            result: Err(format!(
+                "the agent cannot run {:?}: {err}",
+                scenario.runtime
+            )),
+            duration: started.elapsed(),
+            latencies: Vec::new(),
+        };
+    }
     let (result, latencies) = match Ctx::new(target, scenario.name).await {
         Ok(ctx) => {
             let result = (scenario.run)(&ctx).await;

@@ -193,7 +193,9 @@ pub use seams::{
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use seams::{FakeVolumes, RecordedEvent, RecordingEvents, RecordingStatus};
-pub use status::{CONFIG_READY_CONDITION, generate_pod_status};
+pub use status::{
+    CONFIG_CURRENT_CONDITION, CONFIG_READY_CONDITION, CONFIG_STALE_REASON, generate_pod_status,
+};
 pub use sync::{ConfigSyncer, SyncerConfig, SyncerParts};
 pub use sysctls::{SYSCTL_FORBIDDEN, SysctlPatternError, SysctlPolicy, admit_sysctls};
 pub use workers::{

@@ -47,6 +47,11 @@ pub trait Volumes: Send + Sync + 'static {
     /// kubelet's `GetMountedVolumesForPod`, VM-7): what `make_mounts` binds.
     fn mounted_volumes(&self, uid: &PodUid) -> BTreeMap<String, PathBuf>;
 
+    /// What the volume manager knows of each volume of pod `uid` now (its directory, the
+    /// objects of its last SetUp, a pending remount): what the freshness a pod status shows is
+    /// computed from (FC-20). Empty for a pod not desired.
+    fn volume_snapshot(&self, uid: &PodUid) -> Vec<nodelet_volume_manager::VolumeSnapshot>;
+
     /// Wait until no volume of pod `uid` is mounted any more (VM-12).
     ///
     /// # Errors
@@ -75,6 +80,10 @@ impl Volumes for VolumeManager {
 
     fn mounted_volumes(&self, uid: &PodUid) -> BTreeMap<String, PathBuf> {
         VolumeManager::mounted_volumes(self, uid)
+    }
+
+    fn volume_snapshot(&self, uid: &PodUid) -> Vec<nodelet_volume_manager::VolumeSnapshot> {
+        VolumeManager::pod_snapshot(self, uid)
     }
 
     async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError> {
@@ -186,6 +195,11 @@ pub struct PodConfigStatus {
     /// The node fails the pod (`activeDeadlineSeconds` passed, PW-26): phase `Failed` with
     /// this reason and message, whatever the containers say.
     pub eviction: Option<crate::PodEviction>,
+    /// What each running container sees of the configuration it reads (FC-8), for a pod that
+    /// asks for a follow behaviour (FC-1, FC-2): the condition
+    /// [`CONFIG_CURRENT_CONDITION`](crate::CONFIG_CURRENT_CONDITION) (FC-20). `None` for any
+    /// other pod, which gets no such condition.
+    pub freshness: Option<Vec<crate::follow::ContainerFreshness>>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -295,6 +309,10 @@ mod fakes {
         /// None: the fake mounts nothing on disk.
         fn mounted_volumes(&self, _uid: &PodUid) -> BTreeMap<String, std::path::PathBuf> {
             BTreeMap::new()
+        }
+        /// None: the fake mounts nothing.
+        fn volume_snapshot(&self, _uid: &PodUid) -> Vec<nodelet_volume_manager::VolumeSnapshot> {
+            Vec::new()
         }
         async fn wait_for_unmount(&self, uid: &PodUid) -> Result<(), VolumeError> {
             self.record("unmount", uid.as_str());

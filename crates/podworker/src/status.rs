@@ -4,7 +4,8 @@
 //! The input is typed: the runtime's container states ([`ContainerStatus`]), the probes'
 //! `started`/`ready`, and the config side's verdicts ([`PodConfigStatus`]). The output is the
 //! k8s-openapi [`PodStatus`] the [`StatusSink`](nodelet_core::StatusSink) gets: the conditions
-//! the node owns (`PodReadyToStartContainers`, [`CONFIG_READY_CONDITION`], `Initialized`,
+//! the node owns (`PodReadyToStartContainers`, [`CONFIG_READY_CONDITION`], for a pod that
+//! follows changes [`CONFIG_CURRENT_CONDITION`], `Initialized`,
 //! `ContainersReady`, `Ready` with the readiness gates, PW-35), the container statuses (init,
 //! regular, ephemeral), the phase, the start time and, when the runtime gave the pod a sandbox,
 //! its addresses.
@@ -21,6 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use nodelet_core::go;
 use nodelet_core::runtime::{ContainerState, ContainerStatus, Termination, is_sidecar};
 
+use crate::follow::ContainerFreshness;
 use crate::phase::{PodPhase, pod_phase_with};
 use crate::probe::ContainerProbeStatus;
 use crate::seams::{ContainerConfigState, ContainerConfigStatus, PodConfigStatus};
@@ -28,6 +30,14 @@ use crate::seams::{ContainerConfigState, ContainerConfigStatus, PodConfigStatus}
 /// The pod condition telling whether every container's configuration (environment, pull
 /// secrets) was resolved. Not in the kubelet.
 pub const CONFIG_READY_CONDITION: &str = "nodelet.io/ConfigReady";
+
+/// The pod condition telling whether every running container sees the current version of
+/// each object it reads (FC-20): only for a pod that asks for a follow behaviour. Not in the
+/// kubelet.
+pub const CONFIG_CURRENT_CONDITION: &str = "nodelet.io/ConfigCurrent";
+
+/// The reason of a [`CONFIG_CURRENT_CONDITION`] that is `False`.
+pub const CONFIG_STALE_REASON: &str = "StaleConfiguration";
 
 /// The API status of `pod` after a sync that found `status`; `start_time` is when the node
 /// first reported the pod (`status.startTime`). Conditions carry no `lastTransitionTime` (the
@@ -134,7 +144,7 @@ fn node_conditions(
             .init_containers()
             .all(|c| view.runtime(&c.name).is_some());
     let containers_ready = containers_ready(phase, &unready);
-    vec![
+    let mut out = vec![
         condition(
             "PodReadyToStartContainers",
             view.status.volumes.ready,
@@ -147,10 +157,36 @@ fn node_conditions(
             (!view.status.config.ready).then(|| "ConfigNotResolved".to_owned()),
             view.status.config.message.clone(),
         ),
+    ];
+    out.extend(view.status.freshness.as_deref().map(config_current));
+    out.extend([
         initialized(&incomplete, app_ran, completed),
         containers_ready.clone(),
         pod_ready(view.pod, containers_ready),
-    ]
+    ]);
+    out
+}
+
+/// FC-20: [`CONFIG_CURRENT_CONDITION`] from what each running container sees: `True` when
+/// every one sees current content; else `False`, [`CONFIG_STALE_REASON`], and a message
+/// naming, per container, the objects it sees an old version of (kind, namespace, name).
+fn config_current(freshness: &[ContainerFreshness]) -> PodCondition {
+    let stale: Vec<String> = freshness
+        .iter()
+        .filter_map(|c| {
+            let sources = c.stale();
+            (!sources.is_empty()).then(|| {
+                let names: Vec<String> = sources.iter().map(ToString::to_string).collect();
+                format!("container {} sees an old {}", c.container, names.join(", "))
+            })
+        })
+        .collect();
+    condition(
+        CONFIG_CURRENT_CONDITION,
+        stale.is_empty(),
+        (!stale.is_empty()).then(|| CONFIG_STALE_REASON.to_owned()),
+        (!stale.is_empty()).then(|| stale.join("; ")),
+    )
 }
 
 /// The pod's addresses (`hostIP(s)`, `podIP(s)`), when its sandbox has any.
@@ -807,6 +843,123 @@ mod tests {
         assert_eq!(
             (terminated.exit_code, terminated.reason.as_deref()),
             (1, Some("Error"))
+        );
+    }
+
+    fn mount(
+        volume: &str,
+        objects: &[(&str, &str)],
+        current: bool,
+    ) -> crate::follow::MountFreshness {
+        use nodelet_core::{ObjectKind, ObjectRef};
+        use nodelet_volume_manager::plugins::ObjectVersion;
+        crate::follow::MountFreshness {
+            volume: volume.into(),
+            mount_path: format!("/etc/{volume}"),
+            sub_path: true,
+            follows: true,
+            objects: objects
+                .iter()
+                .map(|(kind, name)| ObjectVersion {
+                    object: ObjectRef::new(
+                        if *kind == "Secret" {
+                            ObjectKind::Secret
+                        } else {
+                            ObjectKind::ConfigMap
+                        },
+                        "ns",
+                        *name,
+                    ),
+                    resource_version: Some("7".into()),
+                })
+                .collect(),
+            current,
+        }
+    }
+
+    fn seen(container: &str, mounts: Vec<crate::follow::MountFreshness>) -> ContainerFreshness {
+        ContainerFreshness {
+            container: container.into(),
+            mounts,
+            env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fc20_a_pod_that_does_not_follow_changes_has_no_config_current_condition() {
+        let out = generate_pod_status(&pod(), &synced(true, true), T0);
+        let types: Vec<&str> = out
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                CONFIG_READY_CONDITION,
+                "Initialized",
+                "ContainersReady",
+                "Ready"
+            ]
+        );
+    }
+
+    #[test]
+    fn fc20_config_current_is_true_when_every_running_container_sees_current_content() {
+        let mut status = synced(true, true);
+        status.freshness = Some(vec![seen(
+            "c",
+            vec![mount("cfg", &[("ConfigMap", "cfg")], true)],
+        )]);
+        let out = generate_pod_status(&pod(), &status, T0);
+        let c = condition(&out, CONFIG_CURRENT_CONDITION);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+            ("True", None, None)
+        );
+        // No container running: nothing is stale.
+        status.freshness = Some(Vec::new());
+        let out = generate_pod_status(&pod(), &status, T0);
+        assert_eq!(condition(&out, CONFIG_CURRENT_CONDITION).status, "True");
+        let types: Vec<&str> = out
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types[2], CONFIG_CURRENT_CONDITION,
+            "after ConfigReady: {types:?}"
+        );
+    }
+
+    #[test]
+    fn fc20_config_current_is_false_naming_each_containers_stale_objects_once() {
+        let mut status = synced(true, true);
+        status.freshness = Some(vec![
+            seen(
+                "c",
+                vec![
+                    mount("a", &[("ConfigMap", "cfg"), ("Secret", "tls")], false),
+                    mount("b", &[("ConfigMap", "cfg")], false),
+                    mount("fresh", &[("ConfigMap", "other")], true),
+                ],
+            ),
+            seen("d", vec![mount("podinfo", &[], false)]),
+            seen("e", vec![mount("a", &[("ConfigMap", "cfg")], true)]),
+        ]);
+        let out = generate_pod_status(&pod(), &status, T0);
+        let c = condition(&out, CONFIG_CURRENT_CONDITION);
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason.as_deref(), Some(CONFIG_STALE_REASON));
+        assert_eq!(
+            c.message.as_deref(),
+            Some(
+                "container c sees an old ConfigMap ns/cfg, Secret ns/tls; \
+                 container d sees an old volume podinfo"
+            )
         );
     }
 }

@@ -115,6 +115,9 @@ pub struct SyncerParts {
     /// The prober, for a runtime that runs processes (none: no probes run, a running
     /// container is started and ready).
     pub probes: Option<ProbeManager>,
+    /// Configuration that follows a change, with the process runtime (none: no pod gets the
+    /// condition [`CONFIG_CURRENT_CONDITION`](crate::CONFIG_CURRENT_CONDITION), FC-20).
+    pub follow: Option<crate::follow::FollowChange>,
     /// Environments that follow a change (FC-10 … FC-14): told of each container started,
     /// and the restarts it queued are made before the plan. None: nothing follows.
     pub env_follow: Option<crate::follow::EnvFollow>,
@@ -815,6 +818,13 @@ impl ConfigSyncer {
         if let Some(probes) = &self.parts.probes {
             status.probes = probes.container_states(pod, &status.statuses);
         }
+        // FC-20: what the running containers see, for a pod that follows changes.
+        status.freshness = self
+            .parts
+            .follow
+            .as_ref()
+            .filter(|f| f.settings(pod).any())
+            .map(|f| f.freshness(pod, &self.parts.volumes.volume_snapshot(pod.uid())));
         let start_time = published
             .get(pod.uid())
             .map_or_else(SystemTime::now, |p| p.start_time);
@@ -836,6 +846,20 @@ impl ConfigSyncer {
     /// doing: a readiness change reaches the API also while the pod's containers are being
     /// stopped). Nothing for a pod never published or already terminated.
     pub fn probe_result_changed(&self, uid: &PodUid) {
+        self.publish_again(uid);
+    }
+
+    /// What the running containers of pod `uid` see of their configuration may have changed
+    /// (an object it reads changed, a volume was written, FC-20): its last status is published
+    /// again with the freshness of now, at once, as for a probe result. Nothing for a pod never
+    /// published or already terminated.
+    pub fn config_seen_changed(&self, uid: &PodUid) {
+        self.publish_again(uid);
+    }
+
+    /// Publishes the last status of pod `uid` again with the runtime's, the probes' and the
+    /// freshness' view of now.
+    fn publish_again(&self, uid: &PodUid) {
         let mut published = self.published.lock();
         let Some(Published { pod, status, .. }) = published.get(uid).cloned() else {
             return;

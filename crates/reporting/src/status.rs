@@ -7,6 +7,8 @@
 //! absent reason or message is sent as `null` so that an earlier one goes; the container
 //! status lists, atomic in the API, are sent whole and replace the pod's. A condition keeps its `lastTransitionTime`
 //! while its status stays (the time of the last patch that changed it, else the pod's own).
+//! A condition of nodelet's own (`nodelet.io/`) that is no longer generated is deleted by type
+//! (`$patch: delete`, FC-22).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -300,6 +302,37 @@ fn stamp_transitions(
     sent
 }
 
+/// The prefix of the condition types that are nodelet's own: the agent may stop sending one
+/// (`nodelet.io/ConfigCurrent` of a pod that no longer follows changes).
+const OWN_CONDITION_PREFIX: &str = "nodelet.io/";
+
+/// Deletes from the pod (`$patch: delete`, merged by type) each condition of nodelet's own
+/// that `body` no longer names: one sent before (`previous`), or, without that, one in the
+/// pod's own status. The kubelet's condition types are always sent.
+fn delete_dropped(body: &mut Value, previous: Option<&[(String, String, String)]>, pod: &Pod) {
+    let known: Vec<String> = match previous {
+        Some(previous) => previous.iter().map(|(t, _, _)| t.clone()).collect(),
+        None => pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .map(|c| c.type_.clone())
+            .collect(),
+    };
+    let Some(conditions) = body["status"]["conditions"].as_array_mut() else {
+        return;
+    };
+    let named: Vec<String> = conditions
+        .iter()
+        .filter_map(|c| c["type"].as_str().map(str::to_owned))
+        .collect();
+    for type_ in known {
+        if type_.starts_with(OWN_CONDITION_PREFIX) && !named.contains(&type_) {
+            conditions.push(serde_json::json!({"type": type_, "$patch": "delete"}));
+        }
+    }
+}
+
 impl StatusSink for StatusWriter {
     fn set_status(&self, pod: &AdmittedPod, status: &PodStatus) {
         let uid = pod.uid().clone();
@@ -309,11 +342,13 @@ impl StatusSink for StatusWriter {
         let mut body = status_patch(status);
         let conditions =
             stamp_transitions(&mut body, last.map(|s| s.conditions.as_slice()), pod, &now);
-        // serde_json's maps are sorted, so equal bodies print the same text.
+        // serde_json's maps are sorted, so equal bodies print the same text (compared without
+        // the deletions, which a patch makes once).
         let text: Box<str> = body.to_string().into();
         if last.is_some_and(|s| s.text == text) {
             return;
         }
+        delete_dropped(&mut body, last.map(|s| s.conditions.as_slice()), pod);
         sent.insert(uid.clone(), Sent { text, conditions });
         drop(sent);
         self.enqueue(
@@ -510,6 +545,75 @@ mod tests {
         assert_eq!(
             patch["status"]["containerStatuses"][0]["lastState"],
             json!({})
+        );
+    }
+
+    #[test]
+    fn an_own_condition_no_longer_generated_is_deleted_from_the_pod_by_type() {
+        let writer = StatusWriter {
+            shared: Arc::new(Shared {
+                pending: Mutex::default(),
+                sent: Mutex::default(),
+                deleted: Mutex::default(),
+                wake: Arc::new(Notify::new()),
+            }),
+        };
+        let pod = AdmittedPod::new(pod()).unwrap_or_else(|e| panic!("{e}"));
+        let body = |w: &StatusWriter| match w.shared.pending.lock().drain().next() {
+            Some((_, Work::Patch { body, .. })) => body,
+            _ => panic!("no patch queued"),
+        };
+        let mut with = generated(&pod, true, true);
+        with.conditions.get_or_insert_with(Vec::new).push(
+            k8s_openapi::api::core::v1::PodCondition {
+                type_: "nodelet.io/ConfigCurrent".into(),
+                status: "True".into(),
+                ..Default::default()
+            },
+        );
+        writer.set_status(&pod, &with);
+        let first = body(&writer);
+        assert_eq!(
+            condition_field(&first, "nodelet.io/ConfigCurrent", "status"),
+            "True"
+        );
+        writer.set_status(&pod, &generated(&pod, true, true));
+        let second = body(&writer);
+        assert_eq!(
+            condition_field(&second, "nodelet.io/ConfigCurrent", "$patch"),
+            "delete"
+        );
+        // The kubelet's conditions are never deleted; a later identical status sends nothing.
+        assert_eq!(condition_field(&second, "Ready", "$patch"), Value::Null);
+        writer.set_status(&pod, &generated(&pod, true, true));
+        assert_eq!(writer.shared.pending.lock().len(), 0);
+        // After a restart (nothing sent yet) the pod's own status says what to delete.
+        let mut restarted = pod.to_pod();
+        restarted.status = Some(
+            serde_json::from_value(json!({"conditions": [
+                {"type": "nodelet.io/ConfigCurrent", "status": "False"},
+                {"type": "PodScheduled", "status": "True"},
+            ]}))
+            .unwrap_or_default(),
+        );
+        let restarted = AdmittedPod::new(restarted).unwrap_or_else(|e| panic!("{e}"));
+        let fresh = StatusWriter {
+            shared: Arc::new(Shared {
+                pending: Mutex::default(),
+                sent: Mutex::default(),
+                deleted: Mutex::default(),
+                wake: Arc::new(Notify::new()),
+            }),
+        };
+        fresh.set_status(&restarted, &generated(&restarted, true, true));
+        let third = body(&fresh);
+        assert_eq!(
+            condition_field(&third, "nodelet.io/ConfigCurrent", "$patch"),
+            "delete"
+        );
+        assert_eq!(
+            condition_field(&third, "PodScheduled", "$patch"),
+            Value::Null
         );
     }
 

@@ -39,6 +39,9 @@ pub struct VolumeSnapshot {
     pub state: VolumeState,
     /// A remount is pending (content change, pod update, token refresh, resync).
     pub remount_pending: bool,
+    /// A change of content (an object or a source it reads) was seen and no SetUp has taken
+    /// it in yet, or the one that did failed: what it shows may be old.
+    pub change_pending: bool,
     /// The last SetUp / TearDown error, cleared by the next success.
     pub last_error: Option<String>,
     /// The objects of the last successful SetUp, with their resourceVersions.
@@ -65,44 +68,23 @@ pub enum VolumeState {
 }
 
 impl VolumeManager {
+    /// The volumes of desired pod `uid` in the pod's order, as [`snapshot`](Self::snapshot)
+    /// shows them (empty for a pod not desired): one pod's look, without copying the others'.
+    pub fn pod_snapshot(&self, uid: &PodUid) -> Vec<VolumeSnapshot> {
+        let st = self.inner.state.lock();
+        st.dsw
+            .pod(uid)
+            .map(|desired| desired_volumes(&st, desired))
+            .unwrap_or_default()
+    }
+
     /// Every pod known to either world with its volumes, sorted by pod UID.
     pub fn snapshot(&self) -> Vec<PodVolumes> {
         let st = self.inner.state.lock();
         let mut pods: BTreeMap<PodUid, PodVolumes> = BTreeMap::new();
         for (uid, desired) in st.dsw.pods() {
             let meta = &desired.pod.metadata;
-            let mut volumes = Vec::new();
-            for v in &desired.volumes {
-                let actual = st.asw.get(&v.unique);
-                volumes.push(VolumeSnapshot {
-                    name: v.outer_name.clone(),
-                    plugin: Some(v.plugin.name().to_owned()),
-                    unique_name: Some(v.unique.clone()),
-                    path: actual.map(|a| a.dir.clone()),
-                    state: match actual.map(|a| a.state) {
-                        None => VolumeState::Pending,
-                        Some(MountState::Mounted) => VolumeState::Mounted,
-                        Some(MountState::Uncertain) => VolumeState::Uncertain,
-                    },
-                    remount_pending: actual.is_some_and(|a| a.remount_required),
-                    last_error: st.last_errors.get(&v.unique).cloned(),
-                    objects: actual.map(|a| a.objects.clone()).unwrap_or_default(),
-                });
-            }
-            for u in &desired.unsupported {
-                volumes.push(VolumeSnapshot {
-                    name: u.name.clone(),
-                    plugin: None,
-                    unique_name: None,
-                    path: None,
-                    state: VolumeState::Unsupported {
-                        volume_type: u.volume_type.clone(),
-                    },
-                    remount_pending: false,
-                    last_error: None,
-                    objects: Vec::new(),
-                });
-            }
+            let volumes = desired_volumes(&st, desired);
             pods.insert(
                 uid.clone(),
                 PodVolumes {
@@ -139,6 +121,7 @@ impl VolumeManager {
                 path: Some(a.dir.clone()),
                 state: VolumeState::Unmounting,
                 remount_pending: false,
+                change_pending: false,
                 last_error: st.last_errors.get(unique).cloned(),
                 objects: a.objects.clone(),
             });
@@ -149,4 +132,46 @@ impl VolumeManager {
         }
         out
     }
+}
+
+/// The snapshot of `desired`'s volumes (those without a plugin last).
+fn desired_volumes(
+    st: &crate::manager::State,
+    desired: &crate::dsw::DesiredPod,
+) -> Vec<VolumeSnapshot> {
+    let mut volumes = Vec::new();
+    for v in &desired.volumes {
+        let actual = st.asw.get(&v.unique);
+        volumes.push(VolumeSnapshot {
+            name: v.outer_name.clone(),
+            plugin: Some(v.plugin.name().to_owned()),
+            unique_name: Some(v.unique.clone()),
+            path: actual.map(|a| a.dir.clone()),
+            state: match actual.map(|a| a.state) {
+                None => VolumeState::Pending,
+                Some(MountState::Mounted) => VolumeState::Mounted,
+                Some(MountState::Uncertain) => VolumeState::Uncertain,
+            },
+            remount_pending: actual.is_some_and(|a| a.remount_required),
+            change_pending: st.change_seen.contains_key(&v.unique),
+            last_error: st.last_errors.get(&v.unique).cloned(),
+            objects: actual.map(|a| a.objects.clone()).unwrap_or_default(),
+        });
+    }
+    for u in &desired.unsupported {
+        volumes.push(VolumeSnapshot {
+            name: u.name.clone(),
+            plugin: None,
+            unique_name: None,
+            path: None,
+            state: VolumeState::Unsupported {
+                volume_type: u.volume_type.clone(),
+            },
+            remount_pending: false,
+            change_pending: false,
+            last_error: None,
+            objects: Vec::new(),
+        });
+    }
+    volumes
 }

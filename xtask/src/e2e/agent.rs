@@ -101,6 +101,8 @@ pub(crate) struct AgentSpec {
     /// machine holding the kubelet's 10250 (a kubelet, a benchmark's agent) fails the run;
     /// `None`: the agent's default (a cluster reaches the node there).
     pub(crate) kubelet_port: Option<u16>,
+    /// How it runs containers: `--runtime process` for the scenarios that need processes.
+    pub(crate) runtime: nodelet_e2e::AgentRuntime,
 }
 
 /// The agent's KubeletConfiguration: the gates of the `clusterTrustBundle` source on (the
@@ -143,6 +145,10 @@ pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
                 .into_iter()
                 .flatten(),
         )
+        .args(match spec.runtime {
+            nodelet_e2e::AgentRuntime::Process => &["--runtime", "process"][..],
+            nodelet_e2e::AgentRuntime::EnvFiles => &[],
+        })
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

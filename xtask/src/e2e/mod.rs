@@ -349,6 +349,7 @@ fn start_agent(
         } else {
             None
         },
+        runtime: nodelet_e2e::AgentRuntime::EnvFiles,
     };
     // A Node that was there before the run (a real node's, or one left on purpose) is not ours
     // to delete at teardown.
@@ -399,7 +400,7 @@ fn run_scenarios(
             node_name: node_name.to_owned(),
             root_dir: spec.root_dir.clone(),
             agent: Arc::new(ProcessAgent {
-                spec: spec.clone(),
+                spec: Mutex::new(spec.clone()),
                 process: agent,
             }),
         };
@@ -470,16 +471,45 @@ fn admin_kubeconfig_file(admin: &Kubectl, work: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Restarts the agent process for the adoption scenario.
+/// Restarts the agent process for the adoption scenario, and with another runtime for the
+/// scenarios that need one.
 struct ProcessAgent {
-    spec: AgentSpec,
+    /// How the agent runs now.
+    spec: Mutex<AgentSpec>,
     process: Arc<Mutex<Managed>>,
 }
 
 #[async_trait::async_trait]
 impl nodelet_e2e::AgentControl for ProcessAgent {
     async fn restart(&self) -> Result<(), String> {
-        let spec = self.spec.clone();
+        let spec = self
+            .spec
+            .lock()
+            .map_err(|_| "agent lock poisoned".to_string())?
+            .clone();
+        self.start(spec).await
+    }
+
+    async fn use_runtime(&self, runtime: nodelet_e2e::AgentRuntime) -> Result<(), String> {
+        let spec = {
+            let mut spec = self
+                .spec
+                .lock()
+                .map_err(|_| "agent lock poisoned".to_string())?;
+            if spec.runtime == runtime {
+                return Ok(());
+            }
+            spec.runtime = runtime;
+            spec.clone()
+        };
+        eprintln!("e2e: restarting the agent with the {runtime:?} runtime");
+        self.start(spec).await
+    }
+}
+
+impl ProcessAgent {
+    /// Stops the agent and starts it as `spec` says.
+    async fn start(&self, spec: AgentSpec) -> Result<(), String> {
         let process = self.process.clone();
         tokio::task::spawn_blocking(move || {
             let mut guard = process

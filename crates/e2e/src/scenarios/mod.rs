@@ -3,6 +3,7 @@
 
 mod env;
 mod failures;
+mod follow;
 mod lifecycle;
 mod trust_bundles;
 mod updates;
@@ -10,11 +11,13 @@ mod volumes;
 
 use futures::future::BoxFuture;
 
-use crate::Ctx;
+use crate::{AgentRuntime, Ctx};
 
 /// A named scenario.
 pub(crate) struct Scenario {
     pub(crate) name: &'static str,
+    /// How the agent must run containers for it.
+    pub(crate) runtime: AgentRuntime,
     pub(crate) run: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<(), String>>,
 }
 
@@ -22,6 +25,14 @@ macro_rules! scenario {
     ($name:literal, $f:path) => {
         Scenario {
             name: $name,
+            runtime: AgentRuntime::EnvFiles,
+            run: |ctx| Box::pin($f(ctx)),
+        }
+    };
+    (process $name:literal, $f:path) => {
+        Scenario {
+            name: $name,
+            runtime: AgentRuntime::Process,
             run: |ctx| Box::pin($f(ctx)),
         }
     };
@@ -66,4 +77,6 @@ pub(crate) const ALL: &[Scenario] = &[
     scenario!("env-follow", env::env_follow),
     scenario!("pod-deletion-cleanup", lifecycle::pod_deletion_cleanup),
     scenario!("agent-restart-adoption", lifecycle::agent_restart_adoption),
+    scenario!(process "follow-subpath", follow::follow_subpath),
+    scenario!(process "follow-reload-signal", follow::follow_reload_signal),
 ];

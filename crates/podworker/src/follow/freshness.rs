@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
 
-use nodelet_core::PodUid;
+use nodelet_core::{ObjectRef, PodUid};
 use nodelet_volume_manager::plugins::ObjectVersion;
 
 /// Data directories remembered per volume (a subPath that does not follow may keep an old
@@ -53,6 +53,91 @@ impl ContainerFreshness {
     /// Every mount and every object its environment read is current.
     pub fn current(&self) -> bool {
         self.mounts.iter().all(|m| m.current) && self.env.iter().all(|e| e.current)
+    }
+
+    /// What this container does not see current (FC-20), each once, in order: the objects
+    /// each mount that is not current shows (its volume, for a mount that names none: a
+    /// downwardAPI volume reads its pod), then the objects its environment read that are not
+    /// current (FC-15). Empty exactly when [`current`](Self::current).
+    pub fn stale(&self) -> Vec<StaleSource> {
+        let mut out = Vec::new();
+        for m in self.mounts.iter().filter(|m| !m.current) {
+            let sources: Vec<StaleSource> = if m.objects.is_empty() {
+                vec![StaleSource::Volume(m.volume.clone())]
+            } else {
+                m.objects
+                    .iter()
+                    .map(|o| StaleSource::Object(o.object.clone()))
+                    .collect()
+            };
+            for s in sources {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        for e in self.env.iter().filter(|e| !e.current) {
+            let s = StaleSource::Object(e.object.clone());
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+}
+
+/// Something a container does not see current: the pod condition names it (FC-20).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StaleSource {
+    /// A ConfigMap or Secret.
+    Object(ObjectRef),
+    /// A volume whose objects are not known (a downwardAPI volume, a data directory older
+    /// than those remembered).
+    Volume(String),
+}
+
+/// `ConfigMap ns/name`, `Secret ns/name`, `volume name`.
+impl std::fmt::Display for StaleSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StaleSource::Object(o) => write!(f, "{:?} {o}", o.kind),
+            StaleSource::Volume(v) => write!(f, "volume {v}"),
+        }
+    }
+}
+
+/// The resourceVersion the node's object managers hold of each object a pod that follows
+/// reads, as last told ([`FollowChange::object_changed`](super::FollowChange::object_changed)):
+/// a mount showing another version of it is not current, also before the volume manager marks
+/// the volume for a remount (FC-20).
+#[derive(Debug, Default)]
+pub(crate) struct Latest {
+    by_pod: HashMap<PodUid, HashMap<ObjectRef, String>>,
+}
+
+impl Latest {
+    /// The managers hold `resource_version` of `object`, which pod `uid` reads.
+    pub(crate) fn set(&mut self, uid: &PodUid, object: &ObjectRef, resource_version: &str) {
+        self.by_pod
+            .entry(uid.clone())
+            .or_default()
+            .insert(object.clone(), resource_version.to_owned());
+    }
+
+    /// Whether `seen` (what a mount shows) is older than the latest known of its object.
+    pub(crate) fn behind(&self, uid: &PodUid, seen: &ObjectVersion) -> bool {
+        let latest = self.by_pod.get(uid).and_then(|o| o.get(&seen.object));
+        latest.is_some_and(|l| seen.resource_version.as_deref() != Some(l.as_str()))
+    }
+
+    /// Forgets pod `uid`.
+    pub(crate) fn forget(&mut self, uid: &PodUid) {
+        self.by_pod.remove(uid);
+    }
+
+    /// Forgets every version (what was told may have been missed).
+    pub(crate) fn clear(&mut self) {
+        self.by_pod.clear();
     }
 }
 
@@ -185,5 +270,60 @@ mod tests {
         );
         assert_eq!(current_data_dir(&vol).as_deref(), Some("..ts1"));
         assert_eq!(data_dir_of(&vol, Path::new("/elsewhere")), None);
+    }
+
+    #[test]
+    fn a_mount_is_behind_once_the_managers_hold_another_version_until_forgotten() {
+        let uid = PodUid::new("u").unwrap();
+        let object = ObjectRef::new(ObjectKind::ConfigMap, "ns", "cfg");
+        let seen = &version("10")[0];
+        let mut latest = Latest::default();
+        assert!(!latest.behind(&uid, seen), "nothing told: not behind");
+        latest.set(&uid, &object, "10");
+        assert!(!latest.behind(&uid, seen));
+        latest.set(&uid, &object, "11");
+        assert!(latest.behind(&uid, seen));
+        assert!(!latest.behind(&uid, &version("11")[0]));
+        let other = PodUid::new("v").unwrap();
+        assert!(!latest.behind(&other, seen), "another pod was told nothing");
+        latest.forget(&uid);
+        assert!(!latest.behind(&uid, seen));
+        latest.set(&uid, &object, "12");
+        latest.clear();
+        assert!(!latest.behind(&uid, seen));
+    }
+
+    #[test]
+    fn fc20_an_object_the_environment_read_that_is_not_current_is_named_once_after_the_mounts() {
+        let cfg = ObjectRef::new(ObjectKind::ConfigMap, "ns", "cfg");
+        let token = ObjectRef::new(ObjectKind::Secret, "ns", "token");
+        let env = |object: &ObjectRef, current| crate::follow::env::EnvFreshness {
+            object: object.clone(),
+            resource_version: Some("5".into()),
+            current,
+        };
+        let mut seen = ContainerFreshness {
+            container: "app".into(),
+            mounts: vec![MountFreshness {
+                volume: "config".into(),
+                mount_path: "/etc/app".into(),
+                sub_path: false,
+                follows: false,
+                objects: version("10"),
+                current: false,
+            }],
+            env: vec![env(&cfg, false), env(&token, true)],
+        };
+        assert!(!seen.current());
+        assert_eq!(seen.stale(), [StaleSource::Object(cfg.clone())]);
+        seen.mounts[0].current = true;
+        assert!(!seen.current(), "the environment is still behind");
+        assert_eq!(seen.stale(), [StaleSource::Object(cfg)]);
+        seen.env[0].current = false;
+        seen.env[1].current = false;
+        assert_eq!(seen.stale().len(), 2);
+        seen.env.iter_mut().for_each(|e| e.current = true);
+        assert!(seen.current());
+        assert!(seen.stale().is_empty());
     }
 }

@@ -34,6 +34,7 @@
 //! [`reasons::FAILED_RELOAD`]. A container not running gets nothing (it reads its
 //! configuration when it starts).
 
+pub mod driver;
 mod env;
 mod freshness;
 pub mod options;
@@ -45,14 +46,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nodelet_core::events::EventType;
-use nodelet_core::{AdmittedPod, PodUid};
+use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
 use nodelet_runtime::{LiveError, ProcessRuntime};
 use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
-use crate::seams::EventSink;
 pub use env::{EnvFollow, EnvFollowParts, EnvFreshness, EnvRestart, reasons as env_reasons};
-pub use freshness::{ContainerFreshness, MountFreshness};
+pub use freshness::{ContainerFreshness, MountFreshness, StaleSource};
+use nodelet_core::events::EventSink;
 pub use options::{
     AnnotationError, ContainerFollow, FollowDefaults, PodFollow, ReloadUrl, pod_follow,
 };
@@ -86,6 +87,8 @@ struct Inner {
     reported: Mutex<HashMap<PodUid, Vec<AnnotationError>>>,
     /// The versions of each volume's recent data directories (FC-8).
     versions: Mutex<freshness::Versions>,
+    /// The versions the object managers hold of what the pods that follow read (FC-20).
+    latest: Mutex<freshness::Latest>,
     /// Each written volume's directory, by pod and volume name.
     volume_dirs: Mutex<HashMap<ContainerKey, PathBuf>>,
     /// What the containers' environments read (FC-15).
@@ -128,6 +131,7 @@ impl FollowChange {
                 bursts: reload::Bursts::new(),
                 reported: Mutex::default(),
                 versions: Mutex::default(),
+                latest: Mutex::default(),
                 volume_dirs: Mutex::default(),
                 env,
             }),
@@ -178,10 +182,27 @@ impl FollowChange {
         self.inner.reported.lock().remove(uid);
         self.inner.bound.lock().retain(|(u, _), _| u != uid);
         self.inner.versions.lock().forget(uid);
+        self.inner.latest.lock().forget(uid);
         self.inner.volume_dirs.lock().retain(|(u, _), _| u != uid);
         if let Some(env) = &self.inner.env {
             env.forget_pod(uid);
         }
+    }
+
+    /// The object managers hold `resource_version` of `object`, which `pod` reads (told on each
+    /// change of it, for a pod that asks for a follow behaviour): until a mount shows that
+    /// version it is not current (FC-20), also before its volume is marked for a remount.
+    pub fn object_changed(&self, pod: &AdmittedPod, object: &ObjectRef, resource_version: &str) {
+        self.inner
+            .latest
+            .lock()
+            .set(pod.uid(), object, resource_version);
+    }
+
+    /// Forgets the versions told by [`object_changed`](Self::object_changed) (some changes
+    /// were missed: the volume manager's pending remounts alone say what is not current).
+    pub fn forget_versions(&self) {
+        self.inner.latest.lock().clear();
     }
 
     /// The subPath binds of `pod`'s running containers that read `volume` (at `dir`) move to
@@ -233,17 +254,21 @@ impl FollowChange {
         volumes: &[nodelet_volume_manager::VolumeSnapshot],
     ) -> Vec<ContainerFreshness> {
         let settings = self.settings(pod);
-        // The data current now holds the snapshot's versions.
+        // The data current now holds the snapshot's versions: surely once no SetUp is pending
+        // or running (during one, `..data` may already name data the snapshot's objects trail).
         let mut current = HashMap::new();
         for v in volumes {
             let Some(dir) = &v.path else { continue };
             let Some(data_dir) = freshness::current_data_dir(dir) else {
                 continue;
             };
-            self.inner
-                .versions
-                .lock()
-                .note(pod.uid(), &v.name, &data_dir, &v.objects, false);
+            self.inner.versions.lock().note(
+                pod.uid(),
+                &v.name,
+                &data_dir,
+                &v.objects,
+                !v.remount_pending,
+            );
             current.insert(v.name.as_str(), (v, data_dir));
         }
         let mut out = Vec::new();
@@ -299,13 +324,19 @@ impl FollowChange {
                         versions.get(pod.uid(), &m.name, d).map(<[_]>::to_vec)
                     })
                     .unwrap_or_default();
+                let behind = {
+                    let latest = self.inner.latest.lock();
+                    objects.iter().any(|o| latest.behind(pod.uid(), o))
+                };
                 mounts.push(MountFreshness {
                     volume: m.name.clone(),
                     mount_path: m.mount_path.clone(),
                     sub_path,
                     follows: sub_path && follows,
                     objects,
-                    current: seen_dir.as_ref() == Some(current_dir) && !snapshot.remount_pending,
+                    current: seen_dir.as_ref() == Some(current_dir)
+                        && !snapshot.change_pending
+                        && !behind,
                 });
             }
             let env = self.inner.env.as_ref();

@@ -38,6 +38,7 @@ fn bed() -> Bed {
             status: Arc::new(RecordingStatus::new()),
             probes: None,
             env_follow: None,
+            follow: None,
         },
     );
     // A short resync so that several periodic SyncPods run (nothing asserts a duration).

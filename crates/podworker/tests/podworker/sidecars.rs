@@ -205,6 +205,7 @@ fn fixture(with_prober: bool) -> Fixture {
             status: Arc::new(status.clone()),
             probes,
             env_follow: None,
+            follow: None,
         },
     );
     Fixture {

@@ -43,6 +43,7 @@ fn fixture() -> Fixture {
             status: Arc::new(status.clone()),
             probes: None,
             env_follow: None,
+            follow: None,
         },
     );
     Fixture {

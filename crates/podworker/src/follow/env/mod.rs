@@ -55,8 +55,8 @@ use super::reload::Bursts;
 use crate::env::{ContainerEnv, EnvSource, EnvSources, resolve_env};
 use crate::env_context::EnvContext;
 use crate::runtime::RuntimeHook;
-use crate::seams::EventSink;
 use diff::{describe, digests, followed, follows_kind, object_key, reads};
+use nodelet_core::events::EventSink;
 
 /// The reasons of the events this module records (nodelet's own).
 pub mod reasons {
