@@ -21,9 +21,11 @@
 //!    the API; delete their objects; wait 10 s: heap and RSS after the last pod.
 //!
 //! Prints: pod created → all 5 files on disk, p50 / p99 / max (the pods of the churn; the first
-//! 30, a cold start, on a line of their own), and its phases (POST answered; answered → the
-//! pod's directory on disk, the agent saw it; → the first file; → all five), with the slowest
-//! pods phase by phase; update → new content on disk; pod deleted → removed from the API by
+//! 30, a cold start, on a line of their own), and its phases (POST answered; the bench's own
+//! pod watch saw the pod, on the real server; the agent made the pod's directory; its first
+//! and last file written and the last `..data` switched, from the writer's times on disk; all
+//! seen), with the share of each phase in the pods at or over the p99 and the slowest pods
+//! phase by phase; update → new content on disk; pod deleted → removed from the API by
 //! the agent; pods created and deleted, updates; the agent's request, retry and first-read
 //! counters over the churn; what was left under the agent's root; the heap and RSS series;
 //! idle, min / max after warm-up (the first 20 % of the run) and the least-squares slope per
@@ -54,8 +56,9 @@ use std::time::{Duration, Instant};
 
 use nodelet_core::{PodDirs, PodUid};
 
-use cluster::Cluster;
+use cluster::{Cluster, PodEvents};
 use poll::{PodTimes, PodWatch, Poller};
+use support::phases::Phases;
 use support::{
     cpu_time, free_port, heap_bytes, percentile, rss_kib, rss_parts, scrape, spawn_agent,
     spawn_agent_with, summary, volume_dir,
@@ -197,6 +200,7 @@ async fn run() {
     let mark = cluster.mark().await;
     let dirs = PodDirs::new(&root);
     let poller = Poller::start();
+    let pod_events = cluster.watch_pods().await;
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut seq: u64 = 0;
     let mut next_index = 0;
@@ -352,7 +356,7 @@ async fn run() {
         "churn/pod-to-volumes: pods of the churn, created -> all {VOLUMES} files on disk: {}",
         summary(mounts)
     );
-    phases(&churned_pods);
+    phases(&churned_pods, pod_events.as_ref());
     println!(
         "churn/update-latency: API write -> new content on disk: {}",
         summary(updates)
@@ -377,35 +381,55 @@ async fn run() {
     cluster.finish().await;
 }
 
-/// The phases of pod → volumes over the pods of the churn: each phase's p50 / p99, and the
-/// slowest pods phase by phase.
-fn phases(pods: &[PodTimes]) {
-    let of = |f: &dyn Fn(&PodTimes) -> Duration| summary(pods.iter().map(f).collect());
-    println!(
-        "churn/pod-to-volumes-phases: POST answered {}; answered -> pod directory on disk (the agent saw the pod) {}; directory -> first file {}; first file -> all {VOLUMES} {}",
-        of(&|t| t.post),
-        of(&|t| t.dir.saturating_sub(t.post)),
-        of(&|t| t.first.saturating_sub(t.dir)),
-        of(&|t| t.all.saturating_sub(t.first)),
-    );
-    let mut slow: Vec<&PodTimes> = pods.iter().collect();
-    slow.sort_by_key(|t| std::cmp::Reverse(t.all));
-    let each: Vec<String> = slow
-        .iter()
-        .take(SLOWEST)
-        .map(|t| {
-            format!(
-                "p-{} {:.0?} (POST {:.0?}, +{:.0?} directory, +{:.0?} first file, +{:.0?} all)",
-                t.index,
-                t.all,
+/// The phases of pod → volumes over the pods of the churn (`support/phases.rs`): POST
+/// answered; the bench's own pod watch saw it (real server: the server's fan-out); the agent
+/// made its directory; its first and last file written; the last `..data` switched (after the
+/// writer's `fsync`s); all seen by the poller. Each phase's p50 / p99, the share of each in
+/// the pods at or over the p99, and the slowest pods phase by phase.
+fn phases(pods: &[PodTimes], events: Option<&PodEvents>) {
+    let mut phases = Phases::new(&[
+        "sent",
+        "POST answered",
+        "pod event",
+        "pod directory",
+        "first file written",
+        "last file written",
+        "last ..data swapped",
+        "all seen",
+    ]);
+    let events = events.map(|e| e.lock().clone()).unwrap_or_default();
+    for t in pods {
+        let event = events
+            .get(&t.index)
+            .map_or(t.post, |at| at.saturating_duration_since(t.sent));
+        let first = t.first_written.unwrap_or(t.first);
+        let last = t.last_written.unwrap_or(t.all);
+        phases.push(
+            format!("p-{}", t.index),
+            &[
                 t.post,
-                t.dir.saturating_sub(t.post),
-                t.first.saturating_sub(t.dir),
-                t.all.saturating_sub(t.first)
-            )
-        })
-        .collect();
-    println!("churn/slowest-pods: {}", each.join("; "));
+                event,
+                t.dir,
+                first,
+                last,
+                t.last_swapped.unwrap_or(last),
+                t.all,
+            ],
+        );
+    }
+    println!(
+        "churn/pod-to-volumes-phases: {} pods ({} seen by the bench's pod watch); {}",
+        phases.len(),
+        pods.iter()
+            .filter(|t| events.contains_key(&t.index))
+            .count(),
+        phases.each()
+    );
+    println!("churn/pod-to-volumes-tail: {}", phases.tail());
+    println!(
+        "churn/slowest-pods: sent → POST + event + directory + first written + last written + swapped + seen: {}",
+        phases.slowest(SLOWEST)
+    );
 }
 
 /// The memory figures and the verdict line.
@@ -597,7 +621,7 @@ async fn create_pod(
         *seq += 1;
         cluster.create_object(j, &seq.to_string()).await;
     }
-    let sent = Instant::now();
+    let (sent, sent_wall) = (Instant::now(), std::time::SystemTime::now());
     let (uid, post) = cluster.create_pod(index, &objs).await;
     let uid = PodUid::new(&uid).unwrap_or_else(|e| panic!("the server's pod: {e}"));
     let volumes = dirs.volumes(&uid);
@@ -607,6 +631,7 @@ async fn create_pod(
         dir: dirs.pod(&uid),
         files: files.to_vec(),
         sent,
+        sent_wall,
         post,
     });
     Pod {

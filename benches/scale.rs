@@ -66,6 +66,9 @@
 /// `SCALE_SERVER=realk8s`: the server's side on a real kube-apiserver.
 #[path = "scale/real.rs"]
 mod real;
+/// The real-server run's memory and update phases.
+#[path = "scale/steady.rs"]
+mod steady;
 mod support;
 
 use std::path::PathBuf;

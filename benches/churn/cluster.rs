@@ -6,8 +6,14 @@
 //! grace 0), ServiceAccount admission adds each pod's `kube-api-access` volume (a TokenRequest
 //! and `kube-root-ca.crt` per pod) and the agent registers its Node, as a kubelet.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use parking_lot::Mutex;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -36,6 +42,10 @@ pub(crate) enum Cluster {
         nodes: Api<Node>,
     },
 }
+
+/// When the bench's own watch of the node's pods first saw each pod (by index): the server's
+/// fan-out of the pod's creation, which the agent's pod watch receives from the same cache.
+pub(crate) type PodEvents = Arc<Mutex<HashMap<usize, Instant>>>;
 
 /// The server's record of requests at a moment, to diff at the end (see [`Cluster::requests`]).
 pub(crate) enum Mark {
@@ -191,6 +201,63 @@ impl Cluster {
             }
             Cluster::Real { pods, .. } => matches!(pods.get_opt(&name).await, Ok(None)),
         }
+    }
+
+    /// On a real server, a watch of the node's pods (as the agent's: `spec.nodeName`) that
+    /// records when each pod first arrived, open when this returns (see [`PodEvents`]); `None`
+    /// on the stand-in (in-process: no fan-out to measure). Ends with the bench.
+    pub(crate) async fn watch_pods(&self) -> Option<PodEvents> {
+        let Cluster::Real { pods, .. } = self else {
+            return None;
+        };
+        let selector = format!("spec.nodeName={NODE}");
+        let rv = pods
+            .list_metadata(&ListParams::default().fields(&selector).limit(1))
+            .await
+            .unwrap_or_else(|e| panic!("list pods: {e}"))
+            .metadata
+            .resource_version
+            .unwrap_or_default();
+        let params = WatchParams::default().fields(&selector).timeout(290);
+        let mut events = pods
+            .watch(&params, &rv)
+            .await
+            .unwrap_or_else(|e| panic!("watch pods: {e}"))
+            .boxed();
+        let seen = PodEvents::default();
+        let (s, pods) = (seen.clone(), pods.clone());
+        tokio::spawn(async move {
+            let mut rv = rv;
+            loop {
+                while let Some(Ok(e)) = events.next().await {
+                    let p = match e {
+                        WatchEvent::Added(p) | WatchEvent::Modified(p) | WatchEvent::Deleted(p) => {
+                            p
+                        }
+                        WatchEvent::Bookmark(b) => {
+                            rv = b.metadata.resource_version;
+                            continue;
+                        }
+                        WatchEvent::Error(_) => break,
+                    };
+                    rv = p.metadata.resource_version.clone().unwrap_or(rv);
+                    let index = p
+                        .metadata
+                        .name
+                        .as_deref()
+                        .and_then(|n| n.strip_prefix("p-")?.parse().ok());
+                    if let Some(index) = index {
+                        s.lock().entry(index).or_insert_with(Instant::now);
+                    }
+                }
+                // The server ended the watch (its timeout): resume where it stood.
+                match pods.watch(&params, &rv).await {
+                    Ok(stream) => events = stream.boxed(),
+                    Err(_) => return,
+                }
+            }
+        });
+        Some(seen)
     }
 
     /// Starts counting the agent's requests.

@@ -1,8 +1,9 @@
 //! The churn bench's eye on the disk: a thread of its own polls every millisecond for the
 //! files of new pods and of updates, so the bench's own requests (tens of milliseconds each on
-//! a real server) never delay a measurement. Per pod it records the phases of pod → volumes:
-//! the POST, then until the agent made the pod's directory (it saw the pod and its worker or
-//! volume manager acted), then until the first of its files, then until the last.
+//! a real server) never delay a measurement. Per pod it records the milestones of pod →
+//! volumes: the POST answered, the agent made the pod's directory (it saw the pod and its
+//! worker or volume manager acted), the first and the last of its files written and the last
+//! `..data` switched (the atomic writer's times on disk, `support/phases.rs`), all seen.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -10,9 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
+
+use crate::support::phases as support_phases;
 
 /// A new pod to watch for.
 pub(crate) struct PodWatch {
@@ -22,6 +25,8 @@ pub(crate) struct PodWatch {
     pub(crate) files: Vec<PathBuf>,
     /// When its POST was sent.
     pub(crate) sent: Instant,
+    /// The same moment on the wall clock (the files' times are on it).
+    pub(crate) sent_wall: SystemTime,
     /// How long the POST took.
     pub(crate) post: Duration,
 }
@@ -30,12 +35,19 @@ pub(crate) struct PodWatch {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PodTimes {
     pub(crate) index: usize,
+    /// When its POST was sent.
+    pub(crate) sent: Instant,
     /// The POST answered.
     pub(crate) post: Duration,
     /// Its directory on disk.
     pub(crate) dir: Duration,
     /// The first of its files on disk.
     pub(crate) first: Duration,
+    /// The first and the last of its files written, and the last of its volumes' `..data`
+    /// switched (`None`: not readable).
+    pub(crate) first_written: Option<Duration>,
+    pub(crate) last_written: Option<Duration>,
+    pub(crate) last_swapped: Option<Duration>,
     /// All its files on disk: pod → volumes.
     pub(crate) all: Duration,
 }
@@ -171,7 +183,17 @@ fn poll(rx: &Receiver<Msg>, seen: &Mutex<Seen>, stop: &AtomicBool) {
                 return true;
             }
             let first = p.first.unwrap_or(at);
+            let times: Vec<_> = p
+                .watch
+                .files
+                .iter()
+                .map(|f| support_phases::written_swapped(f, p.watch.sent_wall))
+                .collect();
             done.push(PodTimes {
+                sent: p.watch.sent,
+                first_written: times.iter().filter_map(|t| t.0).min(),
+                last_written: times.iter().filter_map(|t| t.0).max(),
+                last_swapped: times.iter().filter_map(|t| t.1).max(),
                 index: p.watch.index,
                 post: p.watch.post,
                 dir: p.dir.unwrap_or(first).min(first),

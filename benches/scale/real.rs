@@ -12,8 +12,9 @@
 //! 2. **nodelet starting**: a fresh agent on the node identity (`system:node:bench-node`),
 //!    settled until its Node exists and 3 s more; then the same POSTs, and the same figures
 //!    from the first POST until every volume's file is on disk, plus when that was, the
-//!    agent's CPU, and (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s:
-//!    API write (a merge patch, as a controller) → new content visible, p50 / p99.
+//!    agent's CPU; its RSS and live heap 2 s later; and (first round only, unless
+//!    `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API write (a merge patch, as a controller) →
+//!    new content visible, p50 / p99, phase by phase (`scale/steady.rs`).
 //!    The agent is stopped and the pods deleted.
 //!
 //! The objects (990, in `default`) are created once, before the first round; a state directory
@@ -32,15 +33,12 @@ use crate::support::applied::{self, KUBECTL_USER_AGENT, Writer};
 use crate::support::disk::Disk;
 use crate::support::realk8s::{RealK8s, ServerCounts};
 use crate::support::{
-    NODE, cpu_time, free_port, histogram_delta, scrape, spawn_agent_with, summary, volume_dir,
-    wait_all,
+    NODE, cpu_time, free_port, scrape, spawn_agent_with, summary, volume_dir, wait_all,
 };
 
 /// Pods and objects: `real-991` (a multiple of the pods).
 const PODS: usize = 110;
 const OBJECTS: usize = 990;
-const RATE: u32 = 50;
-const UPDATE_WINDOW: Duration = Duration::from_secs(20);
 
 /// Runs the rounds (see the module docs).
 pub(crate) async fn run(disk: &Disk) {
@@ -243,8 +241,15 @@ async fn with_nodelet(
         "scale/{label}/round-{round}/nodelet-agent-metrics: {}",
         phases.join("; ")
     );
+    crate::steady::memory(
+        &format!("scale/{label}/round-{round}"),
+        pid,
+        metrics_port,
+        Duration::from_secs(2),
+    )
+    .await;
     if round == 0 && std::env::var_os("SCALE_NO_UPDATES").is_none() {
-        updates(writer, &files, label, pid, metrics_port).await;
+        crate::steady::updates(writer, &files, &format!("scale/{label}"), pid, metrics_port).await;
         // Every object back to v0 for the next round.
         futures::stream::iter(0..OBJECTS)
             .map(|j| {
@@ -256,88 +261,6 @@ async fn with_nodelet(
             .await;
     }
     drop(child);
-}
-
-/// 50 updates/s for 20 s to distinct objects in turn: write → file visible, and its two
-/// phases per update: until the server answered the write (the server's part), and from that
-/// answer until the file held the new content (the watch event and the agent's remount; can
-/// be negative when the event overtakes the answer, counted as zero); and the agent's own part
-/// of the second, from its `nodelet_propagation_latency_seconds` histogram over the window
-/// (the volume manager told of the change → new content on disk): what remains of the second
-/// phase is the watch event's delivery and the object manager's handling of it.
-async fn updates(writer: &Writer, files: &[PathBuf], label: &str, pid: u32, metrics_port: u16) {
-    let metrics_before = scrape(metrics_port).await;
-    let total = (RATE as f64 * UPDATE_WINDOW.as_secs_f64()) as usize;
-    let every = Duration::from_secs(1) / RATE;
-    // (update, file, value, sent); seen: (update, sent → visible).
-    let mut pending: Vec<(usize, PathBuf, String, Instant)> = Vec::new();
-    let mut seen: Vec<(usize, Duration)> = Vec::with_capacity(total);
-    let mut answered = Vec::with_capacity(total);
-    let check = |pending: &mut Vec<(usize, PathBuf, String, Instant)>,
-                 seen: &mut Vec<(usize, Duration)>| {
-        pending.retain(|(n, path, value, sent)| {
-            if std::fs::read(path).ok().as_deref() == Some(value.as_bytes()) {
-                seen.push((*n, sent.elapsed()));
-                false
-            } else {
-                true
-            }
-        });
-    };
-    let cpu_before = cpu_time(pid);
-    let t0 = Instant::now();
-    for n in 0..total {
-        let due = t0 + every * n as u32;
-        while Instant::now() < due {
-            check(&mut pending, &mut seen);
-            tokio::time::sleep(Duration::from_micros(500)).await;
-        }
-        let j = (n * 7) % OBJECTS;
-        let value = format!("u{n}");
-        let sent = Instant::now();
-        let w = writer.clone();
-        let v = value.clone();
-        answered.push(tokio::spawn(async move {
-            w.set_key(j, &v).await;
-            sent.elapsed()
-        }));
-        pending.push((n, files[j].clone(), value, sent));
-    }
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !pending.is_empty() {
-        assert!(Instant::now() < deadline, "{} never updated", pending.len());
-        check(&mut pending, &mut seen);
-        tokio::time::sleep(Duration::from_micros(500)).await;
-    }
-    let mut answered_in = Vec::with_capacity(answered.len());
-    for a in answered {
-        answered_in.push(a.await.unwrap_or_else(|e| panic!("write: {e}")));
-    }
-    let (cpu, window) = (cpu_time(pid) - cpu_before, t0.elapsed());
-    let after: Vec<Duration> = seen
-        .iter()
-        .map(|(n, visible)| visible.saturating_sub(answered_in[*n]))
-        .collect();
-    println!(
-        "scale/{label}/update-latency: {RATE} updates/s for {UPDATE_WINDOW:?}, API write -> file visible: {}; phases: the write answered (the server's part) {}; answered -> file visible (watch event + agent) {}; agent CPU {:.1} % of one core",
-        summary(seen.iter().map(|(_, d)| *d).collect()),
-        summary(answered_in),
-        summary(after),
-        100.0 * cpu.as_secs_f64() / window.as_secs_f64()
-    );
-    let metrics_after = scrape(metrics_port).await;
-    let ours = histogram_delta(
-        &metrics_before,
-        &metrics_after,
-        "nodelet_propagation_latency_seconds",
-    );
-    println!(
-        "scale/{label}/update-latency-ours: the agent's part (change notified to the volume manager -> new content on disk, its histogram over the window): n={:.0}, p50 <= {}, p99 <= {}, mean {:.2} ms",
-        ours.count,
-        ours.quantile(0.5),
-        ours.quantile(0.99),
-        ours.mean() * 1e3
-    );
 }
 
 /// Deletes every pod in `default` at once (grace 0: no kubelet needs to confirm) and waits

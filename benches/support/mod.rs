@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) mod applied;
 pub(crate) mod disk;
+pub(crate) mod phases;
 pub(crate) mod realk8s;
 
 use nodelet_apiserver::RequestRecord;
