@@ -12,6 +12,13 @@
 //! 3. An established watch and its resumes never take a token: propagation of a change does
 //!    not wait for the bucket.
 //!
+//! 4. With a window ([`ReadLimiter::with_window`], OM-34), at most that many first reads are
+//!    outstanding at once: a read holds its place from the moment it is sent until the server
+//!    answered it in full (a watch-list: until its initial events ended), and a read that
+//!    finds the window full waits for a place, in call order. The bucket bounds how many reads
+//!    a second; the window bounds how many the server works on for this node at any moment, so
+//!    a burst never queues hundreds of them in the server at once.
+//!
 //! The bucket is shared: the agent hands one to its ConfigMap and Secret managers, so the
 //! node's first reads together keep to `kubeAPIQPS` / `kubeAPIBurst`, and draws the node's
 //! other non-watch requests from the same bucket through [`ReadLimiter::sharing`] (OM-33),
@@ -22,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
@@ -31,6 +39,8 @@ use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
 #[derive(Debug, Clone, Default)]
 pub struct ReadLimiter {
     bucket: Option<Arc<Bucket>>,
+    /// The first reads outstanding at once (4); `None`: no bound.
+    window: Option<(Arc<Semaphore>, usize)>,
     /// What this user of the bucket took ([`ReadLimiter::sharing`] starts a count of its own).
     counts: Arc<Counts>,
 }
@@ -90,8 +100,33 @@ impl ReadLimiter {
                     at: Instant::now(),
                 }),
             })),
+            window: None,
             counts: Arc::default(),
         }
+    }
+
+    /// This bucket with a window of `in_flight` outstanding first reads (4), OM-34; at least
+    /// one.
+    #[must_use]
+    pub fn with_window(mut self, in_flight: usize) -> Self {
+        let size = in_flight.max(1);
+        self.window = Some((Arc::new(Semaphore::new(size)), size));
+        self
+    }
+
+    /// The window's size; `None` without one.
+    pub fn window(&self) -> Option<usize> {
+        self.window.as_ref().map(|(_, size)| *size)
+    }
+
+    /// Waits for a place in the window (4), in call order; the place is held until the
+    /// returned permit is dropped. `None` at once without a window.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a waiter dropped holds no place.
+    pub async fn place(&self) -> Option<OwnedSemaphorePermit> {
+        let (window, _) = self.window.as_ref()?;
+        window.clone().acquire_owned().await.ok()
     }
 
     /// A limiter that never waits.
@@ -104,6 +139,7 @@ impl ReadLimiter {
     pub fn sharing(&self) -> Self {
         ReadLimiter {
             bucket: self.bucket.clone(),
+            window: None,
             counts: Arc::default(),
         }
     }
@@ -156,6 +192,7 @@ pub(crate) struct Limited<K> {
 impl<K: Send + Sync + 'static> ObjectSource<K> for Limited<K> {
     async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError> {
         self.limiter.acquire().await;
+        let _place = self.limiter.place().await;
         self.inner.get(namespace, name, read).await
     }
 
@@ -166,6 +203,7 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Limited<K> {
         read: ReadFrom,
     ) -> Result<Listed<K>, SourceError> {
         self.limiter.acquire().await;
+        let _place = self.limiter.place().await;
         self.inner.list(namespace, name, read).await
     }
 
@@ -285,6 +323,35 @@ mod tests {
         assert!(
             started.elapsed() >= Duration::from_millis(9),
             "not beyond it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_holds_its_places_until_they_are_given_back_in_call_order() {
+        let l = limiter(1000.0, 100).with_window(2);
+        assert_eq!(l.window(), Some(2));
+        let first = l.place().await;
+        let second = l.place().await;
+        assert!(first.is_some() && second.is_some());
+        let waiter = {
+            let l = l.clone();
+            tokio::spawn(async move { l.place().await.is_some() })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished(), "the window is full");
+        drop(first);
+        assert!(
+            waiter.await.unwrap_or(false),
+            "a place given back lets the waiter in"
+        );
+        assert_eq!(
+            l.sharing().window(),
+            None,
+            "the node's other requests take no place"
+        );
+        assert!(
+            limiter(1.0, 1).place().await.is_none(),
+            "no window: no place"
         );
     }
 

@@ -394,6 +394,9 @@ pub(crate) struct RunState {
     read: ReadFrom,
     /// This run is its pod's scout until its first read is answered (OM-31).
     scout: Option<Scout>,
+    /// The first read's place in the window of outstanding first reads, held until it was
+    /// answered in full: a watch-list until its initial events ended (OM-34).
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// The permits of one request: (a recovery permit, a request in flight).
@@ -415,6 +418,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             resource_version: String::new(),
             read: ReadFrom::WatchCache,
             scout: None,
+            place: None,
         };
         self.resume(State::Empty, run, cancel).await;
     }
@@ -475,6 +479,11 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                 current => {
                     tracing::trace!(state = current.name(), "reflector state");
                     state = self.step(current, &mut run).await;
+                    // A first read's place is held only while its watch-list's initial
+                    // events are awaited (OM-34): never through a back-off or an open watch.
+                    if !matches!(state, State::WatchListing { .. }) {
+                        run.place = None;
+                    }
                 }
             }
         }
@@ -805,7 +814,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     }
 
     /// Until the object was listed once, a read waits for its token of the first-read bucket
-    /// (1), OM-30; relists after that (a 410, a restarted server) and watches do not.
+    /// (1), OM-30, then for its place in the window of outstanding first reads (OM-34); relists after that (a 410, a restarted server) and watches do not.
     /// Before that, it passes its pod's gate first: as the pod's scout, or once the scout
     /// opened it (OM-31).
     async fn first_read(&self, run: &mut RunState) {
@@ -823,6 +832,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             run.scout = gate.pass().await;
         }
         self.first_reads.acquire().await;
+        run.place = self.first_reads.place().await;
     }
 
     /// After a first read: anything but a refusal for want of a relationship opens the pod's
@@ -979,6 +989,7 @@ mod tests {
             resource_version: String::new(),
             read: ReadFrom::WatchCache,
             scout: None,
+            place: None,
         }
     }
 

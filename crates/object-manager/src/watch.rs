@@ -541,6 +541,45 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn om34_no_more_first_reads_are_outstanding_than_the_window_holds() {
+        let fake = FakeSource::new();
+        fake.set_watch_list(true);
+        for j in 0..5 {
+            fake.apply("ns", secret(&format!("s{j}"), "v", false));
+        }
+        fake.hold_lists(true);
+        let window = crate::ReadLimiter::new(crate::ReadLimits {
+            qps: 1000.0,
+            burst: 100,
+        })
+        .with_window(2);
+        let m = manager_with(
+            ManagerConfig::new(Strategy::Watch).with_first_reads(window),
+            &fake,
+            None,
+        );
+        for j in 0..5 {
+            let (name, uid) = (format!("p{j}"), format!("u{j}"));
+            let secret = format!("s{j}");
+            m.register_pod(
+                &nodelet_core::AdmittedPod::new(pod("ns", &name, &uid, &[secret.as_str()]))
+                    .unwrap(),
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            fake.total(Verb::WatchList),
+            2,
+            "two watch-lists sent, three wait for a place"
+        );
+        fake.hold_lists(false);
+        for j in 0..5 {
+            assert_eq!(read(&m, &format!("s{j}")).await.ok().as_deref(), Some("v"));
+        }
+        assert_eq!(fake.total(Verb::WatchList), 5, "each sent once");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_first_list_is_announced_only_after_a_get_gave_up_waiting_for_it() {
         let fake = FakeSource::new();
         fake.apply("ns", secret("s1", "v", false));
