@@ -12,9 +12,11 @@
 //! 2. **nodelet starting**: a fresh agent on the node identity (`system:node:bench-node`),
 //!    settled until its Node exists and 3 s more; then the same POSTs, and the same figures
 //!    from the first POST until every volume's file is on disk, plus when that was, the
-//!    agent's CPU; its RSS and live heap 2 s later; and (first round only, unless
-//!    `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API write (a merge patch, as a controller) →
-//!    new content visible, p50 / p99, phase by phase (`scale/steady.rs`).
+//!    agent's CPU (during the POSTs and until then) and RSS (then); its RSS and live heap 2 s
+//!    later; and
+//!    (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API write (a merge
+//!    patch, as a controller) → new content visible, p50 / p99, phase by phase
+//!    (`scale/steady.rs`).
 //!    The agent is stopped and the pods deleted.
 //!
 //! The objects (990, in `default`) are created once, before the first round; a state directory
@@ -33,7 +35,7 @@ use crate::support::applied::{self, KUBECTL_USER_AGENT, Writer};
 use crate::support::disk::Disk;
 use crate::support::realk8s::{RealK8s, ServerCounts};
 use crate::support::{
-    NODE, cpu_time, free_port, scrape, spawn_agent_with, summary, volume_dir, wait_all,
+    NODE, cpu_time, free_port, rss_kib, scrape, spawn_agent_with, summary, volume_dir, wait_all,
 };
 
 /// Pods and objects: `real-991` (a multiple of the pods).
@@ -198,6 +200,7 @@ async fn with_nodelet(
     let agent_cpu0 = cpu_time(pid);
     let started = Instant::now();
     let (pods, each, posts) = post_pods(writer).await;
+    let agent_cpu_posts = cpu_time(pid) - agent_cpu0;
     let (posts_cpu, posts_counts) = window.close(k8s, client, posts).await;
     let mut files = vec![PathBuf::new(); OBJECTS];
     for (uid, objs) in &pods {
@@ -216,12 +219,13 @@ async fn with_nodelet(
     let all = mounted.iter().max().copied().unwrap_or_default();
     let (cpu, counts) = window.close(k8s, client, started.elapsed()).await;
     println!(
-        "scale/{label}/round-{round}/nodelet: load {load}; {PODS} pod POSTs done in {posts:.2?} (each: {}); all {OBJECTS} volumes on disk {all:.2?} after the first POST; agent CPU {:.2?}; server CPU: {cpu}",
+        "scale/{label}/round-{round}/nodelet: load {load}; {PODS} pod POSTs done in {posts:.2?} (each: {}); all {OBJECTS} volumes on disk {all:.2?} after the first POST; agent CPU {:.2?}, RSS {:.1} MiB; server CPU: {cpu}",
         summary(each),
         cpu_time(pid) - agent_cpu0,
+        rss_kib(pid) as f64 / 1024.0,
     );
     println!(
-        "scale/{label}/round-{round}/nodelet-during-posts: server CPU: {posts_cpu}; requests: {}",
+        "scale/{label}/round-{round}/nodelet-during-posts: server CPU: {posts_cpu}; agent CPU {agent_cpu_posts:.2?}; requests: {}",
         posts_counts.since(&window.counts)
     );
     println!(

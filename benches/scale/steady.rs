@@ -29,8 +29,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::Api;
+use kube::api::{ListParams, WatchEvent, WatchParams};
 use parking_lot::Mutex;
 
 use crate::support::applied::Writer;
