@@ -29,8 +29,8 @@ pub const EVENT_LIMITS: ReadLimits = ReadLimits {
 /// First reads the node has outstanding at once (OM-34): a watch-list holds its place until
 /// its initial events ended. On the project's benchmark (a v1.36 kube-apiserver on the same
 /// two cores, 110 pods × 9 objects) 8 instead of 128 (64 per manager) made the pod POSTs of
-/// the same moments about 15 % faster and the node's APF queue waits a third, with every
-/// volume on disk no later; 2 was no better (docs/figures.md).
+/// the same moments about 13 % faster on average, with every volume on disk no later; 2 was
+/// no better (docs/figures.md).
 pub const FIRST_READS_IN_FLIGHT: usize = 8;
 
 /// The agent's clients over `client` and their buckets (see the module docs).
