@@ -13,9 +13,8 @@
 //!    settled until its Node exists and 3 s more; then the same POSTs, and the same figures
 //!    from the first POST until every volume's file is on disk, plus when that was, the
 //!    agent's CPU (during the POSTs and until then) and RSS (then); its RSS and live heap 2 s
-//!    later; and
-//!    (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API write (a merge
-//!    patch, as a controller) → new content visible, p50 / p99, phase by phase
+//!    later; and (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API
+//!    write (a merge patch, as a controller) → new content visible, p50 / p99, phase by phase
 //!    (`scale/steady.rs`).
 //!    The agent is stopped and the pods deleted.
 //!
