@@ -19,9 +19,13 @@ pub(crate) async fn track(state: Arc<AgentState>, shutdown: CancellationToken) {
             u = updates.recv() => u,
         };
         match update {
-            Ok(u) => state
-                .metrics
-                .observe_propagation(u.at.duration_since(u.change_seen).as_secs_f64()),
+            // A remount that took in no change notification measures nothing.
+            Ok(u) => {
+                if let Some(seen) = u.change_seen {
+                    let latency = u.at.duration_since(seen).as_secs_f64();
+                    state.metrics.observe_propagation(latency);
+                }
+            }
             // Samples lost to a burst; the histogram stays an estimate.
             Err(RecvError::Lagged(missed)) => {
                 tracing::debug!(missed, "propagation samples dropped");

@@ -20,7 +20,8 @@
 //!   [`wait_for_unmount`](VolumeManager::wait_for_unmount), [`run`](VolumeManager::run) (the
 //!   reconciler task), [`snapshot`](VolumeManager::snapshot) for a `/pods` endpoint and
 //!   [`subscribe_updates`](VolumeManager::subscribe_updates): a [`VolumeUpdate`] per volume
-//!   set up again after an object change (the agent's propagation histogram).
+//!   set up again after an object change or remounted with new content (the agent's
+//!   propagation histogram, reload signals).
 //! * [`Config`] — root directory, tmpfs policy, the kubelet's time-outs and backoff, resync.
 //! * [`VolumePlugin`] and [`PluginRegistry`] — the plugin seam, open to other crates; the
 //!   built-in [`plugins`] are configMap, secret, projected, downwardAPI, emptyDir (PL-30) and
@@ -108,7 +109,11 @@
 //!    content on disk, emits `FailedMount` with `MountVolume.SetUp failed for volume "<vol>" :
 //!    <error>`, keeps the flag and retries after the backoff — at once if an object the
 //!    volume reads changed while the operation ran. A node-side failure is also logged, once
-//!    per volume and state change (see [Logging](#logging)). Waiters are woken.
+//!    per volume and state change (see [Logging](#logging)). Waiters are woken. A
+//!    [`VolumeUpdate`] reports a SetUp that took in a change, and any remount that wrote new
+//!    content: a remount for a pod update may read an object's new content before the
+//!    object's notification reached step 2, and the notification's own remount then finds
+//!    nothing to write.
 //!
 //! Pod updates (downward API labels and annotations), waits
 //! ([`VolumeManager::wait_for_attach_and_mount`] reprocesses the pod, as every SyncPod did in

@@ -64,7 +64,7 @@ pub(crate) struct Inner {
     pub(crate) passes: AtomicU64,
     pub(crate) configmaps: ConfigMapManager,
     pub(crate) secrets: SecretManager,
-    /// Remounts caused by object changes, for [`VolumeManager::subscribe_updates`].
+    /// Remounts caused by object changes or that wrote, for [`VolumeManager::subscribe_updates`].
     pub(crate) updates: tokio::sync::broadcast::Sender<crate::VolumeUpdate>,
 }
 
@@ -378,7 +378,8 @@ impl VolumeManager {
     }
 
     /// A [`VolumeUpdate`](crate::VolumeUpdate) for every volume set up again after a change
-    /// of an object it reads, sent when its SetUp succeeds. Only updates sent after this call
+    /// of an object it reads, and for every remount that wrote new content, sent when its
+    /// SetUp succeeds. Only updates sent after this call
     /// arrive; a subscriber more than 1,024 behind lags and misses some.
     pub fn subscribe_updates(&self) -> tokio::sync::broadcast::Receiver<crate::VolumeUpdate> {
         self.inner.updates.subscribe()

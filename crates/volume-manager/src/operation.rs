@@ -82,7 +82,12 @@ impl Inner {
                     }
                     st.last_errors.remove(&job.unique);
                     let transition = st.node_faults.succeeded(&job.unique, now);
-                    if let Some(change_seen) = job.change_seen {
+                    // Reported: a SetUp that took in a change notification, and any remount
+                    // that wrote new content. A remount for another reason (a pod update or
+                    // sync) may read an object's new content before the object's notification
+                    // reached the reconciler; the notification's own remount then finds the
+                    // volume current (`written: false`), so this write is the only news of it.
+                    if job.change_seen.is_some() || (job.remount && outcome.written) {
                         // Nobody listening is fine: the update is for observers only.
                         let _ = self.updates.send(VolumeUpdate {
                             pod_uid: uid.clone(),
@@ -90,7 +95,7 @@ impl Inner {
                             volume: name.clone(),
                             objects: outcome.objects.clone(),
                             written: outcome.written,
-                            change_seen,
+                            change_seen: job.change_seen,
                             at: now,
                         });
                     }
@@ -110,7 +115,11 @@ impl Inner {
                         },
                     );
                     span.in_scope(|| {
-                        tracing::debug!(written = outcome.written, "MountVolume.SetUp succeeded");
+                        tracing::debug!(
+                            written = outcome.written,
+                            change_seen = job.change_seen.is_some(),
+                            "MountVolume.SetUp succeeded"
+                        );
                     });
                     (None, transition)
                 }

@@ -63,8 +63,10 @@ pub async fn drive<L, R>(
         match update {
             Ok(u) => {
                 let Some(pod) = (inputs.pods)(Some(std::slice::from_ref(&u.pod_uid))).pop() else {
+                    tracing::debug!(pod.uid = %u.pod_uid, volume = u.volume, "volume update of a pod not known");
                     continue;
                 };
+                tracing::debug!(pod.uid = %u.pod_uid, volume = u.volume, written = u.written, "volume update");
                 if u.written {
                     follow.volume_updated(&pod, &u);
                 }
@@ -87,7 +89,7 @@ pub async fn drive<L, R>(
                             volume: volume.name().to_owned(),
                             objects: Vec::new(),
                             written: true,
-                            change_seen: now,
+                            change_seen: Some(now),
                             at: now,
                         };
                         follow.volume_updated(pod, &update);

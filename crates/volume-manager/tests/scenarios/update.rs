@@ -187,6 +187,51 @@ async fn one_object_in_several_volumes_and_pods_updates_all_of_them() {
     .await;
 }
 
+// Regression (a reload signal lost under load): a remount for a pod sync can read an object's
+// new content before the object's change notification reaches the reconciler; the
+// notification's own remount then finds nothing to write. The write itself is reported (with
+// no change time), so an observer acting on new content misses none; a remount that wrote
+// nothing and took in no change is not reported. The Get strategy sends no notifications: the
+// pod sync alone moves the content here.
+#[tokio::test]
+async fn a_remount_that_wrote_new_content_is_reported_even_without_a_change_notification() {
+    let env = Env::start_with(Options {
+        strategy: nodelet_object_manager::Strategy::Get,
+        ..options()
+    })
+    .await;
+    let mut updates = env.vm.subscribe_updates();
+    env.create(config_map("cm", json!({"data-1": "value-1"})));
+    let pod = env.create_pod("p", json!([{"name": "cfg", "configMap": {"name": "cm"}}]));
+    env.add_and_mount(&pod).await;
+    let uid = nodelet_core::PodUid::from_pod(&pod).unwrap();
+    let dir = env.dir(&pod, CM, "cfg");
+    let remounted = || !env.vm.snapshot()[0].volumes[0].remount_pending;
+
+    // A sync with nothing new: the remount writes nothing and is not reported.
+    assert!(env.vm.reprocess_pod(&uid));
+    env.until("the remount done", remounted).await;
+    assert!(updates.try_recv().is_err(), "nothing was written");
+
+    let changed = env.update(config_map("cm", json!({"data-1": "value-2"})));
+    assert!(env.vm.reprocess_pod(&uid));
+    let update = within(updates.recv()).await.unwrap();
+    assert_eq!(files(&dir), text(&[("data-1", "value-2")]));
+    assert!(update.written);
+    assert_eq!(
+        update.change_seen, None,
+        "no change notification was taken in"
+    );
+    assert_eq!(update.volume, "cfg");
+    let [object] = update.objects.as_slice() else {
+        panic!("one object expected: {:?}", update.objects)
+    };
+    assert_eq!(
+        object.resource_version.as_deref(),
+        changed["metadata"]["resourceVersion"].as_str()
+    );
+}
+
 // The observer seam (`VolumeManager::subscribe_updates`): a remount caused by an object change
 // is reported once its `..data` swap is on disk, with the object's new resourceVersion and the
 // time the change was seen; the first mount is not an update and is not reported.
@@ -211,7 +256,7 @@ async fn a_remount_after_an_object_change_is_reported_to_update_subscribers() {
     assert_eq!(update.namespace, "default");
     assert_eq!(update.volume, "cfg");
     assert!(update.written);
-    assert!(update.change_seen <= update.at);
+    assert!(update.change_seen.is_some_and(|seen| seen <= update.at));
     let [object] = update.objects.as_slice() else {
         panic!("one object expected: {:?}", update.objects)
     };
