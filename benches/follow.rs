@@ -12,9 +12,11 @@
 //!    each: poll `/proc/<pid>/root/etc/app.conf` (the file as the container sees it, in its
 //!    mount namespace) until it reads the new content.
 //! 4. Print, each as p50 / p99 / max: patch answered → subPath file replaced; file replaced →
-//!    signal handled (the trap's time); patch answered → condition `False` seen in the watch,
-//!    → `True` seen again (only updates whose `False` reached the API: a swap faster than a
-//!    status patch leaves none, FC-21).
+//!    signal handled (the trap's time), and where that time goes (from the agent's debug log:
+//!    its bind → this process saw the file; file seen → the agent sent the signal; sent → the
+//!    trap ran); patch answered → condition `False` seen in the watch, → `True` seen again
+//!    (only updates whose `False` reached the API: a swap faster than a status patch leaves
+//!    none, FC-21).
 //!
 //! `cargo bench -p nodelet --bench follow` (about a minute). Times are the host's real-time
 //! clock (the container's `date +%s%N` and this process share it).
@@ -33,7 +35,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use nodelet_apiserver::{ApiServer, User};
 use serde_json::json;
-use support::{NODE, spawn_agent_with, summary};
+use support::{NODE, agent_command, summary};
 
 const CONDITION: &str = "nodelet.io/ConfigCurrent";
 
@@ -109,6 +111,19 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) -> u128 {
     }
 }
 
+/// The times (ns since the epoch) of the agent's log lines that contain `message` (its text
+/// format: an RFC 3339 UTC time first).
+fn agent_times(log: &str, message: &str) -> Vec<u128> {
+    log.lines()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            let time = l.split_whitespace().next()?;
+            let t = chrono::DateTime::parse_from_rfc3339(time).ok()?;
+            u128::try_from(t.timestamp_nanos_opt()?).ok()
+        })
+        .collect()
+}
+
 fn ms(ns: u128) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
@@ -131,12 +146,21 @@ async fn run() {
     let root = dir.path().join("root");
     let port = support::free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let _agent = spawn_agent_with(
-        &node_kubeconfig,
-        &root,
-        "auto",
-        &listen,
-        &["--runtime", "process"],
+    // The agent's log keeps the times of its binds and signals, for the breakdown in (4).
+    let agent_log = dir.path().join("agent.log");
+    let log_file = std::fs::File::create(&agent_log).unwrap_or_else(|e| panic!("{e}"));
+    let _agent = support::Agent(
+        agent_command(
+            &node_kubeconfig,
+            &root,
+            "auto",
+            &listen,
+            &["--runtime", "process"],
+        )
+        .env("RUST_LOG", "warn,nodelet_podworker::follow=debug")
+        .stdout(log_file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning nodelet: {e}")),
     );
 
     // (1)
@@ -240,7 +264,14 @@ async fn run() {
 
     // (4)
     let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let agent_text = std::fs::read_to_string(&agent_log).unwrap_or_default();
+    let (binds, sent) = (
+        agent_times(&agent_text, "subPath binds replaced"),
+        agent_times(&agent_text, "reload signal sent"),
+    );
     let mut signals = Vec::new();
+    let (mut replaced_to_sent, mut sent_to_handled, mut bind_to_seen) =
+        (Vec::new(), Vec::new(), Vec::new());
     for (n, at) in replaced_at.iter().enumerate() {
         let content = format!("v{}", n + 1);
         let signal = text.lines().find_map(|l| {
@@ -250,8 +281,20 @@ async fn run() {
                 .then(|| t.parse::<u128>().ok())
                 .flatten()
         });
-        if let Some(t) = signal {
-            signals.push(ms(t.saturating_sub(*at)));
+        let Some(t) = signal else { continue };
+        signals.push(ms(t.saturating_sub(*at)));
+        // The agent's bind and signal of this update: the last of each before the handler ran,
+        // after the patch.
+        let within = |times: &[u128]| {
+            let from = patched_at[n];
+            times.iter().rev().find(|x| **x > from && **x <= t).copied()
+        };
+        if let Some(kill) = within(&sent) {
+            replaced_to_sent.push(ms(kill.saturating_sub(*at)));
+            sent_to_handled.push(ms(t.saturating_sub(kill)));
+        }
+        if let Some(bind) = within(&binds) {
+            bind_to_seen.push(ms(at.saturating_sub(bind)));
         }
     }
     let events = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -286,6 +329,15 @@ async fn run() {
     println!(
         "follow/signal: file replaced -> SIGUSR1 handled (20 ms quiet time): {}",
         summary(signals)
+    );
+    // Where the time goes: the agent's own part (its bind, the quiet time, the signal) and the
+    // container's (the shell wakes and runs its trap).
+    println!(
+        "follow/signal breakdown: agent replaced the bind -> this process saw the file: {}; \
+         file seen -> agent sent the signal: {}; signal sent -> trap ran in the container: {}",
+        summary(bind_to_seen),
+        summary(replaced_to_sent),
+        summary(sent_to_handled)
     );
     println!(
         "follow/condition: patch answered -> {CONDITION} False in the watch: {}; -> True again: {}",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use nodelet_core::{NodeAllocatable, PodDirs};
 use nodelet_object_manager::{ServiceLister, ServiceListerConfig};
-use nodelet_podworker::follow::{EnvFollow, EnvFollowParts};
+use nodelet_podworker::follow::{AnnotationCheck, EnvFollow, EnvFollowParts};
 use nodelet_podworker::{EnvSources, SyncerParts};
 use nodelet_reporting::{EventConfig, EventPublisher, StatusConfig, StatusWriter};
 use serde_json::Value;
@@ -126,6 +126,7 @@ impl Agent {
         };
         let workers = crate::parts::pod_workers(syncer_config, &config, parts);
         let (ready_tx, ready) = watch::channel(false);
+        let annotations = AnnotationCheck::new(Arc::new(events.clone()), config.follow.clone());
         let state = Arc::new(AgentState {
             config: config.clone(),
             workers,
@@ -146,6 +147,7 @@ impl Agent {
             )?,
             follow,
             env_follow,
+            follow_annotations: annotations,
             processes,
             probes,
             known_pods: parking_lot::RwLock::default(),

@@ -1,6 +1,7 @@
 //! Runs `nodelet_podworker::follow::driver::drive` (reloads, FC-5, FC-6; the condition
 //! `nodelet.io/ConfigCurrent`, FC-20) with the pods as the pod source last saw them; and tells
-//! it of pods seen (their annotations checked) and gone. Only with the process runtime.
+//! it of pods gone. Only with the process runtime. Pods seen have their annotations checked
+//! under either runtime.
 //! (subPath binds move inside the volume's write: `parts::volume_manager` installs the hook.)
 //!
 //! [`run_env`] feeds the environments that follow a change (FC-10 … FC-14, either runtime):
@@ -35,11 +36,9 @@ pub(crate) async fn run(state: Arc<AgentState>, shutdown: CancellationToken) {
     drive(follow, inputs, shutdown.cancelled()).await;
 }
 
-/// The pod source saw `pod` (added or changed): its annotations are checked.
+/// The pod source saw `pod` (added or changed): its annotations are checked (either runtime).
 pub(crate) fn pod_seen(state: &AgentState, pod: &AdmittedPod) {
-    if let Some(follow) = &state.follow {
-        follow.pod_seen(pod);
-    }
+    state.follow_annotations.pod_seen(pod);
 }
 
 /// The pod source saw pod `uid` deleted.
@@ -48,6 +47,7 @@ pub(crate) fn pod_gone(state: &AgentState, uid: &PodUid) {
         follow.forget_pod(uid);
     }
     state.env_follow.forget_pod(uid);
+    state.follow_annotations.forget_pod(uid);
 }
 
 /// Feeds the environments that follow a change (`EnvFollow::run`) until `shutdown`.

@@ -35,6 +35,8 @@ pub(crate) struct AgentState {
     /// Environments that follow a change (FC-10 … FC-14), with either runtime (shared with
     /// the syncer).
     pub(crate) env_follow: nodelet_podworker::follow::EnvFollow,
+    /// The pods' follow annotations, checked under either runtime (bad values as events).
+    pub(crate) follow_annotations: nodelet_podworker::follow::AnnotationCheck,
     /// The prober of the process runtime's containers.
     pub(crate) probes: Option<nodelet_podworker::ProbeManager>,
     /// Which sysctls pods may set (PW-56), checked when a pod is first seen.

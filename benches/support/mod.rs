@@ -73,9 +73,27 @@ pub(crate) fn spawn_agent_with(
     listen: &str,
     extra: &[&str],
 ) -> Agent {
+    let mut command = agent_command(kubeconfig, root, protocol, listen, extra);
+    let child = command
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning nodelet: {e}"));
+    Agent(child)
+}
+
+/// The command [`spawn_agent_with`] runs, for a bench that keeps the agent's log (it goes to
+/// stdout).
+pub(crate) fn agent_command(
+    kubeconfig: &Path,
+    root: &Path,
+    protocol: &str,
+    listen: &str,
+    extra: &[&str],
+) -> Command {
     let bin =
         std::env::var_os("SCALE_AGENT_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").into());
-    let child = Command::new(bin)
+    let mut command = Command::new(bin);
+    command
         .args(["--kubeconfig", kubeconfig.to_str().unwrap_or_default()])
         .args(["--node-name", NODE, "--listen", listen])
         .args(["--root-dir", root.to_str().unwrap_or_default()])
@@ -91,11 +109,8 @@ pub(crate) fn spawn_agent_with(
         .env(
             "RUST_LOG",
             std::env::var("SCALE_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning nodelet: {e}"));
-    Agent(child)
+        );
+    command
 }
 
 /// Whether `cargo bench`'s arguments select the bench `name`: it always passes `--bench`; a

@@ -4,7 +4,8 @@
 //! its restartCount, `lastState` and `Killing` event saying why, never a value; a container
 //! without the annotation, an init container and a change that leaves the environment as it
 //! is restart nothing; a removed key keeps the old container running with a Warning; a burst
-//! of patches gives at most two restarts. Under the env-file runtime the env files follow.
+//! of patches gives at most two restarts. Under the env-file runtime the env files follow, and
+//! a bad annotation is a Warning as under the process runtime.
 //!
 //! The tests print the latencies they see (patch returned → the new process runs with the new
 //! value) for the README's table; they assert values, counts and events, never a duration.
@@ -430,5 +431,45 @@ async fn the_env_file_runtime_keeps_the_env_files_current_for_a_pod_that_asks() 
     .await;
     // Without the annotation: the kubelet's behaviour, the environment it was created with.
     assert_eq!(wait_for_env_var(&kept_dir, "c", "MODE").await, "a");
+    world.stop().await;
+}
+
+// Under the env-file runtime as under the process runtime, a bad follow annotation is a
+// Warning naming it and its value; the pod runs with the default (no following).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_follow_annotation_under_the_env_file_runtime_is_a_warning_event() {
+    let world = World::start().await;
+    let h = world.server.handle();
+    h.create(
+        ConfigMapBuilder::new("default", "cfg")
+            .data("mode", "a")
+            .json(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let bad = h
+        .create(
+            PodBuilder::new("default", "bad")
+                .node(NODE)
+                .annotation("nodelet.io/follow-env", "maybe")
+                .container(json!({"name": "c", "image": "x", "env": [{"name": "MODE",
+                    "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}}]}))
+                .json(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let event = wait_for_event(&world.admin, &bad, "InvalidFollowAnnotation", |e| {
+        event_is(e, "Warning", "InvalidFollowAnnotation")
+    })
+    .await;
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            "Pod default/bad: annotation nodelet.io/follow-env: invalid value \"maybe\": must \
+             be true or false"
+        )
+    );
+    assert_eq!(
+        wait_for_env_var(&world.pod_dir(&bad), "c", "MODE").await,
+        "a"
+    );
     world.stop().await;
 }

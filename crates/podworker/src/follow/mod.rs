@@ -3,8 +3,8 @@
 //! containers that mount it are replaced in place, and the containers that ask for it get a
 //! reload signal or a POST to a local URL; a container whose environment changed is
 //! restarted (under the env-file runtime: its env files replaced). Opt-in per pod ([`options`]: `nodelet.io/` annotations
-//! over the node's [`FollowDefaults`]); a pod that asks nothing is left exactly as the kubelet
-//! leaves it.
+//! over the node's [`FollowDefaults`]; bad values are Warning events, [`AnnotationCheck`], under
+//! either runtime); a pod that asks nothing is left exactly as the kubelet leaves it.
 //!
 //! # subPath binds (FC-3, FC-4)
 //!
@@ -27,13 +27,15 @@
 //! # Reloads (FC-5, FC-6)
 //!
 //! The agent hands each `nodelet_volume_manager::VolumeUpdate` that wrote new content (the
-//! SetUp is complete, subPath binds included) to [`FollowChange::volume_updated`]. Each
+//! SetUp is complete, subPath binds included; whatever caused the remount) to
+//! [`FollowChange::volume_updated`]. Each
 //! container of the pod that mounts the volume and asks for a reload signal or URL records an
 //! update in its burst (`reload.rs`); when the burst ends, the signal goes to the main process
 //! of the instance running then, then the POST; each failure is a Warning event
 //! [`reasons::FAILED_RELOAD`]. A container not running gets nothing (it reads its
 //! configuration when it starts).
 
+mod annotations;
 pub mod driver;
 mod env;
 mod freshness;
@@ -51,6 +53,7 @@ use nodelet_runtime::{LiveError, ProcessRuntime};
 use nodelet_volume_manager::VolumeUpdate;
 use parking_lot::Mutex;
 
+pub use annotations::AnnotationCheck;
 pub use env::{EnvFollow, EnvFollowParts, EnvFreshness, EnvRestart, reasons as env_reasons};
 pub use freshness::{ContainerFreshness, MountFreshness, StaleSource};
 use nodelet_core::events::EventSink;
@@ -67,7 +70,7 @@ pub mod reasons {
     /// A reload signal or URL could not be delivered (Warning).
     pub const FAILED_RELOAD: &str = "FailedReload";
     /// A `nodelet.io/` annotation has a bad value (Warning).
-    pub const INVALID_ANNOTATION: &str = "InvalidFollowAnnotation";
+    pub const INVALID_ANNOTATION: &str = super::annotations::REASON;
 }
 
 /// What follows changes for the process runtime's containers. Cloning shares it.
@@ -83,14 +86,15 @@ struct Inner {
     /// What each replaced bind shows now, by container.
     bound: Mutex<HashMap<ContainerKey, Bound>>,
     bursts: reload::Bursts<ContainerKey>,
-    /// The bad annotations already reported, by pod (each reported once).
-    reported: Mutex<HashMap<PodUid, Vec<AnnotationError>>>,
     /// The versions of each volume's recent data directories (FC-8).
     versions: Mutex<freshness::Versions>,
     /// The versions the object managers hold of what the pods that follow read (FC-20).
     latest: Mutex<freshness::Latest>,
     /// Each written volume's directory, by pod and volume name.
     volume_dirs: Mutex<HashMap<ContainerKey, PathBuf>>,
+    /// When each volume's last `..data` swap was, by pod and volume name, until its update
+    /// comes (a reload's quiet time counts from it).
+    swapped: Mutex<HashMap<ContainerKey, tokio::time::Instant>>,
     /// What the containers' environments read (FC-15).
     env: Option<EnvFollow>,
 }
@@ -129,10 +133,10 @@ impl FollowChange {
                 defaults,
                 bound: Mutex::default(),
                 bursts: reload::Bursts::new(),
-                reported: Mutex::default(),
                 versions: Mutex::default(),
                 latest: Mutex::default(),
                 volume_dirs: Mutex::default(),
+                swapped: Mutex::default(),
                 env,
             }),
         }
@@ -143,47 +147,13 @@ impl FollowChange {
         pod_follow(pod, &self.inner.defaults).0
     }
 
-    /// Checks `pod`'s annotations when the agent sees it: each bad value gets one Warning
-    /// event [`reasons::INVALID_ANNOTATION`] naming the annotation and the value (again only
-    /// once the value changed).
-    pub fn pod_seen(&self, pod: &AdmittedPod) {
-        let (_, errors) = pod_follow(pod, &self.inner.defaults);
-        let mut reported = self.inner.reported.lock();
-        let before = reported.get(pod.uid());
-        let new: Vec<&AnnotationError> = errors
-            .iter()
-            .filter(|e| before.is_none_or(|b| !b.contains(e)))
-            .collect();
-        for e in new {
-            tracing::warn!(
-                pod.namespace = pod.namespace(),
-                pod.name = pod.name(),
-                annotation = %e.annotation,
-                value = %e.value,
-                reason = %e.reason,
-                "invalid nodelet.io annotation"
-            );
-            self.inner.events.event(
-                pod,
-                EventType::Warning,
-                reasons::INVALID_ANNOTATION,
-                format!("Pod {}/{}: {e}", pod.namespace(), pod.name()),
-            );
-        }
-        if errors.is_empty() {
-            reported.remove(pod.uid());
-        } else {
-            reported.insert(pod.uid().clone(), errors);
-        }
-    }
-
     /// Forgets what is kept for pod `uid` (it is gone).
     pub fn forget_pod(&self, uid: &PodUid) {
-        self.inner.reported.lock().remove(uid);
         self.inner.bound.lock().retain(|(u, _), _| u != uid);
         self.inner.versions.lock().forget(uid);
         self.inner.latest.lock().forget(uid);
         self.inner.volume_dirs.lock().retain(|(u, _), _| u != uid);
+        self.inner.swapped.lock().retain(|(u, _), _| u != uid);
         if let Some(env) = &self.inner.env {
             env.forget_pod(uid);
         }
@@ -209,10 +179,10 @@ impl FollowChange {
     /// its new data (module docs). Called between the switch and the removal of the old data;
     /// blocks while the binds are replaced.
     pub fn after_swap(&self, pod: &AdmittedPod, volume: &str, dir: &Path) {
-        self.inner
-            .volume_dirs
-            .lock()
-            .insert((pod.uid().clone(), volume.to_owned()), dir.to_path_buf());
+        let key = (pod.uid().clone(), volume.to_owned());
+        let now = tokio::time::Instant::now();
+        self.inner.swapped.lock().insert(key.clone(), now);
+        self.inner.volume_dirs.lock().insert(key, dir.to_path_buf());
         let settings = self.settings(pod);
         for (container, sub_path) in mounting(pod, volume) {
             let wants = settings.container(&container);
@@ -229,6 +199,7 @@ impl FollowChange {
             return;
         }
         let key = (pod.uid().clone(), update.volume.clone());
+        let swapped = self.inner.swapped.lock().remove(&key);
         let dir = self.inner.volume_dirs.lock().get(&key).cloned();
         if let Some(data_dir) = dir.as_deref().and_then(freshness::current_data_dir) {
             let mut versions = self.inner.versions.lock();
@@ -238,9 +209,11 @@ impl FollowChange {
         if !settings.containers.values().any(ContainerFollow::reloads) {
             return;
         }
+        // The quiet time counts from the swap (the write's end when no swap was seen).
+        let at = swapped.unwrap_or(update.at).min(update.at);
         for (container, _) in mounting(pod, &update.volume) {
             if let Some(wants) = settings.container(&container).filter(|w| w.reloads()) {
-                self.reload(pod, &container, wants, &settings);
+                self.reload(pod, &container, wants, &settings, at);
             }
         }
     }
@@ -434,13 +407,14 @@ impl FollowChange {
         container: &str,
         wants: &ContainerFollow,
         settings: &PodFollow,
+        at: tokio::time::Instant,
     ) {
         let key = (pod.uid().clone(), container.to_owned());
         let this = Arc::downgrade(&self.inner);
         let (pod, container, wants) = (pod.clone(), container.to_owned(), wants.clone());
         self.inner
             .bursts
-            .update(key, settings.debounce, async move {
+            .update(key, at, settings.debounce, async move {
                 if let Some(inner) = this.upgrade() {
                     deliver(&inner, &pod, &container, &wants).await;
                 }

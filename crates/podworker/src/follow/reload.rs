@@ -7,7 +7,8 @@
 //! 1. The first update of a container with no burst open opens one: a task waits.
 //! 2. Each later update restarts the quiet time: the burst ends when `quiet` passed without an
 //!    update, or [`MAX_BURST`] after it opened, whichever comes first (a steady stream still
-//!    gets a reload every [`MAX_BURST`]).
+//!    gets a reload every [`MAX_BURST`]). Times are the updates' own (their `..data` swaps),
+//!    not when they reached the burst: the way from the swap to here is not waited again.
 //! 3. The burst closes (under the lock, so an update that arrives meanwhile opens the next
 //!    one, or is taken into this one if it came before the close) and the delivery runs.
 
@@ -29,10 +30,10 @@ pub const MAX_BURST: Duration = Duration::from_secs(5);
 /// How long a reload URL may take to answer.
 pub const URL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Open bursts by key; a burst's task delivers once it ends.
+/// Open bursts by key; a burst's task delivers once it ends. Each update carries its time.
 #[derive(Debug)]
 pub(crate) struct Bursts<K> {
-    open: Arc<Mutex<HashMap<K, mpsc::UnboundedSender<()>>>>,
+    open: Arc<Mutex<HashMap<K, mpsc::UnboundedSender<Instant>>>>,
 }
 
 impl<K> Clone for Bursts<K> {
@@ -50,15 +51,17 @@ impl<K: Eq + Hash + Clone + Send + 'static> Bursts<K> {
         }
     }
 
-    /// One update for `key`: joins its open burst, or opens one whose end runs `deliver`
-    /// (steps 1 to 3). `quiet` is the quiet time of a burst this opens.
-    pub(crate) fn update<F>(&self, key: K, quiet: Duration, deliver: F)
+    /// One update for `key`, made at `at` (its `..data` swap): joins its open burst, or opens
+    /// one whose end runs `deliver` (steps 1 to 3). `quiet` is the quiet time of a burst this
+    /// opens. Times count from `at`, so the time the update took to get here is not waited
+    /// again; an update already older than `quiet` ends a burst it opens at once.
+    pub(crate) fn update<F>(&self, key: K, at: Instant, quiet: Duration, deliver: F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let mut open = self.open.lock();
         if let Some(tx) = open.get(&key)
-            && tx.send(()).is_ok()
+            && tx.send(at).is_ok()
         {
             return;
         }
@@ -67,13 +70,17 @@ impl<K: Eq + Hash + Clone + Send + 'static> Bursts<K> {
         open.insert(key.clone(), tx);
         let bursts = self.clone();
         tokio::spawn(async move {
-            let opened = Instant::now();
+            let opened = at;
+            let mut last = at;
             loop {
                 // (2)
-                wait_quiet(&mut rx, opened, quiet).await;
+                last = wait_quiet(&mut rx, opened, last, quiet).await;
                 // (3)
                 let mut open = bursts.open.lock();
-                if rx.try_recv().is_ok() && opened.elapsed() < MAX_BURST {
+                if let Ok(t) = rx.try_recv()
+                    && opened.elapsed() < MAX_BURST
+                {
+                    last = last.max(t);
                     continue;
                 }
                 open.remove(&key);
@@ -90,14 +97,20 @@ impl<K: Eq + Hash + Clone + Send + 'static> Bursts<K> {
     }
 }
 
-/// (2) Returns once `quiet` passed without a message on `rx`, or at `opened + MAX_BURST`.
-async fn wait_quiet(rx: &mut mpsc::UnboundedReceiver<()>, opened: Instant, quiet: Duration) {
+/// (2) Returns (the time of the burst's last update) once `quiet` passed since its last
+/// update (`last`, or a later one that came on `rx`), or at `opened + MAX_BURST`.
+async fn wait_quiet(
+    rx: &mut mpsc::UnboundedReceiver<Instant>,
+    opened: Instant,
+    mut last: Instant,
+    quiet: Duration,
+) -> Instant {
     let cap = opened + MAX_BURST;
     loop {
-        let until = (Instant::now() + quiet).min(cap);
+        let until = (last + quiet).min(cap);
         match tokio::time::timeout_at(until, rx.recv()).await {
-            Ok(Some(())) if Instant::now() < cap => {}
-            _ => return,
+            Ok(Some(at)) if Instant::now() < cap => last = last.max(at),
+            _ => return last,
         }
     }
 }
@@ -233,7 +246,7 @@ mod tests {
         let bursts = Bursts::new();
         let (count, deliver) = counter();
         for _ in 0..5 {
-            bursts.update("app", QUIET, deliver());
+            bursts.update("app", Instant::now(), QUIET, deliver());
             tokio::time::sleep(QUIET / 2).await;
         }
         assert_eq!(count.load(Ordering::SeqCst), 0, "the burst is still open");
@@ -247,7 +260,7 @@ mod tests {
         let bursts = Bursts::new();
         let (count, deliver) = counter();
         for i in 1..=3 {
-            bursts.update("app", QUIET, deliver());
+            bursts.update("app", Instant::now(), QUIET, deliver());
             tokio::time::sleep(QUIET * 2).await;
             assert_eq!(count.load(Ordering::SeqCst), i);
         }
@@ -257,7 +270,7 @@ mod tests {
     async fn a_delivery_comes_only_after_the_quiet_time() {
         let bursts = Bursts::new();
         let (count, deliver) = counter();
-        bursts.update("app", QUIET, deliver());
+        bursts.update("app", Instant::now(), QUIET, deliver());
         tokio::time::sleep(QUIET - Duration::from_millis(1)).await;
         assert_eq!(count.load(Ordering::SeqCst), 0);
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -270,7 +283,7 @@ mod tests {
         let (count, deliver) = counter();
         // An update every 50 ms for 12 s, never quiet for 100 ms.
         for _ in 0..240 {
-            bursts.update("app", QUIET, deliver());
+            bursts.update("app", Instant::now(), QUIET, deliver());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tokio::time::sleep(QUIET * 2).await;
@@ -282,11 +295,50 @@ mod tests {
     async fn containers_have_bursts_of_their_own() {
         let bursts = Bursts::new();
         let (count, deliver) = counter();
-        bursts.update("app", QUIET, deliver());
-        bursts.update("side", QUIET, deliver());
-        bursts.update("app", QUIET, deliver());
+        bursts.update("app", Instant::now(), QUIET, deliver());
+        bursts.update("side", Instant::now(), QUIET, deliver());
+        bursts.update("app", Instant::now(), QUIET, deliver());
         tokio::time::sleep(QUIET * 2).await;
         assert_eq!(count.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_quiet_time_counts_from_the_update_not_from_its_arrival() {
+        let bursts = Bursts::new();
+        let (count, deliver) = counter();
+        // Swapped 60 ms ago, told only now: 40 ms of the quiet time are left.
+        bursts.update(
+            "app",
+            Instant::now() - Duration::from_millis(60),
+            QUIET,
+            deliver(),
+        );
+        tokio::time::sleep(Duration::from_millis(39)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        // Older than the quiet time: delivered at once.
+        bursts.update("app", Instant::now() - QUIET * 2, QUIET, deliver());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_told_late_but_made_close_together_are_one_burst() {
+        let bursts = Bursts::new();
+        let (count, deliver) = counter();
+        let first = Instant::now();
+        bursts.update("app", first, QUIET, deliver());
+        // Told 90 ms after the first, made 60 ms after it: one burst, ending 100 ms after the
+        // second was made.
+        tokio::time::sleep(Duration::from_millis(90)).await;
+        let second = first + Duration::from_millis(60);
+        bursts.update("app", second, QUIET, deliver());
+        tokio::time::sleep_until(second + QUIET - Duration::from_millis(1)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert!(!bursts.is_open(&"app"));
     }
 
     /// A one-request server answering `status`; returns its URL and the request it got.

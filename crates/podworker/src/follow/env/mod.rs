@@ -326,7 +326,8 @@ impl EnvFollow {
         let quiet = self.settings(pod).env_debounce;
         let this: Weak<Inner> = Arc::downgrade(&self.inner);
         let (pod, container) = (pod.clone(), container.to_owned());
-        self.inner.bursts.update(key, quiet, async move {
+        let now = tokio::time::Instant::now();
+        self.inner.bursts.update(key, now, quiet, async move {
             if let Some(inner) = this.upgrade() {
                 check(&inner, &pod, &container).await;
             }
