@@ -47,6 +47,7 @@ pub struct Ctx {
     target: Target,
     latencies: Mutex<Vec<Duration>>,
     extra_namespaces: Mutex<Vec<String>>,
+    skipped: Mutex<Option<String>>,
 }
 
 impl Ctx {
@@ -61,6 +62,7 @@ impl Ctx {
             target: target.clone(),
             latencies: Mutex::new(Vec::new()),
             extra_namespaces: Mutex::new(Vec::new()),
+            skipped: Mutex::new(None),
         };
         ctx.create_namespace(&namespace).await?;
         Ok(ctx)
@@ -215,6 +217,18 @@ impl Ctx {
 
     pub(crate) fn latencies(&self) -> Vec<Duration> {
         self.latencies.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Marks the scenario skipped: the cluster lacks what it checks (`reason` says what). The
+    /// scenario then returns `Ok(())`, and its outcome says skipped, not passed.
+    pub fn skip(&self, reason: impl Into<String>) {
+        if let Ok(mut skipped) = self.skipped.lock() {
+            *skipped = Some(reason.into());
+        }
+    }
+
+    pub(crate) fn skipped(&self) -> Option<String> {
+        self.skipped.lock().ok().and_then(|s| s.clone())
     }
 
     // ----- objects -----

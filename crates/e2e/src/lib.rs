@@ -91,6 +91,9 @@ pub struct Outcome {
     pub duration: Duration,
     /// Propagation latencies the scenario measured (update scenarios only).
     pub latencies: Vec<Duration>,
+    /// Why the scenario checked nothing, when the cluster lacks what it needs (e.g. an API the
+    /// cluster does not serve); `result` is then `Ok`. A skip is not a pass.
+    pub skipped: Option<String>,
 }
 
 /// The names of every scenario, in run order.
@@ -98,14 +101,21 @@ pub fn scenario_names() -> Vec<&'static str> {
     scenarios::ALL.iter().map(|s| s.name).collect()
 }
 
+/// The names of the scenarios whose name contains any of `filter` (all when empty), in run
+/// order: what [`run_suite`] runs.
+pub fn scenarios_matching(filter: &[String]) -> Vec<&'static str> {
+    scenarios::ALL
+        .iter()
+        .map(|s| s.name)
+        .filter(|name| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())))
+        .collect()
+}
+
 /// Runs the scenarios whose name contains any of `filter` (all when empty), one after the other.
 pub async fn run_suite(target: &Target, filter: &[String]) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
-    for scenario in scenarios::ALL {
-        if !filter.is_empty() && !filter.iter().any(|f| scenario.name.contains(f.as_str())) {
-            continue;
-        }
-        outcomes.push(run_scenario(target, scenario.name).await);
+    for name in scenarios_matching(filter) {
+        outcomes.push(run_scenario(target, name).await);
     }
     outcomes
 }
@@ -119,6 +129,7 @@ pub async fn run_scenario(target: &Target, name: &str) -> Outcome {
             result: Err(format!("no scenario named {name:?}")),
             duration: Duration::ZERO,
             latencies: Vec::new(),
+            skipped: None,
         };
     };
     if let Err(err) = target.agent.use_runtime(scenario.runtime).await {
@@ -130,19 +141,22 @@ pub async fn run_scenario(target: &Target, name: &str) -> Outcome {
             )),
             duration: started.elapsed(),
             latencies: Vec::new(),
+            skipped: None,
         };
     }
-    let (result, latencies) = match Ctx::new(target, scenario.name).await {
+    let (result, latencies, skipped) = match Ctx::new(target, scenario.name).await {
         Ok(ctx) => {
             let result = (scenario.run)(&ctx).await;
             let latencies = ctx.latencies();
+            let skipped = ctx.skipped();
             let cleanup = ctx.cleanup().await;
-            (result.and(cleanup), latencies)
+            (result.and(cleanup), latencies, skipped)
         }
-        Err(err) => (Err(err), Vec::new()),
+        Err(err) => (Err(err), Vec::new(), None),
     };
     Outcome {
         name: scenario.name,
+        skipped: skipped.filter(|_| result.is_ok()),
         result,
         duration: started.elapsed(),
         latencies,

@@ -103,6 +103,10 @@ pub(crate) struct AgentSpec {
     pub(crate) kubelet_port: Option<u16>,
     /// How it runs containers: `--runtime process` for the scenarios that need processes.
     pub(crate) runtime: nodelet_e2e::AgentRuntime,
+    /// `--client-ca-file`: the cluster's CA, whose client certificates the kubelet API accepts
+    /// (a kubeadm or kind API server's kubelet client certificate is signed by it), so that
+    /// `kubectl logs` and `kubectl exec` reach the agent's containers (`--keep`).
+    pub(crate) client_ca: Option<PathBuf>,
 }
 
 /// The agent's KubeletConfiguration: the gates of the `clusterTrustBundle` source on (the
@@ -120,9 +124,91 @@ pub(crate) fn free_port() -> Result<u16> {
     Ok(listener.local_addr().context("finding a free port")?.port())
 }
 
-/// Starts the agent; it registers its Node (a control plane garbage-collects pods bound to
-/// nodes that do not exist).
+/// How long a started agent may take to list its pods for the first time (`/readyz` 200).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lines of the agent's log an error about its start shows.
+const LOG_TAIL_LINES: usize = 15;
+
+/// Starts the agent and waits until it is ready (its `/readyz`, on a free loopback port, says
+/// the first pod list is synced). It registers its Node (a control plane garbage-collects pods
+/// bound to nodes that do not exist).
+///
+/// # Errors
+/// The agent exited (a port in use, a kubeconfig it cannot use, no root for the process
+/// runtime...) or was not ready within [`READY_TIMEOUT`] (an identity that may not list its
+/// pods...): the error says which, with the last lines of its log.
 pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let mut managed = spawn_agent(spec, listen)?;
+    let started = Instant::now();
+    loop {
+        let exited = match managed.child.as_mut().map(Child::try_wait) {
+            Some(Ok(Some(status))) => Some(status.to_string()),
+            Some(Err(err)) => Some(err.to_string()),
+            _ => None,
+        };
+        if let Some(status) = exited {
+            managed.child = None;
+            bail!(
+                "the agent exited at start ({status}); the last lines of {}:\n{}",
+                spec.log.display(),
+                log_tail(&spec.log)
+            );
+        }
+        let last = match http_get(listen, "/readyz") {
+            Ok((200, _)) => return Ok(managed),
+            Ok((code, body)) => format!("/readyz {code}: {}", body.trim()),
+            Err(err) => format!("/readyz: {err}"),
+        };
+        if started.elapsed() > READY_TIMEOUT {
+            managed.stop();
+            bail!(
+                "the agent was not ready {}s after its start ({last}): it could not list the \
+                 pods of node {} (see its log); the last lines of {}:\n{}",
+                READY_TIMEOUT.as_secs(),
+                spec.node_name,
+                spec.log.display(),
+                log_tail(&spec.log)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The last [`LOG_TAIL_LINES`] lines of the file at `path`, indented.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..]
+        .iter()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A plain HTTP/1.0 GET of `path` on `addr`: the status code and the body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {response:?}")))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// Spawns the agent as `spec` says, with `--listen listen`.
+fn spawn_agent(spec: &AgentSpec, listen: std::net::SocketAddr) -> Result<Managed> {
     // Appended to, so the log of a restarted agent follows its predecessor's.
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -139,6 +225,13 @@ pub(crate) fn start_agent(spec: &AgentSpec) -> Result<Managed> {
         .args(["--node-name", &spec.node_name, "--register-node"])
         .arg("--root-dir")
         .arg(&spec.root_dir)
+        .arg("--listen")
+        .arg(listen.to_string())
+        .args(
+            spec.client_ca
+                .iter()
+                .flat_map(|ca| [std::ffi::OsStr::new("--client-ca-file"), ca.as_os_str()]),
+        )
         .args(
             spec.kubelet_port
                 .map(|port| ["--kubelet-port".to_owned(), port.to_string()])

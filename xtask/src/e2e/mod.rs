@@ -2,16 +2,22 @@
 //! against a kind cluster (default), any cluster (`--kubeconfig`), or the embedded API server
 //! (`--embedded`), with the real agent binary running on the host.
 //!
-//! Flow: node name (`--node-name`, or the node of `--node-kubeconfig`'s `system:node:`
-//! identity; a mismatch is refused before anything starts) → check tools → cluster (create/reuse kind, or the given kubeconfig, or start
-//! `nodelet-apiserver --tls --auth`) → node identity (CSR on kind, `--node-kubeconfig`, a node
-//! token from the embedded server, else admin and the report says so) → build and start the agent → run the scenarios → report → teardown (agent,
-//! its Node unless it existed before, the kind cluster we created; skipped with `--keep`, also run on failure and Ctrl-C).
+//! Flow: scenarios selected (`--filter`; none is refused) → node name (`--node-name`, or the
+//! node of `--node-kubeconfig`'s `system:node:` identity; a mismatch is refused before anything
+//! starts) → check tools → cluster (create/reuse kind, or the given kubeconfig, or start
+//! `nodelet-apiserver --tls --auth`) → the admin identity's rights (every missing one named) →
+//! node identity (CSR on kind, `--node-kubeconfig`, a node token from the embedded server, else
+//! admin and the report says so) → a Node of that name that another agent renews is refused →
+//! build and start the agent, wait for its `/readyz` and its Node (an agent that exits or never
+//! gets ready is reported with its log) → run the scenarios → report → teardown (agent, its Node
+//! unless it existed before, the kind cluster we created; skipped with `--keep`, also run on
+//! failure and Ctrl-C).
 
 mod agent;
 mod kind;
 mod kubectl;
 mod node_identity;
+mod preflight;
 mod report;
 mod tools;
 
@@ -60,6 +66,11 @@ pub(crate) struct Args {
     /// touching its taints. Deleted at teardown.
     #[arg(long)]
     existing_node: bool,
+    /// The agent's `--kubelet-port` (its kubelet API, TLS). Default: 10250, the kubelet's, where
+    /// a cluster reaches a node; with --embedded a free port. Another kubelet (or agent) on this
+    /// host holding the port makes the agent fail at start.
+    #[arg(long, value_name = "PORT")]
+    kubelet_port: Option<u16>,
     /// Leave the cluster and the agent running for inspection.
     #[arg(long)]
     keep: bool,
@@ -173,12 +184,19 @@ fn run(
     teardown: &mut Teardown,
     interrupted: &AtomicBool,
 ) -> Result<bool> {
+    if nodelet_e2e::scenarios_matching(&args.filter).is_empty() {
+        bail!(
+            "no scenario matched --filter {:?} (`cargo xtask e2e --list` names them)",
+            args.filter
+        );
+    }
     let (node_name, node_kubeconfig_user) = node_name(args)?;
     eprintln!("e2e: node name {node_name}");
     let cluster = start_cluster(args, work, teardown, &node_name)?;
     if interrupted.load(Ordering::SeqCst) {
         bail!("interrupted");
     }
+    preflight::check_admin_rights(&cluster.admin, args.existing_node)?;
     let identity = agent_identity(args, work, &cluster, &node_name, node_kubeconfig_user)?;
     let (spec, agent) = start_agent(args, work, teardown, &cluster.admin, &node_name, &identity)?;
     let report = run_scenarios(args, &cluster, &node_name, &spec, agent, identity)?;
@@ -186,9 +204,6 @@ fn run(
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if report.scenarios.is_empty() {
-        bail!("no scenario matched --filter {:?}", args.filter);
     }
     Ok(report.failed() == 0)
 }
@@ -239,6 +254,10 @@ fn start_cluster(
     teardown: &mut Teardown,
     node_name: &str,
 ) -> Result<Cluster> {
+    if args.kubeconfig.is_some() || args.embedded {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        tools::check(&tools::CLUSTER_MODE, &path)?;
+    }
     if args.embedded {
         let target = agent::build_binaries()?;
         let server = agent::start_embedded_apiserver(&target, work, node_name)?;
@@ -344,12 +363,17 @@ fn start_agent(
         root_dir: work.join("root"),
         log: work.join("agent.log"),
         config: work.join("kubelet-config.yaml"),
-        kubelet_port: if args.embedded {
-            Some(agent::free_port()?)
-        } else {
-            None
+        kubelet_port: match args.kubelet_port {
+            Some(port) => Some(port),
+            None if args.embedded => Some(agent::free_port()?),
+            None => None,
         },
         runtime: nodelet_e2e::AgentRuntime::EnvFiles,
+        client_ca: if args.embedded {
+            None
+        } else {
+            cluster_ca_file(admin, work)?
+        },
     };
     // A Node that was there before the run (a real node's, or one left on purpose) is not ours
     // to delete at teardown.
@@ -357,6 +381,9 @@ fn start_agent(
         .run(&["get", "node", node_name, "--ignore-not-found", "-o", "name"])?
         .trim()
         .is_empty();
+    if node_existed {
+        preflight::check_node_not_in_use(admin, node_name)?;
+    }
     if args.existing_node && !node_existed {
         let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": node_name, "labels": {"kubernetes.io/hostname": node_name}}});
@@ -375,6 +402,8 @@ fn start_agent(
     }
     if args.existing_node {
         check_existing_node(admin, node_name)?;
+    } else {
+        wait_for_node(admin, node_name, &spec.log)?;
     }
     eprintln!("e2e: agent started (log {})", spec.log.display());
     Ok((spec, agent))
@@ -416,11 +445,32 @@ fn run_scenarios(
                 name: o.name.to_string(),
                 passed: o.result.is_ok(),
                 error: o.result.err(),
+                skipped: o.skipped,
                 duration_ms: o.duration.as_secs_f64() * 1e3,
                 latency: LatencySummary::of(&o.latencies),
             })
             .collect(),
     })
+}
+
+/// Waits until the agent's Node exists: pods are bound to it, and a control plane
+/// garbage-collects pods bound to a node that does not exist.
+fn wait_for_node(admin: &Kubectl, node: &str, log: &Path) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = admin.run(&["get", "node", node, "--ignore-not-found", "-o", "name"])?;
+        if !found.trim().is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the agent registered no Node {node} in 60 s: its identity may not create it \
+                 (NodeRestriction lets system:node:<name> create only its own Node); see {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// `--existing-node`: waits until the agent has renewed its Lease and posted Ready on the Node
@@ -469,6 +519,30 @@ fn admin_kubeconfig_file(admin: &Kubectl, work: &Path) -> Result<PathBuf> {
     let path = work.join("admin.kubeconfig");
     std::fs::write(&path, flat).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// The CA of the admin context's cluster, written to a file for the agent's
+/// `--client-ca-file`; `None` when the kubeconfig names no CA (a publicly trusted server).
+fn cluster_ca_file(admin: &Kubectl, work: &Path) -> Result<Option<PathBuf>> {
+    let data = admin.run(&[
+        "config",
+        "view",
+        "--raw",
+        "--minify",
+        "--flatten",
+        "-o",
+        "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+    ])?;
+    if data.trim().is_empty() {
+        return Ok(None);
+    }
+    use base64::Engine as _;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .context("decoding the kubeconfig's certificate-authority-data")?;
+    let path = work.join("cluster-ca.crt");
+    std::fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
+    Ok(Some(path))
 }
 
 /// Restarts the agent process for the adoption scenario, and with another runtime for the

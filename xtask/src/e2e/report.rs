@@ -12,6 +12,9 @@ pub(crate) struct ScenarioReport {
     pub(crate) passed: bool,
     /// The failure, when it failed.
     pub(crate) error: Option<String>,
+    /// Why it checked nothing (the cluster lacks what it needs), when it was skipped; `passed`
+    /// is then true, and the table says `skip`.
+    pub(crate) skipped: Option<String>,
     /// Wall time of the scenario, in milliseconds.
     pub(crate) duration_ms: f64,
     /// Propagation latency (API write → file visible) of each update the scenario made.
@@ -65,6 +68,10 @@ impl Report {
         self.scenarios.iter().filter(|s| !s.passed).count()
     }
 
+    fn skipped(&self) -> usize {
+        self.scenarios.iter().filter(|s| s.skipped.is_some()).count()
+    }
+
     /// The human-readable table.
     pub(crate) fn table(&self) -> String {
         let width = self
@@ -100,21 +107,31 @@ impl Report {
                 out,
                 "{:<width$}  {:<6}  {:>7.0}ms  {:>26}",
                 s.name,
-                if s.passed { "pass" } else { "FAIL" },
+                match (s.passed, &s.skipped) {
+                    (false, _) => "FAIL",
+                    (true, Some(_)) => "skip",
+                    (true, None) => "pass",
+                },
                 s.duration_ms,
                 latency
             );
             if let Some(err) = &s.error {
                 let _ = writeln!(out, "{:<width$}    └─ {err}", "");
             }
+            if let Some(reason) = &s.skipped {
+                let _ = writeln!(out, "{:<width$}    └─ skipped: {reason}", "");
+            }
         }
         let _ = write!(
             out,
-            "{} scenarios, {} passed, {} failed",
+            "{} scenarios, {} passed, ",
             self.scenarios.len(),
-            self.scenarios.len() - self.failed(),
-            self.failed()
+            self.scenarios.len() - self.failed() - self.skipped(),
         );
+        if self.skipped() > 0 {
+            let _ = write!(out, "{} skipped, ", self.skipped());
+        }
+        let _ = write!(out, "{} failed", self.failed());
         out
     }
 }
@@ -147,6 +164,7 @@ mod tests {
                     name: "configmap-volume".into(),
                     passed: true,
                     error: None,
+                    skipped: None,
                     duration_ms: 120.0,
                     latency: LatencySummary::of(&[ms(12), ms(14)]),
                 },
@@ -154,6 +172,7 @@ mod tests {
                     name: "secret-env".into(),
                     passed: false,
                     error: Some("file x never appeared".into()),
+                    skipped: None,
                     duration_ms: 3000.0,
                     latency: None,
                 },
@@ -172,5 +191,39 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["scenarios"][1]["passed"], false);
         assert_eq!(json["scenarios"][0]["latency"]["max_ms"], 14.0);
+    }
+
+    #[test]
+    fn a_skipped_scenario_is_counted_apart_from_the_passed_ones_with_its_reason() {
+        let scenario = |name: &str, skipped: Option<&str>| ScenarioReport {
+            name: name.into(),
+            passed: true,
+            error: None,
+            skipped: skipped.map(Into::into),
+            duration_ms: 10.0,
+            latency: None,
+        };
+        let report = Report {
+            mode: "kubeconfig".into(),
+            agent_identity: "system:node:n1".into(),
+            identity_note: None,
+            scenarios: vec![
+                scenario("configmap-volume", None),
+                scenario("cluster-trust-bundle", Some("no ClusterTrustBundle API")),
+            ],
+        };
+        let table = report.table();
+        assert!(table.contains("cluster-trust-bundle  skip"), "{table}");
+        assert!(
+            table.contains("└─ skipped: no ClusterTrustBundle API"),
+            "{table}"
+        );
+        assert!(
+            table.ends_with("2 scenarios, 1 passed, 1 skipped, 0 failed"),
+            "{table}"
+        );
+        assert_eq!(report.failed(), 0);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["scenarios"][1]["skipped"], "no ClusterTrustBundle API");
     }
 }

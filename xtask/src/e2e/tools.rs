@@ -40,6 +40,9 @@ pub(crate) const KUBECTL: Tool = Tool {
 /// Tools the default (kind) mode needs, in the order they are reported.
 pub(crate) const KIND_MODE: [Tool; 3] = [DOCKER, KIND, KUBECTL];
 
+/// Tools `--kubeconfig` and `--embedded` need.
+pub(crate) const CLUSTER_MODE: [Tool; 1] = [KUBECTL];
+
 /// The tools that are missing, with the reason each is needed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Missing {
@@ -47,11 +50,17 @@ pub(crate) struct Missing {
     pub(crate) tools: Vec<Tool>,
     /// Set when `docker` exists but its daemon does not answer: the `docker info` output.
     pub(crate) docker_daemon: Option<String>,
+    /// Whether the kind mode asked (the other modes are the way out then).
+    pub(crate) kind_mode: bool,
 }
 
 impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "cargo xtask e2e (kind mode) cannot run on this machine:")?;
+        if self.kind_mode {
+            writeln!(f, "cargo xtask e2e (kind mode) cannot run on this machine:")?;
+        } else {
+            writeln!(f, "cargo xtask e2e cannot run on this machine:")?;
+        }
         for tool in &self.tools {
             writeln!(
                 f,
@@ -66,11 +75,14 @@ impl fmt::Display for Missing {
                  start the Docker daemon"
             )?;
         }
-        write!(
-            f,
-            "Or use an existing cluster with `--kubeconfig PATH`, or the embedded API server with \
-             `--embedded`."
-        )
+        if self.kind_mode {
+            write!(
+                f,
+                "Or use an existing cluster with `--kubeconfig PATH`, or the embedded API server \
+                 with `--embedded`."
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -96,6 +108,7 @@ pub(crate) fn check(tools: &[Tool], path_var: &OsStr) -> Result<(), Missing> {
     let mut missing = Missing {
         tools: Vec::new(),
         docker_daemon: None,
+        kind_mode: tools.contains(&KIND),
     };
     for tool in tools {
         match find_in_path(tool.name, path_var) {
@@ -198,6 +211,20 @@ mod tests {
             fake_tool(dir.path(), name, "exit 0");
         }
         assert_eq!(check(&KIND_MODE, dir.path().as_os_str()), Ok(()));
+    }
+
+    #[test]
+    fn the_other_modes_name_a_missing_kubectl_without_pointing_to_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = check(&CLUSTER_MODE, dir.path().as_os_str()).unwrap_err();
+        assert_eq!(err.tools, vec![KUBECTL]);
+        let text = err.to_string();
+        assert!(text.starts_with("cargo xtask e2e cannot run"), "{text}");
+        assert!(text.contains("`kubectl` is not on PATH"), "{text}");
+        assert!(text.contains(KUBECTL.install), "{text}");
+        assert!(!text.contains("--embedded"), "{text}");
+        fake_tool(dir.path(), "kubectl", "exit 0");
+        assert_eq!(check(&CLUSTER_MODE, dir.path().as_os_str()), Ok(()));
     }
 
     #[test]

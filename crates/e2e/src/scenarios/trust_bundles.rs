@@ -1,6 +1,6 @@
 //! The `clusterTrustBundle` projected source (PL-17, PL-20): a bundle by name and the
 //! bundles of a signer selected by label are projected into a pod's volume, and a change of
-//! either reaches the files. Skipped (the reason printed) when discovery shows no
+//! either reaches the files. Skipped ([`Ctx::skip`]) when discovery shows no
 //! ClusterTrustBundle API; the agent must run with the `ClusterTrustBundle` and
 //! `ClusterTrustBundleProjection` gates on.
 
@@ -59,9 +59,11 @@ const VERSIONS: [&str; 2] = ["v1beta1", "v1alpha1"];
 /// PL-17 / PL-20 end to end.
 pub(crate) async fn cluster_trust_bundle(ctx: &Ctx) -> Result<(), String> {
     let Some(version) = served_version(ctx).await? else {
-        eprintln!(
-            "cluster-trust-bundle: skipped: the cluster serves no clustertrustbundles in \
-             certificates.k8s.io/v1beta1 or v1alpha1"
+        ctx.skip(
+            "the cluster serves no clustertrustbundles in certificates.k8s.io/v1beta1 or \
+             v1alpha1 (a kube-apiserver serves them with \
+             --runtime-config=certificates.k8s.io/v1beta1/clustertrustbundles=true and \
+             --feature-gates=ClusterTrustBundle=true)",
         );
         return Ok(());
     };
