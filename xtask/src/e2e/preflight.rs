@@ -127,8 +127,8 @@ pub(crate) fn check_admin_rights(admin: &Kubectl, existing_node: bool) -> Result
     if denied.is_empty() {
         return Ok(());
     }
-    let user = super::node_identity::user_of(&admin.kubeconfig)
-        .unwrap_or_else(|_| "its user".to_string());
+    let user =
+        super::node_identity::user_of(&admin.kubeconfig).unwrap_or_else(|_| "its user".to_string());
     bail!(
         "the --kubeconfig identity ({user}, context {}) may not, in every namespace: {}. The \
          suite creates a namespace per scenario and the objects and pods in it, reads events, \

@@ -69,7 +69,10 @@ impl Report {
     }
 
     fn skipped(&self) -> usize {
-        self.scenarios.iter().filter(|s| s.skipped.is_some()).count()
+        self.scenarios
+            .iter()
+            .filter(|s| s.skipped.is_some())
+            .count()
     }
 
     /// The human-readable table.
