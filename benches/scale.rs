@@ -83,9 +83,9 @@ use nodelet_core::{PodDirs, PodUid};
 use support::applied::{self, Writer};
 use support::disk::{Disk, DiskKind};
 use support::{
-    NODE, check, cpu_split, cpu_time, free_port, heap_bytes, list_watch_counts, metric_sum, object,
-    percentile, pod, rss_kib, rss_parts, scrape, spawn_agent, summary, tcp_connections, volume_dir,
-    wait_all,
+    NODE, allocator_name, check, cpu_split, cpu_time, free_port, heap_bytes, list_watch_counts,
+    metric_sum, object, percentile, pod, rss_kib, rss_parts, scrape, spawn_agent, summary,
+    tcp_connections, volume_dir, wait_all,
 };
 
 const PODS: usize = 110;
@@ -417,13 +417,7 @@ async fn run(r: Run, disk: &Disk) {
         rss_parts(pid)
     );
     let metrics = scrape(metrics_port).await;
-    let allocator = metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("nodelet_build_info{allocator=\"")?
-                .split_once('"')
-        })
-        .map_or("unknown", |(name, _)| name);
+    let allocator = allocator_name(&metrics);
     let heap = heap_bytes(&metrics).map_or("live heap not reported".to_owned(), |bytes| {
         format!(
             "live heap {:.1} MiB, {:.1} KiB per watched object",

@@ -35,7 +35,9 @@ use parking_lot::Mutex;
 
 use crate::support::applied::Writer;
 use crate::support::phases::{Phases, written_swapped};
-use crate::support::{cpu_time, heap_bytes, histogram_delta, rss_kib, rss_parts, scrape, summary};
+use crate::support::{
+    allocator_name, cpu_time, heap_bytes, histogram_delta, rss_kib, rss_parts, scrape, summary,
+};
 
 const RATE: u32 = 50;
 const UPDATE_WINDOW: Duration = Duration::from_secs(20);
@@ -47,13 +49,7 @@ const SLOWEST: usize = 8;
 pub(crate) async fn memory(label: &str, pid: u32, metrics_port: u16, settle: Duration) {
     tokio::time::sleep(settle).await;
     let metrics = scrape(metrics_port).await;
-    let allocator = metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("nodelet_build_info{allocator=\"")?
-                .split_once('"')
-        })
-        .map_or("unknown", |(name, _)| name);
+    let allocator = allocator_name(&metrics);
     let heap = heap_bytes(&metrics).map_or("-".to_owned(), |b| format!("{:.1} MiB", b / 1048576.0));
     println!(
         "{label}/rss: {settle:?} after all on disk: {:.1} MiB ({}); live heap {heap} (allocator {allocator})",

@@ -358,6 +358,17 @@ pub(crate) fn heap_bytes(metrics: &str) -> Option<f64> {
         .then(|| metric_sum(metrics, "nodelet_heap_allocated_bytes "))
 }
 
+/// The allocator the agent was built with (`nodelet_build_info{allocator=…}` in `metrics`).
+pub(crate) fn allocator_name(metrics: &str) -> &str {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("nodelet_build_info{allocator=\"")?
+                .split_once('"')
+        })
+        .map_or("unknown", |(name, _)| name)
+}
+
 /// Object `j`: even → ConfigMap `cm-j`, odd → Secret `s-j`; one key `k`.
 pub(crate) fn object(j: usize, value: &str) -> serde_json::Value {
     if j.is_multiple_of(2) {
