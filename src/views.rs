@@ -128,6 +128,9 @@ pub(crate) fn metrics_text(state: &AgentState) -> String {
     m.set_watches("services", usize::from(state.services.is_started()));
     // Both managers share one bucket.
     m.set_first_reads(state.configmaps.first_reads().stats());
+    if let Some(window) = state.configmaps.first_reads().window() {
+        m.set_request_window(window.stats());
+    }
     for (client, limiter) in &state.paced {
         m.set_paced(client, limiter.stats());
     }

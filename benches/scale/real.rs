@@ -238,6 +238,7 @@ async fn with_nodelet(
             l.starts_with("nodelet_first_read")
                 || l.starts_with("nodelet_paced")
                 || l.starts_with("nodelet_api_requests_retried")
+                || l.starts_with("nodelet_request_window")
         })
         .collect();
     println!(

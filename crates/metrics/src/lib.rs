@@ -73,6 +73,7 @@ struct Inner {
     first_read_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
     paced: Family<Labels, Gauge>,
     paced_wait: Family<Labels, GaugeF64>,
+    request_window: Family<Labels, Gauge>,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
@@ -140,7 +141,7 @@ impl Metrics {
             "Seconds first reads waited for their token of the kubeAPIQPS/kubeAPIBurst bucket, summed",
             first_read_wait.clone(),
         );
-        let (paced, paced_wait) = register_paced(&mut registry);
+        let (paced, paced_wait, request_window) = register_paced(&mut registry);
         let watches_open = Family::<Labels, Gauge>::default();
         registry.register(
             "watches_open",
@@ -217,6 +218,7 @@ impl Metrics {
                 first_read_wait,
                 paced,
                 paced_wait,
+                request_window,
                 volumes,
                 volume_errors,
                 pods,
@@ -282,6 +284,23 @@ impl Metrics {
             .paced_wait
             .get_or_create(&vec![("client".to_owned(), client.to_owned())])
             .set(stats.waited.as_secs_f64());
+    }
+
+    /// Set the figures of the node's window of outstanding requests (OM-35).
+    pub fn set_request_window(&self, stats: nodelet_object_manager::WindowStats) {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let count = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        for (figure, value) in [
+            ("limit", count(stats.limit)),
+            ("lowest", count(stats.lowest)),
+            ("samples", n(stats.samples)),
+            ("over_target", n(stats.over_target)),
+        ] {
+            self.inner
+                .request_window
+                .get_or_create(&vec![("figure".to_owned(), figure.to_owned())])
+                .set(value);
+        }
     }
 
     /// Set the number of open watches of `resource`.
@@ -421,7 +440,13 @@ impl Metrics {
 
 /// Registers the paced clients' figures (OM-33): requests that took a token, by client and
 /// whether they waited; their waits summed, by client.
-fn register_paced(registry: &mut Registry) -> (Family<Labels, Gauge>, Family<Labels, GaugeF64>) {
+fn register_paced(
+    registry: &mut Registry,
+) -> (
+    Family<Labels, Gauge>,
+    Family<Labels, GaugeF64>,
+    Family<Labels, Gauge>,
+) {
     let paced = Family::<Labels, Gauge>::default();
     registry.register(
         "paced_requests",
@@ -434,7 +459,13 @@ fn register_paced(registry: &mut Registry) -> (Family<Labels, Gauge>, Family<Lab
         "Seconds the paced requests waited for their token, summed, by client",
         paced_wait.clone(),
     );
-    (paced, paced_wait)
+    let window = Family::<Labels, Gauge>::default();
+    registry.register(
+        "request_window",
+        "The node's window of outstanding requests (first reads, the node's and the events' clients' requests), which narrows while the API server's answers come later than its best (OM-35): places now (limit), the fewest it had (lowest), answers measured (samples) and of those later than the target (over_target)",
+        window.clone(),
+    );
+    (paced, paced_wait, window)
 }
 
 /// Registers what the agent itself counts and is: the dropped events (their series at 0 from

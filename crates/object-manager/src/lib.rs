@@ -160,6 +160,7 @@ pub mod source;
 mod tasks;
 mod ttl;
 mod watch;
+mod window;
 
 #[cfg(test)]
 mod testutil;
@@ -176,6 +177,7 @@ pub use services::{
     ServicePortInfo,
 };
 pub use ttl::TTL_ANNOTATION;
+pub use window::{Place, Window, WindowConfig, WindowStats};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -12,35 +12,35 @@
 //! 3. An established watch and its resumes never take a token: propagation of a change does
 //!    not wait for the bucket.
 //!
-//! 4. With a window ([`ReadLimiter::with_window`], OM-34), at most that many first reads are
-//!    outstanding at once: a read holds its place from the moment it is sent until the server
-//!    answered it in full (a watch-list: until its initial events ended), and a read that
-//!    finds the window full waits for a place, in call order. The bucket bounds how many reads
-//!    a second; the window bounds how many the server works on for this node at any moment, so
-//!    a burst never queues hundreds of them in the server at once.
+//! 4. With a [`Window`] ([`ReadLimiter::with_window`], OM-34, OM-35), a read also holds a
+//!    place in the node's window of outstanding requests from the moment it is sent until the
+//!    server answered it in full (a watch-list: until its initial events ended), and a read
+//!    that finds the window full waits for a place, in call order. The bucket bounds how many
+//!    reads a second; the window how many the server works on for this node at any moment,
+//!    and it narrows while the server's answers slow down (see [`Window`]).
 //!
 //! The bucket is shared: the agent hands one to its ConfigMap and Secret managers, so the
 //! node's first reads together keep to `kubeAPIQPS` / `kubeAPIBurst`, and draws the node's
-//! other non-watch requests from the same bucket through [`ReadLimiter::sharing`] (OM-33),
-//! each user counted on its own.
+//! other non-watch requests from the same bucket and window through [`ReadLimiter::sharing`]
+//! (OM-33), each user counted on its own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::source::{Listed, ObjectSource, ReadFrom, SourceError, WatchStream};
+use crate::window::{Place, Window};
 
 /// A shared token bucket for first reads (see the module docs). Cloning shares the bucket;
 /// [`ReadLimiter::unlimited`] (the default) never waits.
 #[derive(Debug, Clone, Default)]
 pub struct ReadLimiter {
     bucket: Option<Arc<Bucket>>,
-    /// The first reads outstanding at once (4); `None`: no bound.
-    window: Option<(Arc<Semaphore>, usize)>,
+    /// The node's window of outstanding requests (4); `None`: no bound.
+    window: Option<Window>,
     /// What this user of the bucket took ([`ReadLimiter::sharing`] starts a count of its own).
     counts: Arc<Counts>,
 }
@@ -105,28 +105,27 @@ impl ReadLimiter {
         }
     }
 
-    /// This bucket with a window of `in_flight` outstanding first reads (4), OM-34; at least
-    /// one.
+    /// This bucket with `window` (4), OM-34, OM-35: its reads, and those of every
+    /// [`ReadLimiter::sharing`] it, take places there.
     #[must_use]
-    pub fn with_window(mut self, in_flight: usize) -> Self {
-        let size = in_flight.max(1);
-        self.window = Some((Arc::new(Semaphore::new(size)), size));
+    pub fn with_window(mut self, window: Window) -> Self {
+        self.window = Some(window);
         self
     }
 
-    /// The window's size; `None` without one.
-    pub fn window(&self) -> Option<usize> {
-        self.window.as_ref().map(|(_, size)| *size)
+    /// Its window; `None` without one.
+    pub fn window(&self) -> Option<&Window> {
+        self.window.as_ref()
     }
 
-    /// Waits for a place in the window (4), in call order; the place is held until the
-    /// returned permit is dropped. `None` at once without a window.
+    /// Waits for a place in the window (4) for a request of `class`, in call order; the place
+    /// is held until it is answered ([`Place::answered`]) or dropped. `None` at once without a
+    /// window.
     ///
     /// # Cancel safety
     /// Cancel-safe: a waiter dropped holds no place.
-    pub async fn place(&self) -> Option<OwnedSemaphorePermit> {
-        let (window, _) = self.window.as_ref()?;
-        window.clone().acquire_owned().await.ok()
+    pub async fn place(&self, class: &str) -> Option<Place> {
+        Some(self.window.as_ref()?.place(class).await)
     }
 
     /// A limiter that never waits.
@@ -134,12 +133,13 @@ impl ReadLimiter {
         ReadLimiter::default()
     }
 
-    /// Another user of the same bucket: its requests take the same tokens, in the same first
-    /// come, first served order, and are counted in its own [`ReadLimiter::stats`] (OM-33).
+    /// Another user of the same bucket and window: its requests take the same tokens and
+    /// places, in the same first come, first served order, and are counted in its own
+    /// [`ReadLimiter::stats`] (OM-33).
     pub fn sharing(&self) -> Self {
         ReadLimiter {
             bucket: self.bucket.clone(),
-            window: None,
+            window: self.window.clone(),
             counts: Arc::default(),
         }
     }
@@ -186,14 +186,16 @@ impl ReadLimiter {
 pub(crate) struct Limited<K> {
     pub(crate) inner: Arc<dyn ObjectSource<K>>,
     pub(crate) limiter: ReadLimiter,
+    /// The window's classes of its GETs and LISTs (OM-35), e.g. `GET configmaps`.
+    pub(crate) classes: [&'static str; 2],
 }
 
 #[async_trait::async_trait]
 impl<K: Send + Sync + 'static> ObjectSource<K> for Limited<K> {
     async fn get(&self, namespace: &str, name: &str, read: ReadFrom) -> Result<K, SourceError> {
         self.limiter.acquire().await;
-        let _place = self.limiter.place().await;
-        self.inner.get(namespace, name, read).await
+        let place = self.limiter.place(self.classes[0]).await;
+        answered(place, self.inner.get(namespace, name, read).await)
     }
 
     async fn list(
@@ -203,8 +205,8 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Limited<K> {
         read: ReadFrom,
     ) -> Result<Listed<K>, SourceError> {
         self.limiter.acquire().await;
-        let _place = self.limiter.place().await;
-        self.inner.list(namespace, name, read).await
+        let place = self.limiter.place(self.classes[1]).await;
+        answered(place, self.inner.list(namespace, name, read).await)
     }
 
     async fn watch(
@@ -224,6 +226,17 @@ impl<K: Send + Sync + 'static> ObjectSource<K> for Limited<K> {
     ) -> Result<Option<WatchStream<K>>, SourceError> {
         self.inner.watch_list(namespace, name, read).await
     }
+}
+
+/// Gives `place` back, as a sample when `result` is an answer of the server's (an object or
+/// an API error) and not a failure to reach it.
+fn answered<T>(place: Option<Place>, result: Result<T, SourceError>) -> Result<T, SourceError> {
+    if let Some(place) = place
+        && result.as_ref().err().is_none_or(SourceError::is_answer)
+    {
+        place.answered();
+    }
+    result
 }
 
 impl Bucket {
@@ -327,30 +340,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_window_holds_its_places_until_they_are_given_back_in_call_order() {
-        let l = limiter(1000.0, 100).with_window(2);
-        assert_eq!(l.window(), Some(2));
-        let first = l.place().await;
-        let second = l.place().await;
+    async fn a_window_holds_its_places_for_every_user_of_the_bucket_in_call_order() {
+        let window = Window::new(crate::window::WindowConfig {
+            min: 1,
+            max: 2,
+            target: Duration::from_millis(5),
+        });
+        let l = limiter(1000.0, 100).with_window(window);
+        let first = l.place("a").await;
+        let second = l.sharing().place("b").await;
         assert!(first.is_some() && second.is_some());
         let waiter = {
             let l = l.clone();
-            tokio::spawn(async move { l.place().await.is_some() })
+            tokio::spawn(async move { l.place("a").await.is_some() })
         };
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!waiter.is_finished(), "the window is full");
-        drop(first);
+        drop(second);
         assert!(
             waiter.await.unwrap_or(false),
             "a place given back lets the waiter in"
         );
-        assert_eq!(
-            l.sharing().window(),
-            None,
-            "the node's other requests take no place"
-        );
         assert!(
-            limiter(1.0, 1).place().await.is_none(),
+            limiter(1.0, 1).place("a").await.is_none(),
             "no window: no place"
         );
     }

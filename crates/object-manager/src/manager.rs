@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
-use nodelet_core::{AdmittedPod, ObjectRef, PodUid};
+use nodelet_core::{AdmittedPod, ObjectKind, ObjectRef, PodUid};
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::broadcast;
@@ -144,6 +144,10 @@ impl<K: ManagedObject> Manager<K> {
             (Strategy::Get | Strategy::Cache, Some(_)) => Arc::new(Limited {
                 inner: source,
                 limiter: config.first_reads.clone(),
+                classes: match K::KIND {
+                    ObjectKind::ConfigMap => ["GET configmaps", "LIST configmaps"],
+                    ObjectKind::Secret => ["GET secrets", "LIST secrets"],
+                },
             }),
             _ => source,
         };

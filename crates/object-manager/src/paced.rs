@@ -15,8 +15,14 @@
 //!    client: a node that starts many pods still renews its lease on time.
 //! 4. Watches are never paced (client-go does not rate-limit a watch either); a request is a
 //!    watch when its query says `watch=true` or `watch=1`.
+//! 5. The node's client and the events' client also take places in the node's [`Window`]
+//!    with the first reads (OM-35), each request until its answer's headers came, as a sample
+//!    of its class (its verb and resource, e.g. `POST serviceaccounts/token`): while the
+//!    server's answers slow down, the node has fewer requests of every kind outstanding.
 
-use crate::{ReadLimiter, ReadLimits};
+use std::time::Duration;
+
+use crate::{ReadLimiter, ReadLimits, Window, WindowConfig};
 use http::Request;
 use kube::client::Body;
 
@@ -26,18 +32,22 @@ pub const EVENT_LIMITS: ReadLimits = ReadLimits {
     burst: 100,
 };
 
-/// First reads the node has outstanding at once (OM-34): a watch-list holds its place until
-/// its initial events ended. On the project's benchmark (a v1.36 kube-apiserver on the same
-/// two cores, 110 pods × 9 objects) 8 instead of 128 (64 per manager) made the pod POSTs of
-/// the same moments about 13 % faster on average, with every volume on disk no later; 2 was
-/// no better (docs/figures.md).
-pub const FIRST_READS_IN_FLIGHT: usize = 8;
+/// The node's window of outstanding requests (OM-34, OM-35): first reads, the node's and the
+/// events' clients' requests together. At most 8 at once: on the project's benchmark (a v1.36
+/// kube-apiserver on the same two cores, 110 pods × 9 objects) 8 instead of 128 first reads
+/// (64 per manager) made the pod POSTs of the same moments about 13 % faster on average, with
+/// every volume on disk no later; 2 was no better (docs/figures.md). At least 1, and fewer
+/// while the server's answers come later than its best by more than 2 ms.
+pub const WINDOW: WindowConfig = WindowConfig {
+    min: 1,
+    max: 8,
+    target: Duration::from_millis(2),
+};
 
 /// The agent's clients over `client` and their buckets (see the module docs).
 pub struct Clients {
     /// The bucket of `kubeAPIQPS` / `kubeAPIBurst`, for the object managers' first reads
-    /// through the unpaced client (OM-30), with its window of [`FIRST_READS_IN_FLIGHT`]
-    /// outstanding first reads (OM-34).
+    /// through the unpaced client (OM-30), with the node's window ([`WINDOW`], OM-34, OM-35).
     pub first_reads: ReadLimiter,
     /// The node's client, paced by the same bucket (1).
     pub node: kube::Client,
@@ -50,9 +60,10 @@ pub struct Clients {
 /// The [`Clients`] over `client` (unpaced: heartbeats and the kubelet API's upgrades keep it),
 /// the node's bucket of `limits`.
 pub fn clients(client: &kube::Client, limits: ReadLimits) -> Clients {
-    let first_reads = ReadLimiter::new(limits).with_window(FIRST_READS_IN_FLIGHT);
+    let window = Window::new(WINDOW);
+    let first_reads = ReadLimiter::new(limits).with_window(window.clone());
     let node = first_reads.sharing();
-    let events = ReadLimiter::new(EVENT_LIMITS);
+    let events = ReadLimiter::new(EVENT_LIMITS).with_window(window);
     Clients {
         node: paced(client, node.clone()),
         events: paced(client, events.clone()),
@@ -68,13 +79,41 @@ pub fn paced(client: &kube::Client, limiter: ReadLimiter) -> kube::Client {
     let service = tower::service_fn(move |request: Request<Body>| {
         let (inner, limiter) = (inner.clone(), limiter.clone());
         async move {
-            if !is_watch(&request) {
-                limiter.acquire().await;
+            if is_watch(&request) {
+                return inner.send(request).await;
             }
-            inner.send(request).await
+            limiter.acquire().await;
+            let place = limiter.place(&class(&request)).await;
+            let response = inner.send(request).await;
+            if let (Some(place), Ok(_)) = (place, &response) {
+                place.answered();
+            }
+            response
         }
     });
     kube::Client::new(service, client.default_namespace())
+}
+
+/// A request's class in the window (5): its verb and its resource (with its subresource), e.g.
+/// `PATCH pods/status`; the namespace and the object's name left out.
+fn class<B>(request: &Request<B>) -> String {
+    let mut parts = request.uri().path().split('/').filter(|p| !p.is_empty());
+    // `/api/v1/…` or `/apis/<group>/<version>/…`.
+    let skip = match parts.next() {
+        Some("apis") => 2,
+        _ => 1,
+    };
+    let rest: Vec<&str> = parts.skip(skip).collect();
+    let rest = match rest.as_slice() {
+        ["namespaces", _, rest @ ..] if !rest.is_empty() => rest,
+        rest => rest,
+    };
+    let resource = match rest {
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
+        [resource, ..] => (*resource).to_owned(),
+        [] => String::new(),
+    };
+    format!("{} {resource}", request.method())
 }
 
 /// Whether `request` opens a watch (4).
@@ -209,6 +248,70 @@ mod tests {
             err.as_deref(),
             Some("ServiceError: connection refused"),
             "not wrapped twice"
+        );
+    }
+
+    #[test]
+    fn a_request_s_class_is_its_verb_and_resource() {
+        let class_of = |method: &str, path: &str| {
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(())
+                .unwrap_or_else(|e| panic!("{e}"));
+            class(&request)
+        };
+        assert_eq!(
+            class_of("POST", "/api/v1/namespaces/a/serviceaccounts/d/token"),
+            "POST serviceaccounts/token"
+        );
+        assert_eq!(
+            class_of("PATCH", "/api/v1/namespaces/a/pods/p/status"),
+            "PATCH pods/status"
+        );
+        assert_eq!(
+            class_of("POST", "/apis/events.k8s.io/v1/namespaces/a/events"),
+            "POST events"
+        );
+        assert_eq!(class_of("GET", "/api/v1/nodes/n"), "GET nodes");
+        assert_eq!(
+            class_of("GET", "/api/v1/namespaces/a/services"),
+            "GET services"
+        );
+        assert_eq!(class_of("GET", "/api/v1/namespaces"), "GET namespaces");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_node_s_and_the_events_clients_take_places_in_the_node_s_window() {
+        let (inner, _) = recording();
+        let limits = ReadLimits {
+            qps: 1000.0,
+            burst: 100,
+        };
+        let clients = clients(&inner, limits);
+        let window = clients.first_reads.window().cloned();
+        let Some(window) = window else {
+            panic!("the first reads have the node's window")
+        };
+        clients
+            .node
+            .request_text(get("/api/v1/namespaces/a/pods/p"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        clients
+            .events
+            .request_text(get("/api/v1/namespaces/a/events/e"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        clients
+            .node
+            .request_text(get("/api/v1/namespaces/a/pods?watch=true"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            window.stats().samples,
+            2,
+            "each answer a sample; a watch none"
         );
     }
 

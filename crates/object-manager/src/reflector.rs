@@ -394,9 +394,9 @@ pub(crate) struct RunState {
     read: ReadFrom,
     /// This run is its pod's scout until its first read is answered (OM-31).
     scout: Option<Scout>,
-    /// The first read's place in the window of outstanding first reads, held until it was
-    /// answered in full: a watch-list until its initial events ended (OM-34).
-    place: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The first read's place in the node's window, held until it was answered in full: a
+    /// watch-list until its initial events ended (OM-34, OM-35).
+    place: Option<crate::window::Place>,
 }
 
 /// The permits of one request: (a recovery permit, a request in flight).
@@ -481,8 +481,16 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
                     state = self.step(current, &mut run).await;
                     // A first read's place is held only while its watch-list's initial
                     // events are awaited (OM-34): never through a back-off or an open watch.
-                    if !matches!(state, State::WatchListing { .. }) {
-                        run.place = None;
+                    // Answered in full (a watch now open) it is a sample of the server's
+                    // answer time (OM-35); a failure says nothing of it.
+                    match state {
+                        State::WatchListing { .. } => {}
+                        State::Watching { .. } => {
+                            if let Some(place) = run.place.take() {
+                                place.answered();
+                            }
+                        }
+                        _ => run.place = None,
                     }
                 }
             }
@@ -832,7 +840,10 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             run.scout = gate.pass().await;
         }
         self.first_reads.acquire().await;
-        run.place = self.first_reads.place().await;
+        run.place = self
+            .first_reads
+            .place(&format!("first read {}", self.kind))
+            .await;
     }
 
     /// After a first read: anything but a refusal for want of a relationship opens the pod's

@@ -552,7 +552,11 @@ mod tests {
             qps: 1000.0,
             burst: 100,
         })
-        .with_window(2);
+        .with_window(crate::Window::new(crate::WindowConfig {
+            min: 2,
+            max: 2,
+            target: Duration::from_millis(5),
+        }));
         let m = manager_with(
             ManagerConfig::new(Strategy::Watch).with_first_reads(window),
             &fake,

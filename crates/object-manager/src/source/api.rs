@@ -81,6 +81,11 @@ impl SourceError {
         }
     }
 
+    /// The server answered (with an API status), as opposed to not being reached at all.
+    pub fn is_answer(&self) -> bool {
+        matches!(self, SourceError::Status { .. })
+    }
+
     /// `410 Gone`: the requested resourceVersion is too old; the reflector must relist.
     pub fn is_gone(&self) -> bool {
         matches!(self, SourceError::Status { code: 410, .. })
