@@ -65,7 +65,8 @@ pub struct ManagerConfig {
     pub node_name: Option<String>,
     /// Cache: TTL when the node has no (valid) annotation (default 60 s, OM-12).
     pub default_ttl: Duration,
-    /// Watch: how long `get` waits for a reflector's first list (default 1 s, OM-18). Cache:
+    /// Watch: how long `get` waits for a reflector's first list (default 1 s, OM-18), counted
+    /// from when that list was sent, not while it waited in the node's own queue (OM-36). Cache:
     /// how long the first `get` waits for the node's first list (its TTL annotation).
     pub sync_timeout: Duration,
     /// Watch: how often idle reflectors are looked for (default 60 s, OM-19).

@@ -79,6 +79,12 @@ pub(crate) struct CellState<K> {
     /// is announced like a change, so whoever failed retries at once instead of after its
     /// back-off. Without it a first list is not announced (nobody has seen the object yet).
     pub(crate) waited_out: bool,
+    /// The first read waits in the node's own queue (its pod's gate, the first-read bucket,
+    /// the window: OM-31, OM-30, OM-34) and is not sent yet: a `get` does not count this time
+    /// against its `sync_timeout` (OM-36).
+    pub(crate) queued: bool,
+    /// When the first read of the current run was sent (after its queue).
+    pub(crate) sent: Option<tokio::time::Instant>,
 }
 
 /// One object's shared state: written by its reflector, read by `get`.
@@ -94,6 +100,8 @@ impl<K> Cell<K> {
             object: None,
             listed_once: false,
             waited_out: false,
+            queued: false,
+            sent: None,
         });
         Arc::new(Cell { state })
     }
@@ -833,6 +841,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         if listed {
             return;
         }
+        self.set_queued(true);
         if let Some(gate) = &self.gate
             && run.scout.is_none()
             && !gate.is_open()
@@ -844,6 +853,25 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             .first_reads
             .place(&format!("first read {}", self.kind))
             .await;
+        self.set_queued(false);
+    }
+
+    /// Marks the first read queued (OM-36), or sent now; readers waiting for the first list
+    /// see it.
+    fn set_queued(&self, queued: bool) {
+        let Some(cell) = self.cell.upgrade() else {
+            return;
+        };
+        cell.state.send_if_modified(|s| {
+            if s.epoch != self.epoch || s.queued == queued {
+                return false;
+            }
+            s.queued = queued;
+            if !queued {
+                s.sent = Some(Instant::now());
+            }
+            true
+        });
     }
 
     /// After a first read: anything but a refusal for want of a relationship opens the pod's

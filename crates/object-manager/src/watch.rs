@@ -5,7 +5,8 @@
 //! 1. unknown key → `object "ns"/"name" not registered`;
 //! 2. record the access time (even if the call later fails);
 //! 3. a stopped, mutable item restarts its reflector (not after shutdown);
-//! 4. await the first list for up to `sync_timeout` (readiness is awaited on a `watch`
+//! 4. await the first list for up to `sync_timeout` from when it was sent (OM-36: not while
+//!    it waits in the node's own queue; readiness is awaited on a `watch`
 //!    channel, not polled) → `failed to sync <kind> cache: timed out waiting for the condition`;
 //!    the list that completes later is then announced to subscribers like a change, so the
 //!    caller that failed (a volume, a pod's env) retries as soon as the object is there;
@@ -26,7 +27,7 @@ use crate::health::{HealthCell, Recording, WatchHealth};
 use crate::kind::ManagedObject;
 use crate::limiter::ReadLimiter;
 use crate::recovery::{Recovery, RecoveryConfig};
-use crate::reflector::{BackoffConfig, Cell, Reflector, Start, WatchDriver};
+use crate::reflector::{BackoffConfig, Cell, CellState, Reflector, Start, WatchDriver};
 use crate::source::ObjectSource;
 use crate::tasks::Tasks;
 use crate::{Error, ObjectRef, PodUid};
@@ -176,32 +177,29 @@ impl<K: ManagedObject> WatchStore<K> {
             (item.cell.state.subscribe(), Arc::downgrade(&item.cell))
         };
         // (4)
-        let object =
-            match tokio::time::timeout(inner.options.sync_timeout, state.wait_for(|s| s.synced))
-                .await
-            {
-                Err(_elapsed) => {
-                    if let Some(cell) = cell.upgrade() {
-                        cell.state.send_if_modified(|s| {
-                            s.waited_out = !s.synced;
-                            false
-                        });
-                    }
-                    return Err(Error::SyncTimeout {
-                        resource: K::SINGULAR,
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
+        let object = match wait_synced(&mut state, inner.options.sync_timeout).await {
+            Err(_elapsed) => {
+                if let Some(cell) = cell.upgrade() {
+                    cell.state.send_if_modified(|s| {
+                        s.waited_out = !s.synced;
+                        false
                     });
                 }
-                // The item was dropped while we waited: its last reference went away.
-                Ok(Err(_closed)) => {
-                    return Err(Error::NotRegistered {
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                    });
-                }
-                Ok(Ok(s)) => s.object.clone(),
-            };
+                return Err(Error::SyncTimeout {
+                    resource: K::SINGULAR,
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                });
+            }
+            // The item was dropped while we waited: its last reference went away.
+            Ok(Err(_closed)) => {
+                return Err(Error::NotRegistered {
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                });
+            }
+            Ok(Ok(object)) => object,
+        };
         // (5)
         let Some(object) = object else {
             return Err(Error::NotFound {
@@ -357,6 +355,41 @@ async fn idle_loop<K: ManagedObject>(
         }
         let Some(inner) = inner.upgrade() else { return };
         inner.stop_idle();
+    }
+}
+
+/// How long a first read may wait in the node's own queue before a `get` waiting for it gives
+/// up anyway (OM-36): far more than a start's queue takes (990 objects: under 2 s).
+const QUEUED_AT_MOST: Duration = Duration::from_secs(30);
+
+/// Step (4): waits until the cell is synced, at most `timeout` counted from when the first read
+/// was sent: time it spends in the node's own queue does not count (OM-36), up to
+/// [`QUEUED_AT_MOST`].
+async fn wait_synced<K>(
+    state: &mut tokio::sync::watch::Receiver<CellState<K>>,
+    timeout: Duration,
+) -> Result<Result<Option<Arc<K>>, tokio::sync::watch::error::RecvError>, tokio::time::error::Elapsed>
+{
+    let start = Instant::now();
+    loop {
+        let (deadline, queued) = {
+            let s = state.borrow();
+            if s.queued {
+                (start + QUEUED_AT_MOST, true)
+            } else {
+                let from = s.sent.map_or(start, |sent| sent.max(start));
+                (from + timeout, false)
+            }
+        };
+        let waited =
+            tokio::time::timeout_at(deadline, state.wait_for(|s| s.synced || s.queued != queued))
+                .await;
+        match waited {
+            Ok(Ok(s)) if !s.synced => {}
+            Ok(Ok(s)) => return Ok(Ok(s.object.clone())),
+            Ok(Err(closed)) => return Ok(Err(closed)),
+            Err(elapsed) => return Err(elapsed),
+        }
     }
 }
 
@@ -581,6 +614,49 @@ mod tests {
             assert_eq!(read(&m, &format!("s{j}")).await.ok().as_deref(), Some("v"));
         }
         assert_eq!(fake.total(Verb::WatchList), 5, "each sent once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om36_time_a_first_read_waits_in_the_node_s_own_queue_does_not_count_against_the_sync_timeout()
+     {
+        let fake = FakeSource::new();
+        fake.set_watch_list(true);
+        fake.apply("ns", secret("s0", "v", false));
+        fake.apply("ns", secret("s1", "w", false));
+        fake.hold_lists(true);
+        let window = crate::ReadLimiter::new(crate::ReadLimits {
+            qps: 1000.0,
+            burst: 100,
+        })
+        .with_window(crate::Window::new(crate::WindowConfig {
+            min: 1,
+            max: 1,
+            target: Duration::from_millis(5),
+        }));
+        let m = Arc::new(manager_with(
+            ManagerConfig::new(Strategy::Watch).with_first_reads(window),
+            &fake,
+            None,
+        ));
+        for (name, uid, secret) in [("p0", "u0", "s0"), ("p1", "u1", "s1")] {
+            m.register_pod(
+                &nodelet_core::AdmittedPod::new(pod("ns", name, uid, &[secret])).unwrap(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let getter = {
+            let m = m.clone();
+            tokio::spawn(async move { read(&m, "s1").await.map_err(|e| e.to_string()) })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            !getter.is_finished(),
+            "s1's read waits for the one place s0's holds: no time-out yet"
+        );
+        assert_eq!(fake.total(Verb::WatchList), 1, "s1's read is not sent");
+        fake.hold_lists(false);
+        let got = getter.await.ok();
+        assert_eq!(got, Some(Ok("w".to_owned())));
     }
 
     #[tokio::test(start_paused = true)]
