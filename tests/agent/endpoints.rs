@@ -93,9 +93,20 @@ async fn health_metrics_and_pods_endpoints_describe_the_running_agent() {
         "nodelet_api_requests_total{verb=\"watch\"}",
         "nodelet_api_requests_total{verb=\"list\"}",
         "nodelet_propagation_latency_seconds_bucket",
+        "nodelet_request_window{figure=\"limit\"}",
     ] {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
+    // The first read and the node's requests so far were answered: samples of the window
+    // (OM-35).
+    let samples = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nodelet_request_window{figure=\"samples\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(
+        samples.is_some_and(|n| n >= 1.0),
+        "window samples {samples:?} in:\n{text}"
+    );
     assert!(
         text.contains("nodelet_propagation_latency_seconds_count 0"),
         "the first mount is not a propagation:\n{text}"
