@@ -342,7 +342,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_window_holds_its_places_for_every_user_of_the_bucket_in_call_order() {
         let window = Window::new(crate::window::WindowConfig {
-            min: 1,
+            min: 1.0,
             max: 2,
             target: Duration::from_millis(5),
         });

@@ -39,7 +39,7 @@ pub const EVENT_LIMITS: ReadLimits = ReadLimits {
 /// every volume on disk no later; 2 was no better (docs/figures.md). At least 1, and fewer
 /// while the server's answers come later than its best by more than 2 ms.
 pub const WINDOW: WindowConfig = WindowConfig {
-    min: 1,
+    min: 1.0,
     max: 8,
     target: Duration::from_millis(2),
 };

@@ -586,7 +586,7 @@ mod tests {
             burst: 100,
         })
         .with_window(crate::Window::new(crate::WindowConfig {
-            min: 2,
+            min: 2.0,
             max: 2,
             target: Duration::from_millis(5),
         }));
@@ -629,7 +629,7 @@ mod tests {
             burst: 100,
         })
         .with_window(crate::Window::new(crate::WindowConfig {
-            min: 1,
+            min: 1.0,
             max: 1,
             target: Duration::from_millis(5),
         }));

@@ -17,6 +17,9 @@
 //!    proportion to how far over it is; always within `min ..= max`. A server whose answers
 //!    slow down because other clients keep it busy (a burst of pod creations, other nodes
 //!    starting) gets fewer of this node's requests until they speed up again.
+//!    Below one place (a `min` under 1) one request is outstanding at a time, and the next is
+//!    sent only after a pause of `took × (1/limit − 1)` after the last answer: a window of
+//!    ½ sends one request every two answer times.
 //! 4. A place dropped without [`Place::answered`] (a failed or refused request, a cancelled
 //!    one) is given back and says nothing about the server.
 
@@ -29,11 +32,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 /// How a [`Window`] moves (3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowConfig {
-    /// Places at least (≥ 1).
-    pub min: usize,
-    /// Places at most, and at the start (≥ `min`).
+    /// Places at least (> 0; under 1: a pause between requests, see (3)).
+    pub min: f64,
+    /// Places at most, and at the start (≥ 1, ≥ `min`).
     pub max: usize,
     /// The queueing delay the window aims at: under it the window grows, over it it shrinks.
     pub target: Duration,
@@ -76,6 +79,8 @@ struct Control {
     limit: f64,
     /// Permits in existence, held or free: `floor(limit)` once those held over it came back.
     permits: usize,
+    /// Below one place: when the next place may be used (3).
+    resume_at: Option<Instant>,
     bases: HashMap<String, Base>,
     stats: WindowStats,
 }
@@ -98,10 +103,11 @@ pub struct Place {
 impl Window {
     /// A window of `config`, starting at `config.max` places.
     pub fn new(config: WindowConfig) -> Self {
-        let min = config.min.max(1);
+        let max = config.max.max(1);
+        let min = if config.min > 0.0 { config.min } else { 1.0 };
         let config = WindowConfig {
-            min,
-            max: config.max.max(min),
+            min: min.min(count_f64(max)),
+            max,
             target: config.target.max(Duration::from_micros(100)),
         };
         Window {
@@ -111,6 +117,7 @@ impl Window {
                 control: Mutex::new(Control {
                     limit: count_f64(config.max),
                     permits: config.max,
+                    resume_at: None,
                     bases: HashMap::new(),
                     stats: WindowStats {
                         limit: config.max,
@@ -134,12 +141,22 @@ impl Window {
     /// Cancel-safe: a waiter dropped holds no place.
     pub async fn place(&self, class: &str) -> Place {
         let permit = self.shared.places.clone().acquire_owned().await.ok();
-        Place {
+        let mut place = Place {
             permit,
             shared: self.shared.clone(),
             class: class.to_owned(),
             sent: Instant::now(),
+        };
+        // Below one place: the pause after the last answer (3). Dropped meanwhile, the place
+        // is given back.
+        let resume_at = self.shared.control.lock().resume_at;
+        if let Some(at) = resume_at
+            && at > place.sent
+        {
+            tokio::time::sleep_until(at).await;
+            place.sent = Instant::now();
         }
+        place
     }
 
     /// What it did so far.
@@ -189,8 +206,9 @@ impl Shared {
         let target = config.target.as_secs_f64();
         let off_target = (target - delay.as_secs_f64()) / target;
         let limit = control.limit;
-        control.limit =
-            (limit + off_target / limit).clamp(count_f64(config.min), count_f64(config.max));
+        control.limit = (limit + off_target / limit).clamp(config.min, count_f64(config.max));
+        control.resume_at =
+            (control.limit < 1.0).then(|| now + took.mul_f64(1.0 / control.limit - 1.0));
         control.stats.samples += 1;
         if delay > config.target {
             control.stats.over_target += 1;
@@ -252,7 +270,7 @@ fn count_f64(n: usize) -> f64 {
 mod tests {
     use super::*;
 
-    fn window(min: usize, max: usize, target_ms: u64) -> Window {
+    fn window(min: f64, max: usize, target_ms: u64) -> Window {
         Window::new(WindowConfig {
             min,
             max,
@@ -270,7 +288,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn answers_slower_than_the_base_by_more_than_the_target_shrink_the_window_to_its_minimum()
     {
-        let w = window(1, 8, 2);
+        let w = window(1.0, 8, 2);
         request(&w, "watch-list", Duration::from_millis(1)).await;
         assert_eq!(w.stats().limit, 8, "at the base: the window stays full");
         for _ in 0..20 {
@@ -283,7 +301,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn answers_back_at_the_base_grow_the_window_again_by_about_one_place_a_round() {
-        let w = window(1, 8, 2);
+        let w = window(1.0, 8, 2);
         request(&w, "token", Duration::from_millis(1)).await;
         for _ in 0..10 {
             request(&w, "token", Duration::from_millis(20)).await;
@@ -307,7 +325,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn each_class_is_measured_against_its_own_base() {
-        let w = window(1, 8, 2);
+        let w = window(1.0, 8, 2);
         // A patch takes 10 ms at its best, a watch-list 1 ms: neither is slowed.
         for _ in 0..5 {
             request(&w, "patch", Duration::from_millis(10)).await;
@@ -319,7 +337,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_shrunk_window_holds_no_more_places_than_its_limit() {
-        let w = window(1, 4, 2);
+        let w = window(1.0, 4, 2);
         request(&w, "a", Duration::from_millis(1)).await;
         let held: Vec<Place> = futures::future::join_all((0..4).map(|_| w.place("a"))).await;
         // The four come back slow: the window shrinks to one place while they are held.
@@ -342,7 +360,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_place_dropped_unanswered_is_given_back_and_measures_nothing() {
-        let w = window(1, 1, 2);
+        let w = window(1.0, 1, 2);
         let place = w.place("a").await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(place);
@@ -353,7 +371,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waiters_get_their_places_in_call_order_and_a_cancelled_one_holds_none() {
-        let w = window(1, 1, 2);
+        let w = window(1.0, 1, 2);
         let held = w.place("a").await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
@@ -377,8 +395,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn below_one_place_the_next_request_waits_a_pause_after_the_last_answer() {
+        let w = window(0.25, 4, 2);
+        request(&w, "a", Duration::from_millis(1)).await;
+        for _ in 0..20 {
+            request(&w, "a", Duration::from_millis(40)).await;
+        }
+        // The limit is at its minimum, ¼: the last answer (40 ms) is followed by a pause of
+        // 40 × (4 − 1) = 120 ms.
+        let asked = Instant::now();
+        let place = w.place("a").await;
+        assert_eq!(asked.elapsed(), Duration::from_millis(120));
+        drop(place);
+        // Answers at the base grow it back over one place: no pause.
+        for _ in 0..8 {
+            request(&w, "a", Duration::from_millis(1)).await;
+        }
+        let asked = Instant::now();
+        let _place = w.place("a").await;
+        assert_eq!(asked.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_base_forgets_a_minute_old_best() {
-        let w = window(1, 8, 2);
+        let w = window(1.0, 8, 2);
         // A quick answer, then the server is slower for good (larger objects, say).
         request(&w, "a", Duration::from_millis(1)).await;
         tokio::time::sleep(Duration::from_secs(61)).await;
