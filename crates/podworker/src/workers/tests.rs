@@ -412,6 +412,49 @@ async fn a_pod_without_a_usable_uid_gets_no_worker() {
     w.shutdown().await;
 }
 
+/// A syncer whose sync keeps 16 KiB on its future across an await.
+struct LargeSync;
+
+impl PodSyncer for LargeSync {
+    fn pod_desired(&self, _pod: &AdmittedPod) {}
+
+    async fn sync_pod(&self, _pod: &AdmittedPod) -> Result<SyncOutcome, SyncError> {
+        let scratch = [1u8; 16 * 1024];
+        tokio::task::yield_now().await;
+        Ok(if std::hint::black_box(&scratch)[0] == 1 {
+            SyncOutcome::Running
+        } else {
+            SyncOutcome::Terminal
+        })
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        _pod: TerminatingPod<'_>,
+        _grace: Duration,
+    ) -> Result<(), SyncError> {
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, _pod: TerminatingPod<'_>) -> Result<(), SyncError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn an_idle_worker_does_not_keep_room_for_the_syncers_futures() {
+    let worker = run_worker(
+        Weak::<Inner<LargeSync>>::new(),
+        Arc::new(LargeSync),
+        uid("a"),
+        Arc::new(Notify::new()),
+        CancellationToken::new(),
+    );
+    // The worker's task lives as long as its pod: its future holds the sync only boxed.
+    let size = std::mem::size_of_val(&worker);
+    assert!(size < 2048, "a pod worker's future is {size} bytes");
+}
+
 fn with_phase(mut p: Pod, phase: &str) -> Pod {
     p.status = Some(k8s_openapi::api::core::v1::PodStatus {
         phase: Some(phase.into()),
