@@ -34,7 +34,7 @@ pub(crate) async fn watch<K>(
     mut request: http::Request<Vec<u8>>,
 ) -> Result<WatchStream<K>, SourceError>
 where
-    K: Resource + DeserializeOwned + fmt::Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + DeserializeOwned + fmt::Debug + Send + 'static,
 {
     // Watch events are small and frequent: no compression, as kube asks for watches.
     request
@@ -101,7 +101,7 @@ struct Decoder<K> {
 
 impl<K> Decoder<K>
 where
-    K: Resource + DeserializeOwned,
+    K: Resource<DynamicType = ()> + DeserializeOwned,
 {
     async fn next_event(&mut self) -> Option<Result<WatchEvent<K>, SourceError>> {
         loop {
@@ -178,7 +178,9 @@ fn memchr(bytes: &[u8]) -> Option<usize> {
 
 /// One watch event line as the source's event; an `ERROR` event (or a bare `Status`) as a
 /// status error.
-fn decode_line<K: Resource + DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, SourceError> {
+fn decode_line<K: Resource<DynamicType = ()> + DeserializeOwned>(
+    line: &[u8],
+) -> Result<WatchEvent<K>, SourceError> {
     match serde_json::from_slice::<kube::api::WatchEvent<K>>(line) {
         Ok(kube::api::WatchEvent::Added(mut o) | kube::api::WatchEvent::Modified(mut o)) => {
             super::slim::for_node(&mut o);
