@@ -80,12 +80,18 @@ impl ActualState {
     }
 
     /// VM-7 `MarkRemountRequired(pod)`: every volume of the pod whose plugin requires remount.
-    pub(crate) fn mark_pod_remount_required(&mut self, pod_uid: &PodUid) {
-        for v in self.volumes.values_mut() {
-            if &v.pod_uid == pod_uid && v.plugin.requires_remount() {
-                v.remount_required = true;
+    /// Returns the unique names of all the pod's volumes on disk (marked or not).
+    pub(crate) fn mark_pod_remount_required(&mut self, pod_uid: &PodUid) -> Vec<String> {
+        let mut on_disk = Vec::new();
+        for (unique, v) in &mut self.volumes {
+            if &v.pod_uid == pod_uid {
+                if v.plugin.requires_remount() {
+                    v.remount_required = true;
+                }
+                on_disk.push(unique.clone());
             }
         }
+        on_disk
     }
 
     /// VM-7 `GetMountedVolumesForPod`: outer names of the pod's fully mounted volumes, sorted.

@@ -92,11 +92,13 @@ async fn object(rx: &mut Option<broadcast::Receiver<ObjectRef>>) -> Change {
 /// Which volumes a pass looks at.
 #[derive(Debug)]
 pub(crate) enum Scope {
-    /// Every desired and every mounted volume, and the token refresh deadlines: after a pod
-    /// was added, updated or removed, an unmount ended, a deadline passed, the resync.
+    /// Every desired and every mounted volume, and their token refresh deadlines: after a
+    /// pod was removed, an unmount ended, a deadline passed, the resync.
     All,
-    /// Only these unique volume names: the readers of a changed object or source, volumes
-    /// whose SetUp ended with a change to take in or a failure to back off from. A pass
+    /// Only these unique volume names (and their refresh deadlines): the readers of a changed
+    /// object or source, the volumes of a pod added, updated or processed again, volumes whose
+    /// SetUp ended with a change to take in, a failure to back off from or a token to
+    /// refresh. A pass
     /// stays proportional to what changed, not to the node's volumes (at 50 updates per
     /// second on a node of 1,000 volumes, a pass over all of them per update was a quarter of
     /// the agent's CPU).

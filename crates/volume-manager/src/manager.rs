@@ -187,14 +187,14 @@ impl VolumeManager {
     /// ever created outside `<root>/pods/<uid>/`.
     pub fn add_pod(&self, pod: &AdmittedPod) {
         let desired = desired_pod(pod, &self.inner.registry);
-        let fresh = set_desired(
-            &mut self.inner.state.lock(),
-            pod.uid(),
-            desired,
-            Running::Redo,
-        );
+        let fresh = {
+            let mut st = self.inner.state.lock();
+            let (fresh, volumes) = set_desired(&mut st, pod.uid(), desired, Running::Redo);
+            self.inner.pass_over_all(&mut st, volumes);
+            fresh
+        };
         self.report_unsupported(pod, fresh);
-        self.inner.bump();
+        self.inner.observed();
     }
 
     /// The kubelet's `ReprocessPod` (VM-4, VM-11) for a pod already desired: its volumes are
@@ -212,10 +212,12 @@ impl VolumeManager {
                 return false;
             };
             let desired = desired_pod(&pod, &self.inner.registry);
-            (pod, set_desired(&mut st, pod_uid, desired, Running::Keep))
+            let (fresh, volumes) = set_desired(&mut st, pod_uid, desired, Running::Keep);
+            self.inner.pass_over_all(&mut st, volumes);
+            (pod, fresh)
         };
         self.report_unsupported(&pod, fresh);
-        self.inner.bump();
+        self.inner.observed();
         true
     }
 
@@ -404,22 +406,33 @@ impl VolumeManager {
 }
 
 /// VM-4 for one pod, under the lock: the desired state takes `desired` (VM-5: the latest pod
-/// object), the pod's mounted volumes are marked remount-required and running operations of
-/// its volumes are marked to run again. Returns the unsupported volumes not reported yet.
-/// Records `desired` for pod `uid` and marks its mounted volumes remount-required (VM-5: the
-/// kubelet's `MarkRemountRequired` after a pod is processed). With [`Running::Redo`] (a new pod
-/// object), a volume whose SetUp is running and whose content comes from the pod object itself
-/// (downward API) is set up again when it ends; a ConfigMap or Secret being written reads
-/// nothing from the pod object, so a pod update (our own status patch, at a node's cold start)
-/// does not write it twice.
+/// object), the pod's mounted volumes are marked remount-required (the kubelet's
+/// `MarkRemountRequired` after a pod is processed) and running operations of its volumes are
+/// marked to run again. With [`Running::Redo`] (a new pod object), a volume whose SetUp is
+/// running and whose content comes from the pod object itself (downward API) is set up again
+/// when it ends; a ConfigMap or Secret being written reads nothing from the pod object, so a
+/// pod update (our own status patch, at a node's cold start) does not write it twice.
+///
+/// Returns the unsupported volumes not reported yet, and every volume the change may give
+/// work: the pod's desired volumes and its volumes on disk (one the update dropped is torn
+/// down). No other volume is affected, so a pass over these is enough: at a node's cold start
+/// a pass over every volume per pod added or processed was most of the reconciler's time.
 fn set_desired(
     st: &mut State,
     uid: &PodUid,
     desired: DesiredPod,
     running: Running,
-) -> Vec<UnsupportedVolume> {
+) -> (Vec<UnsupportedVolume>, Vec<String>) {
     let fresh = st.dsw.set_pod(desired);
-    st.asw.mark_pod_remount_required(uid);
+    let mut volumes = st.asw.mark_pod_remount_required(uid);
+    volumes.extend(
+        st.dsw
+            .pod(uid)
+            .into_iter()
+            .flat_map(|p| p.volumes.iter())
+            .filter(|v| !st.asw.contains(&v.unique))
+            .map(|v| v.unique.clone()),
+    );
     if running == Running::Redo {
         let readers: Vec<String> = st
             .dsw
@@ -433,7 +446,7 @@ fn set_desired(
             st.ops.mark_dirty(&unique);
         }
     }
-    fresh
+    (fresh, volumes)
 }
 
 /// What [`set_desired`] does to SetUps already running.
@@ -469,6 +482,14 @@ impl Inner {
     pub(crate) fn pass_over(&self, st: &mut State, unique: &str) {
         st.pass_over.push(unique.to_owned());
         self.wake.notify_one();
+    }
+
+    /// [`pass_over`](Self::pass_over) for each of `volumes` (none: no wake-up).
+    pub(crate) fn pass_over_all(&self, st: &mut State, volumes: Vec<String>) {
+        if !volumes.is_empty() {
+            st.pass_over.extend(volumes);
+            self.wake.notify_one();
+        }
     }
 
     /// The scope of the pass a wake-up asked for (see [`bump`](Self::bump) and
@@ -742,6 +763,70 @@ mod tests {
             inner.state.lock().pass_over.is_empty(),
             "covered by the full pass"
         );
+        bed.shutdown.cancel();
+    }
+
+    // A pod added, updated or processed again asks for a pass over its own volumes only: the
+    // ones it wants and the ones it has on disk (an update that drops a volume tears it down
+    // through that pass), never over the other pods' volumes.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_change_asks_for_a_pass_over_that_pods_volumes_only() {
+        let bed = bed(Strategy::Get, None);
+        bed.configmaps.apply("ns", cm("cm", "v1"));
+        let other = PodBuilder::new("ns", "q")
+            .uid("u2")
+            .container(json!({"name": "c", "volumeMounts": [{"name": "o", "mountPath": "/o"}]}))
+            .volume(json!({"name": "o", "configMap": {"name": "cm", "defaultMode": 420}}))
+            .build();
+        let other = admitted(&other);
+        bed.vm.add_pod(&other);
+        bed.vm.wait_for_attach_and_mount(&other).await.unwrap();
+        let inner = &bed.vm.inner;
+        let cfg = "kubernetes.io/configmap/u1-cfg".to_owned();
+
+        // A new pod: its desired volume.
+        let p = admitted(&pod("cm"));
+        bed.vm.add_pod(&p);
+        let scope = inner.requested_scope();
+        assert!(
+            matches!(&scope, Scope::Only(v) if *v == [cfg.clone()]),
+            "{scope:?}"
+        );
+        inner.pass_over_all(&mut inner.state.lock(), vec![cfg.clone()]);
+        bed.vm.wait_for_attach_and_mount(&p).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        // Processed again: its volume on disk, once.
+        assert!(bed.vm.reprocess_pod(p.uid()));
+        let scope = inner.requested_scope();
+        assert!(
+            matches!(&scope, Scope::Only(v) if *v == [cfg.clone()]),
+            "{scope:?}"
+        );
+        inner.pass_over_all(&mut inner.state.lock(), vec![cfg.clone()]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        // An update without the volume: the volume on disk is looked at and torn down; the
+        // other pod's volume stays.
+        let without = PodBuilder::new("ns", "p")
+            .uid("u1")
+            .container(json!({"name": "c"}))
+            .build();
+        bed.vm.add_pod(&admitted(&without));
+        let scope = inner.requested_scope();
+        assert!(
+            matches!(&scope, Scope::Only(v) if *v == [cfg.clone()]),
+            "{scope:?}"
+        );
+        inner.pass_over_all(&mut inner.state.lock(), vec![cfg]);
+        bed.vm.wait_for_unmount(p.uid()).await.unwrap();
+        assert_eq!(bed.vm.mounted_volumes(other.uid()).len(), 1);
+
+        // A pod with no volume at all wakes no pass.
+        let passes = inner.passes.load(Ordering::SeqCst);
+        bed.vm.add_pod(&admitted(&without));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(inner.passes.load(Ordering::SeqCst), passes);
         bed.shutdown.cancel();
     }
 

@@ -64,20 +64,20 @@ impl Inner {
         // (4) The plugin reads the object, builds the payload and writes it atomically.
         let result = job.plugin.set_up(&ctx).instrument(span.clone()).await;
         // (5) Record the result; a change that arrived meanwhile keeps the flag set.
-        // Whether a pass may now have work: a retry or remount to schedule or an unmount a
-        // pass skipped while this operation ran (a pass over this volume only), a token
-        // deadline to wait for (a pass over all, which keeps the deadlines). A plain success
-        // wakes only the waiters: at a node's cold start a pass per finished mount, each over
-        // every volume, was most of the reconciler's time.
-        let mut full_pass = false;
+        // Whether a pass may now have work: a retry or remount to schedule, an unmount a pass
+        // skipped while this operation ran, a token deadline to wait for — each a pass over
+        // this volume only (it finds the volume's deadline, which the reconciler keeps with
+        // the others). A plain success wakes only the waiters: at a node's cold start a pass
+        // per finished mount (or per token volume), each over every volume, was most of the
+        // reconciler's time.
         let (failure, transition) = {
             let mut st = self.state.lock();
             let now = Instant::now();
             let dirty = st.ops.finish(&job.unique, result.is_ok(), now);
             match result {
                 Ok(outcome) => {
-                    full_pass = outcome.refresh_at.is_some();
-                    if !full_pass && (dirty || !st.dsw.contains(&uid, &job.unique)) {
+                    if outcome.refresh_at.is_some() || dirty || !st.dsw.contains(&uid, &job.unique)
+                    {
                         self.pass_over(&mut st, &job.unique);
                     }
                     st.last_errors.remove(&job.unique);
@@ -152,11 +152,7 @@ impl Inner {
             self.events
                 .event(&job.pod, EventType::Warning, reasons::FAILED_MOUNT, message);
         }
-        if full_pass {
-            self.bump();
-        } else {
-            self.observed();
-        }
+        self.observed();
     }
 
     /// PL-14: TearDown, then forget the volume (and what the sources hold for the pod once it

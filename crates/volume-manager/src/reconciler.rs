@@ -84,7 +84,7 @@ impl Reconciler {
 
     /// One pass (VM-8) over the volumes in `scope`: start unmounts, then mounts and remounts.
     /// Returns when the next pass is due without any event (a backoff expiry or a token
-    /// refresh; a pass over some volumes only sees their backoffs).
+    /// refresh; a pass over some volumes only sees their own deadlines).
     fn pass(&self, scope: &Scope) -> Option<Instant> {
         let now = Instant::now();
         self.inner.passes.fetch_add(1, Ordering::Relaxed);
@@ -96,17 +96,23 @@ impl Reconciler {
         {
             let mut guard = self.inner.state.lock();
             let st: &mut State = &mut guard;
-            if let Scope::All = scope {
-                // Token refresh deadlines (PL-10) turn into remounts.
-                for (unique, v) in st.asw.iter_mut() {
-                    match v.refresh_at {
-                        Some(at) if at <= now => {
-                            v.refresh_at = None;
-                            v.remount_required = true;
-                            st.ops.mark_dirty(unique);
+            // Token refresh deadlines (PL-10) turn into remounts; the others are waited for.
+            let mut refresh = |unique: &str, v: &mut crate::asw::MountedVolume| match v.refresh_at {
+                Some(at) if at <= now => {
+                    v.refresh_at = None;
+                    v.remount_required = true;
+                    st.ops.mark_dirty(unique);
+                }
+                Some(at) => soonest(at),
+                None => {}
+            };
+            match scope {
+                Scope::All => st.asw.iter_mut().for_each(|(u, v)| refresh(u, v)),
+                Scope::Only(uniques) => {
+                    for unique in uniques {
+                        if let Some(v) = st.asw.get_mut(unique) {
+                            refresh(unique, v);
                         }
-                        Some(at) => soonest(at),
-                        None => {}
                     }
                 }
             }
