@@ -60,7 +60,7 @@ impl Reconciler {
             // or one whose volumes are mid-SetUp and report their own end) starts no pass.
             scope = tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = self.inner.wake.notified() => Some(self.inner.requested_scope()),
+                () = self.inner.wake.notified() => self.inner.requested_scope(),
                 () = sleep_until(deadline) => Some(Scope::All),
                 // (1) An object manager or a source saw new content; (2) mark its readers.
                 change = self.changes.next() => {
