@@ -43,6 +43,15 @@ impl<'a> Target<'a> {
         })
     }
 
+    /// `path` as a directory just created: nothing in it, nothing listed.
+    pub(crate) fn empty(path: &'a Path, config: &'a WriterConfig) -> Self {
+        Self {
+            path,
+            config,
+            entries: BTreeMap::new(),
+        }
+    }
+
     /// Whether the listing holds `name` as a real directory.
     pub(crate) fn has_dir(&self, name: &str) -> bool {
         self.entries.get(name).is_some_and(fs::FileType::is_dir)

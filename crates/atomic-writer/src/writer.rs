@@ -28,6 +28,9 @@ const CREATE_ATTEMPTS: usize = 16;
 pub struct AtomicWriter {
     target: PathBuf,
     config: WriterConfig,
+    /// The target is known to be empty (see [`AtomicWriter::for_new_dir`]): the next write
+    /// skips its listing.
+    empty: bool,
 }
 
 /// What [`AtomicWriter::write`] did.
@@ -62,7 +65,22 @@ impl AtomicWriter {
         Ok(Self {
             target: target_dir.to_path_buf(),
             config,
+            empty: false,
         })
+    }
+
+    /// A writer for `target_dir`, a directory the caller has just created and that holds
+    /// nothing yet (a new volume). Its first write takes the directory as empty instead of
+    /// listing it, and nothing checks that it exists (the write fails if it does not); later
+    /// writes are those of [`new`](Self::new). For a directory that may hold anything, use
+    /// [`new`](Self::new): a name already there makes the first write fail where it would
+    /// have been refused or replaced.
+    pub fn for_new_dir(target_dir: &Path, config: WriterConfig) -> Self {
+        Self {
+            target: target_dir.to_path_buf(),
+            config,
+            empty: true,
+        }
     }
 
     /// The directory this writer projects into.
@@ -131,9 +149,13 @@ impl AtomicWriter {
         let files = validate_payload(payload)?;
         let visible: BTreeSet<&str> = files.keys().map(|p| top_level(p)).collect();
 
-        // (2) One listing of the target; read `..data`, refuse foreign contents, drop a stale
-        // `..data_tmp`.
-        let target = Target::list(&self.target, &self.config)?;
+        // (2) One listing of the target (none for a new one); read `..data`, refuse foreign
+        // contents, drop a stale `..data_tmp`.
+        let target = if std::mem::take(&mut self.empty) {
+            Target::empty(&self.target, &self.config)
+        } else {
+            Target::list(&self.target, &self.config)?
+        };
         let old = target.current_data_dir()?;
         let linked = target.check_visible_names(&visible)?;
         target.remove_stale_data_tmp()?;

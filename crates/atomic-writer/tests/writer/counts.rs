@@ -61,6 +61,28 @@ fn a_synced_first_write_of_three_keys() {
     );
 }
 
+// A writer for a directory its caller has just created lists nothing on its first write and
+// writes the same layout; its next write lists the directory as any other.
+#[test]
+fn a_first_write_into_a_new_directory_lists_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("volume");
+    std::fs::create_dir(&target).unwrap();
+    let mut writer = AtomicWriter::for_new_dir(&target, WriterConfig::default());
+    assert_eq!(
+        counted(&mut writer, &keys(3, "a")),
+        "inodes 8: creates 3, mkdirs 1, symlinks 4, fsyncs 5, chmods 4, writes 3, opens 2"
+    );
+    let seen = nodelet_atomic_writer::read_visible(&target).unwrap();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen["key1"].0, b"a-000001");
+    let again = counted(&mut writer, &keys(3, "a"));
+    assert_eq!(
+        again, "inodes 0: stats 3, readlinks 4, read_dirs 2, opens 3, reads 3",
+        "the target and the data directory listed"
+    );
+}
+
 #[test]
 fn a_first_write_on_tmpfs_without_fsync() {
     let dir = tempfile::tempdir().unwrap();

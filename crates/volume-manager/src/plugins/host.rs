@@ -294,7 +294,7 @@ impl WriteJob {
         let created = set_up_wrapper(&self.dir, &self.marker, self.tmpfs, self.fs_group)?;
         // (7) From here on a failure tears down a directory this call created (never a live
         // one: see the doc of `project`).
-        let result = self.write(payload);
+        let result = self.write(payload, created);
         if result.is_err()
             && created
             && !self.remount
@@ -305,7 +305,8 @@ impl WriteJob {
         result
     }
 
-    fn write(&self, payload: &Payload) -> Result<WriteOutcome, SetUpError> {
+    /// (6)-(9); `created`: this SetUp created the (empty) volume directory.
+    fn write(&self, payload: &Payload, created: bool) -> Result<WriteOutcome, SetUpError> {
         // (6) Nested mountpoints.
         make_nested_mountpoints(&self.dir, &self.nested).map_err(|cause| {
             SetUpError::NestedMountpoints {
@@ -315,8 +316,13 @@ impl WriteJob {
         // (8) The writer; tmpfs content does not survive a reboot, so no fsync there.
         let mut config = WriterConfig::default().fsync(self.fsync && !self.tmpfs);
         config.on_switch = self.on_switch.clone();
-        let mut writer =
-            AtomicWriter::new(&self.dir, config).map_err(|e| SetUpError::Write(Arc::new(e)))?;
+        // A directory this SetUp created holds nothing yet (no nested mountpoint either): the
+        // writer need not list it.
+        let mut writer = if created && self.nested.is_empty() {
+            AtomicWriter::for_new_dir(&self.dir, config)
+        } else {
+            AtomicWriter::new(&self.dir, config).map_err(|e| SetUpError::Write(Arc::new(e)))?
+        };
         // (9) Write; fsGroup is applied to the whole volume directory when data changes.
         let dir = self.dir.clone();
         let fs_group = self.fs_group;
@@ -357,7 +363,8 @@ fn set_up_wrapper(
         }
         Err(e) => return Err(SetUpError::wrapper(dir, e)),
     };
-    if tmpfs && !is_mountpoint(dir).map_err(|e| SetUpError::wrapper(dir, e))? {
+    // A directory created just now is no mountpoint yet.
+    if tmpfs && (created || !is_mountpoint(dir).map_err(|e| SetUpError::wrapper(dir, e))?) {
         mount_tmpfs(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
     }
     mark_ready(marker, created).map_err(|e| SetUpError::wrapper(dir, e))?;
@@ -531,6 +538,35 @@ mod tests {
         assert_eq!(nodelet_atomic_writer::probe::take().inodes(), 0);
         assert_eq!(inodes_under(tmp.path()), shared + 2 * 7);
         assert_eq!(fs::symlink_metadata(&ready).unwrap().ctime_nsec(), before);
+    }
+
+    // A volume directory this SetUp created is written without a listing of it; one that
+    // existed (a remount) or holds nested mountpoints is listed first, and a nested
+    // mountpoint that takes a payload's name is refused as before.
+    #[test]
+    fn only_a_volume_directory_created_empty_is_written_without_a_listing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let payload: Payload = [("app.conf", FileProjection::new("port = 80\n", 0o644))]
+            .into_iter()
+            .collect();
+        let listings = |job: WriteJob| {
+            nodelet_atomic_writer::probe::take();
+            let outcome = job.run(&payload);
+            (outcome, nodelet_atomic_writer::probe::take().read_dirs)
+        };
+        let (outcome, lists) = listings(job(tmp.path(), "new", false));
+        assert_eq!((outcome.unwrap(), lists), (WriteOutcome::Written, 0));
+        let (outcome, lists) = listings(job(tmp.path(), "new", true));
+        assert_eq!((outcome.unwrap(), lists), (WriteOutcome::Unchanged, 2));
+
+        let mut nested = job(tmp.path(), "nested", false);
+        nested.nested = vec!["sub".into()];
+        let (outcome, lists) = listings(nested);
+        assert_eq!((outcome.unwrap(), lists), (WriteOutcome::Written, 1));
+        let mut taken = job(tmp.path(), "taken", false);
+        taken.nested = vec!["app.conf".into()];
+        let err = taken.run(&payload).unwrap_err().to_string();
+        assert!(err.contains("app.conf"), "{err}");
     }
 
     #[test]
