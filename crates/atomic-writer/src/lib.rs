@@ -104,7 +104,9 @@
 //! * **One listing of the target instead of probing each name.** Steps 2, 10, 11 and 12 work
 //!   from it (a visible name costs one `readlink`, not two `lstat`s and a `readlink`). Only
 //!   this writer changes the directory (one writer per directory), so the listing stays true
-//!   for the whole write; names it creates itself it knows.
+//!   for the whole write; names it creates itself it knows. A writer made with
+//!   [`AtomicWriter::for_new_dir`] for a directory its caller just created skips even that
+//!   listing (and the `stat` of [`AtomicWriter::new`]) on its first write.
 //! * **A first write creates `..data` directly** and `fsync`s the target once, after the
 //!   visible names. The files and directories are durable before `..data` exists, so
 //!   `..data` never names torn files; if a power loss keeps `..data` but not the new

@@ -83,8 +83,11 @@
 //! (VM-9). The loop sleeps until something changes: a pod is added, updated or removed, an
 //! object changes, an operation ends, a backoff or token deadline passes, or the resync is due.
 //! With nothing to do it does nothing — no 100 ms polling. A changed object or source starts
-//! a pass over its readers' volumes only, so the cost of an update does not grow with the
-//! node's other volumes; everything else starts a pass over all of them.
+//! a pass over its readers' volumes only, a pod added, updated or processed again a pass over
+//! that pod's volumes, an operation ending with work left a pass over its volume (each pass
+//! keeps the token and backoff deadlines of the volumes it looks at), so the cost of these does
+//! not grow with the node's other volumes; a pod removed, an unmount ended, a deadline and the
+//! resync start a pass over all of them.
 //!
 //! # The update path, step by step
 //!
