@@ -1,7 +1,7 @@
 //! [`VolumeManager`]: the public face: desired pods in, mounted volumes out, waits and a
 //! snapshot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,6 +57,11 @@ pub(crate) struct Inner {
     pub(crate) full_pass: AtomicBool,
     /// Bumped on every change of the actual state or pod errors; waits watch it.
     pub(crate) changed: watch::Sender<u64>,
+    /// The pods a [`VolumeManager::wait_for_attach_and_mount`] waits for, each woken by the
+    /// changes of its own volumes (and by every change [`bump`](Inner::bump) announces): at
+    /// a node's cold start, a wake-up of every waiting pod per finished SetUp was a pod count
+    /// times the SetUps of task wake-ups. Never locked while `state` is.
+    pub(crate) pod_waiters: Mutex<HashMap<PodUid, Arc<Notify>>>,
     pub(crate) tasks: TaskTracker,
     /// The agent has fed its initial pods: reconstructed volumes of other pods may go.
     pub(crate) sources_ready: AtomicBool,
@@ -149,6 +154,7 @@ impl VolumeManager {
             state: Mutex::new(state),
             wake: Notify::new(),
             changed: watch::channel(0).0,
+            pod_waiters: Mutex::default(),
             tasks: TaskTracker::new(),
             sources_ready: AtomicBool::new(false),
             passes: AtomicU64::new(0),
@@ -194,7 +200,7 @@ impl VolumeManager {
             fresh
         };
         self.report_unsupported(pod, fresh);
-        self.inner.observed();
+        self.inner.observed_pod(pod.uid());
     }
 
     /// The kubelet's `ReprocessPod` (VM-4, VM-11) for a pod already desired: its volumes are
@@ -217,7 +223,7 @@ impl VolumeManager {
             (pod, fresh)
         };
         self.report_unsupported(&pod, fresh);
-        self.inner.observed();
+        self.inner.observed_pod(pod_uid);
         true
     }
 
@@ -293,7 +299,7 @@ impl VolumeManager {
         if expected.is_empty() {
             return Ok(());
         }
-        let mut rx = self.inner.changed.subscribe();
+        let waiter = PodWaiter::register(&self.inner, uid);
         if !self.reprocess_pod(uid) {
             return Err(Error::PodNotDesired {
                 pod: pod.to_string(),
@@ -306,7 +312,10 @@ impl VolumeManager {
         // start, a node's waiters times its SetUps).
         let mut first_unmounted = 0;
         let cause = loop {
-            rx.borrow_and_update();
+            // Registered before the look, so a change right after it is not missed.
+            let woken = waiter.notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
             {
                 let mut st = self.inner.state.lock();
                 let errors = st.dsw.pop_pod_errors(uid);
@@ -324,10 +333,11 @@ impl VolumeManager {
                 }
             }
             tokio::select! {
-                r = rx.changed() => if r.is_err() { break WaitCause::ShutDown },
+                () = woken => {}
                 () = tokio::time::sleep_until(deadline) => break WaitCause::Timeout,
             }
         };
+        drop(waiter);
         let st = self.inner.state.lock();
         let mut unmounted: Vec<String> = expected
             .iter()
@@ -478,11 +488,15 @@ fn reads_pod_object(volume: &nodelet_core::PodVolume) -> bool {
 }
 
 impl Inner {
-    /// Something changed: wake the reconciler for a pass over every volume, and the waiters.
+    /// Something changed: wake the reconciler for a pass over every volume, and the waiters
+    /// (of every pod).
     pub(crate) fn bump(&self) {
         self.full_pass.store(true, Ordering::SeqCst);
         self.wake.notify_one();
         self.observed();
+        for waiter in self.pod_waiters.lock().values() {
+            waiter.notify_waiters();
+        }
     }
 
     /// Volume `unique`'s operation ended with work left for it alone: wake the reconciler for
@@ -520,6 +534,46 @@ impl Inner {
     /// Something changed that leaves the reconciler nothing new to do: wake only the waiters.
     pub(crate) fn observed(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// [`observed`](Self::observed), for a change of pod `uid`'s volumes or errors only: wakes
+    /// the subscribers and that pod's waiters.
+    pub(crate) fn observed_pod(&self, uid: &PodUid) {
+        self.observed();
+        if let Some(waiter) = self.pod_waiters.lock().get(uid) {
+            waiter.notify_waiters();
+        }
+    }
+}
+
+/// One [`VolumeManager::wait_for_attach_and_mount`]'s place in [`Inner::pod_waiters`]; the
+/// pod's entry goes with its last waiter.
+struct PodWaiter<'a> {
+    inner: &'a Inner,
+    uid: &'a PodUid,
+    notify: Arc<Notify>,
+}
+
+impl<'a> PodWaiter<'a> {
+    fn register(inner: &'a Inner, uid: &'a PodUid) -> Self {
+        let notify = inner
+            .pod_waiters
+            .lock()
+            .entry(uid.clone())
+            .or_default()
+            .clone();
+        Self { inner, uid, notify }
+    }
+}
+
+impl Drop for PodWaiter<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self.inner.pod_waiters.lock();
+        // The map's reference and this one: no other waiter of the pod.
+        if Arc::strong_count(&self.notify) == 2 {
+            waiters.remove(self.uid);
+            nodelet_core::capacity::shrink_when_sparse(&mut *waiters);
+        }
     }
 }
 

@@ -152,7 +152,7 @@ impl Inner {
             self.events
                 .event(&job.pod, EventType::Warning, reasons::FAILED_MOUNT, message);
         }
-        self.observed();
+        self.observed_pod(&job.pod_uid);
     }
 
     /// PL-14: TearDown, then forget the volume (and what the sources hold for the pod once it
