@@ -900,6 +900,34 @@ mod tests {
         bed.shutdown.cancel();
     }
 
+    // A mount wait is woken by its own pod's SetUps: two waits of one pod both end when the
+    // pod's object appears, and the pod's place among the waiters goes with the last one.
+    #[tokio::test(start_paused = true)]
+    async fn mount_waits_are_woken_by_their_pod_and_leave_no_entry_behind() {
+        let bed = bed(Strategy::Watch, None);
+        let p = admitted(&pod("late"));
+        bed.vm.inner.configmaps.register_pod(&p);
+        bed.vm.add_pod(&p);
+        let waits = futures::future::join(
+            bed.vm.wait_for_attach_and_mount(&p),
+            bed.vm.wait_for_attach_and_mount(&p),
+        );
+        let appear = async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(
+                bed.vm.inner.pod_waiters.lock().len(),
+                1,
+                "one entry per pod"
+            );
+            bed.configmaps.apply("ns", cm("late", "v1"));
+        };
+        let ((a, b), ()) = futures::future::join(waits, appear).await;
+        a.unwrap();
+        b.unwrap();
+        assert!(bed.vm.inner.pod_waiters.lock().is_empty());
+        bed.shutdown.cancel();
+    }
+
     // The reconciler sleeps when nothing changes: no pass without an event (resync off).
     #[tokio::test(start_paused = true)]
     async fn an_idle_manager_does_not_reconcile_until_something_changes() {
