@@ -71,9 +71,7 @@ struct Inner {
     service_watch_lists: Gauge,
     first_reads: Family<Labels, Gauge>,
     first_read_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
-    paced: Family<Labels, Gauge>,
-    paced_wait: Family<Labels, GaugeF64>,
-    request_window: Family<Labels, Gauge>,
+    paced: PacedMetrics,
     volumes: Family<Labels, Gauge>,
     volume_errors: Family<Labels, Gauge>,
     pods: Family<Labels, Gauge>,
@@ -141,7 +139,7 @@ impl Metrics {
             "Seconds first reads waited for their token of the kubeAPIQPS/kubeAPIBurst bucket, summed",
             first_read_wait.clone(),
         );
-        let (paced, paced_wait, request_window) = register_paced(&mut registry);
+        let paced = register_paced(&mut registry);
         let watches_open = Family::<Labels, Gauge>::default();
         registry.register(
             "watches_open",
@@ -217,8 +215,6 @@ impl Metrics {
                 first_reads,
                 first_read_wait,
                 paced,
-                paced_wait,
-                request_window,
                 volumes,
                 volume_errors,
                 pods,
@@ -274,14 +270,17 @@ impl Metrics {
         };
         self.inner
             .paced
+            .requests
             .get_or_create(&labels("false"))
             .set(n(stats.reads.saturating_sub(stats.delayed)));
         self.inner
             .paced
+            .requests
             .get_or_create(&labels("true"))
             .set(n(stats.delayed));
         self.inner
-            .paced_wait
+            .paced
+            .wait
             .get_or_create(&vec![("client".to_owned(), client.to_owned())])
             .set(stats.waited.as_secs_f64());
     }
@@ -297,7 +296,8 @@ impl Metrics {
             ("over_target", n(stats.over_target)),
         ] {
             self.inner
-                .request_window
+                .paced
+                .window
                 .get_or_create(&vec![("figure".to_owned(), figure.to_owned())])
                 .set(value);
         }
@@ -440,13 +440,14 @@ impl Metrics {
 
 /// Registers the paced clients' figures (OM-33): requests that took a token, by client and
 /// whether they waited; their waits summed, by client.
-fn register_paced(
-    registry: &mut Registry,
-) -> (
-    Family<Labels, Gauge>,
-    Family<Labels, GaugeF64>,
-    Family<Labels, Gauge>,
-) {
+/// The paced clients' figures (OM-33) and the node's request window (OM-35).
+struct PacedMetrics {
+    requests: Family<Labels, Gauge>,
+    wait: Family<Labels, GaugeF64>,
+    window: Family<Labels, Gauge>,
+}
+
+fn register_paced(registry: &mut Registry) -> PacedMetrics {
     let paced = Family::<Labels, Gauge>::default();
     registry.register(
         "paced_requests",
@@ -465,7 +466,11 @@ fn register_paced(
         "The node's window of outstanding requests (first reads, the node's and the events' clients' requests), which narrows while the API server's answers come later than its best (OM-35): places now (limit), the fewest it had (lowest), answers measured (samples) and of those later than the target (over_target)",
         window.clone(),
     );
-    (paced, paced_wait, window)
+    PacedMetrics {
+        requests: paced,
+        wait: paced_wait,
+        window,
+    }
 }
 
 /// Registers what the agent itself counts and is: the dropped events (their series at 0 from
