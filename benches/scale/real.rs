@@ -18,6 +18,12 @@
 //!    (`scale/steady.rs`).
 //!    The agent is stopped and the pods deleted.
 //!
+//! With `SCALE_SERVER_PROFILE=DIR`, kube-apiserver's CPU profile is saved in `DIR` for each
+//! window: `round-N-no-agent.pprof` (1 s from the first POST) and `round-N-nodelet.pprof`
+//! (`SCALE_SERVER_PROFILE_SECS`, default 2 s, from the first POST: the POSTs and the start);
+//! `go tool pprof -top -cum FILE` names the server's functions (`docs/figures.md`, "Where the
+//! server's CPU goes").
+//!
 //! The objects (990, in `default`) are created once, before the first round; a state directory
 //! kept with `REALK8S_STATE` keeps them for the next bench.
 
@@ -128,6 +134,41 @@ impl Window {
     }
 }
 
+/// Where `SCALE_SERVER_PROFILE` asks for the server's CPU profiles (see the module docs).
+fn profile_dir() -> Option<PathBuf> {
+    std::env::var_os("SCALE_SERVER_PROFILE").map(PathBuf::from)
+}
+
+/// Starts `seconds` of kube-apiserver's CPU profile now, saved as `DIR/<name>.pprof` when it
+/// ends (`None` without `SCALE_SERVER_PROFILE`); join the handle to have the file written.
+fn start_profile(
+    client: &kube::Client,
+    name: &str,
+    seconds: u64,
+) -> Option<tokio::task::JoinHandle<PathBuf>> {
+    let dir = profile_dir()?;
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let file = dir.join(format!("{name}.pprof"));
+    let client = client.clone();
+    let fut = async move {
+        let bytes = RealK8s::cpu_profile(client, seconds).await;
+        std::fs::write(&file, bytes).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        file
+    };
+    Some(tokio::spawn(fut))
+}
+
+/// Prints where a profile started with [`start_profile`] was saved.
+async fn report_profile(label: &str, handle: Option<tokio::task::JoinHandle<PathBuf>>) {
+    if let Some(h) = handle {
+        let file = h.await.unwrap_or_else(|e| panic!("server profile: {e}"));
+        println!(
+            "{label}: kube-apiserver CPU profile in {} (`go tool pprof -top -cum` reads it)",
+            file.display()
+        );
+    }
+}
+
 /// POSTs the pods one after the other: each pod's UID and objects, each POST's time, and the
 /// time from the first sent to the last answered.
 async fn post_pods(writer: &Writer) -> (Vec<(PodUid, Vec<usize>)>, Vec<Duration>, Duration) {
@@ -153,6 +194,7 @@ async fn post_pods(writer: &Writer) -> (Vec<(PodUid, Vec<usize>)>, Vec<Duration>
 async fn no_agent(k8s: &RealK8s, writer: &Writer, label: &str, round: usize, load: &str) {
     let client = writer.client();
     let window = Window::open(k8s, client).await;
+    let profile = start_profile(client, &format!("round-{round}-no-agent"), 1);
     let (_, each, posts) = post_pods(writer).await;
     let (cpu, counts) = window.close(k8s, client, posts).await;
     println!(
@@ -163,6 +205,11 @@ async fn no_agent(k8s: &RealK8s, writer: &Writer, label: &str, round: usize, loa
         "scale/{label}/round-{round}/no-agent-requests: {}",
         counts.since(&window.counts)
     );
+    report_profile(
+        &format!("scale/{label}/round-{round}/no-agent-profile"),
+        profile,
+    )
+    .await;
 }
 
 async fn with_nodelet(
@@ -197,6 +244,11 @@ async fn with_nodelet(
     tokio::time::sleep(Duration::from_secs(3)).await;
     let window = Window::open(k8s, client).await;
     let agent_cpu0 = cpu_time(pid);
+    let seconds = std::env::var("SCALE_SERVER_PROFILE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let profile = start_profile(client, &format!("round-{round}-nodelet"), seconds);
     let started = Instant::now();
     let (pods, each, posts) = post_pods(writer).await;
     let agent_cpu_posts = cpu_time(pid) - agent_cpu0;
@@ -231,6 +283,11 @@ async fn with_nodelet(
         "scale/{label}/round-{round}/nodelet-requests: until all on disk: {}",
         counts.since(&window.counts)
     );
+    report_profile(
+        &format!("scale/{label}/round-{round}/nodelet-profile"),
+        profile,
+    )
+    .await;
     let metrics = scrape(metrics_port).await;
     let phases: Vec<&str> = metrics
         .lines()

@@ -150,6 +150,25 @@ impl RealK8s {
             .unwrap_or_else(|e| panic!("GET /metrics: {e}"));
         parse_counts(&text)
     }
+
+    /// `seconds` of kube-apiserver's CPU profile from now (`/debug/pprof/profile`, on by
+    /// default: `--profiling`), as the server sends it (gzipped `profile.proto`, the functions
+    /// named: `go tool pprof -top FILE` reads it without the server's binary).
+    pub(crate) async fn cpu_profile(client: kube::Client, seconds: u64) -> Vec<u8> {
+        use futures::AsyncReadExt as _;
+        let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+            .body(Vec::new())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut body = client
+            .request_stream(request)
+            .await
+            .unwrap_or_else(|e| panic!("GET /debug/pprof/profile: {e}"));
+        let mut bytes = Vec::new();
+        body.read_to_end(&mut bytes)
+            .await
+            .unwrap_or_else(|e| panic!("GET /debug/pprof/profile: {e}"));
+        bytes
+    }
 }
 
 impl Drop for RealK8s {
