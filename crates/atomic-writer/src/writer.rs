@@ -83,6 +83,18 @@ impl AtomicWriter {
         }
     }
 
+    /// A writer for `target_dir`, a directory its caller has just seen exist (a volume
+    /// directory it has just checked): [`new`](Self::new) without its `stat`. Should the
+    /// directory be gone after all, the first write fails listing it
+    /// ([`Error::ListTarget`]) instead of [`Error::TargetMissing`] here.
+    pub fn for_existing_dir(target_dir: &Path, config: WriterConfig) -> Self {
+        Self {
+            target: target_dir.to_path_buf(),
+            config,
+            empty: false,
+        }
+    }
+
     /// The directory this writer projects into.
     pub fn target_dir(&self) -> &Path {
         &self.target
@@ -191,8 +203,9 @@ impl AtomicWriter {
 
         // (5)-(9) Write a new data directory and switch `..data` to it. From then on a failure
         // leaves the complete new data in place.
+        let first_write = old.is_none();
         let current = if changed {
-            self.swap_in(&files, set_perms, old.is_none())?
+            self.swap_in(&files, set_perms, first_write)?
         } else {
             tracing::debug!("payload unchanged");
             old.unwrap_or_default()
@@ -216,8 +229,13 @@ impl AtomicWriter {
             target.remove_visible_links(stale)?;
             touched = true;
         }
-        // The switch and the names are made durable before anything old is removed.
-        if touched {
+        // The switch and the names are made durable before anything old is removed. A first
+        // write has nothing old to protect: a power loss before its entries reach the disk
+        // leaves the volume as empty as before, or `..data` without some of the new names (the
+        // state a crash between steps 9 and 10 leaves), and the next write of the volume (an
+        // update's `fsync` of the target before its rename, or a remount's repair) completes
+        // it; no old data directory goes on the strength of this write's switch.
+        if touched && !first_write {
             self.sync_target()?;
         }
 

@@ -205,3 +205,25 @@ fn every_fault_point_is_reached_by_some_write() {
         );
     }
 }
+
+// A first write leaves its `..data` and visible names to the next journal commit (a power loss
+// before it leaves the volume empty as before, or with names missing, which the next write
+// completes); an update may only switch once those entries and its own are durable: its
+// `fsync` of the target comes before its rename, and a removal of old data only after the
+// last one.
+#[test]
+fn a_first_write_never_syncs_the_target_and_an_update_syncs_it_before_its_switch() {
+    let first = fault_points(None, &new_payload(), true);
+    assert!(
+        !first.contains(&FaultPoint::SyncTarget),
+        "a first write synced the target: {first:?}"
+    );
+    let update = fault_points(Some(&old_payload()), &new_payload(), true);
+    let at = |point| update.iter().position(|p| *p == point).unwrap();
+    let last_sync = update
+        .iter()
+        .rposition(|p| *p == FaultPoint::SyncTarget)
+        .unwrap();
+    assert!(at(FaultPoint::SyncTarget) < at(FaultPoint::SwapData), "{update:?}");
+    assert!(last_sync < at(FaultPoint::RemoveOldDataDir), "{update:?}");
+}

@@ -247,9 +247,10 @@ impl VolumeHost {
         let marker = self.wrapper_marker_dir(ctx.pod.uid(), ctx.volume.name());
         let tmpfs = medium == Medium::Memory && self.tmpfs;
         let fs_group = ctx.fs_group;
+        let expect_new = !ctx.remount;
         let path = dir.clone();
         tokio::task::spawn_blocking(move || {
-            set_up_wrapper(&dir, &marker, tmpfs, fs_group).map(drop)
+            set_up_wrapper(&dir, &marker, tmpfs, fs_group, expect_new).map(drop)
         })
         .await
         .map_err(|_| SetUpError::TaskFailed { path })?
@@ -291,7 +292,13 @@ struct WriteJob {
 impl WriteJob {
     fn run(self, payload: &Payload) -> Result<WriteOutcome, SetUpError> {
         // (5) Set up the wrapper directory.
-        let created = set_up_wrapper(&self.dir, &self.marker, self.tmpfs, self.fs_group)?;
+        let created = set_up_wrapper(
+            &self.dir,
+            &self.marker,
+            self.tmpfs,
+            self.fs_group,
+            !self.remount,
+        )?;
         // (7) From here on a failure tears down a directory this call created (never a live
         // one: see the doc of `project`).
         let result = self.write(payload, created);
@@ -317,11 +324,12 @@ impl WriteJob {
         let mut config = WriterConfig::default().fsync(self.fsync && !self.tmpfs);
         config.on_switch = self.on_switch.clone();
         // A directory this SetUp created holds nothing yet (no nested mountpoint either): the
-        // writer need not list it.
+        // writer need not list it. Either way the wrapper has just seen the directory: the
+        // writer need not `stat` it again.
         let mut writer = if created && self.nested.is_empty() {
             AtomicWriter::for_new_dir(&self.dir, config)
         } else {
-            AtomicWriter::new(&self.dir, config).map_err(|e| SetUpError::Write(Arc::new(e)))?
+            AtomicWriter::for_existing_dir(&self.dir, config)
         };
         // (9) Write; fsGroup is applied to the whole volume directory when data changes.
         let dir = self.dir.clone();
@@ -341,37 +349,74 @@ impl WriteJob {
 /// PL-5: create `dir` with mode 0777 (umask-independent), mount a tmpfs on it if asked and not
 /// mounted yet, write the readiness marker, apply fsGroup to a new directory. Returns whether
 /// the directory was created by this call.
+///
+/// `expect_new` (a first SetUp, not a remount) orders the syscalls for the likely case: a
+/// `mkdir` first, and an `lstat` only when something is there already; a remount `lstat`s the
+/// directory once and takes its device from that for the mountpoint check. Either way an
+/// existing directory is used as it is and anything else by that name is refused.
 fn set_up_wrapper(
     dir: &Path,
     marker: &Path,
     tmpfs: bool,
     fs_group: Option<u32>,
+    expect_new: bool,
 ) -> Result<bool, SetUpError> {
-    let created = match fs::symlink_metadata(dir) {
-        Ok(meta) if meta.is_dir() => false,
-        Ok(_) => {
-            let e = io::Error::new(io::ErrorKind::AlreadyExists, "not a directory");
-            return Err(SetUpError::wrapper(dir, e));
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+    let wrap = |e: io::Error| SetUpError::wrapper(dir, e);
+    let existing = if expect_new {
+        match fs::create_dir(dir) {
+            Ok(()) => None,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Some(existing_dir(dir)?),
             // `create_dir_all` also copes with a sibling's teardown removing the (empty)
             // plugin directory at the same moment.
-            fs::create_dir_all(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o777))
-                .map_err(|e| SetUpError::wrapper(dir, e))?;
-            true
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir).map_err(wrap)?;
+                None
+            }
+            Err(e) => return Err(wrap(e)),
         }
-        Err(e) => return Err(SetUpError::wrapper(dir, e)),
+    } else {
+        match fs::symlink_metadata(dir) {
+            Ok(meta) if meta.is_dir() => Some(meta),
+            Ok(_) => return Err(wrap(not_a_directory())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir).map_err(wrap)?;
+                None
+            }
+            Err(e) => return Err(wrap(e)),
+        }
     };
-    // A directory created just now is no mountpoint yet.
-    if tmpfs && (created || !is_mountpoint(dir).map_err(|e| SetUpError::wrapper(dir, e))?) {
-        mount_tmpfs(dir).map_err(|e| SetUpError::wrapper(dir, e))?;
+    let created = existing.is_none();
+    if created {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).map_err(wrap)?;
     }
-    mark_ready(marker, created).map_err(|e| SetUpError::wrapper(dir, e))?;
+    // A directory created just now is no mountpoint yet.
+    if tmpfs {
+        let mounted = match &existing {
+            None => false,
+            Some(meta) => is_mountpoint_with(dir, meta).map_err(wrap)?,
+        };
+        if !mounted {
+            mount_tmpfs(dir).map_err(wrap)?;
+        }
+    }
+    mark_ready(marker, created).map_err(wrap)?;
     if created && let Some(gid) = fs_group {
         set_volume_ownership(dir, gid);
     }
     Ok(created)
+}
+
+/// The `lstat` of `dir`, which a `mkdir` found taken: a directory, or refused.
+fn existing_dir(dir: &Path) -> Result<fs::Metadata, SetUpError> {
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(meta),
+        Ok(_) => Err(SetUpError::wrapper(dir, not_a_directory())),
+        Err(e) => Err(SetUpError::wrapper(dir, e)),
+    }
+}
+
+fn not_a_directory() -> io::Error {
+    io::Error::new(io::ErrorKind::AlreadyExists, "not a directory")
 }
 
 /// PL-5: the readiness marker `<marker>/ready`. A volume directory that existed already (a
@@ -423,7 +468,11 @@ fn tear_down(dir: &Path, marker: &Path) -> Result<(), SetUpError> {
 
 /// Whether `dir` is the root of a mount (its device differs from its parent's).
 pub(crate) fn is_mountpoint(dir: &Path) -> io::Result<bool> {
-    let meta = fs::symlink_metadata(dir)?;
+    is_mountpoint_with(dir, &fs::symlink_metadata(dir)?)
+}
+
+/// [`is_mountpoint`] for a `dir` whose `lstat` is `meta` already: one `stat` of its parent.
+fn is_mountpoint_with(dir: &Path, meta: &fs::Metadata) -> io::Result<bool> {
     let Some(parent) = dir.parent() else {
         return Ok(true);
     };
@@ -477,14 +526,40 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("volumes/kubernetes.io~configmap/v");
         let marker = tmp.path().join("plugins/kubernetes.io~empty-dir/wrapped_v");
-        assert!(set_up_wrapper(&dir, &marker, false, None).unwrap());
+        assert!(set_up_wrapper(&dir, &marker, false, None, true).unwrap());
         assert_eq!(mode(&dir), 0o777);
         assert!(marker.join("ready").exists());
-        assert!(!set_up_wrapper(&dir, &marker, false, None).unwrap());
+        assert!(!set_up_wrapper(&dir, &marker, false, None, false).unwrap());
         tear_down(&dir, &marker).unwrap();
         assert!(!dir.exists() && !marker.exists());
         assert!(!tmp.path().join("volumes/kubernetes.io~configmap").exists());
         tear_down(&dir, &marker).unwrap();
+    }
+
+    // The first SetUp tries `mkdir` first, a remount `lstat`s first: either way an existing
+    // directory is used as it is (not made 0777 again) and anything else there is refused.
+    #[test]
+    fn the_wrapper_takes_an_existing_directory_as_it_is_whichever_it_expected() {
+        let tmp = tempfile::tempdir().unwrap();
+        let marker = tmp.path().join("plugins/kubernetes.io~empty-dir/wrapped_v");
+        for expect_new in [true, false] {
+            let dir = tmp.path().join(format!("volumes/kubernetes.io~configmap/{expect_new}"));
+            fs::create_dir_all(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).unwrap();
+            let created = set_up_wrapper(&dir, &marker, false, None, expect_new).unwrap();
+            assert!(!created, "expect_new {expect_new}");
+            assert_eq!(mode(&dir), 0o750, "expect_new {expect_new}");
+            assert!(marker.join("ready").exists());
+
+            let file = tmp.path().join(format!("file-{expect_new}"));
+            fs::write(&file, "x").unwrap();
+            let err = set_up_wrapper(&file, &marker, false, None, expect_new).unwrap_err();
+            assert!(err.to_string().contains("not a directory"), "{err}");
+            // A remount of a volume whose directory vanished creates it again.
+            let gone = tmp.path().join(format!("volumes/kubernetes.io~secret/{expect_new}"));
+            assert!(set_up_wrapper(&gone, &marker, false, None, expect_new).unwrap());
+            assert_eq!(mode(&gone), 0o777);
+        }
     }
 
     /// Every entry under `root`, symlinks not followed: the inodes a set-up left there.
