@@ -256,7 +256,19 @@ impl RuntimeHook for EnvFileRuntime {
     /// No sandbox: nothing runs, so containers share nothing. The containers an earlier run
     /// of the agent created (their `env` files exist) are adopted: reported created since
     /// their file's time.
+    ///
+    /// The directory is read only while no container of the pod is recorded: an earlier run's
+    /// are all adopted at the pod's first sync, and this run records its own as it creates
+    /// them, so every later sync (several per pod at a node's start) would read it for nothing.
     async fn run_pod_sandbox(&self, pod: &AdmittedPod) -> Result<Option<PodSandbox>, RuntimeError> {
+        if self
+            .states
+            .lock()
+            .get(pod.uid())
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Ok(None);
+        }
         for name in &self.created_containers(pod)? {
             let time = fs::metadata(self.containers_dir(pod.uid()).join(name).join(ENV_FILE))
                 .and_then(|m| m.modified())
@@ -594,5 +606,36 @@ mod tests {
                 .is_ok(),
             "idempotent, also by UID alone"
         );
+    }
+
+    // An earlier run's containers are adopted at the pod's first sandbox; once the pod has
+    // recorded containers, later sandboxes read nothing (a file appearing now is no earlier
+    // run's), and a pod recreated after its removal reads the directory again.
+    #[tokio::test]
+    async fn the_containers_directory_is_read_until_the_pod_has_recorded_containers() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let rt = EnvFileRuntime::new(root.path());
+        let p = AdmittedPod::new(PodBuilder::new("ns", "p").uid("u1").build())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let plant = |name: &str| {
+            let dir = root.path().join("pods/u1/containers").join(name);
+            fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+            fs::write(dir.join("env"), b"").unwrap_or_else(|e| panic!("{e}"));
+        };
+        let names = |rt: &EnvFileRuntime| -> Vec<String> {
+            rt.statuses(p.uid()).into_iter().map(|s| s.name).collect()
+        };
+        assert!(rt.run_pod_sandbox(&p).await.is_ok());
+        assert!(names(&rt).is_empty());
+        plant("earlier");
+        assert!(rt.run_pod_sandbox(&p).await.is_ok());
+        assert_eq!(names(&rt), ["earlier"], "adopted while none was recorded");
+        plant("later");
+        assert!(rt.run_pod_sandbox(&p).await.is_ok());
+        assert_eq!(names(&rt), ["earlier"], "not read again");
+        assert!(rt.remove_pod(TerminatingPod::from(&p)).await.is_ok());
+        plant("again");
+        assert!(rt.run_pod_sandbox(&p).await.is_ok());
+        assert_eq!(names(&rt), ["again"], "read again after the pod was removed");
     }
 }
