@@ -636,6 +636,10 @@ mod tests {
         assert!(rt.remove_pod(TerminatingPod::from(&p)).await.is_ok());
         plant("again");
         assert!(rt.run_pod_sandbox(&p).await.is_ok());
-        assert_eq!(names(&rt), ["again"], "read again after the pod was removed");
+        assert_eq!(
+            names(&rt),
+            ["again"],
+            "read again after the pod was removed"
+        );
     }
 }

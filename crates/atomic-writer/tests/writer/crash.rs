@@ -224,6 +224,9 @@ fn a_first_write_never_syncs_the_target_and_an_update_syncs_it_before_its_switch
         .iter()
         .rposition(|p| *p == FaultPoint::SyncTarget)
         .unwrap();
-    assert!(at(FaultPoint::SyncTarget) < at(FaultPoint::SwapData), "{update:?}");
+    assert!(
+        at(FaultPoint::SyncTarget) < at(FaultPoint::SwapData),
+        "{update:?}"
+    );
     assert!(last_sync < at(FaultPoint::RemoveOldDataDir), "{update:?}");
 }

@@ -366,10 +366,17 @@ fn set_up_wrapper(
         match fs::create_dir(dir) {
             Ok(()) => None,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Some(existing_dir(dir)?),
-            // `create_dir_all` also copes with a sibling's teardown removing the (empty)
-            // plugin directory at the same moment.
+            // The pod's first volume of this plugin: its directory first. `create_dir_all`
+            // also copes with a sibling's teardown removing the (empty) plugin directory at
+            // the same moment.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(dir).map_err(wrap)?;
+                match dir.parent() {
+                    Some(parent) => fs::create_dir_all(parent)
+                        .and_then(|()| fs::create_dir(dir))
+                        .or_else(|_| fs::create_dir_all(dir)),
+                    None => fs::create_dir_all(dir),
+                }
+                .map_err(wrap)?;
                 None
             }
             Err(e) => return Err(wrap(e)),
@@ -543,7 +550,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let marker = tmp.path().join("plugins/kubernetes.io~empty-dir/wrapped_v");
         for expect_new in [true, false] {
-            let dir = tmp.path().join(format!("volumes/kubernetes.io~configmap/{expect_new}"));
+            let dir = tmp
+                .path()
+                .join(format!("volumes/kubernetes.io~configmap/{expect_new}"));
             fs::create_dir_all(&dir).unwrap();
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).unwrap();
             let created = set_up_wrapper(&dir, &marker, false, None, expect_new).unwrap();
@@ -556,7 +565,9 @@ mod tests {
             let err = set_up_wrapper(&file, &marker, false, None, expect_new).unwrap_err();
             assert!(err.to_string().contains("not a directory"), "{err}");
             // A remount of a volume whose directory vanished creates it again.
-            let gone = tmp.path().join(format!("volumes/kubernetes.io~secret/{expect_new}"));
+            let gone = tmp
+                .path()
+                .join(format!("volumes/kubernetes.io~secret/{expect_new}"));
             assert!(set_up_wrapper(&gone, &marker, false, None, expect_new).unwrap());
             assert_eq!(mode(&gone), 0o777);
         }
