@@ -83,7 +83,7 @@
 //!     top-level file with an `fs_user` is `lchown`ed to it too (Kubernetes 1.36).
 //! 11. **Remove stale visible symlinks**: our symlinks whose name the payload no longer has
 //!     (AW-10), after an `fsync` of the target that makes the switch durable. Then `fsync` the
-//!     target if 9–11 changed anything.
+//!     target if 9–11 changed anything (not after a first write: nothing old depends on it).
 //! 12. **Remove old data directories**: the previous one and orphans of crashed writes (found
 //!     by the listing of step 2).
 //!
@@ -97,7 +97,7 @@
 //! directory, one per file and per directory inside it, one symlink (`..data`, or `..data_tmp`
 //! renamed over it) and, on a first write, one per visible name. Nothing else is created: no
 //! manifest, no temporary file. With fsync, the `fsync`s are one per new file and directory,
-//! and one (first write) or two (update) of the target, plus one more before step 11 removes a
+//! and none (first write) or two (update) of the target, plus one more before step 11 removes a
 //! name. Each cut below keeps the guarantees of the next section; the crate README has the
 //! counts and `tests/writer/counts.rs` pins them.
 //!
@@ -107,12 +107,17 @@
 //!   for the whole write; names it creates itself it knows. A writer made with
 //!   [`AtomicWriter::for_new_dir`] for a directory its caller just created skips even that
 //!   listing (and the `stat` of [`AtomicWriter::new`]) on its first write.
-//! * **A first write creates `..data` directly** and `fsync`s the target once, after the
-//!   visible names. The files and directories are durable before `..data` exists, so
-//!   `..data` never names torn files; if a power loss keeps `..data` but not the new
-//!   directory's entry, `..data` dangles and the volume is as empty as before the write (the
-//!   "old" content), and the next write rewrites it (a data directory that vanished is a
-//!   change). There was nothing to protect by a rename.
+//! * **A first write creates `..data` directly** and does not `fsync` the target. The files
+//!   and directories are durable before `..data` exists, so `..data` never names torn files.
+//!   The entries of the target (the data directory's, `..data`, the visible names) reach the
+//!   disk with the file system's next commit; a power loss before it leaves one of the states
+//!   a crash can leave anyway: nothing (the volume as empty as before the write, the "old"
+//!   content), a dangling `..data` (its directory's entry lost: the next write rewrites, a
+//!   data directory that vanished is a change), or `..data` without some visible names (as
+//!   between steps 9 and 10: the next write, a remount, creates them). Nothing old is removed
+//!   on the strength of the switch, and an update's `fsync` of the target before its rename
+//!   makes them durable before anything replaces them. There was nothing to protect by a
+//!   rename, nor by an `fsync` of the target (on ext4 a journal commit to force or wait for).
 //! * **An update creates `..data_tmp` before the `fsync`s**, so on a journaling file system
 //!   the first file `fsync` commits it with everything else and the target `fsync` that must
 //!   precede the rename (it makes the new directory's entry durable) finds nothing left to
@@ -142,7 +147,7 @@
 //!
 //! 1. **Durability.** With [`WriterConfig::fsync`] (the default), file contents and the new
 //!    data directory are `fsync`ed before `..data` can name them, the target directory before
-//!    (update) and after the switch, and the old data directory is only deleted after the
+//!    and after an update's switch, and the old data directory is only deleted after the
 //!    switch is durable. A power loss therefore never exposes empty or torn files. The kubelet
 //!    does not `fsync`. Turn it off for tmpfs.
 //! 2. **A first write creates `..data` directly** instead of renaming `..data_tmp` over it (a
@@ -192,7 +197,9 @@
 //!   in one `symlink(2)`). Files are complete before the switch (and durable, with fsync).
 //! * After a power loss (with fsync) the volume holds the old or the new payload whole: nothing
 //!   can make `..data` name the new directory before its files and entries are durable, and
-//!   the old directory and removed names go only after the switch is durable.
+//!   the old directory and removed names go only after the switch is durable. (After a first
+//!   write, some of its visible names may be missing, as after a crash between steps 9 and
+//!   10.)
 //! * Between the switch (9) and steps 10–11 a top-level name *added* by the update is not there
 //!   yet and a *removed* one dangles (reads fail with "not found"), as in the kubelet, which
 //!   creates new names only after the data is in place (upstream #93686). A crash in that window
