@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
@@ -70,23 +70,58 @@ pub(crate) fn admit(mut pod: Pod, admission: Admission) -> Option<AdmittedPod> {
     {
         spec.resources = None;
     }
-    // The decoder grows lists by doubling. The pod is kept for its life; keep it tight. (Its
-    // volumes, over 3 KB each as k8s-openapi `Volume`s, `AdmittedPod::new` moves into an
-    // exact-size list of compact ones.)
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.containers.shrink_to_fit();
-        for c in &mut spec.containers {
-            if let Some(mounts) = c.volume_mounts.as_mut() {
-                mounts.shrink_to_fit();
-            }
-        }
-    }
+    tighten(&mut pod);
     match AdmittedPod::new(pod) {
         Ok(pod) => Some(pod),
         Err(error) => {
             warn!(%error, "pod skipped: unusable metadata.uid");
             None
         }
+    }
+}
+
+/// Drops the spare room the decoder left in the pod's lists, which it grows by doubling: the
+/// pod is kept for its life. Its elements are large (a `ContainerStatus` is 0.75 KB, a
+/// `Container` 2.1 KB, even when almost every field is unset), so a one-container pod's status
+/// alone held 2.2 KB of empty slots. (Its volumes, over 3 KB each as k8s-openapi `Volume`s,
+/// `AdmittedPod::new` moves into an exact-size list of compact ones; the list of a projected
+/// volume's sources is tightened here first.)
+fn tighten(pod: &mut Pod) {
+    fn tight<T>(list: &mut Option<Vec<T>>) {
+        if let Some(list) = list {
+            list.shrink_to_fit();
+        }
+    }
+    fn containers(list: &mut Vec<Container>) {
+        list.shrink_to_fit();
+        for c in list {
+            tight(&mut c.volume_mounts);
+            tight(&mut c.env);
+            tight(&mut c.env_from);
+            tight(&mut c.ports);
+            tight(&mut c.args);
+            tight(&mut c.command);
+        }
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        containers(&mut spec.containers);
+        if let Some(init) = spec.init_containers.as_mut() {
+            containers(init);
+        }
+        tight(&mut spec.tolerations);
+        for volume in spec.volumes.iter_mut().flatten() {
+            if let Some(projected) = volume.projected.as_mut() {
+                tight(&mut projected.sources);
+            }
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        tight(&mut status.conditions);
+        tight(&mut status.container_statuses);
+        tight(&mut status.init_container_statuses);
+        tight(&mut status.ephemeral_container_statuses);
+        tight(&mut status.pod_ips);
+        tight(&mut status.host_ips);
     }
 }
 
@@ -560,6 +595,7 @@ fn terminate_orphans(state: &AgentState, listed: &HashSet<PodUid>) {
 
 #[cfg(test)]
 mod tests {
+    use nodelet_core::{PodVolume, VolumeSource};
     use nodelet_testutil::PodBuilder;
 
     use super::*;
@@ -594,6 +630,24 @@ mod tests {
         }
         let mut json = b.json();
         json["metadata"]["managedFields"] = serde_json::json!([{"manager": "kubectl"}]);
+        json["spec"]["tolerations"] = serde_json::json!([
+            {"key": "a", "operator": "Exists"},
+            {"key": "b", "operator": "Exists"},
+        ]);
+        json["spec"]["volumes"].as_array_mut().unwrap().push(
+            serde_json::json!({"name": "api", "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt"}},
+                {"downwardAPI": {"items": []}},
+            ]}}),
+        );
+        json["status"] = serde_json::json!({
+            "conditions": (0..5)
+                .map(|i| serde_json::json!({"type": format!("T{i}"), "status": "True"}))
+                .collect::<Vec<_>>(),
+            "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0}],
+        });
         // Decoded as the pod watch decodes it.
         let pod: Pod = serde_json::from_slice(&serde_json::to_vec(&json).unwrap()).unwrap();
         assert!(
@@ -606,12 +660,25 @@ mod tests {
                 .capacity()
                 > 9
         );
+        let decoded = pod.status.as_ref().unwrap();
+        assert!(decoded.container_statuses.as_ref().unwrap().capacity() > 1);
+        assert!(decoded.conditions.as_ref().unwrap().capacity() > 5);
         let admitted = admit(pod, DEFAULTS).unwrap();
         assert!(admitted.metadata.managed_fields.is_none());
         let spec = admitted.spec.as_ref().unwrap();
         assert!(spec.volumes.is_none(), "moved out, compact");
-        assert_eq!(admitted.volumes().len(), 9);
+        assert_eq!(admitted.volumes().len(), 10);
         assert_eq!(spec.containers.capacity(), 1);
+        assert_eq!(spec.tolerations.as_ref().unwrap().capacity(), 2);
+        let Some(VolumeSource::Projected(projected)) =
+            admitted.volumes().last().map(PodVolume::source)
+        else {
+            panic!("the projected volume is last");
+        };
+        assert_eq!(projected.sources.as_ref().unwrap().capacity(), 3);
+        let status = admitted.status.as_ref().unwrap();
+        assert_eq!(status.conditions.as_ref().unwrap().capacity(), 5);
+        assert_eq!(status.container_statuses.as_ref().unwrap().capacity(), 1);
         assert_eq!(
             spec.containers[0]
                 .volume_mounts

@@ -152,6 +152,15 @@ impl<S: Start, F: Follow> Driver<S, F> {
     }
 }
 
+/// Hands back most of the queue's room once it is mostly empty: a node's first thousand
+/// watches queue at once for their start slots (114 KB for a thousand runs), and the queue
+/// would keep that room for the agent's life.
+fn shrink_when_sparse<T>(queue: &mut VecDeque<T>) {
+    if queue.capacity() > 64 && queue.len() * 4 < queue.capacity() {
+        queue.shrink_to(queue.len() * 2);
+    }
+}
+
 /// The driver task: starts queued runs as start slots free up, follows every parked watch, and
 /// spawns a task for each run whose watch ended.
 async fn drive<S: Start, F: Follow>(
@@ -180,6 +189,7 @@ async fn drive<S: Start, F: Follow>(
                 if let Some(run) = queued.pop_front() {
                     run.spawn(&tasks, slot);
                 }
+                shrink_when_sparse(&mut queued);
             }
             received = inbox.recv(), if open => match received {
                 Some(Message::Start(run)) => queued.push_back(run),
@@ -191,5 +201,27 @@ async fn drive<S: Start, F: Follow>(
             },
             else => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drained_queue_gives_its_room_back_and_a_small_one_is_left_alone() {
+        let mut queue: VecDeque<[u8; 112]> = (0..1000).map(|_| [0; 112]).collect();
+        let full = queue.capacity();
+        while queue.len() > 10 {
+            queue.pop_front();
+            shrink_when_sparse(&mut queue);
+        }
+        assert!(queue.capacity() <= 64, "{} of {full}", queue.capacity());
+        assert!(queue.capacity() >= 10);
+
+        let mut small: VecDeque<u8> = VecDeque::with_capacity(64);
+        small.push_back(1);
+        shrink_when_sparse(&mut small);
+        assert!(small.capacity() >= 64);
     }
 }
