@@ -43,18 +43,23 @@ pub(crate) struct MountedVolume {
 }
 
 /// The actual state: unique volume name → [`MountedVolume`].
+///
+/// Each volume is boxed: a hash table keeps up to twice the slots of its most entries (a node's
+/// first thousand volumes: 2,048), and an empty slot then costs the 32 bytes of a key and a
+/// box instead of the 200 of a key and a volume (0.4 MB of table at 1,100 volumes, 0.28 MB
+/// with the boxes).
 #[derive(Default)]
 pub(crate) struct ActualState {
-    volumes: HashMap<String, MountedVolume>,
+    volumes: HashMap<String, Box<MountedVolume>>,
 }
 
 impl ActualState {
     pub(crate) fn get(&self, unique: &str) -> Option<&MountedVolume> {
-        self.volumes.get(unique)
+        self.volumes.get(unique).map(|v| &**v)
     }
 
     pub(crate) fn get_mut(&mut self, unique: &str) -> Option<&mut MountedVolume> {
-        self.volumes.get_mut(unique)
+        self.volumes.get_mut(unique).map(|v| &mut **v)
     }
 
     pub(crate) fn contains(&self, unique: &str) -> bool {
@@ -62,21 +67,21 @@ impl ActualState {
     }
 
     pub(crate) fn insert(&mut self, unique: String, volume: MountedVolume) {
-        self.volumes.insert(unique, volume);
+        self.volumes.insert(unique, Box::new(volume));
     }
 
     pub(crate) fn remove(&mut self, unique: &str) -> Option<MountedVolume> {
         let removed = self.volumes.remove(unique);
         nodelet_core::capacity::shrink_when_sparse(&mut self.volumes);
-        removed
+        removed.map(|v| *v)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &MountedVolume)> {
-        self.volumes.iter()
+        self.volumes.iter().map(|(k, v)| (k, &**v))
     }
 
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut MountedVolume)> {
-        self.volumes.iter_mut()
+        self.volumes.iter_mut().map(|(k, v)| (k, &mut **v))
     }
 
     /// VM-7 `MarkRemountRequired(pod)`: every volume of the pod whose plugin requires remount.
