@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
@@ -70,58 +70,12 @@ pub(crate) fn admit(mut pod: Pod, admission: Admission) -> Option<AdmittedPod> {
     {
         spec.resources = None;
     }
-    tighten(&mut pod);
     match AdmittedPod::new(pod) {
         Ok(pod) => Some(pod),
         Err(error) => {
             warn!(%error, "pod skipped: unusable metadata.uid");
             None
         }
-    }
-}
-
-/// Drops the spare room the decoder left in the pod's lists, which it grows by doubling: the
-/// pod is kept for its life. Its elements are large (a `ContainerStatus` is 0.75 KB, a
-/// `Container` 2.1 KB, even when almost every field is unset), so a one-container pod's status
-/// alone held 2.2 KB of empty slots. (Its volumes, over 3 KB each as k8s-openapi `Volume`s,
-/// `AdmittedPod::new` moves into an exact-size list of compact ones; the list of a projected
-/// volume's sources is tightened here first.)
-fn tighten(pod: &mut Pod) {
-    fn tight<T>(list: &mut Option<Vec<T>>) {
-        if let Some(list) = list {
-            list.shrink_to_fit();
-        }
-    }
-    fn containers(list: &mut Vec<Container>) {
-        list.shrink_to_fit();
-        for c in list {
-            tight(&mut c.volume_mounts);
-            tight(&mut c.env);
-            tight(&mut c.env_from);
-            tight(&mut c.ports);
-            tight(&mut c.args);
-            tight(&mut c.command);
-        }
-    }
-    if let Some(spec) = pod.spec.as_mut() {
-        containers(&mut spec.containers);
-        if let Some(init) = spec.init_containers.as_mut() {
-            containers(init);
-        }
-        tight(&mut spec.tolerations);
-        for volume in spec.volumes.iter_mut().flatten() {
-            if let Some(projected) = volume.projected.as_mut() {
-                tight(&mut projected.sources);
-            }
-        }
-    }
-    if let Some(status) = pod.status.as_mut() {
-        tight(&mut status.conditions);
-        tight(&mut status.container_statuses);
-        tight(&mut status.init_container_statuses);
-        tight(&mut status.ephemeral_container_statuses);
-        tight(&mut status.pod_ips);
-        tight(&mut status.host_ips);
     }
 }
 
