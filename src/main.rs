@@ -105,7 +105,9 @@ fn main() -> ExitCode {
 
 /// `nodelet [FLAGS]`: the agent, until SIGINT or SIGTERM.
 fn agent_main(run: &RunArgs) -> ExitCode {
-    // Before any thread exists (glibc: one arena per CPU).
+    // First of all (glibc: its tunables are read only when a program starts, so this may run
+    // the agent again), then before any thread exists (glibc: one arena per CPU).
+    let thread_caches = allocator::tune_process();
     let arenas = allocator::configure();
     let mut settings = match run.settings() {
         Ok(s) => s,
@@ -127,6 +129,7 @@ fn agent_main(run: &RunArgs) -> ExitCode {
     tracing::info!(
         allocator = allocator::NAME,
         arenas = ?arenas,
+        thread_caches = %thread_caches,
         "memory allocator"
     );
     settings.agent.allocator = Some(allocator::hooks());

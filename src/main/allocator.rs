@@ -6,7 +6,7 @@
 //!
 //! | feature | allocator ([`NAME`]) | live heap | after a burst |
 //! | --- | --- | --- | --- |
-//! | none (default) | the system's: glibc `malloc`, one arena per CPU ([`configure`]) | `mallinfo2()`: `uordblks + hblkhd` | `malloc_trim(0)` |
+//! | none (default) | the system's: glibc `malloc`, one arena per CPU ([`configure`]), no per-thread caches ([`tune_process`]) | `mallinfo2()`: `uordblks + hblkhd` | `malloc_trim(0)` |
 //! | `jemalloc` | jemalloc (`tikv-jemallocator`) | `stats.allocated` after `epoch` | `arena.<all>.purge` |
 //! | `mimalloc` | mimalloc | not exposed | `mi_collect(true)` |
 //! | `dhat-heap` | `dhat::Alloc` over the system's | as the system's (dhat's own tables included) | as the system's |
@@ -21,7 +21,7 @@
 //! the crate's documented `unsafe` exceptions (`system.rs`, `jemalloc.rs`, `mimalloc.rs`).
 
 // One module per allocator, chosen once here; each defines `Global`, `GLOBAL` and `NAME` and
-// the three functions below.
+// the four functions below.
 #[cfg(any(
     feature = "dhat-heap",
     not(any(feature = "jemalloc", feature = "mimalloc"))
@@ -56,6 +56,62 @@ pub(crate) fn hooks() -> nodelet_core::AllocatorHooks {
 /// the cap set); the others: nothing (`None`).
 pub(crate) fn configure() -> Option<usize> {
     selected::configure()
+}
+
+/// What became of glibc's per-thread caches (tcache) when the agent started.
+#[derive(Debug)]
+#[cfg_attr(
+    not(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(
+            feature = "dhat-heap",
+            not(any(feature = "jemalloc", feature = "mimalloc"))
+        )
+    )),
+    expect(dead_code, reason = "another allocator than glibc's: only `NotApplicable` is made")
+)]
+pub(crate) enum ThreadCaches {
+    /// Off: the agent runs with `glibc.malloc.tcache_count=0` (it re-executed itself with it).
+    Off,
+    /// As the operator's `GLIBC_TUNABLES` sizes them.
+    AsConfigured,
+    /// On, as glibc's default: running the binary again failed.
+    On(std::io::Error),
+    /// Not glibc's allocator: nothing to tune.
+    #[cfg_attr(
+        all(
+            target_os = "linux",
+            target_env = "gnu",
+            any(
+                feature = "dhat-heap",
+                not(any(feature = "jemalloc", feature = "mimalloc"))
+            )
+        ),
+        expect(dead_code, reason = "glibc's allocator: it is always tuned or kept")
+    )]
+    NotApplicable,
+}
+
+impl std::fmt::Display for ThreadCaches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Off => f.write_str("off"),
+            Self::AsConfigured => f.write_str("as GLIBC_TUNABLES sets them"),
+            Self::On(e) => write!(
+                f,
+                "on (running the agent again to turn them off failed: {e})"
+            ),
+            Self::NotApplicable => f.write_str("not glibc's"),
+        }
+    }
+}
+
+/// Settles what can be set only when the process starts; call it first in the agent, before
+/// anything else. glibc: runs the agent again with its threads' caches off (it returns in the
+/// re-executed process, see `system.rs`); the others: nothing.
+pub(crate) fn tune_process() -> ThreadCaches {
+    selected::tune_process()
 }
 
 /// Bytes in live allocations right now, as the selected allocator counts them (rounded up to

@@ -27,6 +27,16 @@ mod disk_full; // A full root directory (tmpfs, needs root): events, `/pods`, on
 // binary runs with `--manifests`: needs the `embedded` feature).
 #[cfg(feature = "embedded")]
 mod lock;
+// The binary runs itself again with glibc's per-thread caches off (glibc's allocator only).
+#[cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(
+        feature = "dhat-heap",
+        not(any(feature = "jemalloc", feature = "mimalloc"))
+    )
+))]
+mod thread_caches;
 // The agent over HTTP/2 (TLS): its watches share a few connections; /metrics shows them.
 mod transport;
 // A server that fails as kube-apiserver does: restart with the watch history forgotten,

@@ -52,3 +52,8 @@ pub(super) fn release_free_memory() -> bool {
 pub(super) fn configure() -> Option<usize> {
     None
 }
+
+/// Nothing to tune at start: glibc's tunables do not concern it.
+pub(super) fn tune_process() -> super::ThreadCaches {
+    super::ThreadCaches::NotApplicable
+}
