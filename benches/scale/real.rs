@@ -13,7 +13,7 @@
 //!    settled until its Node exists and 3 s more; then the same POSTs, and the same figures
 //!    from the first POST until every volume's file is on disk, plus when that was, the
 //!    agent's CPU (during the POSTs and until then) and RSS (then); its RSS and live heap 2 s
-//!    later; and (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API
+//!    later, and the `FailedMount` events posted since it started; and (first round only, unless `SCALE_NO_UPDATES`) 50 updates/s for 20 s: API
 //!    write (a merge patch, as a controller) → new content visible, p50 / p99, phase by phase
 //!    (`scale/steady.rs`).
 //!    The agent is stopped and the pods deleted.
@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use nodelet_core::{PodDirs, PodUid};
@@ -223,6 +223,7 @@ async fn with_nodelet(
 ) {
     let client = writer.client();
     let metrics_port = free_port();
+    let spawned_at = unix_seconds();
     // As a kubelet: its Node registered and its Lease renewed.
     let child = spawn_agent_with(
         kubeconfig,
@@ -309,6 +310,10 @@ async fn with_nodelet(
         Duration::from_secs(2),
     )
     .await;
+    println!(
+        "scale/{label}/round-{round}/nodelet-failed-mounts: {} FailedMount events since the agent started",
+        failed_mounts(client, spawned_at).await
+    );
     if round == 0 && std::env::var_os("SCALE_NO_UPDATES").is_none() {
         crate::steady::updates(writer, &files, &format!("scale/{label}"), pid, metrics_port).await;
         // Every object back to v0 for the next round.
@@ -322,6 +327,34 @@ async fn with_nodelet(
             .await;
     }
     drop(child);
+}
+
+/// Seconds since the epoch now (the second Kubernetes stamps objects with).
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// `FailedMount` events of `default` created since `since` (seconds since the epoch): a volume
+/// that failed at the start, as the cluster sees it (OM-36: none for the node's own pacing).
+async fn failed_mounts(client: &kube::Client, since: i64) -> usize {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default().fields("reason=FailedMount"))
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|e| {
+                    e.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .is_some_and(|t| t.0.as_second() >= since)
+                })
+                .count()
+        })
+        .unwrap_or_else(|e| panic!("listing events: {e}"))
 }
 
 /// Deletes every pod in `default` at once (grace 0: no kubelet needs to confirm) and waits

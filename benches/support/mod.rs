@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashSet};
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -74,8 +75,13 @@ pub(crate) fn spawn_agent_with(
     extra: &[&str],
 ) -> Agent {
     let mut command = agent_command(kubeconfig, root, protocol, listen, extra);
+    // The agent logs to its standard output: to the bench's stderr, off the results.
+    let log = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_or_else(|_| Stdio::null(), Stdio::from);
     let child = command
-        .stdout(Stdio::null())
+        .stdout(log)
         .spawn()
         .unwrap_or_else(|e| panic!("spawning nodelet: {e}"));
     Agent(child)

@@ -69,7 +69,10 @@ pub(crate) fn configure() -> Option<usize> {
             not(any(feature = "jemalloc", feature = "mimalloc"))
         )
     )),
-    expect(dead_code, reason = "another allocator than glibc's: only `NotApplicable` is made")
+    expect(
+        dead_code,
+        reason = "another allocator than glibc's: only `NotApplicable` is made"
+    )
 )]
 pub(crate) enum ThreadCaches {
     /// Off: the agent runs with `glibc.malloc.tcache_count=0` (it re-executed itself with it).

@@ -79,9 +79,9 @@ pub(crate) struct CellState<K> {
     /// is announced like a change, so whoever failed retries at once instead of after its
     /// back-off. Without it a first list is not announced (nobody has seen the object yet).
     pub(crate) waited_out: bool,
-    /// The first read waits in the node's own queue (its pod's gate, the first-read bucket,
-    /// the window: OM-31, OM-30, OM-34) and is not sent yet: a `get` does not count this time
-    /// against its `sync_timeout` (OM-36).
+    /// The run waits in the node's own queue (its start slot in the driver; then, for a first
+    /// read, its pod's gate, the first-read bucket, the window: OM-31, OM-30, OM-34) and has
+    /// sent nothing yet: a `get` does not count this time against its `sync_timeout` (OM-36).
     pub(crate) queued: bool,
     /// When the first read of the current run was sent (after its queue).
     pub(crate) sent: Option<tokio::time::Instant>,
@@ -833,26 +833,27 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
     /// (1), OM-30, then for its place in the window of outstanding first reads (OM-34); relists after that (a 410, a restarted server) and watches do not.
     /// Before that, it passes its pod's gate first: as the pod's scout, or once the scout
     /// opened it (OM-31).
+    /// A run starts queued (`watch.rs`, its start slot); its first request, a read or not,
+    /// ends that (OM-36).
     async fn first_read(&self, run: &mut RunState) {
         let listed = self
             .cell
             .upgrade()
             .is_none_or(|cell| cell.state.borrow().listed_once);
-        if listed {
-            return;
+        if !listed {
+            self.set_queued(true);
+            if let Some(gate) = &self.gate
+                && run.scout.is_none()
+                && !gate.is_open()
+            {
+                run.scout = gate.pass().await;
+            }
+            self.first_reads.acquire().await;
+            run.place = self
+                .first_reads
+                .place(&format!("first read {}", self.kind))
+                .await;
         }
-        self.set_queued(true);
-        if let Some(gate) = &self.gate
-            && run.scout.is_none()
-            && !gate.is_open()
-        {
-            run.scout = gate.pass().await;
-        }
-        self.first_reads.acquire().await;
-        run.place = self
-            .first_reads
-            .place(&format!("first read {}", self.kind))
-            .await;
         self.set_queued(false);
     }
 

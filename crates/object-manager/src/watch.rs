@@ -288,6 +288,10 @@ impl<K: ManagedObject> Inner<K> {
         item.cell.state.send_modify(|s| {
             s.epoch = epoch;
             s.synced = false;
+            // The run waits for the driver's start slot, then in `first_read`: the node's own
+            // queue until its first request is sent (OM-36).
+            s.queued = true;
+            s.sent = None;
         });
         let cancel = self.tasks.root.child_token();
         let reflector = Reflector {
@@ -654,6 +658,43 @@ mod tests {
             "s1's read waits for the one place s0's holds: no time-out yet"
         );
         assert_eq!(fake.total(Verb::WatchList), 1, "s1's read is not sent");
+        fake.hold_lists(false);
+        let got = getter.await.ok();
+        assert_eq!(got, Some(Ok("w".to_owned())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn om36_time_a_run_waits_for_its_start_slot_does_not_count_against_the_sync_timeout() {
+        let fake = FakeSource::new();
+        fake.set_watch_list(true);
+        fake.apply("ns", secret("s0", "v", false));
+        fake.apply("ns", secret("s1", "w", false));
+        fake.hold_lists(true);
+        // One run at a time between its start and its open watch: s1's run waits for the slot
+        // s0's held list keeps.
+        let mut config = ManagerConfig::new(Strategy::Watch);
+        config.requests_in_flight = 1;
+        let m = Arc::new(manager_with(config, &fake, None));
+        for (name, uid, secret) in [("p0", "u0", "s0"), ("p1", "u1", "s1")] {
+            m.register_pod(
+                &nodelet_core::AdmittedPod::new(pod("ns", name, uid, &[secret])).unwrap(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            fake.total(Verb::WatchList),
+            1,
+            "s1's run waits for a start slot"
+        );
+        let getter = {
+            let m = m.clone();
+            tokio::spawn(async move { read(&m, "s1").await.map_err(|e| e.to_string()) })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            !getter.is_finished(),
+            "s1's read was never sent: no time-out yet"
+        );
         fake.hold_lists(false);
         let got = getter.await.ok();
         assert_eq!(got, Some(Ok("w".to_owned())));
