@@ -84,6 +84,17 @@ pub enum Error {
         name: String,
     },
 
+    /// The Watch store keeps an object as the JSON text of what the server sent and decodes it
+    /// on each read; this one did not decode (a bug: the text was encoded from the same kind).
+    /// The decoder's message is left out, for it may quote a value.
+    #[error("object {namespace:?}/{name:?} as kept by the watch store does not decode")]
+    Kept {
+        /// Namespace of the requested object.
+        namespace: String,
+        /// Name of the requested object.
+        name: String,
+    },
+
     /// [`Strategy`](crate::Strategy) parsing failed (OM-5's text).
     #[error("unknown configmap and secret manager mode: {mode}")]
     UnknownStrategy {

@@ -27,6 +27,7 @@ pub trait ManagedObject:
     + Sync
     + 'static
     + sealed::Sealed
+    + crate::kept::Keep
 {
     /// The singular group-resource the watch store names in its errors: `configmap`, `secret`.
     const SINGULAR: &'static str;

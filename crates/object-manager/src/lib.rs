@@ -147,6 +147,7 @@ mod driver;
 mod error;
 mod gate;
 mod health;
+mod kept;
 mod kind;
 mod limiter;
 mod manager;

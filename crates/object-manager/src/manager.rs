@@ -54,7 +54,7 @@ pub struct ManagerStats {
     pub followed_watches: usize,
 }
 
-struct Shared<K> {
+struct Shared<K: ManagedObject> {
     strategy: Strategy,
     source: Arc<dyn ObjectSource<K>>,
     backend: Backend<K>,
@@ -66,7 +66,7 @@ struct Shared<K> {
     first_reads: ReadLimiter,
 }
 
-enum Backend<K> {
+enum Backend<K: ManagedObject> {
     Get,
     Cache(TtlStore<K>),
     Watch(WatchStore<K>),
@@ -79,7 +79,7 @@ struct Registered {
     names: Vec<String>,
 }
 
-impl<K> Drop for Shared<K> {
+impl<K: ManagedObject> Drop for Shared<K> {
     fn drop(&mut self) {
         self.tasks.root.cancel();
     }

@@ -57,6 +57,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::driver;
+use crate::kept::Keep;
 use crate::gate::{PodGate, Scout};
 use crate::limiter::ReadLimiter;
 use crate::recovery::{Pause, Recovery};
@@ -66,13 +67,13 @@ use crate::tasks::Tasks;
 use crate::{ObjectKind, ObjectRef};
 
 /// What a reflector has seen of its object.
-pub(crate) struct CellState<K> {
+pub(crate) struct CellState<K: Keep> {
     /// Bumped whenever a reflector run is started or stopped; writes of older runs are dropped.
     pub(crate) epoch: u64,
     /// A full list completed since the current run started (or the item is immutable).
     pub(crate) synced: bool,
-    /// The object, or `None` when it does not exist.
-    pub(crate) object: Option<Arc<K>>,
+    /// The object as kept (`kept.rs`), or `None` when it does not exist.
+    pub(crate) object: Option<K::Kept>,
     /// At least one list completed at some point: content changes are notifiable.
     pub(crate) listed_once: bool,
     /// A `get` gave up waiting for the first list (`SyncTimeout`): the list that completes
@@ -88,11 +89,11 @@ pub(crate) struct CellState<K> {
 }
 
 /// One object's shared state: written by its reflector, read by `get`.
-pub(crate) struct Cell<K> {
+pub(crate) struct Cell<K: Keep> {
     pub(crate) state: watch::Sender<CellState<K>>,
 }
 
-impl<K> Cell<K> {
+impl<K: Keep> Cell<K> {
     pub(crate) fn new() -> Arc<Self> {
         let (state, _) = watch::channel(CellState {
             epoch: 0,
@@ -131,7 +132,7 @@ impl BackoffConfig {
 }
 
 /// Everything one reflector run needs.
-pub(crate) struct Reflector<K> {
+pub(crate) struct Reflector<K: Keep> {
     pub(crate) source: Arc<dyn ObjectSource<K>>,
     /// The object's namespace (empty for a cluster-scoped Node).
     pub(crate) namespace: String,
@@ -175,7 +176,7 @@ struct RecoveryState {
 ///   └─failed──► Backoff ──► (the state it names)       410 ──► Empty (or Backoff ► Empty)
 /// any write to a superseded cell ──► Stopped
 /// ```
-pub(crate) enum State<K> {
+pub(crate) enum State<K: Keep> {
     /// Nothing current: open a watch-list, else LIST (1).
     Empty,
     /// The source offers no watch-list: LIST (1), then (2).
@@ -185,7 +186,7 @@ pub(crate) enum State<K> {
     WatchListing {
         stream: WatchStream<K>,
         started: Instant,
-        listed: Option<Arc<K>>,
+        listed: Option<K>,
     },
     /// Listed: follow `stream` or, without one, open a WATCH from the last resourceVersion (3).
     Watching {
@@ -203,7 +204,7 @@ pub(crate) enum State<K> {
     Stopped,
 }
 
-impl<K> State<K> {
+impl<K: Keep> State<K> {
     /// The state's name, for logs and tests.
     fn name(&self) -> &'static str {
         match self {
@@ -247,12 +248,12 @@ pub(crate) struct Open<K> {
 pub(crate) type WatchDriver<K> = driver::Driver<Start<K>, Follow<K>>;
 
 /// A new run, queued in the [`WatchDriver`] until a start slot is free.
-pub(crate) struct Start<K> {
+pub(crate) struct Start<K: Keep> {
     pub(crate) reflector: Reflector<K>,
     pub(crate) cancel: CancellationToken,
 }
 
-impl<K: Resource + Send + Sync + 'static> driver::Start for Start<K> {
+impl<K: Keep> driver::Start for Start<K> {
     fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }
@@ -269,7 +270,7 @@ impl<K: Resource + Send + Sync + 'static> driver::Start for Start<K> {
 
 /// A run parked at (3) with its watch open: followed by the shared [`WatchDriver`] instead of a task
 /// of its own. It holds what the run needs to go on, and nothing sized for the other steps.
-pub(crate) struct Follow<K> {
+pub(crate) struct Follow<K: Keep> {
     reflector: Reflector<K>,
     run: RunState,
     open: Open<K>,
@@ -277,7 +278,7 @@ pub(crate) struct Follow<K> {
     cancel: CancellationToken,
 }
 
-impl<K: Resource + Send + Sync + 'static> driver::Follow for Follow<K> {
+impl<K: Keep> driver::Follow for Follow<K> {
     type Resume = Resume<K>;
     type Future = Following<K>;
 
@@ -299,14 +300,14 @@ pin_project_lite::pin_project! {
     /// [`Follow::follow`]'s future, written out so that it holds the follower and the
     /// cancellation wait once (an `async` block would also keep the space of every call it
     /// awaits).
-    pub(crate) struct Following<K> {
+    pub(crate) struct Following<K: Keep> {
         #[pin]
         cancelled: tokio_util::sync::WaitForCancellationFutureOwned,
         follow: Option<Follow<K>>,
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> std::future::Future for Following<K> {
+impl<K: Keep> std::future::Future for Following<K> {
     type Output = Option<Resume<K>>;
 
     fn poll(
@@ -370,14 +371,14 @@ impl<K: Resource + Send + Sync + 'static> std::future::Future for Following<K> {
 }
 
 /// The rest of a run whose followed watch ended or failed.
-pub(crate) struct Resume<K> {
+pub(crate) struct Resume<K: Keep> {
     reflector: Reflector<K>,
     run: RunState,
     state: State<K>,
     cancel: CancellationToken,
 }
 
-impl<K: Resource + Send + Sync + 'static> driver::Resume for Resume<K> {
+impl<K: Keep> driver::Resume for Resume<K> {
     /// Goes on with the run in a task of its own (under `tasks`).
     fn spawn(self, tasks: &Tasks) {
         let Resume {
@@ -416,7 +417,7 @@ type Permits<'a> = (
 /// A watch that ends sooner than this without any event counts as a failure (5).
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
-impl<K: Resource + Send + Sync + 'static> Reflector<K> {
+impl<K: Keep> Reflector<K> {
     /// A run from the start, until `cancel` fires or the cell goes away.
     pub(crate) async fn run(self, cancel: CancellationToken) {
         let run = RunState {
@@ -581,7 +582,7 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             }
             // (2)
             Ok(listed) => {
-                if !self.replace(listed.object.map(Arc::new)) {
+                if !self.replace(listed.object.map(K::keep)) {
                     return State::Stopped;
                 }
                 run.resource_version = listed.resource_version;
@@ -600,16 +601,16 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
         run: &mut RunState,
         mut stream: WatchStream<K>,
         started: Instant,
-        mut listed: Option<Arc<K>>,
+        mut listed: Option<K>,
     ) -> State<K> {
         while let Some(item) = stream.next().await {
             match item {
-                Ok(WatchEvent::Applied(obj)) => listed = Some(Arc::new(obj)),
+                Ok(WatchEvent::Applied(obj)) => listed = Some(obj),
                 Ok(WatchEvent::Deleted(_)) => listed = None,
                 Ok(WatchEvent::InitialEventsEnd { resource_version }) => {
                     run.resource_version = resource_version;
                     run.read = ReadFrom::WatchCache;
-                    if !self.replace(listed.take()) {
+                    if !self.replace(listed.take().map(K::keep)) {
                         return State::Stopped;
                     }
                     // The end of the initial events is the stream's first event.
@@ -712,9 +713,9 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
             Ok(WatchEvent::Applied(obj)) => {
                 run.resource_version =
                     obj_rv(&obj).unwrap_or(std::mem::take(&mut run.resource_version));
-                let obj = Arc::new(obj);
+                let obj = K::keep(obj);
                 self.update(|s| {
-                    let changed = rv(&s.object) != Some(rv_of(&obj));
+                    let changed = rv::<K>(&s.object) != Some(K::kept_version(&obj));
                     s.object = Some(obj);
                     changed
                 })
@@ -776,9 +777,9 @@ impl<K: Resource + Send + Sync + 'static> Reflector<K> {
 
     /// Replaces the cell's content with a listed state and marks it synced (2); `false` when
     /// the run is superseded.
-    fn replace(&self, object: Option<Arc<K>>) -> bool {
+    fn replace(&self, object: Option<K::Kept>) -> bool {
         self.update(|s| {
-            let changed = (s.listed_once && rv(&s.object) != rv(&object))
+            let changed = (s.listed_once && rv::<K>(&s.object) != rv::<K>(&object))
                 || std::mem::take(&mut s.waited_out);
             s.object = object;
             s.synced = true;
@@ -973,13 +974,9 @@ fn obj_rv<K: Resource>(obj: &K) -> Option<String> {
     obj.meta().resource_version.clone()
 }
 
-fn rv_of<K: Resource>(obj: &Arc<K>) -> Option<&str> {
-    obj.meta().resource_version.as_deref()
-}
-
-/// The resourceVersion of an optional object; `None` for a missing one.
-fn rv<K: Resource>(obj: &Option<Arc<K>>) -> Option<Option<&str>> {
-    obj.as_ref().map(rv_of)
+/// The resourceVersion of an optional kept object; `None` for a missing one.
+fn rv<K: Keep>(obj: &Option<K::Kept>) -> Option<Option<&str>> {
+    obj.as_ref().map(K::kept_version)
 }
 
 #[cfg(test)]
@@ -1038,8 +1035,9 @@ mod tests {
         s.synced.then(|| {
             s.object
                 .as_ref()
-                .and_then(|o| o.data.as_ref())
-                .and_then(|d| d.get("k"))
+                .map(|o| Secret::load(o).unwrap())
+                .and_then(|o| o.data.clone())
+                .and_then(|mut d| d.remove("k"))
                 .map(|b| String::from_utf8_lossy(&b.0).into_owned())
                 .unwrap_or_default()
         })

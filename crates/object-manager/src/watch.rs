@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gate::PodGate;
 use crate::health::{HealthCell, Recording, WatchHealth};
+use crate::kept::Keep;
 use crate::kind::ManagedObject;
 use crate::limiter::ReadLimiter;
 use crate::recovery::{Recovery, RecoveryConfig};
@@ -42,11 +43,11 @@ pub(crate) struct WatchOptions {
     pub(crate) recovery: RecoveryConfig,
 }
 
-pub(crate) struct WatchStore<K> {
+pub(crate) struct WatchStore<K: Keep> {
     inner: Arc<Inner<K>>,
 }
 
-struct Inner<K> {
+struct Inner<K: Keep> {
     source: Arc<dyn ObjectSource<K>>,
     items: Mutex<HashMap<ObjectRef, Item<K>>>,
     options: WatchOptions,
@@ -63,7 +64,7 @@ struct Inner<K> {
 }
 
 /// One referenced object (OM-15).
-struct Item<K> {
+struct Item<K: Keep> {
     /// Referencing pod UID → count; entries are removed at 0, never negative.
     refs: HashMap<PodUid, usize>,
     cell: Arc<Cell<K>>,
@@ -200,6 +201,12 @@ impl<K: ManagedObject> WatchStore<K> {
             }
             Ok(Ok(object)) => object,
         };
+        let object = object
+            .transpose()
+            .map_err(|_undecodable| Error::Kept {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            })?;
         // (5)
         let Some(object) = object else {
             return Err(Error::NotFound {
@@ -333,7 +340,7 @@ impl<K: ManagedObject> Inner<K> {
 }
 
 /// Stop `item`'s reflector, if running; `unsync` makes the next `get` wait for a fresh list.
-fn stop<K>(item: &mut Item<K>, unsync: bool) {
+fn stop<K: Keep>(item: &mut Item<K>, unsync: bool) {
     if let Some(cancel) = item.reflector.take() {
         cancel.cancel();
         item.epoch += 1;
@@ -369,11 +376,15 @@ const QUEUED_AT_MOST: Duration = Duration::from_secs(30);
 /// Step (4): waits until the cell is synced, at most `timeout` counted from when the first read
 /// was sent: time it spends in the node's own queue does not count (OM-36), up to
 /// [`QUEUED_AT_MOST`].
-async fn wait_synced<K>(
+/// The object is read from how the cell keeps it (`kept.rs`).
+#[allow(clippy::type_complexity)]
+async fn wait_synced<K: Keep>(
     state: &mut tokio::sync::watch::Receiver<CellState<K>>,
     timeout: Duration,
-) -> Result<Result<Option<Arc<K>>, tokio::sync::watch::error::RecvError>, tokio::time::error::Elapsed>
-{
+) -> Result<
+    Result<Option<Result<Arc<K>, serde_json::Error>>, tokio::sync::watch::error::RecvError>,
+    tokio::time::error::Elapsed,
+> {
     let start = Instant::now();
     loop {
         let (deadline, queued) = {
@@ -390,7 +401,7 @@ async fn wait_synced<K>(
                 .await;
         match waited {
             Ok(Ok(s)) if !s.synced => {}
-            Ok(Ok(s)) => return Ok(Ok(s.object.clone())),
+            Ok(Ok(s)) => return Ok(Ok(s.object.as_ref().map(K::load))),
             Ok(Err(closed)) => return Ok(Err(closed)),
             Err(elapsed) => return Err(elapsed),
         }
