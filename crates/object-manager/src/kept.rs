@@ -54,11 +54,7 @@ impl<K: Resource + Serialize + DeserializeOwned> Packed<K> {
         match serde_json::to_vec(&object) {
             Ok(json) => Packed::Text {
                 json: json.into_boxed_slice(),
-                version: object
-                    .meta()
-                    .resource_version
-                    .as_deref()
-                    .map(Box::from),
+                version: object.meta().resource_version.as_deref().map(Box::from),
             },
             Err(_) => Packed::Decoded(Arc::new(object)),
         }

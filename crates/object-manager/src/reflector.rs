@@ -57,8 +57,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::driver;
-use crate::kept::Keep;
 use crate::gate::{PodGate, Scout};
+use crate::kept::Keep;
 use crate::limiter::ReadLimiter;
 use crate::recovery::{Pause, Recovery};
 use crate::refusal::{Refusals, Verdict};
@@ -131,16 +131,22 @@ impl BackoffConfig {
     }
 }
 
-/// Everything one reflector run needs.
+/// Everything one reflector run needs. What every run of a store shares is in [`Settings`], so
+/// that an idle watch's follower (`driver.rs`) carries one pointer to it, not a copy.
 pub(crate) struct Reflector<K: Keep> {
     pub(crate) source: Arc<dyn ObjectSource<K>>,
     /// The object's namespace (empty for a cluster-scoped Node).
     pub(crate) namespace: String,
     /// The object's name.
     pub(crate) name: String,
-    pub(crate) kind: &'static str,
     pub(crate) cell: Weak<Cell<K>>,
     pub(crate) epoch: u64,
+    pub(crate) settings: Arc<Settings<K>>,
+}
+
+/// What the reflector runs of one store share.
+pub(crate) struct Settings<K: Keep> {
+    pub(crate) kind: &'static str,
     pub(crate) backoff: BackoffConfig,
     /// Where content changes are announced, and the object's kind (the reference is built
     /// only when a change is sent); `None`: not announced.
@@ -151,9 +157,6 @@ pub(crate) struct Reflector<K: Keep> {
     pub(crate) driver: Option<WatchDriver<K>>,
     /// The bucket a read takes a token from until the object was listed once (1), OM-30.
     pub(crate) first_reads: ReadLimiter,
-    /// The gate of the pod whose registration started this reflector: its first read waits
-    /// for the pod's scout (OM-31); `None`: none.
-    pub(crate) gate: Option<Arc<PodGate>>,
 }
 
 /// Where a reflector stands with respect to the shared recovery signal (6).
@@ -251,6 +254,9 @@ pub(crate) type WatchDriver<K> = driver::Driver<Start<K>, Follow<K>>;
 pub(crate) struct Start<K: Keep> {
     pub(crate) reflector: Reflector<K>,
     pub(crate) cancel: CancellationToken,
+    /// The gate of the pod whose registration started this run: its first read waits for the
+    /// pod's scout (OM-31); `None`: none.
+    pub(crate) gate: Option<Arc<PodGate>>,
 }
 
 impl<K: Keep> driver::Start for Start<K> {
@@ -259,10 +265,14 @@ impl<K: Keep> driver::Start for Start<K> {
     }
 
     fn spawn(self, tasks: &Tasks, slot: tokio::sync::OwnedSemaphorePermit) {
-        let Start { reflector, cancel } = self;
+        let Start {
+            reflector,
+            cancel,
+            gate,
+        } = self;
         // The slot is held until the run parks its open watch or ends.
         tasks.spawn(async move {
-            reflector.run(cancel).await;
+            reflector.run(cancel, gate).await;
             drop(slot);
         });
     }
@@ -401,11 +411,15 @@ pub(crate) struct RunState {
     resource_version: String,
     /// How the next list is served (1): from the watch cache, or consistent after a 410.
     read: ReadFrom,
+    /// The gate of the pod whose registration started this run, until the run's first read
+    /// opened it (OM-31): then nothing waits for it any more.
+    gate: Option<Arc<PodGate>>,
     /// This run is its pod's scout until its first read is answered (OM-31).
     scout: Option<Scout>,
     /// The first read's place in the node's window, held until it was answered in full: a
-    /// watch-list until its initial events ended (OM-34, OM-35).
-    place: Option<crate::window::Place>,
+    /// watch-list until its initial events ended (OM-34, OM-35). Boxed: a watch followed for
+    /// the object's life carries an empty one.
+    place: Option<Box<crate::window::Place>>,
 }
 
 /// The permits of one request: (a recovery permit, a request in flight).
@@ -418,14 +432,16 @@ type Permits<'a> = (
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 impl<K: Keep> Reflector<K> {
-    /// A run from the start, until `cancel` fires or the cell goes away.
-    pub(crate) async fn run(self, cancel: CancellationToken) {
+    /// A run from the start, until `cancel` fires or the cell goes away; its first read passes
+    /// `gate` (OM-31).
+    pub(crate) async fn run(self, cancel: CancellationToken, gate: Option<Arc<PodGate>>) {
         let run = RunState {
-            backoff: self.backoff.start(),
+            backoff: self.settings.backoff.start(),
             recovery: RecoveryState::default(),
             refusals: Refusals::default(),
             resource_version: String::new(),
             read: ReadFrom::WatchCache,
+            gate,
             scout: None,
             place: None,
         };
@@ -448,7 +464,7 @@ impl<K: Keep> Reflector<K> {
                 return;
             };
             // Only a run with a driver parks its watch.
-            if let Some(driver) = self.driver.clone() {
+            if let Some(driver) = self.settings.driver.clone() {
                 driver.follow(Follow {
                     reflector: self,
                     run,
@@ -467,7 +483,7 @@ impl<K: Keep> Reflector<K> {
         tracing::debug_span!(
             "reflector",
             object.ref = %format_args!("{}/{}", self.namespace, self.name),
-            kind = self.kind
+            kind = self.settings.kind
         )
     }
 
@@ -484,7 +500,7 @@ impl<K: Keep> Reflector<K> {
                 State::Watching {
                     stream: Some(open),
                     progressed,
-                } if self.driver.is_some() => return Some((run, open, progressed)),
+                } if self.settings.driver.is_some() => return Some((run, open, progressed)),
                 current => {
                     tracing::trace!(state = current.name(), "reflector state");
                     state = self.step(current, &mut run).await;
@@ -791,11 +807,11 @@ impl<K: Keep> Reflector<K> {
     /// After a failed request: a refusal's own schedule (8), the back-off, or the shared
     /// recovery signal (6).
     async fn failed(&self, error: &SourceError, run: &mut RunState) {
-        let grace = self.backoff.relationship_grace;
+        let grace = self.settings.backoff.relationship_grace;
         match run.refusals.failed(error, Instant::now(), grace) {
             Verdict::Lagging(delay) => {
                 tracing::debug!(%error, ?delay, "refused for want of a relationship; retrying soon");
-                match &self.recovery {
+                match &self.settings.recovery {
                     Some(recovery) => recovery.wait_for_relationship(delay).await,
                     None => tokio::time::sleep(delay).await,
                 }
@@ -805,7 +821,7 @@ impl<K: Keep> Reflector<K> {
                 if report {
                     tracing::warn!(
                         object.ref = %format_args!("{}/{}", self.namespace, self.name),
-                        kind = self.kind,
+                        kind = self.settings.kind,
                         %error,
                         "the API server refuses this node's watch of the object; retrying with back-off"
                     );
@@ -817,7 +833,7 @@ impl<K: Keep> Reflector<K> {
         }
         let (backoff, rs) = (&mut run.backoff, &mut run.recovery);
         let delay = backoff.next_delay();
-        let Some(recovery) = &self.recovery else {
+        let Some(recovery) = &self.settings.recovery else {
             tokio::time::sleep(delay).await;
             return;
         };
@@ -843,17 +859,19 @@ impl<K: Keep> Reflector<K> {
             .is_none_or(|cell| cell.state.borrow().listed_once);
         if !listed {
             self.set_queued(true);
-            if let Some(gate) = &self.gate
+            if let Some(gate) = &run.gate
                 && run.scout.is_none()
                 && !gate.is_open()
             {
                 run.scout = gate.pass().await;
             }
-            self.first_reads.acquire().await;
+            self.settings.first_reads.acquire().await;
             run.place = self
+                .settings
                 .first_reads
-                .place(&format!("first read {}", self.kind))
-                .await;
+                .place(&format!("first read {}", self.settings.kind))
+                .await
+                .map(Box::new);
         }
         self.set_queued(false);
     }
@@ -885,9 +903,9 @@ impl<K: Keep> Reflector<K> {
         self.open_gate(run);
     }
 
-    /// Opens the pod's gate and gives up the scout role.
+    /// Opens the pod's gate for good, lets go of it, and gives up the scout role.
     fn open_gate(&self, run: &mut RunState) {
-        if let Some(gate) = &self.gate {
+        if let Some(gate) = run.gate.take() {
             gate.open();
         }
         run.scout = None;
@@ -895,14 +913,15 @@ impl<K: Keep> Reflector<K> {
 
     /// A resumed watch was answered 410: tells the recovery signal (6).
     fn expired(&self, rs: &RecoveryState) {
-        if let Some(recovery) = &self.recovery {
+        if let Some(recovery) = &self.settings.recovery {
             recovery.saw_expired(rs.generation);
         }
     }
 
     /// Whether the recovery that woke this reflector found the server's watch history gone (6).
     fn history_was_forgotten(&self) -> bool {
-        self.recovery
+        self.settings
+            .recovery
             .as_ref()
             .is_some_and(|r| r.history_forgotten())
     }
@@ -911,7 +930,7 @@ impl<K: Keep> Reflector<K> {
     /// this reflector was woken by the end of an outage, a recovery permit (6). Also notes the
     /// recovery generation the request is sent at.
     async fn permit(&self, rs: &mut RecoveryState) -> Option<Permits<'_>> {
-        let recovery = self.recovery.as_ref()?;
+        let recovery = self.settings.recovery.as_ref()?;
         let woken = if std::mem::take(&mut rs.woken) {
             recovery.permit().await
         } else {
@@ -936,7 +955,7 @@ impl<K: Keep> Reflector<K> {
             }
             Err(error) => !Recovery::is_outage(error),
         };
-        if let (true, Some(recovery)) = (reached, &self.recovery) {
+        if let (true, Some(recovery)) = (reached, &self.settings.recovery) {
             recovery.succeeded();
         }
         result
@@ -960,7 +979,7 @@ impl<K: Keep> Reflector<K> {
         });
         if owned && changed {
             tracing::debug!("object changed");
-            if let Some((notify, kind)) = &self.notify {
+            if let Some((notify, kind)) = &self.settings.notify {
                 // No subscriber is fine.
                 let object = ObjectRef::new(*kind, self.namespace.clone(), self.name.clone());
                 let _ = notify.send(object);
@@ -997,19 +1016,20 @@ mod tests {
             source: Arc::new(fake.clone()),
             namespace: "ns".into(),
             name: "s".into(),
-            kind: "secret",
             cell: Arc::downgrade(cell),
             epoch: 0,
-            backoff: BackoffConfig {
-                initial: Duration::from_millis(800),
-                max: Duration::from_secs(30),
-                relationship_grace: Duration::from_secs(30),
-            },
-            notify: None,
-            recovery: None,
-            driver: None,
-            first_reads: ReadLimiter::unlimited(),
-            gate: None,
+            settings: Arc::new(Settings {
+                kind: "secret",
+                backoff: BackoffConfig {
+                    initial: Duration::from_millis(800),
+                    max: Duration::from_secs(30),
+                    relationship_grace: Duration::from_secs(30),
+                },
+                notify: None,
+                recovery: None,
+                driver: None,
+                first_reads: ReadLimiter::unlimited(),
+            }),
         }
     }
 
@@ -1025,6 +1045,7 @@ mod tests {
             refusals: Refusals::default(),
             resource_version: String::new(),
             read: ReadFrom::WatchCache,
+            gate: None,
             scout: None,
             place: None,
         }
@@ -1291,7 +1312,7 @@ mod tests {
     async fn a_followed_watch_holds_a_fraction_of_what_a_reflector_task_holds() {
         let fake = FakeSource::<Secret>::new();
         let cell = Cell::new();
-        let task = reflector(&fake, &cell).run(CancellationToken::new());
+        let task = reflector(&fake, &cell).run(CancellationToken::new(), None);
         let follow = driver::Follow::follow(Follow {
             reflector: reflector(&fake, &cell),
             run: run_state(),
@@ -1309,6 +1330,33 @@ mod tests {
             follow * 4 < task,
             "a follower is {follow} bytes, a reflector task's future {task} bytes"
         );
+    }
+
+    #[test]
+    fn an_idle_watch_s_follower_carries_no_copy_of_the_store_s_settings_and_no_room_for_a_first_read()
+     {
+        // 576 bytes (Secret) while each run carried its own copy of the settings and its
+        // pod's gate, and the first read's place inline; a follower lives as long as its watch.
+        let follower = size_of::<Following<Secret>>();
+        assert!(follower <= 400, "a follower is {follower} bytes");
+        assert_eq!(size_of::<Option<Box<crate::window::Place>>>(), 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_lets_go_of_its_pod_s_gate_once_its_first_read_opened_it() {
+        let fake = FakeSource::<Secret>::new();
+        fake.set_watch_list(true);
+        fake.apply("ns", secret("v1"));
+        let cell = Cell::new();
+        let r = reflector(&fake, &cell);
+        let gate = Arc::new(PodGate::new());
+        let mut run = run_state();
+        run.gate = Some(gate.clone());
+        let state = r.step(State::Empty, &mut run).await;
+        assert_eq!(state.name(), "WatchListing");
+        assert!(gate.is_open(), "the scout's answered read opens the gate");
+        assert!(run.gate.is_none() && run.scout.is_none());
+        assert_eq!(Arc::strong_count(&gate), 1, "nothing else holds it");
     }
 
     #[test]

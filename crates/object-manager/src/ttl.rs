@@ -22,7 +22,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::kind::ManagedObject;
-use crate::reflector::{BackoffConfig, Cell, Reflector};
+use crate::reflector::{BackoffConfig, Cell, Reflector, Settings};
 use crate::source::{ObjectSource, ReadFrom};
 use crate::tasks::Tasks;
 use crate::{Error, ObjectRef};
@@ -254,17 +254,18 @@ impl NodeTtl {
             source,
             namespace: String::new(),
             name: node_name.to_owned(),
-            kind: "node",
             cell: Arc::downgrade(&cell),
             epoch: 0,
-            backoff,
-            notify: None,
-            recovery: None,
-            driver: None,
-            first_reads: crate::limiter::ReadLimiter::unlimited(),
-            gate: None,
+            settings: Arc::new(Settings {
+                kind: "node",
+                backoff,
+                notify: None,
+                recovery: None,
+                driver: None,
+                first_reads: crate::limiter::ReadLimiter::unlimited(),
+            }),
         };
-        tasks.spawn(reflector.run(tasks.root.child_token()));
+        tasks.spawn(reflector.run(tasks.root.child_token(), None));
         NodeTtl {
             cell,
             first_wait,

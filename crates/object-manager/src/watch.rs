@@ -28,7 +28,7 @@ use crate::kept::Keep;
 use crate::kind::ManagedObject;
 use crate::limiter::ReadLimiter;
 use crate::recovery::{Recovery, RecoveryConfig};
-use crate::reflector::{BackoffConfig, Cell, CellState, Reflector, Start, WatchDriver};
+use crate::reflector::{BackoffConfig, Cell, CellState, Reflector, Settings, Start, WatchDriver};
 use crate::source::ObjectSource;
 use crate::tasks::Tasks;
 use crate::{Error, ObjectRef, PodUid};
@@ -52,21 +52,21 @@ struct Inner<K: Keep> {
     items: Mutex<HashMap<ObjectRef, Item<K>>>,
     options: WatchOptions,
     tasks: Tasks,
-    notify: broadcast::Sender<ObjectRef>,
     /// Shared by every reflector: resumes them all when the API server answers again.
     recovery: Arc<Recovery>,
     /// Follows every open watch (`driver.rs`).
     driver: WatchDriver<K>,
-    /// First reads take a token (OM-30).
-    first_reads: ReadLimiter,
     /// Each new pod's gate (OM-31), while a reflector holds it.
     gates: Mutex<HashMap<PodUid, std::sync::Weak<PodGate>>>,
+    /// What every reflector run shares: the kind, the back-off, where changes are announced,
+    /// the recovery signal, the driver and the first-read bucket (OM-30).
+    settings: Arc<Settings<K>>,
 }
 
 /// One referenced object (OM-15).
 struct Item<K: Keep> {
     /// Referencing pod UID → count; entries are removed at 0, never negative.
-    refs: HashMap<PodUid, usize>,
+    refs: Refs,
     cell: Arc<Cell<K>>,
     /// The running reflector's token; `None` while stopped.
     reflector: Option<CancellationToken>,
@@ -77,6 +77,64 @@ struct Item<K: Keep> {
     health: Arc<HealthCell>,
 }
 
+/// The pods that reference one object, each with its count of references (OM-15). Nearly every
+/// object on a node is referenced by one pod: that one is kept inline, and a map is made only
+/// when a second pod comes (a map of one entry was a 119-byte allocation per watched object).
+enum Refs {
+    None,
+    One(PodUid, usize),
+    Many(HashMap<PodUid, usize>),
+}
+
+impl Refs {
+    fn is_empty(&self) -> bool {
+        match self {
+            Refs::None => true,
+            Refs::One(..) => false,
+            Refs::Many(many) => many.is_empty(),
+        }
+    }
+
+    /// One more reference of `uid`.
+    fn add(&mut self, uid: &PodUid) {
+        match self {
+            Refs::None => *self = Refs::One(uid.clone(), 1),
+            Refs::One(one, count) if one == uid => *count += 1,
+            Refs::One(..) => {
+                if let Refs::One(one, count) = std::mem::replace(self, Refs::None) {
+                    *self = Refs::Many(HashMap::from([(one, count), (uid.clone(), 1)]));
+                }
+            }
+            Refs::Many(many) => *many.entry(uid.clone()).or_insert(0) += 1,
+        }
+    }
+
+    /// One reference of `uid` less, its entry gone at 0; `false` (and nothing changes) when
+    /// `uid` holds none.
+    fn remove(&mut self, uid: &PodUid) -> bool {
+        match self {
+            Refs::One(one, count) if one == uid => {
+                *count -= 1;
+                if *count == 0 {
+                    *self = Refs::None;
+                }
+                true
+            }
+            Refs::None | Refs::One(..) => false,
+            Refs::Many(many) => {
+                let Some(count) = many.get_mut(uid) else {
+                    return false;
+                };
+                *count -= 1;
+                if *count == 0 {
+                    many.remove(uid);
+                }
+                true
+            }
+        }
+    }
+}
+
 impl<K: ManagedObject> WatchStore<K> {
     pub(crate) fn new(
         source: Arc<dyn ObjectSource<K>>,
@@ -85,16 +143,25 @@ impl<K: ManagedObject> WatchStore<K> {
         notify: broadcast::Sender<ObjectRef>,
         first_reads: ReadLimiter,
     ) -> Self {
-        let inner = Arc::new(Inner {
+        let recovery = Arc::new(Recovery::new(options.recovery));
+        let driver = WatchDriver::spawn(&tasks, options.recovery.requests_in_flight);
+        let settings = Arc::new(Settings {
+            kind: K::SINGULAR,
+            backoff: options.backoff,
+            notify: Some((notify, K::KIND)),
+            recovery: Some(recovery.clone()),
+            driver: Some(driver.clone()),
             first_reads,
+        });
+        let inner = Arc::new(Inner {
             gates: Mutex::default(),
             source,
             items: Mutex::default(),
             options,
             tasks: tasks.clone(),
-            notify,
-            recovery: Arc::new(Recovery::new(options.recovery)),
-            driver: WatchDriver::spawn(&tasks, options.recovery.requests_in_flight),
+            recovery,
+            driver,
+            settings,
         });
         let weak = Arc::downgrade(&inner);
         let cancel = inner.tasks.root.clone();
@@ -109,7 +176,7 @@ impl<K: ManagedObject> WatchStore<K> {
         let inner = &self.inner;
         let mut items = inner.items.lock();
         let item = items.entry(key.clone()).or_insert_with(|| Item {
-            refs: HashMap::new(),
+            refs: Refs::None,
             cell: Cell::new(),
             reflector: None,
             last_access: Instant::now(),
@@ -121,7 +188,7 @@ impl<K: ManagedObject> WatchStore<K> {
             let gate = inner.gate(uid);
             inner.start(key, item, Some(gate));
         }
-        *item.refs.entry(uid.clone()).or_insert(0) += 1;
+        item.refs.add(uid);
     }
 
     /// A pod was registered: reflectors refused for want of a relationship retry at once
@@ -137,12 +204,8 @@ impl<K: ManagedObject> WatchStore<K> {
         let Some(item) = items.get_mut(key) else {
             return;
         };
-        let Some(count) = item.refs.get_mut(uid) else {
+        if !item.refs.remove(uid) {
             return;
-        };
-        *count -= 1;
-        if *count == 0 {
-            item.refs.remove(uid);
         }
         if item.refs.is_empty()
             && let Some(mut item) = items.remove(key)
@@ -201,12 +264,10 @@ impl<K: ManagedObject> WatchStore<K> {
             }
             Ok(Ok(object)) => object,
         };
-        let object = object
-            .transpose()
-            .map_err(|_undecodable| Error::Kept {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            })?;
+        let object = object.transpose().map_err(|_undecodable| Error::Kept {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        })?;
         // (5)
         let Some(object) = object else {
             return Err(Error::NotFound {
@@ -308,19 +369,14 @@ impl<K: ManagedObject> Inner<K> {
             }),
             namespace: key.namespace.clone(),
             name: key.name.clone(),
-            kind: K::SINGULAR,
             cell: Arc::downgrade(&item.cell),
             epoch,
-            backoff: self.options.backoff,
-            notify: Some((self.notify.clone(), key.kind)),
-            recovery: Some(self.recovery.clone()),
-            driver: Some(self.driver.clone()),
-            first_reads: self.first_reads.clone(),
-            gate,
+            settings: self.settings.clone(),
         };
         self.driver.start(Start {
             reflector,
             cancel: cancel.clone(),
+            gate,
         });
         item.reflector = Some(cancel);
     }
@@ -499,6 +555,27 @@ mod tests {
         store.delete_reference(&a, &uid("u1"));
         let (objects, running, _) = store.counts();
         assert_eq!((objects, running), (0, 0));
+    }
+
+    #[test]
+    fn one_referencing_pod_is_kept_inline_and_counts_like_the_map_of_several() {
+        let uid = |u: &str| PodUid::new(u).unwrap();
+        let mut refs = Refs::None;
+        refs.add(&uid("u1"));
+        refs.add(&uid("u1"));
+        assert!(matches!(refs, Refs::One(_, 2)), "no map for one pod");
+        assert!(!refs.remove(&uid("u2")), "u2 holds no reference");
+        assert!(refs.remove(&uid("u1")) && !refs.is_empty());
+
+        refs.add(&uid("u2"));
+        assert!(
+            matches!(&refs, Refs::Many(m) if m.len() == 2),
+            "a second pod makes a map"
+        );
+        assert!(refs.remove(&uid("u1")) && !refs.remove(&uid("u1")));
+        assert!(!refs.is_empty(), "u2 still holds one");
+        assert!(refs.remove(&uid("u2")) && refs.is_empty());
+        assert!(!refs.remove(&uid("u2")), "never negative");
     }
 
     fn test_tasks() -> Tasks {
