@@ -49,7 +49,9 @@ pub(crate) struct WatchStore<K: Keep> {
 
 struct Inner<K: Keep> {
     source: Arc<dyn ObjectSource<K>>,
-    items: Mutex<HashMap<ObjectRef, Item<K>>>,
+    /// Boxed: a table keeps room for up to twice its entries, and an item is twice the size of
+    /// its key (at 495 objects of a kind, 1,024 slots of 169 bytes inline, 64 boxed).
+    items: Mutex<HashMap<ObjectRef, Box<Item<K>>>>,
     options: WatchOptions,
     tasks: Tasks,
     /// Shared by every reflector: resumes them all when the API server answers again.
@@ -175,14 +177,16 @@ impl<K: ManagedObject> WatchStore<K> {
     pub(crate) fn add_reference(&self, key: &ObjectRef, uid: &PodUid) {
         let inner = &self.inner;
         let mut items = inner.items.lock();
-        let item = items.entry(key.clone()).or_insert_with(|| Item {
-            refs: Refs::None,
-            cell: Cell::new(),
-            reflector: None,
-            last_access: Instant::now(),
-            immutable: false,
-            epoch: 0,
-            health: Arc::default(),
+        let item = items.entry(key.clone()).or_insert_with(|| {
+            Box::new(Item {
+                refs: Refs::None,
+                cell: Cell::new(),
+                reflector: None,
+                last_access: Instant::now(),
+                immutable: false,
+                epoch: 0,
+                health: Arc::default(),
+            })
         });
         if item.refs.is_empty() && item.reflector.is_none() && !inner.tasks.root.is_cancelled() {
             let gate = inner.gate(uid);
