@@ -7,8 +7,8 @@
 //! its pods run and reads it seldom: a volume's mount and remounts, a container's start. So
 //! a cell keeps such an object as its JSON text ([`Packed`]: one allocation, the size of what
 //! the server sent less what `source/slim.rs` dropped) and decodes it on each read; its
-//! resourceVersion is kept beside it, for the reflector compares versions on every event. A
-//! Node (one per manager, read on every TTL check) stays decoded.
+//! resourceVersion goes first in the same allocation, for the reflector compares versions on
+//! every event. A Node (one per manager, read on every TTL check) stays decoded.
 
 use std::sync::Arc;
 
@@ -38,12 +38,12 @@ pub trait Keep: Resource + Sized + Send + Sync + 'static {
 
 /// A ConfigMap or Secret as a cell keeps it.
 pub enum Packed<K> {
-    /// Its JSON text, and its resourceVersion.
+    /// Its resourceVersion, then its JSON text.
     Text {
-        /// The object as JSON.
-        json: Box<[u8]>,
-        /// `metadata.resourceVersion`.
-        version: Option<Box<str>>,
+        /// `metadata.resourceVersion` (the first `version` bytes), then the object as JSON.
+        bytes: Box<[u8]>,
+        /// The length of the resourceVersion; `None`: the object has none.
+        version: Option<u32>,
     },
     /// As decoded: the object did not encode (not seen with ConfigMaps and Secrets).
     Decoded(Arc<K>),
@@ -51,25 +51,47 @@ pub enum Packed<K> {
 
 impl<K: Resource + Serialize + DeserializeOwned> Packed<K> {
     fn pack(object: K) -> Self {
-        match serde_json::to_vec(&object) {
-            Ok(json) => Packed::Text {
-                json: json.into_boxed_slice(),
-                version: object.meta().resource_version.as_deref().map(Box::from),
+        let version = object.meta().resource_version.as_deref();
+        let length = version.map(|v| u32::try_from(v.len()));
+        let mut bytes = Vec::from(version.unwrap_or_default());
+        match (
+            length.transpose(),
+            serde_json::to_writer(&mut bytes, &object),
+        ) {
+            (Ok(version), Ok(())) => Packed::Text {
+                bytes: bytes.into_boxed_slice(),
+                version,
             },
-            Err(_) => Packed::Decoded(Arc::new(object)),
+            _ => Packed::Decoded(Arc::new(object)),
+        }
+    }
+
+    /// Where the JSON text starts.
+    fn split(&self) -> usize {
+        match self {
+            Packed::Text {
+                version: Some(length),
+                ..
+            } => *length as usize,
+            _ => 0,
         }
     }
 
     fn version(&self) -> Option<&str> {
         match self {
-            Packed::Text { version, .. } => version.as_deref(),
+            Packed::Text { bytes, version } => {
+                version.as_ref()?;
+                std::str::from_utf8(bytes.get(..self.split())?).ok()
+            }
             Packed::Decoded(object) => object.meta().resource_version.as_deref(),
         }
     }
 
     fn load(&self) -> Result<Arc<K>, serde_json::Error> {
         match self {
-            Packed::Text { json, .. } => serde_json::from_slice(json).map(Arc::new),
+            Packed::Text { bytes, .. } => {
+                serde_json::from_slice(bytes.get(self.split()..).unwrap_or_default()).map(Arc::new)
+            }
             Packed::Decoded(object) => Ok(object.clone()),
         }
     }
@@ -189,13 +211,23 @@ mod tests {
     }
 
     #[test]
+    fn an_object_without_a_resource_version_is_kept_without_one() {
+        let mut secret = secret();
+        secret.metadata.resource_version = None;
+        let kept = Secret::keep(secret.clone());
+        assert_eq!(Secret::kept_version(&kept), None);
+        assert_eq!(*Secret::load(&kept).unwrap(), secret);
+        assert!(size_of::<Option<Packed<Secret>>>() <= 24);
+    }
+
+    #[test]
     fn a_kept_secret_is_smaller_than_the_decoded_one() {
         // What the decoded form holds: the struct, the data map's B-tree node, and the strings.
         let decoded = size_of::<Secret>() + 544 + 2 * 32 + 4 * 16;
-        let Packed::Text { json, version } = Secret::keep(secret()) else {
+        let Packed::Text { bytes, .. } = Secret::keep(secret()) else {
             panic!("kept decoded");
         };
-        let kept = size_of::<Packed<Secret>>() + json.len() + version.map_or(0, |v| v.len());
+        let kept = size_of::<Packed<Secret>>() + bytes.len();
         assert!(
             kept * 3 < decoded,
             "kept {kept} bytes, decoded at least {decoded}"
