@@ -50,14 +50,18 @@ pub enum Packed<K> {
 }
 
 impl<K: Resource + Serialize + DeserializeOwned> Packed<K> {
+    /// Packs `object` into an allocation of its exact size: the text is measured first, so that
+    /// no buffer grows by doubling (and leaves the smaller ones it outgrew among the objects a
+    /// node keeps).
     fn pack(object: K) -> Self {
         let version = object.meta().resource_version.as_deref();
         let length = version.map(|v| u32::try_from(v.len()));
-        let mut bytes = Vec::from(version.unwrap_or_default());
-        match (
-            length.transpose(),
-            serde_json::to_writer(&mut bytes, &object),
-        ) {
+        let mut counted = Counted(0);
+        let measured = serde_json::to_writer(&mut counted, &object);
+        let mut bytes = Vec::with_capacity(version.map_or(0, str::len) + counted.0);
+        bytes.extend_from_slice(version.unwrap_or_default().as_bytes());
+        let written = measured.and_then(|()| serde_json::to_writer(&mut bytes, &object));
+        match (length.transpose(), written) {
             (Ok(version), Ok(())) => Packed::Text {
                 bytes: bytes.into_boxed_slice(),
                 version,
@@ -94,6 +98,20 @@ impl<K: Resource + Serialize + DeserializeOwned> Packed<K> {
             }
             Packed::Decoded(object) => Ok(object.clone()),
         }
+    }
+}
+
+/// A writer that only counts the bytes written to it.
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -224,9 +242,15 @@ mod tests {
     fn a_kept_secret_is_smaller_than_the_decoded_one() {
         // What the decoded form holds: the struct, the data map's B-tree node, and the strings.
         let decoded = size_of::<Secret>() + 544 + 2 * 32 + 4 * 16;
-        let Packed::Text { bytes, .. } = Secret::keep(secret()) else {
+        let Packed::Text { bytes, version } = Secret::keep(secret()) else {
             panic!("kept decoded");
         };
+        let text = serde_json::to_vec(&secret()).unwrap();
+        assert_eq!(bytes.len(), "42".len() + text.len(), "one exact allocation");
+        assert_eq!(
+            (&bytes[..2], &bytes[2..], version),
+            (&b"42"[..], &text[..], Some(2))
+        );
         let kept = size_of::<Packed<Secret>>() + bytes.len();
         assert!(
             kept * 3 < decoded,
