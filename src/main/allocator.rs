@@ -58,62 +58,8 @@ pub(crate) fn configure() -> Option<usize> {
     selected::configure()
 }
 
-/// What became of glibc's per-thread caches (tcache) when the agent started.
-#[derive(Debug)]
-#[cfg_attr(
-    not(all(
-        target_os = "linux",
-        target_env = "gnu",
-        any(
-            feature = "dhat-heap",
-            not(any(feature = "jemalloc", feature = "mimalloc"))
-        )
-    )),
-    expect(
-        dead_code,
-        reason = "another allocator than glibc's: only `NotApplicable` is made"
-    )
-)]
-pub(crate) enum ThreadCaches {
-    /// Off: the agent runs with `glibc.malloc.tcache_count=0` (it re-executed itself with it).
-    Off,
-    /// As the operator's `GLIBC_TUNABLES` sizes them.
-    AsConfigured,
-    /// On, as glibc's default: running the binary again failed.
-    On(std::io::Error),
-    /// Not glibc's allocator: nothing to tune.
-    #[cfg_attr(
-        all(
-            target_os = "linux",
-            target_env = "gnu",
-            any(
-                feature = "dhat-heap",
-                not(any(feature = "jemalloc", feature = "mimalloc"))
-            )
-        ),
-        expect(dead_code, reason = "glibc's allocator: it is always tuned or kept")
-    )]
-    NotApplicable,
-}
-
-impl std::fmt::Display for ThreadCaches {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Off => f.write_str("off"),
-            Self::AsConfigured => f.write_str("as GLIBC_TUNABLES sets them"),
-            Self::On(e) => write!(
-                f,
-                "on (running the agent again to turn them off failed: {e})"
-            ),
-            Self::NotApplicable => f.write_str("not glibc's"),
-        }
-    }
-}
-
-/// Settles what can be set only when the process starts; call it first in the agent, before
-/// anything else. glibc: runs the agent again with its threads' caches off (it returns in the
-/// re-executed process, see `system.rs`); the others: nothing.
-pub(crate) fn tune_process() -> ThreadCaches {
+/// First in the agent: glibc's per-thread caches off (runs the agent again, `system.rs`).
+pub(crate) fn tune_process() -> nodelet_core::glibc_tunables::ThreadCaches {
     selected::tune_process()
 }
 

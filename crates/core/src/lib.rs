@@ -21,6 +21,8 @@
 //! * [`NodeAllocatable`]: the node's allocatable CPU, memory and ephemeral storage.
 //! * [`AllocatorHooks`]: what the program's global allocator reports (its name, the live
 //!   heap, a trim), handed by the binary to the agent's configuration and metrics.
+//! * [`glibc_tunables`]: turning glibc's per-thread caches off for the running program (it
+//!   runs itself again with one more `GLIBC_TUNABLES` entry, then puts the operator's back).
 //! * [`node_labels`]: the NodeRestriction rules for the labels a node may set on itself, used
 //!   by the agent (its `nodeLabels`) and by nodelet-apiserver (admission).
 //! * [`backoff::Backoff`] / [`backoff::Jitter`]: the one exponential back-off and jitter.
@@ -86,6 +88,7 @@ pub mod capacity;
 pub mod downward;
 pub mod events;
 mod feature_gates;
+pub mod glibc_tunables;
 pub mod go;
 #[cfg(feature = "kubeconfig")]
 pub mod kubeconfig;

@@ -53,7 +53,6 @@ pub(super) fn configure() -> Option<usize> {
     None
 }
 
-/// Nothing to tune at start: glibc's tunables do not concern it.
-pub(super) fn tune_process() -> super::ThreadCaches {
-    super::ThreadCaches::NotApplicable
+pub(super) fn tune_process() -> nodelet_core::glibc_tunables::ThreadCaches {
+    nodelet_core::glibc_tunables::ThreadCaches::NotApplicable
 }
