@@ -559,6 +559,9 @@ fn agent_deltas(before: &str, after: &str) -> String {
                 "nodelet_first_read",
                 "nodelet_api_write_failures",
                 "nodelet_events_dropped",
+                "nodelet_request_window{figure=\"samples",
+                "nodelet_request_window{figure=\"over_target",
+                "nodelet_request_window{figure=\"pause",
             ]
             .iter()
             .any(|p| l.starts_with(p))

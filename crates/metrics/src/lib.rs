@@ -294,6 +294,11 @@ impl Metrics {
             ("lowest", count(stats.lowest)),
             ("samples", n(stats.samples)),
             ("over_target", n(stats.over_target)),
+            ("pauses", n(stats.pauses)),
+            (
+                "paused_ms",
+                n(u64::try_from(stats.paused.as_millis()).unwrap_or(u64::MAX)),
+            ),
         ] {
             self.inner
                 .paced
@@ -463,7 +468,7 @@ fn register_paced(registry: &mut Registry) -> PacedMetrics {
     let window = Family::<Labels, Gauge>::default();
     registry.register(
         "request_window",
-        "The node's window of outstanding requests (first reads, the node's and the events' clients' requests), which narrows while the API server's answers come later than its best (OM-35): places now (limit), the fewest it had (lowest), answers measured (samples) and of those later than the target (over_target)",
+        "The node's window of outstanding requests (first reads, the node's and the events' clients' requests), which narrows while the API server's answers come later than its best (OM-35): places now (limit), the fewest it had (lowest), answers measured (samples) and of those later than the target (over_target), requests that waited a pause below one place (pauses) and those pauses' total in milliseconds (paused_ms)",
         window.clone(),
     );
     PacedMetrics {

@@ -7,8 +7,9 @@
 //!    `floor(limit)` places are held at once; a request that finds none free waits, first come,
 //!    first served.
 //! 2. A place given back with [`Place::answered`] is a sample of its *class* (a kind of request:
-//!    a ConfigMap's watch-list, a TokenRequest, a pod status patch, …): its time from sent to
-//!    answered. Each class keeps its *base*, the shortest time seen over the last minute (the
+//!    a ConfigMap's watch-list, a Service list, …): its time from sent to answered. The caller
+//!    chooses which requests are samples: the agent's are its reads (a write's answer time
+//!    varies with the server's own work on it, see [`paced`](crate::paced)). Each class keeps its *base*, the shortest time seen over the last minute (the
 //!    server's answer time when nothing waits ahead of the request); the sample's *queueing
 //!    delay* is its time minus that base.
 //! 3. The limit follows the queueing delay, as LEDBAT's congestion window does (RFC 6817): each
@@ -58,6 +59,10 @@ pub struct WindowStats {
     pub samples: u64,
     /// Of those, samples whose queueing delay was over the target.
     pub over_target: u64,
+    /// Places that waited a pause below one place (3) before their request was sent.
+    pub pauses: u64,
+    /// The time those pauses took together.
+    pub paused: Duration,
 }
 
 /// The window of the node's outstanding requests (see the module docs). Cloning shares it.
@@ -154,7 +159,12 @@ impl Window {
             && at > place.sent
         {
             tokio::time::sleep_until(at).await;
-            place.sent = Instant::now();
+            let now = Instant::now();
+            let mut control = self.shared.control.lock();
+            control.stats.pauses += 1;
+            control.stats.paused += now.saturating_duration_since(place.sent);
+            drop(control);
+            place.sent = now;
         }
         place
     }
@@ -407,6 +417,9 @@ mod tests {
         let place = w.place("a").await;
         assert_eq!(asked.elapsed(), Duration::from_millis(120));
         drop(place);
+        let stats = w.stats();
+        assert!(stats.pauses >= 1, "{stats:?}");
+        assert!(stats.paused >= Duration::from_millis(120), "{stats:?}");
         // Answers at the base grow it back over one place: no pause.
         for _ in 0..8 {
             request(&w, "a", Duration::from_millis(1)).await;
