@@ -44,8 +44,9 @@ pub const EVENT_LIMITS: ReadLimits = ReadLimits {
 /// kube-apiserver on the same two cores, 110 pods × 9 objects) 8 instead of 128 first reads
 /// (64 per manager) made the pod POSTs of the same moments about 13 % faster on average, with
 /// every volume on disk no later; 2 was no better (docs/figures.md). Fewer while the server's
-/// answers come later than its best by more than 2 ms, down to a quarter of a place (one
-/// request at a time, each after a pause of three times the last one's answer time): on the
+/// answers to reads (5) come later than its best by more than 2 ms, down to a quarter of a
+/// place (one request at a time, each after a pause of three times the last one's answer
+/// time): on the
 /// same benchmark with other work loading the machine, a minimum of ¼ instead of 1 halved the
 /// pod POSTs' time while the node started and brought every volume on disk sooner.
 pub const WINDOW: WindowConfig = WindowConfig {
