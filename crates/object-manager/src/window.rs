@@ -9,9 +9,10 @@
 //! 2. A place given back with [`Place::answered`] is a sample of its *class* (a kind of request:
 //!    a ConfigMap's watch-list, a Service list, …): its time from sent to answered. The caller
 //!    chooses which requests are samples: the agent's are its reads (a write's answer time
-//!    varies with the server's own work on it, see [`paced`](crate::paced)). Each class keeps its *base*, the shortest time seen over the last minute (the
-//!    server's answer time when nothing waits ahead of the request); the sample's *queueing
-//!    delay* is its time minus that base.
+//!    varies with the server's own work on it, see [`paced`](crate::paced)). Each class keeps
+//!    its *base*, the shortest time seen over the last minute (the server's answer time when
+//!    nothing waits ahead of the request); the sample's *queueing delay* is its time minus that
+//!    base.
 //! 3. The limit follows the queueing delay, as LEDBAT's congestion window does (RFC 6817): each
 //!    sample moves it by `(target − delay) / target / limit`, so a delay under the target
 //!    grows it by about one place per round of answers, and one over the target shrinks it in
